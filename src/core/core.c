@@ -1,0 +1,953 @@
+/*
+ * core.c: pools, pages, keys, LRU and leases (see core.h for the promises and
+ * core_internal.h for the layout).
+ *
+ * Every state change of a page goes through four functions: page_reserve,
+ * page_own, page_free and page_drain. They keep the state counts, the lists
+ * and the key index in step; core_check() verifies that they did.
+ */
+#include "core/core_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/xalloc.h"
+
+/* ---------------------------------------------------------------- keys */
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    return x;
+}
+
+static uint32_t hash_bytes(uint64_t seed, const uint8_t *p, size_t len)
+{
+    uint64_t h = seed ^ (len * 0x9e3779b97f4a7c15ull);
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = mix64(h ^ w) + 0x9e3779b97f4a7c15ull;
+        p += 8;
+        len -= 8;
+    }
+    if (len) {
+        uint64_t w = 0;
+        memcpy(&w, p, len);
+        h = mix64(h ^ w ^ 0xff);
+    }
+    return (uint32_t)mix64(h);
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Pack 64 lowercase hex characters into 32 bytes; 0 if raw is not such a key. */
+static int pack_hex64(const char *raw, uint8_t out[32])
+{
+    for (int i = 0; i < 32; i++) {
+        int hi = hex_value(raw[2 * i]), lo = hex_value(raw[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return 0;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 1;
+}
+
+void core__key_encode(const core_t *core, hf_slice raw, core_key *out)
+{
+    const uint8_t *canon;
+    size_t canon_len;
+
+    out->ext = NULL;
+    out->len = (uint32_t)raw.len;
+    memset(out->bytes, 0, sizeof out->bytes);
+    if (raw.len >= 1 && raw.len <= 32) {
+        out->kind = (uint8_t)raw.len;
+        memcpy(out->bytes, raw.ptr, raw.len);
+        canon = out->bytes;
+        canon_len = raw.len;
+    } else if (raw.len == 64 && pack_hex64(raw.ptr, out->bytes)) {
+        out->kind = CORE_KEY_HEX64;
+        canon = out->bytes;
+        canon_len = 32;
+    } else {
+        out->kind = CORE_KEY_EXT;
+        out->ext = raw.ptr;
+        canon = (const uint8_t *)raw.ptr;
+        canon_len = raw.len;
+    }
+    /* The kind takes part so that a 32-byte raw key and a packed hex key
+     * with the same bytes hash apart. */
+    out->hash = hash_bytes(core->config.hash_seed + out->kind, canon, canon_len);
+}
+
+int core__rec_key_eq(const core_page_rec *rec, const core_key *key)
+{
+    if (rec->hash != key->hash || rec->key_kind != key->kind)
+        return 0;
+    if (key->kind == CORE_KEY_EXT)
+        return rec->key.ext.len == key->len && memcmp(rec->key.ext.ptr, key->ext, key->len) == 0;
+    return memcmp(rec->key.bytes, key->bytes, key->kind == CORE_KEY_HEX64 ? 32 : key->kind) == 0;
+}
+
+void core__rec_to_key(const core_t *core, const core_page_rec *rec, core_key *out)
+{
+    (void)core;
+    out->kind = rec->key_kind;
+    out->hash = rec->hash;
+    if (rec->key_kind == CORE_KEY_EXT) {
+        out->ext = rec->key.ext.ptr;
+        out->len = rec->key.ext.len;
+    } else {
+        out->ext = NULL;
+        out->len = rec->key_kind == CORE_KEY_HEX64 ? 64 : rec->key_kind;
+        memcpy(out->bytes, rec->key.bytes, 32);
+    }
+}
+
+static void rec_set_key(core_page_rec *rec, const core_key *key)
+{
+    rec->key_kind = key->kind;
+    rec->hash = key->hash;
+    if (key->kind == CORE_KEY_EXT) {
+        rec->key.ext.ptr = hf_xmalloc(key->len);
+        memcpy(rec->key.ext.ptr, key->ext, key->len);
+        rec->key.ext.len = key->len;
+    } else {
+        memcpy(rec->key.bytes, key->bytes, 32);
+    }
+}
+
+static void rec_drop_key(core_page_rec *rec)
+{
+    if (rec->key_kind == CORE_KEY_EXT)
+        free(rec->key.ext.ptr);
+    rec->key_kind = CORE_KEY_NONE;
+    memset(&rec->key, 0, sizeof rec->key);
+}
+
+/* ----------------------------------------------------------- key index */
+
+uint32_t core__index_find(const core_pool_t *pool, const core_key *key)
+{
+    if (!pool->slots)
+        return CORE_NIL;
+    size_t i = key->hash & pool->slot_mask;
+    for (;;) {
+        uint32_t page = pool->slots[i];
+        if (page == CORE_NIL)
+            return CORE_NIL;
+        if (core__rec_key_eq(core__rec(pool, page), key))
+            return page;
+        i = (i + 1) & pool->slot_mask;
+    }
+}
+
+static void index_place(core_pool_t *pool, uint32_t page, uint32_t hash)
+{
+    size_t i = hash & pool->slot_mask;
+    while (pool->slots[i] != CORE_NIL)
+        i = (i + 1) & pool->slot_mask;
+    pool->slots[i] = page;
+}
+
+static void index_grow(core_pool_t *pool)
+{
+    size_t old_cap = pool->slots ? pool->slot_mask + 1 : 0;
+    size_t cap = old_cap ? old_cap * 2 : 64;
+    uint32_t *old = pool->slots;
+
+    pool->slots = hf_xreallocarray(NULL, cap, sizeof *pool->slots);
+    memset(pool->slots, 0xff, cap * sizeof *pool->slots);
+    pool->slot_mask = cap - 1;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i] != CORE_NIL)
+            index_place(pool, old[i], core__rec(pool, old[i])->hash);
+    free(old);
+}
+
+static void index_insert(core_pool_t *pool, uint32_t page)
+{
+    if (!pool->slots || (pool->nkeys + 1) * 4 > (pool->slot_mask + 1) * 3)
+        index_grow(pool);
+    index_place(pool, page, core__rec(pool, page)->hash);
+    pool->nkeys++;
+}
+
+/* Backward-shift deletion keeps probe sequences unbroken without tombstones. */
+static void index_remove(core_pool_t *pool, uint32_t page)
+{
+    size_t mask = pool->slot_mask;
+    size_t i = core__rec(pool, page)->hash & mask;
+    while (pool->slots[i] != page)
+        i = (i + 1) & mask;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        uint32_t moved = pool->slots[j];
+        if (moved == CORE_NIL)
+            break;
+        size_t home = core__rec(pool, moved)->hash & mask;
+        /* moved may fill the hole at i unless its home lies cyclically in (i, j]. */
+        int home_in_range = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!home_in_range) {
+            pool->slots[i] = moved;
+            i = j;
+        }
+    }
+    pool->slots[i] = CORE_NIL;
+    pool->nkeys--;
+}
+
+/* --------------------------------------------------------------- lists */
+
+static void list_init(core_list *list)
+{
+    list->head = list->tail = CORE_NIL;
+    list->len = 0;
+}
+
+static void list_remove(core_pool_t *pool, core_list *list, uint32_t page)
+{
+    core_page_rec *rec = core__rec(pool, page);
+    if (rec->prev != CORE_NIL)
+        core__rec(pool, rec->prev)->next = rec->next;
+    else
+        list->head = rec->next;
+    if (rec->next != CORE_NIL)
+        core__rec(pool, rec->next)->prev = rec->prev;
+    else
+        list->tail = rec->prev;
+    rec->prev = rec->next = CORE_NIL;
+    list->len--;
+}
+
+static void list_insert_after(core_pool_t *pool, core_list *list, uint32_t after, uint32_t page)
+{
+    core_page_rec *rec = core__rec(pool, page);
+    rec->prev = after;
+    if (after == CORE_NIL) {
+        rec->next = list->head;
+        list->head = page;
+    } else {
+        core_page_rec *prev = core__rec(pool, after);
+        rec->next = prev->next;
+        prev->next = page;
+    }
+    if (rec->next != CORE_NIL)
+        core__rec(pool, rec->next)->prev = page;
+    else
+        list->tail = page;
+    list->len++;
+}
+
+static void list_push_tail(core_pool_t *pool, core_list *list, uint32_t page)
+{
+    list_insert_after(pool, list, list->tail, page);
+}
+
+/* Deadlines mostly arrive in order, so the walk back from the tail is short. */
+static void list_insert_by_deadline(core_pool_t *pool, core_list *list, uint32_t page)
+{
+    int64_t deadline = core__rec(pool, page)->deadline;
+    uint32_t after = list->tail;
+    while (after != CORE_NIL && core__rec(pool, after)->deadline > deadline)
+        after = core__rec(pool, after)->prev;
+    list_insert_after(pool, list, after, page);
+}
+
+/* ---------------------------------------------------------- page states */
+
+static uint64_t pool_free_count(const core_pool_t *pool)
+{
+    return pool->nfree + (pool->num_pages - pool->touched);
+}
+
+static void ensure_chunk(core_pool_t *pool, uint32_t page)
+{
+    size_t chunk = page >> CORE_CHUNK_SHIFT;
+    if (chunk < pool->nchunks)
+        return;
+    if (chunk >= pool->chunks_cap) {
+        size_t cap = pool->chunks_cap ? pool->chunks_cap * 2 : 4;
+        while (cap <= chunk)
+            cap *= 2;
+        pool->chunks = hf_xreallocarray(pool->chunks, cap, sizeof *pool->chunks);
+        pool->chunks_cap = cap;
+    }
+    pool->chunks[chunk] = hf_xcalloc(CORE_CHUNK_PAGES, sizeof(core_page_rec));
+    pool->nchunks = chunk + 1;
+}
+
+/* Take a FREE page without eviction, or CORE_NIL. */
+static uint32_t take_free_page(core_pool_t *pool)
+{
+    if (pool->nfree > 0)
+        return pool->free_stack[--pool->nfree];
+    if (pool->touched >= pool->num_pages)
+        return CORE_NIL;
+    uint32_t page = (uint32_t)pool->touched++;
+    ensure_chunk(pool, page);
+    core_page_rec *rec = core__rec(pool, page);
+    rec->state = CORE_PAGE_FREE;
+    rec->prev = rec->next = CORE_NIL;
+    return page;
+}
+
+static void page_free(core_pool_t *pool, uint32_t page)
+{
+    core_page_rec *rec = core__rec(pool, page);
+    rec_drop_key(rec);
+    rec->state = CORE_PAGE_FREE;
+    rec->deadline = 0;
+    if (pool->nfree == pool->free_cap) {
+        pool->free_cap = pool->free_cap ? pool->free_cap * 2 : 64;
+        pool->free_stack = hf_xreallocarray(pool->free_stack, pool->free_cap, sizeof(uint32_t));
+    }
+    pool->free_stack[pool->nfree++] = page;
+}
+
+/* page was taken from the free stack or the mark, or evicted. */
+static void page_reserve(core_pool_t *pool, uint32_t page, const core_key *key, int64_t deadline)
+{
+    core_page_rec *rec = core__rec(pool, page);
+    rec_set_key(rec, key);
+    rec->state = CORE_PAGE_RESERVED;
+    rec->deadline = deadline;
+    list_insert_by_deadline(pool, &pool->reserved, page);
+    pool->counters.reservations++;
+}
+
+/* A RESERVED page becomes OWNED by its key (which owns no other page). */
+static void page_own(core_pool_t *pool, uint32_t page)
+{
+    core_page_rec *rec = core__rec(pool, page);
+    list_remove(pool, &pool->reserved, page);
+    rec->state = CORE_PAGE_OWNED;
+    rec->deadline = 0;
+    index_insert(pool, page);
+    list_push_tail(pool, &pool->lru, page);
+    pool->counters.confirmations++;
+}
+
+/* An OWNED page loses its key: FREE now, or DRAINING while read-leased. */
+static void page_disown(core_pool_t *pool, uint32_t page, int64_t now)
+{
+    core_page_rec *rec = core__rec(pool, page);
+    index_remove(pool, page);
+    list_remove(pool, &pool->lru, page);
+    if (rec->deadline > now) {
+        rec_drop_key(rec);
+        rec->state = CORE_PAGE_DRAINING;
+        list_insert_by_deadline(pool, &pool->draining, page);
+    } else {
+        page_free(pool, page);
+    }
+}
+
+static void page_unreserve(core_pool_t *pool, uint32_t page)
+{
+    list_remove(pool, &pool->reserved, page);
+    page_free(pool, page);
+}
+
+/* A use: the key moves to the most recently used end. */
+static void page_touch(core_pool_t *pool, uint32_t page)
+{
+    if (pool->lru.tail == page)
+        return;
+    list_remove(pool, &pool->lru, page);
+    list_push_tail(pool, &pool->lru, page);
+}
+
+static void page_lease(core_pool_t *pool, uint32_t page, int64_t now)
+{
+    core_page_rec *rec = core__rec(pool, page);
+    int64_t until = now + pool->core->config.read_lease_ms;
+    if (until > rec->deadline)
+        rec->deadline = until;
+    page_touch(pool, page);
+}
+
+/* ------------------------------------------------------------- leases */
+
+void core_pool_expire(core_pool_t *pool, int64_t now)
+{
+    uint32_t page;
+    while ((page = pool->reserved.head) != CORE_NIL && core__rec(pool, page)->deadline <= now) {
+        page_unreserve(pool, page);
+        pool->counters.expired_reservations++;
+    }
+    while ((page = pool->draining.head) != CORE_NIL && core__rec(pool, page)->deadline <= now) {
+        list_remove(pool, &pool->draining, page);
+        page_free(pool, page);
+    }
+}
+
+/* ------------------------------------------------------ pools and core */
+
+core_t *core_new(const core_config *config)
+{
+    core_t *core = hf_xcalloc(1, sizeof *core);
+    core->config = *config;
+    if (core->config.max_pages == 0 || core->config.max_pages > CORE_MAX_PAGES_LIMIT)
+        core->config.max_pages = CORE_MAX_PAGES_LIMIT;
+    return core;
+}
+
+const core_config *core_get_config(const core_t *core)
+{
+    return &core->config;
+}
+
+static void pool_release_memory(core_pool_t *pool)
+{
+    for (size_t c = 0; c < pool->nchunks; c++) {
+        for (uint32_t i = 0; i < CORE_CHUNK_PAGES; i++)
+            if (pool->chunks[c][i].key_kind == CORE_KEY_EXT)
+                free(pool->chunks[c][i].key.ext.ptr);
+        free(pool->chunks[c]);
+    }
+    free(pool->chunks);
+    free(pool->free_stack);
+    free(pool->slots);
+}
+
+void core_clear_all(core_t *core)
+{
+    for (size_t n = 0; n < core->nns; n++) {
+        core_ns *ns = core->namespaces[n];
+        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+            if (ns->by_rank[r]) {
+                pool_release_memory(ns->by_rank[r]);
+                free(ns->by_rank[r]);
+            }
+        }
+        free(ns->by_rank);
+        free(ns->name);
+        free(ns);
+    }
+    free(core->namespaces);
+    core->namespaces = NULL;
+    core->nns = 0;
+}
+
+void core_free(core_t *core)
+{
+    if (!core)
+        return;
+    core_clear_all(core);
+    free(core);
+}
+
+static core_ns *ns_find(const core_t *core, hf_slice name)
+{
+    for (size_t n = 0; n < core->nns; n++) {
+        core_ns *ns = core->namespaces[n];
+        if (ns->name_len == name.len && memcmp(ns->name, name.ptr, name.len) == 0)
+            return ns;
+    }
+    return NULL;
+}
+
+static core_ns *ns_create(core_t *core, hf_slice name)
+{
+    core_ns *ns = hf_xcalloc(1, sizeof *ns);
+    ns->name = hf_xmalloc(name.len + 1);
+    memcpy(ns->name, name.ptr, name.len);
+    ns->name[name.len] = '\0';
+    ns->name_len = name.len;
+    core->namespaces = hf_xreallocarray(core->namespaces, core->nns + 1, sizeof *core->namespaces);
+    core->namespaces[core->nns++] = ns;
+    return ns;
+}
+
+core_pool_t *core_pool_find(core_t *core, hf_slice name, uint32_t rank)
+{
+    core_ns *ns = ns_find(core, name);
+    if (!ns || rank >= ns->ranks_cap)
+        return NULL;
+    return ns->by_rank[rank];
+}
+
+int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_pages,
+                   uint64_t *existing_pages)
+{
+    if (num_pages == 0 || num_pages > core->config.max_pages || rank >= core->config.max_ranks)
+        return CORE_EINVAL;
+    core_pool_t *pool = core_pool_find(core, name, rank);
+    if (pool) {
+        if (existing_pages)
+            *existing_pages = pool->num_pages;
+        return 0;
+    }
+    core_ns *ns = ns_find(core, name);
+    if (!ns)
+        ns = ns_create(core, name);
+    if (rank >= ns->ranks_cap) {
+        uint32_t cap = ns->ranks_cap ? ns->ranks_cap : 8;
+        while (cap <= rank)
+            cap *= 2;
+        ns->by_rank = hf_xreallocarray(ns->by_rank, cap, sizeof *ns->by_rank);
+        memset(ns->by_rank + ns->ranks_cap, 0, (cap - ns->ranks_cap) * sizeof *ns->by_rank);
+        ns->ranks_cap = cap;
+    }
+    pool = hf_xcalloc(1, sizeof *pool);
+    pool->core = core;
+    pool->ns = ns;
+    pool->rank = rank;
+    pool->num_pages = num_pages;
+    list_init(&pool->lru);
+    list_init(&pool->reserved);
+    list_init(&pool->draining);
+    ns->by_rank[rank] = pool;
+    ns->npools++;
+    if (existing_pages)
+        *existing_pages = num_pages;
+    return 1;
+}
+
+void core_pool_clear(core_pool_t *pool, int64_t now)
+{
+    core_pool_expire(pool, now);
+    while (pool->lru.head != CORE_NIL)
+        page_disown(pool, pool->lru.head, now);
+    while (pool->reserved.head != CORE_NIL)
+        page_unreserve(pool, pool->reserved.head);
+}
+
+/* ------------------------------------------------- completeness helpers */
+
+/* When one rank loses a key, the other ranks' pages for it can no longer
+ * serve a complete key: move them to the eviction end (unless read-leased). */
+static void demote_in_other_ranks(core_pool_t *pool, const core_key *key, int64_t now)
+{
+    core_ns *ns = pool->ns;
+    if (ns->npools < 2)
+        return;
+    for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+        core_pool_t *other = ns->by_rank[r];
+        if (!other || other == pool)
+            continue;
+        uint32_t page = core__index_find(other, key);
+        if (page == CORE_NIL || core__rec(other, page)->deadline > now)
+            continue;
+        list_remove(other, &other->lru, page);
+        list_insert_after(other, &other->lru, CORE_NIL, page);
+    }
+}
+
+/* ---------------------------------------------------------- allocation */
+
+/*
+ * Eviction candidates are scanned from the LRU head. The hits of the current
+ * allocation were touched first, so they are the last `protected_tail`
+ * entries of the LRU: the scan never reaches them. The scan position carries
+ * over between evictions of one call (read leases do not change within a
+ * call, and an evicted page leaves the list behind the position), which keeps
+ * a call linear even when many pages are leased.
+ */
+typedef struct evict_scan {
+    uint32_t cursor;         /* next page to consider; CORE_NIL before the start */
+    uint64_t seen;           /* LRU position of cursor */
+    uint64_t protected_tail; /* hits of this call, at the LRU tail */
+    bool started;
+} evict_scan;
+
+static uint32_t find_evictable(core_pool_t *pool, evict_scan *scan, int64_t now)
+{
+    if (!pool->core->config.evict_lru)
+        return CORE_NIL;
+    if (!scan->started) {
+        scan->cursor = pool->lru.head;
+        scan->seen = 0;
+        scan->started = true;
+    }
+    uint64_t candidates = pool->lru.len - scan->protected_tail;
+    while (scan->cursor != CORE_NIL && scan->seen < candidates) {
+        uint32_t page = scan->cursor;
+        scan->cursor = core__rec(pool, page)->next;
+        if (core__rec(pool, page)->deadline <= now)
+            return page; /* leaves the list: the position of cursor is unchanged */
+        scan->seen++;
+    }
+    return CORE_NIL;
+}
+
+static uint32_t take_page(core_pool_t *pool, evict_scan *scan, int64_t now)
+{
+    uint32_t page = take_free_page(pool);
+    if (page != CORE_NIL)
+        return page;
+    page = find_evictable(pool, scan, now);
+    if (page == CORE_NIL)
+        return CORE_NIL;
+    core_key key;
+    core__rec_to_key(pool->core, core__rec(pool, page), &key);
+    index_remove(pool, page);
+    list_remove(pool, &pool->lru, page);
+    /* key.ext still points at the record's copy: demote before dropping it. */
+    demote_in_other_ranks(pool, &key, now);
+    rec_drop_key(core__rec(pool, page));
+    pool->counters.evictions++;
+    return page;
+}
+
+/* Can `need` new pages be had (free or evictable) without taking any? */
+static int can_take(core_pool_t *pool, uint64_t need, uint64_t protected_tail, int64_t now)
+{
+    uint64_t avail = pool_free_count(pool);
+    if (avail >= need)
+        return 1;
+    if (!pool->core->config.evict_lru)
+        return 0;
+    uint64_t candidates = pool->lru.len - protected_tail, seen = 0;
+    for (uint32_t p = pool->lru.head; p != CORE_NIL && seen < candidates && avail < need;
+         p = core__rec(pool, p)->next, seen++)
+        if (core__rec(pool, p)->deadline <= now)
+            avail++;
+    return avail >= need;
+}
+
+/* Index of the first occurrence of each key within the call (dup[i] == i for firsts). */
+static void find_repeats(const core_key *enc, size_t n, size_t *dup)
+{
+    size_t cap = 16;
+    while (cap < n * 2)
+        cap *= 2;
+    size_t *table = hf_xmalloc(cap * sizeof *table);
+    memset(table, 0xff, cap * sizeof *table);
+    for (size_t i = 0; i < n; i++) {
+        size_t s = enc[i].hash & (cap - 1);
+        dup[i] = i;
+        for (; table[s] != (size_t)-1; s = (s + 1) & (cap - 1)) {
+            const core_key *a = &enc[table[s]], *b = &enc[i];
+            if (a->hash == b->hash && a->kind == b->kind && a->len == b->len &&
+                (a->kind == CORE_KEY_EXT ? memcmp(a->ext, b->ext, a->len) == 0
+                                         : memcmp(a->bytes, b->bytes, 32) == 0)) {
+                dup[i] = table[s];
+                break;
+            }
+        }
+        if (dup[i] == i)
+            table[s] = i;
+    }
+    free(table);
+}
+
+void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc_mode mode,
+                   int64_t now, int64_t *pages, bool *existed)
+{
+    if (n == 0)
+        return;
+    core_pool_expire(pool, now);
+    core_key *enc = hf_xmalloc(n * sizeof *enc);
+    size_t *dup = hf_xmalloc(n * sizeof *dup);
+    for (size_t i = 0; i < n; i++)
+        core__key_encode(pool->core, keys[i], &enc[i]);
+    find_repeats(enc, n, dup);
+
+    /* Pass 1: hits answer their page and become the most recently used. */
+    uint64_t hits = 0, need = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (dup[i] != i)
+            continue;
+        uint32_t page = core__index_find(pool, &enc[i]);
+        pages[i] = page == CORE_NIL ? -1 : (int64_t)page;
+        if (page != CORE_NIL) {
+            page_touch(pool, page);
+            hits++;
+        } else {
+            need++;
+        }
+    }
+    pool->counters.hits += hits;
+    pool->counters.misses += need;
+
+    /* Pass 2: new keys get pages, unless all-or-nothing cannot be met. */
+    int give = mode == CORE_ALLOC_PARTIAL || can_take(pool, need, hits, now);
+    evict_scan scan = {CORE_NIL, 0, hits, false};
+    int64_t deadline = now + pool->core->config.reservation_ms;
+    for (size_t i = 0; i < n; i++) {
+        if (dup[i] != i) {
+            pages[i] = pages[dup[i]];
+            if (existed)
+                existed[i] = existed[dup[i]];
+            continue;
+        }
+        bool hit = pages[i] >= 0;
+        if (existed)
+            existed[i] = hit;
+        if (hit || !give)
+            continue;
+        uint32_t page = take_page(pool, &scan, now);
+        if (page != CORE_NIL)
+            page_reserve(pool, page, &enc[i], deadline);
+        pages[i] = page == CORE_NIL ? -1 : (int64_t)page;
+    }
+    free(dup);
+    free(enc);
+}
+
+/* ------------------------------------------------- confirm and release */
+
+static int page_in_range(const core_pool_t *pool, int64_t page)
+{
+    return page >= 0 && (uint64_t)page < pool->num_pages;
+}
+
+static void refuse(core_pool_t *pool, uint64_t *counters, core_refusal why, size_t *refused)
+{
+    (void)pool;
+    counters[why]++;
+    (*refused)++;
+}
+
+static void confirm_one(core_pool_t *pool, hf_slice raw, int64_t page, size_t *refused)
+{
+    uint64_t *refusals = pool->counters.refused_confirms;
+    if (!page_in_range(pool, page)) {
+        refuse(pool, refusals, CORE_REFUSE_OUT_OF_RANGE, refused);
+        return;
+    }
+    if ((uint64_t)page >= pool->touched) {
+        refuse(pool, refusals, CORE_REFUSE_NOT_RESERVED, refused);
+        return;
+    }
+    core_page_rec *rec = core__rec(pool, (uint32_t)page);
+    if (rec->state != CORE_PAGE_RESERVED && rec->state != CORE_PAGE_OWNED) {
+        refuse(pool, refusals, CORE_REFUSE_NOT_RESERVED, refused);
+        return;
+    }
+    core_key key;
+    core__key_encode(pool->core, raw, &key);
+    if (!core__rec_key_eq(rec, &key)) {
+        refuse(pool, refusals, CORE_REFUSE_OTHER_KEY, refused);
+        return;
+    }
+    if (rec->state == CORE_PAGE_OWNED) { /* re-confirm of a hit: a use, no change */
+        page_touch(pool, (uint32_t)page);
+        return;
+    }
+    uint32_t owned = core__index_find(pool, &key);
+    if (owned != CORE_NIL) { /* the key won a page meanwhile: keep that one */
+        page_unreserve(pool, (uint32_t)page);
+        page_touch(pool, owned);
+        pool->counters.duplicate_confirmations++;
+        return;
+    }
+    page_own(pool, (uint32_t)page);
+}
+
+static void release_one(core_pool_t *pool, int64_t page, size_t *refused)
+{
+    uint64_t *refusals = pool->counters.refused_releases;
+    if (!page_in_range(pool, page)) {
+        refuse(pool, refusals, CORE_REFUSE_OUT_OF_RANGE, refused);
+        return;
+    }
+    core_page_state state = (uint64_t)page < pool->touched ? core__rec(pool, (uint32_t)page)->state
+                                                           : CORE_PAGE_FREE;
+    if (state == CORE_PAGE_RESERVED) {
+        page_unreserve(pool, (uint32_t)page);
+        pool->counters.releases++;
+    } else {
+        refuse(pool, refusals, state == CORE_PAGE_OWNED ? CORE_REFUSE_OWNED : CORE_REFUSE_NOT_RESERVED,
+               refused);
+    }
+}
+
+void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages, size_t n,
+                  const int64_t *release, size_t nrel, int64_t now, size_t *refused)
+{
+    size_t count = 0;
+    core_pool_expire(pool, now);
+    for (size_t i = 0; i < n; i++)
+        confirm_one(pool, keys[i], pages[i], &count);
+    for (size_t i = 0; i < nrel; i++)
+        release_one(pool, release[i], &count);
+    if (refused)
+        *refused = count;
+}
+
+/* ------------------------------------------------------------- readers */
+
+static uint32_t find_raw(core_pool_t *pool, hf_slice raw, core_key *key)
+{
+    core__key_encode(pool->core, raw, key);
+    return core__index_find(pool, key);
+}
+
+void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, bool *present)
+{
+    int64_t pages_buf[64];
+    int64_t *pages = n <= 64 ? pages_buf : hf_xmalloc(n * sizeof *pages);
+    core_lookup(pool, keys, n, now, pages);
+    for (size_t i = 0; i < n; i++)
+        present[i] = pages[i] >= 0;
+    if (pages != pages_buf)
+        free(pages);
+}
+
+void core_lookup(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, int64_t *pages)
+{
+    core_pool_expire(pool, now);
+    for (size_t i = 0; i < n; i++) {
+        core_key key;
+        uint32_t page = find_raw(pool, keys[i], &key);
+        if (page == CORE_NIL) {
+            pages[i] = -1;
+            pool->counters.misses++;
+            continue;
+        }
+        page_lease(pool, page, now);
+        pages[i] = page;
+        pool->counters.hits++;
+    }
+}
+
+void core_delete(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now)
+{
+    core_pool_expire(pool, now);
+    for (size_t i = 0; i < n; i++) {
+        core_key key;
+        uint32_t page = find_raw(pool, keys[i], &key);
+        if (page == CORE_NIL)
+            continue;
+        page_disown(pool, page, now);
+        demote_in_other_ranks(pool, &key, now);
+    }
+}
+
+/* Page of `key` in every pool of ns into found[rank]; 1 if all own it. */
+static int complete_pages(core_ns *ns, const core_key *key, uint32_t *found)
+{
+    for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+        core_pool_t *pool = ns->by_rank[r];
+        if (!pool)
+            continue;
+        found[r] = core__index_find(pool, key);
+        if (found[r] == CORE_NIL)
+            return 0;
+    }
+    return 1;
+}
+
+/* Shared walk of batch_exists and get_locations: complete keys are leased in
+ * every rank; answer[i] is the page in `rank` (or 0 if rank is CORE_NIL). */
+static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_slice *keys,
+                          size_t n, int64_t now, int64_t *answer)
+{
+    for (size_t i = 0; i < n; i++)
+        answer[i] = -1;
+    if (!ns || ns->npools == 0)
+        return;
+    uint32_t *found = hf_xmalloc(ns->ranks_cap * sizeof *found);
+    for (uint32_t r = 0; r < ns->ranks_cap; r++)
+        if (ns->by_rank[r])
+            core_pool_expire(ns->by_rank[r], now);
+    for (size_t i = 0; i < n; i++) {
+        core_key key;
+        core__key_encode(core, keys[i], &key);
+        int complete = complete_pages(ns, &key, found);
+        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+            core_pool_t *pool = ns->by_rank[r];
+            if (!pool)
+                continue;
+            if (complete) {
+                page_lease(pool, found[r], now);
+                pool->counters.hits++;
+            } else {
+                pool->counters.misses++;
+            }
+        }
+        if (complete)
+            answer[i] = rank == CORE_NIL ? 0 : found[rank];
+    }
+    free(found);
+}
+
+void core_complete_exists(core_t *core, hf_slice ns, const hf_slice *keys, size_t n, int64_t now,
+                          bool *present)
+{
+    int64_t *answer = hf_xmalloc((n ? n : 1) * sizeof *answer);
+    complete_walk(core, ns_find(core, ns), CORE_NIL, keys, n, now, answer);
+    for (size_t i = 0; i < n; i++)
+        present[i] = answer[i] >= 0;
+    free(answer);
+}
+
+int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_slice *keys,
+                            size_t n, int64_t now, int64_t *pages)
+{
+    if (!core_pool_find(core, ns, rank))
+        return CORE_ENOPOOL;
+    complete_walk(core, ns_find(core, ns), rank, keys, n, now, pages);
+    return 0;
+}
+
+/* --------------------------------------------------------------- stats */
+
+void core_pool_get_stats(const core_pool_t *pool, core_pool_stats *out)
+{
+    *out = pool->counters;
+    out->num_pages = pool->num_pages;
+    out->free = pool_free_count(pool);
+    out->reserved = pool->reserved.len;
+    out->owned = pool->lru.len;
+    out->draining = pool->draining.len;
+    out->touched = pool->touched;
+}
+
+void core_foreach_pool(const core_t *core, core_pool_visitor fn, void *ctx)
+{
+    for (size_t n = 0; n < core->nns; n++) {
+        const core_ns *ns = core->namespaces[n];
+        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+            if (!ns->by_rank[r])
+                continue;
+            core_pool_stats stats;
+            core_pool_get_stats(ns->by_rank[r], &stats);
+            fn(ctx, (hf_slice){ns->name, ns->name_len}, r, &stats);
+        }
+    }
+}
+
+static const char hex_digits[] = "0123456789abcdef";
+
+core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *key,
+                              char keybuf[64], int64_t *deadline)
+{
+    if (key)
+        *key = (hf_slice){"", 0};
+    if (deadline)
+        *deadline = 0;
+    if (page >= pool->touched)
+        return CORE_PAGE_FREE;
+    const core_page_rec *rec = core__rec(pool, (uint32_t)page);
+    if (deadline)
+        *deadline = rec->deadline;
+    if (key && rec->key_kind == CORE_KEY_EXT) {
+        *key = (hf_slice){rec->key.ext.ptr, rec->key.ext.len};
+    } else if (key && rec->key_kind == CORE_KEY_HEX64) {
+        for (int i = 0; i < 32; i++) {
+            keybuf[2 * i] = hex_digits[rec->key.bytes[i] >> 4];
+            keybuf[2 * i + 1] = hex_digits[rec->key.bytes[i] & 15];
+        }
+        *key = (hf_slice){keybuf, 64};
+    } else if (key && rec->key_kind != CORE_KEY_NONE) {
+        *key = (hf_slice){(const char *)rec->key.bytes, rec->key_kind};
+    }
+    return (core_page_state)rec->state;
+}

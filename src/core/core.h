@@ -1,0 +1,182 @@
+/*
+ * core.h: the page state machine of PROTOCOL.md (State, Leases, Allocation).
+ *
+ * Pure: no I/O, no clock reads, no locks. Every call that may expire a lease
+ * takes `now` (milliseconds on the caller's clock; the server passes wall-clock
+ * milliseconds so that deadlines survive restarts). The caller serializes
+ * access to one core_t.
+ *
+ * Vocabulary
+ *   pool      (namespace, rank): num_pages pages numbered 0..num_pages-1.
+ *   page      FREE, RESERVED for a key until a deadline, OWNED by a key, or
+ *             DRAINING: deleted or cleared while a read lease protected it; it
+ *             belongs to no key and becomes FREE when the lease ends. DRAINING
+ *             is how "frees their pages (after any read lease)" is kept.
+ *   key       any non-empty byte string. A key owns at most one page per pool
+ *             and a page is owned by at most one key (the product's invariant,
+ *             verified by core_check()). A key may hold several reservations.
+ *
+ * Memory: a pool costs O(1) to create whatever num_pages is; pages are backed
+ * by records only once handed out (see core.c for the layout).
+ *
+ * Errors: functions returning int return 0 or a negative CORE_E* code. Out of
+ * memory aborts the process (util/xalloc.h): a half-applied change is worse.
+ */
+#ifndef HF_CORE_H
+#define HF_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/slice.h"
+
+/* Largest num_pages a pool may have: page numbers must fit a uint32 with one
+ * value kept as the "no page" sentinel. */
+#define CORE_MAX_PAGES_LIMIT 4294967294ull
+
+enum {
+    CORE_OK = 0,
+    CORE_ENOPOOL = -1,  /* the (namespace, rank) pool was not initialized */
+    CORE_EINVAL = -2,   /* num_pages out of range */
+};
+
+typedef enum core_page_state {
+    CORE_PAGE_FREE = 0,
+    CORE_PAGE_RESERVED = 1,
+    CORE_PAGE_OWNED = 2,
+    CORE_PAGE_DRAINING = 3,
+} core_page_state;
+
+typedef struct core_config {
+    int64_t reservation_ms; /* reservation lease (PROTOCOL default 600 s) */
+    int64_t read_lease_ms;  /* read lease (PROTOCOL default 5 s) */
+    bool evict_lru;         /* eviction policy: true = lru, false = none */
+    uint64_t max_pages;     /* largest num_pages accepted, <= CORE_MAX_PAGES_LIMIT */
+    uint32_t max_ranks;     /* ranks are 0 .. max_ranks-1 */
+    uint64_t hash_seed;     /* seeds the key hash (the caller picks it at random) */
+} core_config;
+
+/* Why a confirmation or release was refused. */
+typedef enum core_refusal {
+    CORE_REFUSE_OUT_OF_RANGE = 0, /* page >= num_pages or negative */
+    CORE_REFUSE_NOT_RESERVED,     /* page FREE or DRAINING (late, expired, cleared) */
+    CORE_REFUSE_OTHER_KEY,        /* page reserved for, or owned by, another key */
+    CORE_REFUSE_OWNED,            /* release of an OWNED page */
+    CORE_REFUSE_COUNT
+} core_refusal;
+
+/* Counters and gauges of one pool, as reported by stats and metrics. */
+typedef struct core_pool_stats {
+    uint64_t num_pages;
+    uint64_t free, reserved, owned, draining; /* pages per state; owned == keys */
+    uint64_t touched;                          /* pages ever handed out (high-water mark) */
+    uint64_t hits, misses;                     /* allocate/exists/lookup outcomes */
+    uint64_t reservations, confirmations, releases;
+    uint64_t evictions, expired_reservations, duplicate_confirmations;
+    uint64_t refused_confirms[CORE_REFUSE_COUNT];
+    uint64_t refused_releases[CORE_REFUSE_COUNT];
+} core_pool_stats;
+
+typedef struct core core_t;
+typedef struct core_pool core_pool_t;
+
+/* Returns NULL on out-of-memory. The config is copied. */
+core_t *core_new(const core_config *config);
+void core_free(core_t *core);
+const core_config *core_get_config(const core_t *core);
+
+/*
+ * Create the pool (ns, rank) with num_pages pages, or keep the existing one.
+ * Idempotent: an existing pool keeps its state and size; *existing_pages (if
+ * not NULL) receives its size so the caller can warn about a mismatch.
+ * Returns 1 if created, 0 if it existed, CORE_EINVAL if num_pages is 0 or
+ * above max_pages or rank >= max_ranks.
+ */
+int core_pool_init(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pages,
+                   uint64_t *existing_pages);
+
+/* The pool, or NULL. Valid until core_clear_all() or core_free(). */
+core_pool_t *core_pool_find(core_t *core, hf_slice ns, uint32_t rank);
+
+/* Forget every pool of every namespace (vLLM /clear). */
+void core_clear_all(core_t *core);
+
+/* Free every page of the pool; read-leased owned pages drain first. The pool
+ * stays initialized. Counters are kept. */
+void core_pool_clear(core_pool_t *pool, int64_t now);
+
+/* Return expired reservations and drained pages of the pool to FREE. Every
+ * operation below does this first; exposed for housekeeping and tests. */
+void core_pool_expire(core_pool_t *pool, int64_t now);
+
+typedef enum core_alloc_mode {
+    CORE_ALLOC_PARTIAL = 0,      /* SGLang: each key gets what is available */
+    CORE_ALLOC_ALL_OR_NOTHING,   /* vLLM: all new keys get a page, or none does */
+} core_alloc_mode;
+
+/*
+ * Allocate pages for keys[0..n-1] (PROTOCOL "Allocation and eviction").
+ * pages[i] receives the page or -1; existed[i] (may be NULL) whether key i
+ * was OWNED (a hit). A key repeated within the call gets one answer. Keys
+ * that are hits of the call are never evicted to make room for other keys of
+ * the same call.
+ */
+void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc_mode mode,
+                  int64_t now, int64_t *pages, bool *existed);
+
+/*
+ * Confirm (keys[i], pages[i]) for i < n, then release release[0..nrel-1].
+ * Refused items change nothing and are counted in the pool's stats;
+ * *refused (may be NULL) receives how many confirmations and releases were
+ * refused in this call.
+ */
+void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages, size_t n,
+                  const int64_t *release, size_t nrel, int64_t now, size_t *refused);
+
+/* Per-pool presence (SGLang exists); present keys get a read lease and a use. */
+void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, bool *present);
+
+/* Per-pool lookup (SGLang get_page_indices): page or -1; leases like exists. */
+void core_lookup(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, int64_t *pages);
+
+/* Delete keys from the pool; their pages become FREE, or DRAINING while read-leased. */
+void core_delete(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now);
+
+/*
+ * Completeness (vLLM): a key is complete when every pool of namespace ns owns
+ * it (no pool: nothing is complete). Complete keys get a read lease and a use
+ * in every pool of ns.
+ * core_complete_exists: present[i] for each key.
+ * core_complete_locations: pages[i] = the page in pool `rank` if complete, else -1.
+ * Returns CORE_ENOPOOL if that pool does not exist (locations only).
+ */
+void core_complete_exists(core_t *core, hf_slice ns, const hf_slice *keys, size_t n, int64_t now,
+                          bool *present);
+int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_slice *keys,
+                            size_t n, int64_t now, int64_t *pages);
+
+/* Pools, for stats: calls fn for each pool in (namespace, rank) order of creation. */
+typedef void (*core_pool_visitor)(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *stats);
+void core_foreach_pool(const core_t *core, core_pool_visitor fn, void *ctx);
+void core_pool_get_stats(const core_pool_t *pool, core_pool_stats *out);
+
+/* The state of one page; for tests, the invariant checker and snapshots.
+ * key (may be NULL) receives the owning or reserving key (empty for FREE and
+ * DRAINING pages); it points into the page record or into keybuf, and is
+ * valid until the next change of the pool. deadline (may be NULL) receives
+ * the reservation deadline, the read-lease end (0 if never leased) or the
+ * drain end. */
+core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *key,
+                              char keybuf[64], int64_t *deadline);
+
+/*
+ * Walk every pool and verify the invariants: every page in exactly one state,
+ * state counts agree, a key owns at most one page and a page is owned by at
+ * most one key, the key index and the LRU, reservation, draining and free
+ * lists agree with the page records. Returns 0, or -1 with a description in
+ * err (if errlen > 0). Cost O(pages handed out); for tests.
+ */
+int core_check(const core_t *core, char *err, size_t errlen);
+
+#endif

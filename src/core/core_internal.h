@@ -1,0 +1,121 @@
+/*
+ * core_internal.h: the data layout shared by core.c and check.c.
+ *
+ * Page records
+ *   A pool hands pages out from a high-water mark: pages >= `touched` have
+ *   never been used and are FREE without any record, so creating a pool of
+ *   10^9 pages costs one struct. Pages below the mark have a 56-byte record,
+ *   kept in chunks of CORE_CHUNK_PAGES (no realloc copies, no 2x slack).
+ *   FREE pages below the mark sit on `free_stack` (LIFO, so recently used
+ *   records are reused first and the mark grows only when needed).
+ *
+ * Keys
+ *   The key of a RESERVED or OWNED page lives in its record: up to 32 bytes
+ *   inline; 64 lowercase hex characters (a SHA-256 hex digest, the common
+ *   case) packed into 32 bytes inline; anything else in a malloc'd copy.
+ *
+ * Key index
+ *   Open addressing with linear probing over uint32 page numbers (the key is
+ *   found in the page record), backward-shift deletion, load <= 3/4. Only
+ *   OWNED pages are indexed: reservations are found by page number.
+ *
+ * Lists (doubly linked through the records' prev/next page numbers)
+ *   lru       OWNED pages, head = least recently used.
+ *   reserved  RESERVED pages, sorted by deadline (head expires first).
+ *   draining  DRAINING pages, sorted by deadline.
+ *   A page is on exactly the list of its state (FREE: the free stack, or
+ *   above the mark).
+ */
+#ifndef HF_CORE_INTERNAL_H
+#define HF_CORE_INTERNAL_H
+
+#include "core/core.h"
+
+#define CORE_NIL UINT32_MAX
+#define CORE_CHUNK_SHIFT 12
+#define CORE_CHUNK_PAGES (1u << CORE_CHUNK_SHIFT)
+
+/* key_kind values: 1..32 = raw bytes inline (the value is the length). */
+#define CORE_KEY_NONE 0
+#define CORE_KEY_HEX64 33 /* 64 lowercase hex characters packed in 32 bytes */
+#define CORE_KEY_EXT 34   /* malloc'd copy */
+
+typedef struct core_page_rec {
+    union {
+        uint8_t bytes[32];
+        struct {
+            char *ptr;
+            uint32_t len;
+        } ext;
+    } key;
+    uint32_t hash;
+    uint32_t prev, next;
+    uint8_t state;    /* core_page_state */
+    uint8_t key_kind; /* CORE_KEY_* */
+    int64_t deadline; /* reservation end, read-lease end, or drain end */
+} core_page_rec;
+
+typedef struct core_list {
+    uint32_t head, tail;
+    uint64_t len;
+} core_list;
+
+struct core_ns;
+
+struct core_pool {
+    core_t *core;
+    struct core_ns *ns;
+    uint32_t rank;
+    uint64_t num_pages;
+    uint64_t touched; /* high-water mark */
+
+    core_page_rec **chunks;
+    size_t nchunks;
+    size_t chunks_cap;
+
+    uint32_t *free_stack;
+    size_t nfree;
+    size_t free_cap;
+
+    uint32_t *slots; /* key index: page numbers or CORE_NIL */
+    size_t slot_mask;
+    size_t nkeys;
+
+    core_list lru, reserved, draining;
+    core_pool_stats counters; /* the counter fields only; gauges are computed */
+};
+
+typedef struct core_ns {
+    char *name;
+    size_t name_len;
+    core_pool_t **by_rank; /* index = rank */
+    uint32_t ranks_cap;
+    uint32_t npools;
+} core_ns;
+
+struct core {
+    core_config config;
+    core_ns **namespaces;
+    size_t nns;
+};
+
+/* A key prepared for lookups: canonical bytes plus hash. */
+typedef struct core_key {
+    uint8_t kind;
+    uint8_t bytes[32];
+    const char *ext;
+    uint32_t len;
+    uint32_t hash;
+} core_key;
+
+static inline core_page_rec *core__rec(const core_pool_t *pool, uint32_t page)
+{
+    return &pool->chunks[page >> CORE_CHUNK_SHIFT][page & (CORE_CHUNK_PAGES - 1)];
+}
+
+void core__key_encode(const core_t *core, hf_slice raw, core_key *out);
+uint32_t core__index_find(const core_pool_t *pool, const core_key *key);
+int core__rec_key_eq(const core_page_rec *rec, const core_key *key);
+void core__rec_to_key(const core_t *core, const core_page_rec *rec, core_key *out);
+
+#endif

@@ -1,0 +1,41 @@
+#include "util/xalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static void out_of_memory(size_t size)
+{
+    fprintf(stderr, "hf3fs-metad: fatal: out of memory allocating %zu bytes\n", size);
+    abort();
+}
+
+void *hf_xmalloc(size_t size)
+{
+    void *p = malloc(size ? size : 1);
+    if (!p)
+        out_of_memory(size);
+    return p;
+}
+
+void *hf_xcalloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p)
+        out_of_memory(count * size);
+    return p;
+}
+
+void *hf_xrealloc(void *ptr, size_t size)
+{
+    void *p = realloc(ptr, size ? size : 1);
+    if (!p)
+        out_of_memory(size);
+    return p;
+}
+
+void *hf_xreallocarray(void *ptr, size_t count, size_t size)
+{
+    if (size && count > (size_t)-1 / size)
+        out_of_memory((size_t)-1);
+    return hf_xrealloc(ptr, count * size);
+}

@@ -1,0 +1,61 @@
+/*
+ * check.h: a tiny test harness in the manner of libuv's test/task.h.
+ *
+ * TEST(name) defines a test; RUN(name) runs it. The CHECK_* macros print
+ * both sides on failure and fail the current test (the rest of it is skipped).
+ * main() ends with TEST_SUMMARY(), which prints "N passed, N failed" and
+ * returns the exit code.
+ */
+#ifndef HF_TEST_CHECK_H
+#define HF_TEST_CHECK_H
+
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+static int test_passed, test_failed;
+static jmp_buf test_jmp;
+
+#define TEST(name) static void name(void)
+
+#define RUN(name)                                                                          \
+    do {                                                                                   \
+        if (setjmp(test_jmp) == 0) {                                                       \
+            name();                                                                        \
+            test_passed++;                                                                 \
+            printf("PASS %s\n", #name);                                                    \
+        } else {                                                                           \
+            test_failed++;                                                                 \
+            printf("FAIL %s\n", #name);                                                    \
+        }                                                                                  \
+        fflush(stdout);                                                                    \
+    } while (0)
+
+#define TEST_FAIL(...)                                                                     \
+    do {                                                                                   \
+        fprintf(stdout, "  %s:%d: ", __FILE__, __LINE__);                                  \
+        fprintf(stdout, __VA_ARGS__);                                                      \
+        fputc('\n', stdout);                                                               \
+        longjmp(test_jmp, 1);                                                              \
+    } while (0)
+
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        if (!(cond))                                                                       \
+            TEST_FAIL("check failed: %s", #cond);                                          \
+    } while (0)
+
+#define CHECK_INT(a, op, b)                                                                \
+    do {                                                                                   \
+        int64_t a_ = (int64_t)(a), b_ = (int64_t)(b);                                      \
+        if (!(a_ op b_))                                                                   \
+            TEST_FAIL("%s %s %s: %" PRId64 " vs %" PRId64, #a, #op, #b, a_, b_);           \
+    } while (0)
+
+#define CHECK_EQ(a, b) CHECK_INT(a, ==, b)
+
+#define TEST_SUMMARY()                                                                     \
+    (printf("%d passed, %d failed\n", test_passed, test_failed), test_failed ? 1 : 0)
+
+#endif

@@ -1,0 +1,672 @@
+/*
+ * test_core.c: every rule of PROTOCOL.md's State, Leases and Allocation
+ * sections, one test per rule, with the invariant checker after each step.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "core/core.h"
+
+static const hf_slice KV = HF_SLICE_LIT("kv");
+
+static core_config test_config(void)
+{
+    return (core_config){
+        .reservation_ms = 600000,
+        .read_lease_ms = 5000,
+        .evict_lru = true,
+        .max_pages = 4000000000ull,
+        .max_ranks = 1024,
+        .hash_seed = 12345,
+    };
+}
+
+static core_t *core;
+
+/* The invariant after every step: a test that breaks it fails here. */
+#define CK()                                                                                  \
+    do {                                                                                      \
+        char err_[256];                                                                       \
+        if (core_check(core, err_, sizeof err_) != 0)                                         \
+            TEST_FAIL("invariant broken: %s", err_);                                          \
+    } while (0)
+
+static core_pool_t *make_pool(hf_slice ns, uint32_t rank, uint64_t pages)
+{
+    CHECK(core_pool_init(core, ns, rank, pages, NULL) == 1);
+    CK();
+    return core_pool_find(core, ns, rank);
+}
+
+static void setup(core_config cfg)
+{
+    core_free(core);
+    core = core_new(&cfg);
+}
+
+static hf_slice K(const char *s)
+{
+    return hf_slice_from_cstr(s);
+}
+
+static int64_t alloc1(core_pool_t *pool, const char *key, core_alloc_mode mode, int64_t now)
+{
+    hf_slice k = K(key);
+    int64_t page;
+    core_allocate(pool, &k, 1, mode, now, &page, NULL);
+    return page;
+}
+
+static size_t confirm1(core_pool_t *pool, const char *key, int64_t page, int64_t now)
+{
+    hf_slice k = K(key);
+    size_t refused = 99;
+    core_confirm(pool, &k, &page, 1, NULL, 0, now, &refused);
+    return refused;
+}
+
+static int64_t lookup1(core_pool_t *pool, const char *key, int64_t now)
+{
+    hf_slice k = K(key);
+    int64_t page;
+    core_lookup(pool, &k, 1, now, &page);
+    return page;
+}
+
+static int64_t own(core_pool_t *pool, const char *key, int64_t now)
+{
+    int64_t page = alloc1(pool, key, CORE_ALLOC_PARTIAL, now);
+    CHECK(page >= 0);
+    CHECK_EQ(confirm1(pool, key, page, now), 0);
+    return page;
+}
+
+static core_pool_stats stats(core_pool_t *pool)
+{
+    core_pool_stats st;
+    core_pool_get_stats(pool, &st);
+    return st;
+}
+
+TEST(pool_init_is_idempotent_and_keeps_state_and_size)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 8);
+    int64_t page = own(pool, "a", 0);
+    uint64_t existing = 0;
+    CHECK_EQ(core_pool_init(core, KV, 0, 100, &existing), 0);
+    CHECK_EQ(existing, 8);
+    CK();
+    CHECK(core_pool_find(core, KV, 0) == pool);
+    CHECK_EQ(stats(pool).num_pages, 8);
+    CHECK_EQ(lookup1(pool, "a", 1), page);
+}
+
+TEST(pool_init_rejects_zero_pages_too_many_pages_and_rank_out_of_range)
+{
+    core_config cfg = test_config();
+    cfg.max_pages = 1000;
+    cfg.max_ranks = 4;
+    setup(cfg);
+    CHECK_EQ(core_pool_init(core, KV, 0, 0, NULL), CORE_EINVAL);
+    CHECK_EQ(core_pool_init(core, KV, 0, 1001, NULL), CORE_EINVAL);
+    CHECK_EQ(core_pool_init(core, KV, 4, 10, NULL), CORE_EINVAL);
+    CHECK(core_pool_find(core, KV, 0) == NULL);
+    CHECK_EQ(core_pool_init(core, KV, 3, 1000, NULL), 1);
+    CK();
+}
+
+TEST(pool_of_a_billion_pages_is_created_without_per_page_work)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 1000000000ull);
+    core_pool_stats st = stats(pool);
+    CHECK_EQ(st.free, 1000000000ull);
+    CHECK_EQ(st.touched, 0);
+    int64_t page = own(pool, "k", 0);
+    CHECK(page >= 0 && page < 1000000000ll);
+    st = stats(pool);
+    CHECK_EQ(st.free, 999999999ull);
+    CHECK_EQ(st.owned, 1);
+    CHECK_EQ(st.touched, 1);
+    CK();
+}
+
+TEST(allocate_new_key_reserves_a_free_page_until_confirmed)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t page = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
+    CK();
+    CHECK(page >= 0 && page < 4);
+    hf_slice key;
+    char buf[64];
+    CHECK_EQ(core_page_get(pool, (uint64_t)page, &key, buf, NULL), CORE_PAGE_RESERVED);
+    CHECK(hf_slice_eq(key, K("a")));
+    CHECK_EQ(lookup1(pool, "a", 0), -1); /* reserved is not present */
+    CHECK_EQ(stats(pool).reserved, 1);
+    CHECK_EQ(confirm1(pool, "a", page, 0), 0);
+    CK();
+    CHECK_EQ(core_page_get(pool, (uint64_t)page, NULL, buf, NULL), CORE_PAGE_OWNED);
+    CHECK_EQ(lookup1(pool, "a", 0), page);
+}
+
+TEST(allocate_owned_key_is_a_hit_that_returns_its_page)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t page = own(pool, "a", 0);
+    hf_slice k = K("a");
+    int64_t again;
+    bool existed = false;
+    core_allocate(pool, &k, 1, CORE_ALLOC_PARTIAL, 1, &again, &existed);
+    CK();
+    CHECK_EQ(again, page);
+    CHECK(existed);
+    CHECK_EQ(stats(pool).reserved, 0);
+}
+
+TEST(allocate_of_a_reserved_key_gets_another_page)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t first = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
+    int64_t second = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
+    CK();
+    CHECK(first >= 0 && second >= 0 && first != second);
+    CHECK_EQ(stats(pool).reserved, 2);
+}
+
+TEST(key_repeated_in_one_request_gets_one_page_and_the_same_answer)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 8);
+    int64_t owned = own(pool, "h", 0);
+    hf_slice keys[5] = {K("x"), K("h"), K("x"), K("y"), K("h")};
+    int64_t pages[5];
+    bool existed[5];
+    core_allocate(pool, keys, 5, CORE_ALLOC_PARTIAL, 1, pages, existed);
+    CK();
+    CHECK_EQ(pages[0], pages[2]);
+    CHECK(!existed[0] && !existed[2]);
+    CHECK_EQ(pages[1], owned);
+    CHECK_EQ(pages[4], owned);
+    CHECK(existed[1] && existed[4]);
+    CHECK(pages[3] >= 0 && pages[3] != pages[0]);
+    CHECK_EQ(stats(pool).reserved, 2);
+}
+
+TEST(confirm_of_an_owned_page_by_the_same_key_is_a_harmless_noop)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t page = own(pool, "a", 0);
+    CHECK_EQ(confirm1(pool, "a", page, 1), 0);
+    CK();
+    core_pool_stats st = stats(pool);
+    CHECK_EQ(st.owned, 1);
+    CHECK_EQ(st.confirmations, 1);
+}
+
+TEST(confirm_is_refused_unless_the_page_is_reserved_for_that_key)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t page_a = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
+    int64_t owned_b = own(pool, "b", 0);
+    CHECK_EQ(confirm1(pool, "z", page_a, 0), 1); /* reserved for another key */
+    CHECK_EQ(confirm1(pool, "z", owned_b, 0), 1); /* owned by another key */
+    CHECK_EQ(confirm1(pool, "z", 3, 0), 1);      /* free page */
+    CHECK_EQ(confirm1(pool, "z", 4, 0), 1);      /* out of range */
+    CHECK_EQ(confirm1(pool, "z", -1, 0), 1);     /* negative */
+    CK();
+    core_pool_stats st = stats(pool);
+    CHECK_EQ(st.refused_confirms[CORE_REFUSE_OTHER_KEY], 2);
+    CHECK_EQ(st.refused_confirms[CORE_REFUSE_NOT_RESERVED], 1);
+    CHECK_EQ(st.refused_confirms[CORE_REFUSE_OUT_OF_RANGE], 2);
+    CHECK_EQ(st.reserved, 1);
+    CHECK_EQ(st.owned, 1);
+    CHECK_EQ(lookup1(pool, "z", 0), -1);
+}
+
+TEST(confirm_when_the_key_already_owns_a_page_keeps_that_page_and_frees_the_other)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t first = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
+    int64_t second = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
+    CHECK_EQ(confirm1(pool, "a", first, 0), 0);
+    CHECK_EQ(confirm1(pool, "a", second, 0), 0);
+    CK();
+    core_pool_stats st = stats(pool);
+    CHECK_EQ(st.owned, 1);
+    CHECK_EQ(st.reserved, 0);
+    CHECK_EQ(st.free, 3);
+    CHECK_EQ(st.duplicate_confirmations, 1);
+    CHECK_EQ(lookup1(pool, "a", 0), first);
+}
+
+TEST(release_frees_only_reserved_pages)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t reserved = alloc1(pool, "r", CORE_ALLOC_PARTIAL, 0);
+    int64_t owned = own(pool, "o", 0);
+    int64_t release[4] = {reserved, owned, 3, 9};
+    size_t refused = 0;
+    core_confirm(pool, NULL, NULL, 0, release, 4, 0, &refused);
+    CK();
+    CHECK_EQ(refused, 3);
+    core_pool_stats st = stats(pool);
+    CHECK_EQ(st.reserved, 0);
+    CHECK_EQ(st.owned, 1);
+    CHECK_EQ(st.releases, 1);
+    CHECK_EQ(st.refused_releases[CORE_REFUSE_OWNED], 1);
+    CHECK_EQ(st.refused_releases[CORE_REFUSE_NOT_RESERVED], 1);
+    CHECK_EQ(st.refused_releases[CORE_REFUSE_OUT_OF_RANGE], 1);
+    CHECK_EQ(lookup1(pool, "o", 0), owned);
+}
+
+TEST(confirmations_apply_before_releases_of_the_same_call)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t page = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
+    hf_slice k = K("a");
+    size_t refused = 0;
+    core_confirm(pool, &k, &page, 1, &page, 1, 0, &refused);
+    CK();
+    CHECK_EQ(refused, 1);
+    CHECK_EQ(lookup1(pool, "a", 0), page);
+}
+
+TEST(reservation_expires_after_the_timeout_and_a_late_confirm_is_refused)
+{
+    core_config cfg = test_config();
+    cfg.reservation_ms = 1000;
+    setup(cfg);
+    core_pool_t *pool = make_pool(KV, 0, 2);
+    int64_t page = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 10000);
+    core_pool_expire(pool, 10999);
+    CK();
+    CHECK_EQ(stats(pool).reserved, 1);
+    core_pool_expire(pool, 11000);
+    CK();
+    CHECK_EQ(stats(pool).reserved, 0);
+    CHECK_EQ(stats(pool).expired_reservations, 1);
+    CHECK_EQ(confirm1(pool, "a", page, 11001), 1);
+    CK();
+    CHECK_EQ(lookup1(pool, "a", 11001), -1);
+    CHECK_EQ(stats(pool).free, 2);
+}
+
+TEST(partial_allocation_answers_minus_one_for_keys_that_find_no_page)
+{
+    core_config cfg = test_config();
+    cfg.evict_lru = false;
+    setup(cfg);
+    core_pool_t *pool = make_pool(KV, 0, 2);
+    int64_t owned = own(pool, "h", 0);
+    hf_slice keys[4] = {K("a"), K("h"), K("b"), K("c")};
+    int64_t pages[4];
+    bool existed[4];
+    core_allocate(pool, keys, 4, CORE_ALLOC_PARTIAL, 0, pages, existed);
+    CK();
+    CHECK(pages[0] >= 0 && pages[0] != owned);
+    CHECK_EQ(pages[1], owned);
+    CHECK(existed[1]);
+    CHECK_EQ(pages[2], -1);
+    CHECK_EQ(pages[3], -1);
+    CHECK_EQ(stats(pool).reserved, 1);
+}
+
+TEST(all_or_nothing_reserves_no_new_key_when_they_do_not_all_fit_but_answers_hits)
+{
+    core_config cfg = test_config();
+    cfg.evict_lru = false;
+    setup(cfg);
+    core_pool_t *pool = make_pool(KV, 0, 3);
+    int64_t owned = own(pool, "h", 0);
+    hf_slice keys[4] = {K("a"), K("h"), K("b"), K("c")};
+    int64_t pages[4];
+    core_allocate(pool, keys, 4, CORE_ALLOC_ALL_OR_NOTHING, 0, pages, NULL);
+    CK();
+    CHECK_EQ(pages[0], -1);
+    CHECK_EQ(pages[1], owned);
+    CHECK_EQ(pages[2], -1);
+    CHECK_EQ(pages[3], -1);
+    core_pool_stats st = stats(pool);
+    CHECK_EQ(st.reserved, 0);
+    CHECK_EQ(st.free, 2);
+    /* two new keys fit: both get pages */
+    core_allocate(pool, keys, 3, CORE_ALLOC_ALL_OR_NOTHING, 0, pages, NULL);
+    CK();
+    CHECK(pages[0] >= 0 && pages[2] >= 0 && pages[0] != pages[2]);
+}
+
+TEST(all_or_nothing_counts_evictable_pages_as_available)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 2);
+    own(pool, "old1", 0);
+    own(pool, "old2", 0);
+    hf_slice keys[2] = {K("a"), K("b")};
+    int64_t pages[2];
+    core_allocate(pool, keys, 2, CORE_ALLOC_ALL_OR_NOTHING, 0, pages, NULL);
+    CK();
+    CHECK(pages[0] >= 0 && pages[1] >= 0);
+    CHECK_EQ(stats(pool).evictions, 2);
+}
+
+TEST(lru_eviction_takes_the_least_recently_used_owned_page)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 3);
+    int64_t a = own(pool, "a", 0);
+    own(pool, "b", 0);
+    own(pool, "c", 0);
+    /* a use of "a" (an allocate hit) makes "b" the least recently used */
+    CHECK_EQ(alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0), a);
+    int64_t page = alloc1(pool, "d", CORE_ALLOC_PARTIAL, 0);
+    CK();
+    CHECK(page >= 0);
+    CHECK_EQ(lookup1(pool, "b", 0), -1);
+    CHECK_EQ(lookup1(pool, "a", 0), a);
+    CHECK(lookup1(pool, "c", 0) >= 0);
+    CHECK_EQ(stats(pool).evictions, 1);
+}
+
+TEST(eviction_never_takes_a_reserved_page)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 2);
+    int64_t r1 = alloc1(pool, "r1", CORE_ALLOC_PARTIAL, 0);
+    int64_t r2 = alloc1(pool, "r2", CORE_ALLOC_PARTIAL, 0);
+    CHECK(r1 >= 0 && r2 >= 0);
+    CHECK_EQ(alloc1(pool, "x", CORE_ALLOC_PARTIAL, 0), -1);
+    CK();
+    CHECK_EQ(confirm1(pool, "r1", r1, 0), 0);
+    CHECK_EQ(confirm1(pool, "r2", r2, 0), 0);
+    CK();
+}
+
+TEST(eviction_skips_read_leased_pages_until_the_lease_ends)
+{
+    setup(test_config()); /* read lease 5000 ms */
+    core_pool_t *pool = make_pool(KV, 0, 1);
+    int64_t a = own(pool, "a", 0);
+    CHECK_EQ(lookup1(pool, "a", 1000), a); /* leased until 6000 */
+    CHECK_EQ(alloc1(pool, "b", CORE_ALLOC_PARTIAL, 5999), -1);
+    CK();
+    CHECK_EQ(lookup1(pool, "a", 5999), a); /* the answer is unchanged, the lease extended */
+    CHECK_EQ(alloc1(pool, "b", CORE_ALLOC_PARTIAL, 10998), -1);
+    CHECK_EQ(alloc1(pool, "b", CORE_ALLOC_PARTIAL, 10999), a);
+    CK();
+    CHECK_EQ(lookup1(pool, "a", 11000), -1);
+}
+
+TEST(hits_of_a_request_are_never_evicted_for_its_other_keys)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 1);
+    int64_t a = own(pool, "a", 0);
+    hf_slice keys[2] = {K("a"), K("b")};
+    int64_t pages[2];
+    core_allocate(pool, keys, 2, CORE_ALLOC_PARTIAL, 0, pages, NULL);
+    CK();
+    CHECK_EQ(pages[0], a);
+    CHECK_EQ(pages[1], -1);
+    core_allocate(pool, keys, 2, CORE_ALLOC_ALL_OR_NOTHING, 0, pages, NULL);
+    CK();
+    CHECK_EQ(pages[0], a);
+    CHECK_EQ(pages[1], -1);
+}
+
+TEST(delete_frees_the_page_or_drains_it_while_read_leased)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 2);
+    int64_t a = own(pool, "a", 0);
+    int64_t b = own(pool, "b", 0);
+    CHECK_EQ(lookup1(pool, "b", 100), b); /* leased until 5100 */
+    hf_slice keys[3] = {K("a"), K("b"), K("never")};
+    core_delete(pool, keys, 3, 200);
+    CK();
+    char buf[64];
+    CHECK_EQ(core_page_get(pool, (uint64_t)a, NULL, buf, NULL), CORE_PAGE_FREE);
+    CHECK_EQ(core_page_get(pool, (uint64_t)b, NULL, buf, NULL), CORE_PAGE_DRAINING);
+    CHECK_EQ(lookup1(pool, "b", 200), -1);
+    /* the draining page is not handed out: only one page is available */
+    hf_slice fresh[2] = {K("x"), K("y")};
+    int64_t pages[2];
+    core_allocate(pool, fresh, 2, CORE_ALLOC_PARTIAL, 300, pages, NULL);
+    CK();
+    CHECK_EQ(pages[0], a);
+    CHECK_EQ(pages[1], -1);
+    core_pool_expire(pool, 5100);
+    CK();
+    CHECK_EQ(core_page_get(pool, (uint64_t)b, NULL, buf, NULL), CORE_PAGE_FREE);
+}
+
+TEST(pool_clear_frees_every_page_and_refuses_later_confirms)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    own(pool, "a", 0);
+    int64_t leased = own(pool, "b", 0);
+    lookup1(pool, "b", 0);
+    int64_t reserved = alloc1(pool, "c", CORE_ALLOC_PARTIAL, 0);
+    core_pool_clear(pool, 10);
+    CK();
+    core_pool_stats st = stats(pool);
+    CHECK_EQ(st.owned, 0);
+    CHECK_EQ(st.reserved, 0);
+    CHECK_EQ(st.draining, 1);
+    CHECK_EQ(st.free, 3);
+    CHECK_EQ(confirm1(pool, "c", reserved, 20), 1);
+    char buf[64];
+    CHECK_EQ(core_page_get(pool, (uint64_t)leased, NULL, buf, NULL), CORE_PAGE_DRAINING);
+    CK();
+}
+
+TEST(clear_all_forgets_every_pool_of_every_namespace)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    own(pool, "a", 0);
+    make_pool(K("other"), 3, 4);
+    core_clear_all(core);
+    CK();
+    CHECK(core_pool_find(core, KV, 0) == NULL);
+    CHECK(core_pool_find(core, K("other"), 3) == NULL);
+    pool = make_pool(KV, 0, 4);
+    CHECK_EQ(lookup1(pool, "a", 0), -1);
+}
+
+TEST(a_key_is_complete_only_when_every_rank_of_the_namespace_owns_it)
+{
+    setup(test_config());
+    hf_slice k = K("a");
+    bool present = true;
+    core_complete_exists(core, KV, &k, 1, 0, &present);
+    CHECK(!present); /* no rank initialized: nothing is complete */
+    core_pool_t *r0 = make_pool(KV, 0, 4);
+    core_pool_t *r1 = make_pool(KV, 1, 4);
+    own(r0, "a", 0);
+    core_complete_exists(core, KV, &k, 1, 0, &present);
+    CHECK(!present);
+    int64_t page = -2;
+    CHECK_EQ(core_complete_locations(core, KV, 0, &k, 1, 0, &page), 0);
+    CHECK_EQ(page, -1);
+    int64_t p1 = own(r1, "a", 0);
+    core_complete_exists(core, KV, &k, 1, 0, &present);
+    CHECK(present);
+    CHECK_EQ(core_complete_locations(core, KV, 1, &k, 1, 0, &page), 0);
+    CHECK_EQ(page, p1);
+    CHECK_EQ(core_complete_locations(core, KV, 7, &k, 1, 0, &page), CORE_ENOPOOL);
+    /* another namespace does not count */
+    make_pool(K("sg"), 0, 4);
+    core_complete_exists(core, KV, &k, 1, 0, &present);
+    CHECK(present);
+    CK();
+}
+
+TEST(complete_reads_lease_the_key_on_every_rank)
+{
+    setup(test_config());
+    core_pool_t *r0 = make_pool(KV, 0, 1);
+    core_pool_t *r1 = make_pool(KV, 1, 1);
+    own(r0, "a", 0);
+    own(r1, "a", 0);
+    hf_slice k = K("a");
+    bool present;
+    core_complete_exists(core, KV, &k, 1, 100, &present);
+    CHECK(present);
+    CHECK_EQ(alloc1(r0, "b", CORE_ALLOC_PARTIAL, 200), -1);
+    CHECK_EQ(alloc1(r1, "b", CORE_ALLOC_PARTIAL, 200), -1);
+    CK();
+}
+
+TEST(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first)
+{
+    setup(test_config());
+    core_pool_t *r0 = make_pool(KV, 0, 2);
+    core_pool_t *r1 = make_pool(KV, 1, 2);
+    own(r1, "old", 0);
+    own(r1, "dead", 0); /* most recently used in rank 1 */
+    own(r0, "dead", 0);
+    hf_slice k = K("dead");
+    core_delete(r0, &k, 1, 0);
+    CK();
+    /* rank 1 must evict "dead" (no longer complete) before "old" */
+    CHECK(alloc1(r1, "new", CORE_ALLOC_PARTIAL, 0) >= 0);
+    CK();
+    CHECK_EQ(lookup1(r1, "dead", 0), -1);
+    CHECK(lookup1(r1, "old", 0) >= 0);
+}
+
+TEST(keys_of_every_shape_are_distinct_and_round_trip)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 64);
+    char hex64[65], upper64[65], long_key[1001], hex32[33];
+    for (int i = 0; i < 64; i++) {
+        hex64[i] = "0123456789abcdef"[i % 16];
+        upper64[i] = "0123456789ABCDEF"[i % 16];
+    }
+    hex64[64] = upper64[64] = '\0';
+    memcpy(hex32, hex64, 32);
+    hex32[32] = '\0';
+    memset(long_key, 'k', 1000);
+    long_key[1000] = '\0';
+    /* a 32-byte raw key equal to the packed bytes of hex64 must differ from it */
+    char packed[32];
+    for (int i = 0; i < 32; i++)
+        packed[i] = (char)((i * 2 % 16) << 4 | ((i * 2 + 1) % 16));
+    hf_slice keys[8] = {K(hex64), K(upper64), K(hex32), K("x"), K(long_key),
+                        {packed, 32}, {"nul\0inside", 10}, {"nul\0other!", 10}};
+    int64_t pages[8];
+    core_allocate(pool, keys, 8, CORE_ALLOC_PARTIAL, 0, pages, NULL);
+    size_t refused = 0;
+    core_confirm(pool, keys, pages, 8, NULL, 0, 0, &refused);
+    CHECK_EQ(refused, 0);
+    CK();
+    CHECK_EQ(stats(pool).owned, 8);
+    for (int i = 0; i < 8; i++) {
+        int64_t found;
+        core_lookup(pool, &keys[i], 1, 0, &found);
+        CHECK_EQ(found, pages[i]);
+        hf_slice back;
+        char buf[64];
+        CHECK_EQ(core_page_get(pool, (uint64_t)pages[i], &back, buf, NULL), CORE_PAGE_OWNED);
+        CHECK(hf_slice_eq(back, keys[i]));
+    }
+}
+
+TEST(namespaces_with_the_same_rank_are_separate_pools)
+{
+    setup(test_config());
+    core_pool_t *a = make_pool(KV, 0, 2);
+    core_pool_t *b = make_pool(K("other"), 0, 2);
+    own(a, "k", 0);
+    CHECK_EQ(lookup1(b, "k", 0), -1);
+    CHECK(lookup1(a, "k", 0) >= 0);
+    CK();
+}
+
+TEST(exists_and_lookup_count_as_a_use_in_lru_order)
+{
+    core_config cfg = test_config();
+    cfg.read_lease_ms = 0; /* only the use, no protection */
+    setup(cfg);
+    core_pool_t *pool = make_pool(KV, 0, 2);
+    int64_t a = own(pool, "a", 0);
+    own(pool, "b", 0);
+    hf_slice k = K("a");
+    bool present;
+    core_exists(pool, &k, 1, 1, &present);
+    CHECK(present);
+    CHECK(alloc1(pool, "c", CORE_ALLOC_PARTIAL, 2) >= 0);
+    CHECK_EQ(lookup1(pool, "a", 3), a);
+    CHECK_EQ(lookup1(pool, "b", 3), -1);
+    CK();
+}
+
+TEST(key_index_survives_growth_and_many_deletions)
+{
+    setup(test_config());
+    enum { N = 5000 };
+    core_pool_t *pool = make_pool(KV, 0, N);
+    static char names[N][16];
+    static hf_slice keys[N];
+    static int64_t pages[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "key-%d", i);
+        keys[i] = K(names[i]);
+    }
+    core_allocate(pool, keys, N, CORE_ALLOC_PARTIAL, 0, pages, NULL);
+    core_confirm(pool, keys, pages, N, NULL, 0, 0, NULL);
+    CK();
+    /* delete every third key, then every key must still be found or gone */
+    for (int i = 0; i < N; i += 3)
+        core_delete(pool, &keys[i], 1, 0);
+    CK();
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(lookup1(pool, names[i], 0), i % 3 == 0 ? -1 : pages[i]);
+}
+
+int main(void)
+{
+    RUN(pool_init_is_idempotent_and_keeps_state_and_size);
+    RUN(pool_init_rejects_zero_pages_too_many_pages_and_rank_out_of_range);
+    RUN(pool_of_a_billion_pages_is_created_without_per_page_work);
+    RUN(allocate_new_key_reserves_a_free_page_until_confirmed);
+    RUN(allocate_owned_key_is_a_hit_that_returns_its_page);
+    RUN(allocate_of_a_reserved_key_gets_another_page);
+    RUN(key_repeated_in_one_request_gets_one_page_and_the_same_answer);
+    RUN(confirm_of_an_owned_page_by_the_same_key_is_a_harmless_noop);
+    RUN(confirm_is_refused_unless_the_page_is_reserved_for_that_key);
+    RUN(confirm_when_the_key_already_owns_a_page_keeps_that_page_and_frees_the_other);
+    RUN(release_frees_only_reserved_pages);
+    RUN(confirmations_apply_before_releases_of_the_same_call);
+    RUN(reservation_expires_after_the_timeout_and_a_late_confirm_is_refused);
+    RUN(partial_allocation_answers_minus_one_for_keys_that_find_no_page);
+    RUN(all_or_nothing_reserves_no_new_key_when_they_do_not_all_fit_but_answers_hits);
+    RUN(all_or_nothing_counts_evictable_pages_as_available);
+    RUN(lru_eviction_takes_the_least_recently_used_owned_page);
+    RUN(eviction_never_takes_a_reserved_page);
+    RUN(eviction_skips_read_leased_pages_until_the_lease_ends);
+    RUN(hits_of_a_request_are_never_evicted_for_its_other_keys);
+    RUN(delete_frees_the_page_or_drains_it_while_read_leased);
+    RUN(pool_clear_frees_every_page_and_refuses_later_confirms);
+    RUN(clear_all_forgets_every_pool_of_every_namespace);
+    RUN(a_key_is_complete_only_when_every_rank_of_the_namespace_owns_it);
+    RUN(complete_reads_lease_the_key_on_every_rank);
+    RUN(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first);
+    RUN(keys_of_every_shape_are_distinct_and_round_trip);
+    RUN(namespaces_with_the_same_rank_are_separate_pools);
+    RUN(exists_and_lookup_count_as_a_use_in_lru_order);
+    RUN(key_index_survives_growth_and_many_deletions);
+    core_free(core);
+    return TEST_SUMMARY();
+}
