@@ -1,0 +1,537 @@
+/*
+ * test_model.c: the core against a deliberately simple reference model.
+ *
+ * Long random sequences of every operation (allocate in both modes,
+ * confirm with right and wrong pages, release, exists, lookup, delete, pool
+ * clear, clear all, completeness reads, initialization) run on several ranks
+ * and two namespaces with tiny pools, short leases and a clock that jumps,
+ * so that exhaustion, eviction and lease expiry happen all the time.
+ *
+ * The model is arrays and linear scans: each page has a state, a key, a
+ * deadline and a "last use" number; LRU = smallest last use. The free page
+ * the core picks is not specified by the contract, so the model accepts any
+ * page it holds FREE; everything else (hits, -1, which page is evicted,
+ * refusals, presence, completeness) must match exactly. After every step
+ * the whole page table of every pool is compared and core_check() runs.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "core/core.h"
+
+enum { NNS = 2, NRANKS = 3, MAXP = 6, NKEYS = 14, STEPS = 200000 };
+
+static const hf_slice NS[NNS] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns2")};
+static const int64_t RESERVE_MS = 1000, LEASE_MS = 500;
+
+static char key_names[NKEYS][80];
+static hf_slice key_slices[NKEYS];
+
+typedef struct mpage {
+    core_page_state state;
+    int key;
+    int64_t deadline;
+    int64_t use;
+} mpage;
+
+typedef struct mpool {
+    bool exists;
+    int num_pages;
+    mpage pages[MAXP];
+} mpool;
+
+static mpool model[NNS][NRANKS];
+static int64_t use_seq = 1, demote_seq = 0, now;
+static bool m_evict;
+
+/* What the run exercised: a run that never evicted or never ran dry would
+ * prove little, so the tests assert these are all non-zero. */
+static struct {
+    long evictions, no_page, hits, refusals, drains, expiries;
+} seen;
+static core_t *core;
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int pick(int n)
+{
+    return (int)(rnd() % (uint64_t)n);
+}
+
+static void make_keys(void)
+{
+    for (int i = 0; i < NKEYS; i++) {
+        if (i == 0)
+            memcpy(key_names[i], "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 64);
+        else if (i == 1)
+            memcpy(key_names[i], "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", 64);
+        else if (i == 2)
+            memset(key_names[i], 'L', 70);
+        else
+            snprintf(key_names[i], sizeof key_names[i], "key-%d", i);
+        key_slices[i] = hf_slice_from_cstr(key_names[i]);
+    }
+}
+
+/* ------------------------------------------------------------ the model */
+
+static void m_expire(mpool *p)
+{
+    for (int i = 0; i < p->num_pages; i++) {
+        mpage *pg = &p->pages[i];
+        if ((pg->state == CORE_PAGE_RESERVED || pg->state == CORE_PAGE_DRAINING) &&
+            pg->deadline <= now) {
+            seen.expiries += pg->state == CORE_PAGE_RESERVED;
+            pg->state = CORE_PAGE_FREE;
+        }
+    }
+}
+
+static int m_owned(const mpool *p, int key)
+{
+    for (int i = 0; i < p->num_pages; i++)
+        if (p->pages[i].state == CORE_PAGE_OWNED && p->pages[i].key == key)
+            return i;
+    return -1;
+}
+
+static void m_touch(mpool *p, int page)
+{
+    p->pages[page].use = use_seq++;
+}
+
+static void m_lease(mpool *p, int page)
+{
+    if (now + LEASE_MS > p->pages[page].deadline)
+        p->pages[page].deadline = now + LEASE_MS;
+    m_touch(p, page);
+}
+
+/* Least recently used owned page that is not leased and not protected. */
+static int m_victim(const mpool *p, const bool *protected)
+{
+    int best = -1;
+    for (int i = 0; i < p->num_pages; i++) {
+        const mpage *pg = &p->pages[i];
+        if (pg->state != CORE_PAGE_OWNED || pg->deadline > now || protected[i])
+            continue;
+        if (best < 0 || pg->use < p->pages[best].use)
+            best = i;
+    }
+    return best;
+}
+
+static int m_free_count(const mpool *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->num_pages; i++)
+        n += p->pages[i].state == CORE_PAGE_FREE;
+    return n;
+}
+
+static void m_demote_others(int ns, int rank, int key)
+{
+    for (int r = 0; r < NRANKS; r++) {
+        mpool *o = &model[ns][r];
+        if (r == rank || !o->exists)
+            continue;
+        int page = m_owned(o, key);
+        if (page >= 0 && o->pages[page].deadline <= now)
+            o->pages[page].use = --demote_seq - 1000000000ll;
+    }
+}
+
+static void m_disown(mpool *p, int page)
+{
+    mpage *pg = &p->pages[page];
+    pg->state = pg->deadline > now ? CORE_PAGE_DRAINING : CORE_PAGE_FREE;
+    seen.drains += pg->state == CORE_PAGE_DRAINING;
+    pg->key = -1;
+}
+
+/* ------------------------------------------------------- the comparison */
+
+static core_pool_t *pool_of(int ns, int rank)
+{
+    return core_pool_find(core, NS[ns], (uint32_t)rank);
+}
+
+static void compare_all(long step)
+{
+    char err[256];
+    if (core_check(core, err, sizeof err) != 0)
+        TEST_FAIL("step %ld: invariant broken: %s", step, err);
+    for (int ns = 0; ns < NNS; ns++) {
+        for (int r = 0; r < NRANKS; r++) {
+            mpool *m = &model[ns][r];
+            core_pool_t *pool = pool_of(ns, r);
+            if (!m->exists) {
+                if (pool)
+                    TEST_FAIL("step %ld: pool %d/%d exists in the core only", step, ns, r);
+                continue;
+            }
+            if (!pool)
+                TEST_FAIL("step %ld: pool %d/%d missing in the core", step, ns, r);
+            m_expire(m);
+            core_pool_expire(pool, now);
+            for (int i = 0; i < m->num_pages; i++) {
+                hf_slice key;
+                char buf[64];
+                core_page_state st = core_page_get(pool, (uint64_t)i, &key, buf, NULL);
+                if (st != m->pages[i].state)
+                    TEST_FAIL("step %ld: pool %d/%d page %d: core state %d, model %d", step, ns,
+                              r, i, st, m->pages[i].state);
+                if ((st == CORE_PAGE_OWNED || st == CORE_PAGE_RESERVED) &&
+                    !hf_slice_eq(key, key_slices[m->pages[i].key]))
+                    TEST_FAIL("step %ld: pool %d/%d page %d holds another key", step, ns, r, i);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------- the operations */
+
+static void op_allocate(long step, int ns, int rank, mpool *m, core_pool_t *pool)
+{
+    int n = 1 + pick(5);
+    int keys[5];
+    hf_slice slices[5];
+    int64_t pages[5];
+    bool existed[5];
+    core_alloc_mode mode = pick(2) ? CORE_ALLOC_PARTIAL : CORE_ALLOC_ALL_OR_NOTHING;
+    for (int i = 0; i < n; i++) {
+        keys[i] = pick(NKEYS);
+        slices[i] = key_slices[keys[i]];
+    }
+    core_allocate(pool, slices, (size_t)n, mode, now, pages, existed);
+
+    m_expire(m);
+    bool protected[MAXP] = {false};
+    int expect[5], first[5], need = 0;
+    for (int i = 0; i < n; i++) {
+        first[i] = i;
+        for (int j = 0; j < i; j++)
+            if (keys[j] == keys[i]) {
+                first[i] = j;
+                break;
+            }
+        if (first[i] != i)
+            continue;
+        expect[i] = m_owned(m, keys[i]);
+        if (expect[i] >= 0) {
+            m_touch(m, expect[i]);
+            protected[expect[i]] = true;
+        } else {
+            need++;
+        }
+    }
+    bool give = true;
+    if (mode == CORE_ALLOC_ALL_OR_NOTHING) {
+        int avail = m_free_count(m);
+        for (int i = 0; i < m->num_pages && m_evict; i++)
+            avail += m->pages[i].state == CORE_PAGE_OWNED && m->pages[i].deadline <= now &&
+                     !protected[i];
+        give = avail >= need;
+    }
+    for (int i = 0; i < n; i++) {
+        if (first[i] != i) {
+            if (pages[i] != pages[first[i]] || existed[i] != existed[first[i]])
+                TEST_FAIL("step %ld: repeated key answered differently", step);
+            continue;
+        }
+        if (expect[i] >= 0) {
+            seen.hits++;
+            if (pages[i] != expect[i] || !existed[i])
+                TEST_FAIL("step %ld: hit key %d: core page %lld, model %d", step, keys[i],
+                          (long long)pages[i], expect[i]);
+            continue;
+        }
+        if (existed[i])
+            TEST_FAIL("step %ld: new key reported as existing", step);
+        int page = -1;
+        if (give && m_free_count(m) > 0) {
+            page = (int)pages[i];
+            if (page < 0 || page >= m->num_pages || m->pages[page].state != CORE_PAGE_FREE)
+                TEST_FAIL("step %ld: core handed out page %d, which the model holds in state %d",
+                          step, page, page >= 0 && page < m->num_pages ? (int)m->pages[page].state : -1);
+        } else if (give && m_evict) {
+            page = m_victim(m, protected);
+            if (page >= 0) {
+                seen.evictions++;
+                m_demote_others(ns, rank, m->pages[page].key);
+                m->pages[page].key = -1;
+            }
+        }
+        seen.no_page += page < 0;
+        if (pages[i] != page)
+            TEST_FAIL("step %ld: new key %d: core page %lld, model %d (mode %d)", step, keys[i],
+                      (long long)pages[i], page, mode);
+        if (page >= 0)
+            m->pages[page] = (mpage){CORE_PAGE_RESERVED, keys[i], now + RESERVE_MS, 0};
+    }
+}
+
+static void op_confirm(long step, mpool *m, core_pool_t *pool)
+{
+    int n = 1 + pick(3), nrel = pick(3);
+    int keys[4];
+    hf_slice slices[4];
+    int64_t pages[4], release[3];
+    m_expire(m);
+    for (int i = 0; i < n; i++) {
+        keys[i] = pick(NKEYS);
+        pages[i] = pick(m->num_pages + 2) - 1;
+        /* mostly confirm a real reservation (sometimes with the wrong key) */
+        int p = pick(m->num_pages);
+        for (int tries = 0; tries < MAXP && m->pages[p].state != CORE_PAGE_RESERVED; tries++)
+            p = (p + 1) % m->num_pages;
+        if (pick(4) && m->pages[p].state == CORE_PAGE_RESERVED) {
+            pages[i] = p;
+            if (pick(8))
+                keys[i] = m->pages[p].key;
+        }
+        slices[i] = key_slices[keys[i]];
+    }
+    for (int i = 0; i < nrel; i++)
+        release[i] = pick(m->num_pages + 2) - 1;
+    size_t refused = 0, expect_refused = 0;
+    core_confirm(pool, slices, pages, (size_t)n, release, (size_t)nrel, now, &refused);
+
+    for (int i = 0; i < n; i++) {
+        int64_t p = pages[i];
+        if (p < 0 || p >= m->num_pages) {
+            expect_refused++;
+            continue;
+        }
+        mpage *pg = &m->pages[p];
+        if (pg->state == CORE_PAGE_OWNED && pg->key == keys[i]) {
+            m_touch(m, (int)p);
+        } else if (pg->state == CORE_PAGE_RESERVED && pg->key == keys[i]) {
+            int owned = m_owned(m, keys[i]);
+            if (owned >= 0) {
+                pg->state = CORE_PAGE_FREE;
+                m_touch(m, owned);
+            } else {
+                *pg = (mpage){CORE_PAGE_OWNED, keys[i], 0, use_seq++};
+            }
+        } else {
+            expect_refused++;
+        }
+    }
+    for (int i = 0; i < nrel; i++) {
+        int64_t p = release[i];
+        if (p >= 0 && p < m->num_pages && m->pages[p].state == CORE_PAGE_RESERVED)
+            m->pages[p].state = CORE_PAGE_FREE;
+        else
+            expect_refused++;
+    }
+    seen.refusals += (long)expect_refused;
+    if (refused != expect_refused)
+        TEST_FAIL("step %ld: confirm refused %zu, model %zu", step, refused, expect_refused);
+}
+
+static void op_read(long step, mpool *m, core_pool_t *pool, bool as_exists)
+{
+    int n = 1 + pick(4);
+    hf_slice slices[4];
+    int keys[4];
+    int64_t pages[4];
+    bool present[4];
+    for (int i = 0; i < n; i++) {
+        keys[i] = pick(NKEYS);
+        slices[i] = key_slices[keys[i]];
+    }
+    if (as_exists)
+        core_exists(pool, slices, (size_t)n, now, present);
+    else
+        core_lookup(pool, slices, (size_t)n, now, pages);
+    m_expire(m);
+    for (int i = 0; i < n; i++) {
+        int page = m_owned(m, keys[i]);
+        if (page >= 0)
+            m_lease(m, page);
+        if (as_exists ? present[i] != (page >= 0) : pages[i] != page)
+            TEST_FAIL("step %ld: read of key %d disagrees (model page %d)", step, keys[i], page);
+    }
+}
+
+static void op_delete(int ns, int rank, mpool *m, core_pool_t *pool)
+{
+    int n = 1 + pick(3);
+    hf_slice slices[3];
+    int keys[3];
+    for (int i = 0; i < n; i++) {
+        keys[i] = pick(NKEYS);
+        slices[i] = key_slices[keys[i]];
+    }
+    core_delete(pool, slices, (size_t)n, now);
+    m_expire(m);
+    for (int i = 0; i < n; i++) {
+        int page = m_owned(m, keys[i]);
+        if (page < 0)
+            continue;
+        m_disown(m, page);
+        m_demote_others(ns, rank, keys[i]);
+    }
+}
+
+static void op_clear_pool(mpool *m, core_pool_t *pool)
+{
+    core_pool_clear(pool, now);
+    m_expire(m);
+    for (int i = 0; i < m->num_pages; i++) {
+        if (m->pages[i].state == CORE_PAGE_OWNED)
+            m_disown(m, i);
+        else if (m->pages[i].state == CORE_PAGE_RESERVED)
+            m->pages[i].state = CORE_PAGE_FREE;
+    }
+}
+
+/* vLLM completeness: every existing pool of the namespace owns the key. */
+static void op_complete(long step, int ns, int rank)
+{
+    int n = 1 + pick(3);
+    hf_slice slices[3];
+    int keys[3];
+    int64_t pages[3];
+    bool present[3];
+    bool locations = model[ns][rank].exists && pick(2);
+    for (int i = 0; i < n; i++) {
+        keys[i] = pick(NKEYS);
+        slices[i] = key_slices[keys[i]];
+    }
+    if (locations)
+        CHECK_EQ(core_complete_locations(core, NS[ns], (uint32_t)rank, slices, (size_t)n, now, pages), 0);
+    else
+        core_complete_exists(core, NS[ns], slices, (size_t)n, now, present);
+    int npools = 0;
+    for (int r = 0; r < NRANKS; r++)
+        if (model[ns][r].exists) {
+            m_expire(&model[ns][r]);
+            npools++;
+        }
+    for (int i = 0; i < n; i++) {
+        bool complete = npools > 0;
+        for (int r = 0; r < NRANKS; r++)
+            if (model[ns][r].exists && m_owned(&model[ns][r], keys[i]) < 0)
+                complete = false;
+        int64_t expect = -1;
+        if (complete) {
+            for (int r = 0; r < NRANKS; r++)
+                if (model[ns][r].exists)
+                    m_lease(&model[ns][r], m_owned(&model[ns][r], keys[i]));
+            if (locations)
+                expect = m_owned(&model[ns][rank], keys[i]);
+        }
+        if (locations ? pages[i] != expect : present[i] != complete)
+            TEST_FAIL("step %ld: completeness of key %d disagrees", step, keys[i]);
+    }
+}
+
+static void op_init(int ns, int rank)
+{
+    int size = 1 + pick(MAXP);
+    uint64_t existing = 0;
+    int rc = core_pool_init(core, NS[ns], (uint32_t)rank, (uint64_t)size, &existing);
+    mpool *m = &model[ns][rank];
+    if (m->exists) {
+        CHECK_EQ(rc, 0);
+        CHECK_EQ(existing, m->num_pages);
+        return;
+    }
+    CHECK_EQ(rc, 1);
+    memset(m, 0, sizeof *m);
+    m->exists = true;
+    m->num_pages = size;
+    for (int i = 0; i < size; i++)
+        m->pages[i].key = -1;
+}
+
+static void step_once(long step)
+{
+    now += pick(10) < 7 ? pick(60) : pick(700);
+    int ns = pick(NNS), rank = pick(NRANKS);
+    mpool *m = &model[ns][rank];
+    core_pool_t *pool = pool_of(ns, rank);
+    int op = pick(100);
+    if (op < 3 || !m->exists) {
+        op_init(ns, rank);
+        return;
+    }
+    if (op < 25)
+        op_allocate(step, ns, rank, m, pool);
+    else if (op < 60)
+        op_confirm(step, m, pool);
+    else if (op < 75)
+        op_read(step, m, pool, pick(2));
+    else if (op < 84)
+        op_delete(ns, rank, m, pool);
+    else if (op < 85)
+        op_clear_pool(m, pool);
+    else if (op < 97)
+        op_complete(step, ns, rank);
+    else if (op == 97 && pick(50) == 0) {
+        core_clear_all(core);
+        memset(model, 0, sizeof model);
+    } else {
+        op_read(step, m, pool, true);
+    }
+}
+
+static void run_model(bool evict, uint64_t seed)
+{
+    core_config cfg = {.reservation_ms = RESERVE_MS, .read_lease_ms = LEASE_MS,
+                       .evict_lru = evict, .max_pages = 1000, .max_ranks = NRANKS,
+                       .hash_seed = seed};
+    core = core_new(&cfg);
+    m_evict = evict;
+    memset(&seen, 0, sizeof seen);
+    memset(model, 0, sizeof model);
+    rng = seed;
+    now = 1000000;
+    for (long step = 0; step < STEPS; step++) {
+        step_once(step);
+        compare_all(step);
+    }
+    core_free(core);
+    core = NULL;
+    printf("  seen: %ld evictions, %ld keys without a page, %ld hits, %ld refusals, "
+           "%ld drains, %ld expired reservations\n", seen.evictions, seen.no_page, seen.hits,
+           seen.refusals, seen.drains, seen.expiries);
+    CHECK(evict ? seen.evictions > 1000 : seen.evictions == 0);
+    CHECK(seen.no_page > 1000 && seen.hits > 1000 && seen.refusals > 1000);
+    CHECK(seen.drains > 30 && seen.expiries > 1000);
+}
+
+TEST(random_operations_with_lru_eviction_match_the_reference_model)
+{
+    run_model(true, 0x9e3779b97f4a7c15ull);
+}
+
+TEST(random_operations_without_eviction_match_the_reference_model)
+{
+    run_model(false, 0x2545f4914f6cdd1dull);
+}
+
+TEST(random_operations_with_another_seed_match_the_reference_model)
+{
+    run_model(true, 0xda942042e4dd58b5ull);
+}
+
+int main(void)
+{
+    make_keys();
+    RUN(random_operations_with_lru_eviction_match_the_reference_model);
+    RUN(random_operations_without_eviction_match_the_reference_model);
+    RUN(random_operations_with_another_seed_match_the_reference_model);
+    if (core)
+        core_free(core);
+    return TEST_SUMMARY();
+}
