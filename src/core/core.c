@@ -116,6 +116,22 @@ void core__rec_to_key(const core_t *core, const core_page_rec *rec, core_key *ou
     }
 }
 
+static const char hex_digits[] = "0123456789abcdef";
+
+hf_slice core__rec_key_text(const core_page_rec *rec, char buf[64])
+{
+    if (rec->key_kind == CORE_KEY_EXT)
+        return (hf_slice){rec->key.ext.ptr, rec->key.ext.len};
+    if (rec->key_kind == CORE_KEY_HEX64) {
+        for (int i = 0; i < 32; i++) {
+            buf[2 * i] = hex_digits[rec->key.bytes[i] >> 4];
+            buf[2 * i + 1] = hex_digits[rec->key.bytes[i] & 15];
+        }
+        return (hf_slice){buf, 64};
+    }
+    return (hf_slice){(const char *)rec->key.bytes, rec->key_kind};
+}
+
 static void rec_set_key(core_page_rec *rec, const core_key *key)
 {
     rec->key_kind = key->kind;
@@ -267,6 +283,27 @@ static void list_insert_by_deadline(core_pool_t *pool, core_list *list, uint32_t
     list_insert_after(pool, list, after, page);
 }
 
+/* --------------------------------------------------------------- events */
+
+static void emit(core_pool_t *pool, core_event_type type, uint64_t page, int64_t deadline)
+{
+    core_t *core = pool->core;
+    if (!core->observer || core->replaying)
+        return;
+    core_event ev = {type, {pool->ns->name, pool->ns->name_len}, pool->rank, page,
+                     {"", 0}, deadline};
+    char buf[64];
+    if (type == CORE_EV_RESERVE)
+        ev.key = core__rec_key_text(core__rec(pool, (uint32_t)page), buf);
+    core->observer(core->observer_ctx, &ev);
+}
+
+void core_set_observer(core_t *core, core_observer_fn fn, void *ctx)
+{
+    core->observer = fn;
+    core->observer_ctx = ctx;
+}
+
 /* ---------------------------------------------------------- page states */
 
 static uint64_t pool_free_count(const core_pool_t *pool)
@@ -308,6 +345,7 @@ static uint32_t take_free_page(core_pool_t *pool)
 static void page_free(core_pool_t *pool, uint32_t page)
 {
     core_page_rec *rec = core__rec(pool, page);
+    emit(pool, CORE_EV_FREE, page, 0);
     rec_drop_key(rec);
     rec->state = CORE_PAGE_FREE;
     rec->deadline = 0;
@@ -327,6 +365,7 @@ static void page_reserve(core_pool_t *pool, uint32_t page, const core_key *key, 
     rec->deadline = deadline;
     list_insert_by_deadline(pool, &pool->reserved, page);
     pool->counters.reservations++;
+    emit(pool, CORE_EV_RESERVE, page, deadline);
 }
 
 /* A RESERVED page becomes OWNED by its key (which owns no other page). */
@@ -339,6 +378,7 @@ static void page_own(core_pool_t *pool, uint32_t page)
     index_insert(pool, page);
     list_push_tail(pool, &pool->lru, page);
     pool->counters.confirmations++;
+    emit(pool, CORE_EV_OWN, page, 0);
 }
 
 /* An OWNED page loses its key: FREE now, or DRAINING while read-leased. */
@@ -351,6 +391,7 @@ static void page_disown(core_pool_t *pool, uint32_t page, int64_t now)
         rec_drop_key(rec);
         rec->state = CORE_PAGE_DRAINING;
         list_insert_by_deadline(pool, &pool->draining, page);
+        emit(pool, CORE_EV_DRAIN, page, rec->deadline);
     } else {
         page_free(pool, page);
     }
@@ -365,10 +406,11 @@ static void page_unreserve(core_pool_t *pool, uint32_t page)
 /* A use: the key moves to the most recently used end. */
 static void page_touch(core_pool_t *pool, uint32_t page)
 {
-    if (pool->lru.tail == page)
-        return;
-    list_remove(pool, &pool->lru, page);
-    list_push_tail(pool, &pool->lru, page);
+    if (pool->lru.tail != page) {
+        list_remove(pool, &pool->lru, page);
+        list_push_tail(pool, &pool->lru, page);
+    }
+    emit(pool, CORE_EV_USE, page, core__rec(pool, page)->deadline);
 }
 
 static void page_lease(core_pool_t *pool, uint32_t page, int64_t now)
@@ -426,6 +468,10 @@ static void pool_release_memory(core_pool_t *pool)
 
 void core_clear_all(core_t *core)
 {
+    if (core->observer && !core->replaying && core->nns > 0) {
+        core_event ev = {CORE_EV_CLEAR_ALL, {"", 0}, 0, 0, {"", 0}, 0};
+        core->observer(core->observer_ctx, &ev);
+    }
     for (size_t n = 0; n < core->nns; n++) {
         core_ns *ns = core->namespaces[n];
         for (uint32_t r = 0; r < ns->ranks_cap; r++) {
@@ -515,6 +561,7 @@ int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_page
     ns->npools++;
     if (existing_pages)
         *existing_pages = num_pages;
+    emit(pool, CORE_EV_POOL_INIT, num_pages, 0);
     return 1;
 }
 
@@ -545,6 +592,7 @@ static void demote_in_other_ranks(core_pool_t *pool, const core_key *key, int64_
             continue;
         list_remove(other, &other->lru, page);
         list_insert_after(other, &other->lru, CORE_NIL, page);
+        emit(other, CORE_EV_DEMOTE, page, 0);
     }
 }
 
@@ -599,6 +647,7 @@ static uint32_t take_page(core_pool_t *pool, evict_scan *scan, int64_t now)
     list_remove(pool, &pool->lru, page);
     /* key.ext still points at the record's copy: demote before dropping it. */
     demote_in_other_ranks(pool, &key, now);
+    emit(pool, CORE_EV_FREE, page, 0);
     rec_drop_key(core__rec(pool, page));
     pool->counters.evictions++;
     return page;
@@ -924,8 +973,6 @@ void core_foreach_pool(const core_t *core, core_pool_visitor fn, void *ctx)
     }
 }
 
-static const char hex_digits[] = "0123456789abcdef";
-
 core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *key,
                               char keybuf[64], int64_t *deadline)
 {
@@ -938,16 +985,178 @@ core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *
     const core_page_rec *rec = core__rec(pool, (uint32_t)page);
     if (deadline)
         *deadline = rec->deadline;
-    if (key && rec->key_kind == CORE_KEY_EXT) {
-        *key = (hf_slice){rec->key.ext.ptr, rec->key.ext.len};
-    } else if (key && rec->key_kind == CORE_KEY_HEX64) {
-        for (int i = 0; i < 32; i++) {
-            keybuf[2 * i] = hex_digits[rec->key.bytes[i] >> 4];
-            keybuf[2 * i + 1] = hex_digits[rec->key.bytes[i] & 15];
-        }
-        *key = (hf_slice){keybuf, 64};
-    } else if (key && rec->key_kind != CORE_KEY_NONE) {
-        *key = (hf_slice){(const char *)rec->key.bytes, rec->key_kind};
-    }
+    if (key)
+        *key = core__rec_key_text(rec, keybuf);
     return (core_page_state)rec->state;
+}
+
+/* -------------------------------------------------------------- replay */
+
+/* The page of an event, if it is in range and in the expected state. */
+static core_page_rec *apply_target(core_pool_t *pool, uint64_t page, core_page_state want)
+{
+    if (!pool || page >= pool->num_pages)
+        return NULL;
+    if (page >= pool->touched) {
+        if (want != CORE_PAGE_FREE)
+            return NULL;
+        for (uint64_t p = pool->touched; p <= page; p++) {
+            ensure_chunk(pool, (uint32_t)p);
+            core_page_rec *rec = core__rec(pool, (uint32_t)p);
+            rec->state = CORE_PAGE_FREE;
+            rec->prev = rec->next = CORE_NIL;
+        }
+        pool->touched = page + 1;
+    }
+    core_page_rec *rec = core__rec(pool, (uint32_t)page);
+    return rec->state == want ? rec : NULL;
+}
+
+static int apply_free(core_pool_t *pool, uint32_t page)
+{
+    if (!pool || page >= pool->touched)
+        return CORE_EINVAL;
+    core_page_rec *rec = core__rec(pool, page);
+    switch (rec->state) {
+    case CORE_PAGE_RESERVED: list_remove(pool, &pool->reserved, page); break;
+    case CORE_PAGE_OWNED:
+        index_remove(pool, page);
+        list_remove(pool, &pool->lru, page);
+        break;
+    case CORE_PAGE_DRAINING: list_remove(pool, &pool->draining, page); break;
+    default: return CORE_EINVAL;
+    }
+    page_free(pool, page); /* the free stack is rebuilt by core_apply_finish */
+    return 0;
+}
+
+static int apply_page_event(core_pool_t *pool, const core_event *ev)
+{
+    uint32_t page = (uint32_t)ev->page;
+    core_page_rec *rec;
+    core_key key;
+    switch (ev->type) {
+    case CORE_EV_RESERVE:
+        if (ev->key.len == 0 || !(rec = apply_target(pool, ev->page, CORE_PAGE_FREE)))
+            return CORE_EINVAL;
+        core__key_encode(pool->core, ev->key, &key);
+        page_reserve(pool, page, &key, ev->deadline);
+        return 0;
+    case CORE_EV_OWN:
+        if (!(rec = apply_target(pool, ev->page, CORE_PAGE_RESERVED)))
+            return CORE_EINVAL;
+        core__rec_to_key(pool->core, rec, &key);
+        if (core__index_find(pool, &key) != CORE_NIL)
+            return CORE_EINVAL; /* the key would own two pages */
+        page_own(pool, page);
+        return 0;
+    case CORE_EV_FREE:
+        return apply_free(pool, page);
+    case CORE_EV_DRAIN: /* from the log: an OWNED page; from a snapshot: a FREE one */
+        if ((rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)) != NULL) {
+            rec->deadline = ev->deadline;
+            index_remove(pool, page);
+            list_remove(pool, &pool->lru, page);
+            rec_drop_key(rec);
+        } else if (!(rec = apply_target(pool, ev->page, CORE_PAGE_FREE))) {
+            return CORE_EINVAL;
+        }
+        rec->state = CORE_PAGE_DRAINING;
+        rec->deadline = ev->deadline;
+        list_insert_by_deadline(pool, &pool->draining, page);
+        return 0;
+    case CORE_EV_USE:
+        if (!(rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)))
+            return CORE_EINVAL;
+        rec->deadline = ev->deadline;
+        page_touch(pool, page);
+        return 0;
+    case CORE_EV_DEMOTE:
+        if (!(rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)))
+            return CORE_EINVAL;
+        list_remove(pool, &pool->lru, page);
+        list_insert_after(pool, &pool->lru, CORE_NIL, page);
+        return 0;
+    default:
+        return CORE_EINVAL;
+    }
+}
+
+int core_apply(core_t *core, const core_event *ev)
+{
+    core->replaying = true;
+    int rc;
+    if (ev->type == CORE_EV_CLEAR_ALL) {
+        core_clear_all(core);
+        rc = 0;
+    } else if (ev->type == CORE_EV_POOL_INIT) {
+        uint64_t existing = 0;
+        rc = core_pool_init(core, ev->ns, ev->rank, ev->page, &existing);
+        rc = rc == 1 ? 0 : CORE_EINVAL; /* a second init of a pool is never logged */
+    } else {
+        rc = apply_page_event(core_pool_find(core, ev->ns, ev->rank), ev);
+    }
+    return rc;
+}
+
+void core_apply_finish(core_t *core)
+{
+    for (size_t n = 0; n < core->nns; n++) {
+        core_ns *ns = core->namespaces[n];
+        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+            core_pool_t *pool = ns->by_rank[r];
+            if (!pool)
+                continue;
+            pool->nfree = 0;
+            for (uint32_t p = (uint32_t)pool->touched; p-- > 0;)
+                if (core__rec(pool, p)->state == CORE_PAGE_FREE)
+                    page_free(pool, p);
+        }
+    }
+    core->replaying = false;
+}
+
+static void walk_emit(core_observer_fn fn, void *ctx, const core_pool_t *pool,
+                      core_event_type type, uint32_t page, int64_t deadline)
+{
+    char buf[64];
+    core_event ev = {type, {pool->ns->name, pool->ns->name_len}, pool->rank, page, {"", 0},
+                     deadline};
+    if (type == CORE_EV_RESERVE)
+        ev.key = core__rec_key_text(core__rec(pool, page), buf);
+    fn(ctx, &ev);
+}
+
+static void walk_pool(const core_pool_t *pool, core_observer_fn fn, void *ctx)
+{
+    core_event init = {CORE_EV_POOL_INIT, {pool->ns->name, pool->ns->name_len}, pool->rank,
+                       pool->num_pages, {"", 0}, 0};
+    fn(ctx, &init);
+    for (uint32_t p = pool->reserved.head; p != CORE_NIL; p = core__rec(pool, p)->next)
+        walk_emit(fn, ctx, pool, CORE_EV_RESERVE, p, core__rec(pool, p)->deadline);
+    for (uint32_t p = pool->lru.head; p != CORE_NIL; p = core__rec(pool, p)->next) {
+        walk_emit(fn, ctx, pool, CORE_EV_RESERVE, p, 0);
+        walk_emit(fn, ctx, pool, CORE_EV_OWN, p, 0);
+        if (core__rec(pool, p)->deadline > 0)
+            walk_emit(fn, ctx, pool, CORE_EV_USE, p, core__rec(pool, p)->deadline);
+    }
+}
+
+static void walk_draining(const core_pool_t *pool, core_observer_fn fn, void *ctx)
+{
+    for (uint32_t p = pool->draining.head; p != CORE_NIL; p = core__rec(pool, p)->next)
+        walk_emit(fn, ctx, pool, CORE_EV_DRAIN, p, core__rec(pool, p)->deadline);
+}
+
+void core_walk_state(const core_t *core, core_observer_fn fn, void *ctx)
+{
+    for (size_t n = 0; n < core->nns; n++) {
+        const core_ns *ns = core->namespaces[n];
+        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+            if (!ns->by_rank[r])
+                continue;
+            walk_pool(ns->by_rank[r], fn, ctx);
+            walk_draining(ns->by_rank[r], fn, ctx);
+        }
+    }
 }

@@ -171,6 +171,57 @@ core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *
                               char keybuf[64], int64_t *deadline);
 
 /*
+ * Events: how the state changes, for the write-ahead log.
+ *
+ * With an observer set, every state change is reported as it happens, in
+ * order, under the caller's serialization. Replaying the same events with
+ * core_apply() on an empty core (then core_apply_finish()) rebuilds the
+ * same pools, pages, keys, LRU order, reservations, leases and drains.
+ * Pointers in an event are valid during the observer call only.
+ */
+typedef enum core_event_type {
+    CORE_EV_POOL_INIT = 1, /* pool created with `page` = num_pages pages */
+    CORE_EV_CLEAR_ALL,     /* every pool forgotten (no per-page events follow) */
+    CORE_EV_RESERVE,       /* FREE page -> RESERVED for `key` until `deadline` */
+    CORE_EV_OWN,           /* RESERVED page -> OWNED by its key, most recently used */
+    CORE_EV_FREE,          /* RESERVED, OWNED or DRAINING page -> FREE */
+    CORE_EV_DRAIN,         /* OWNED page -> DRAINING until `deadline` */
+    CORE_EV_USE,           /* OWNED page -> most recently used; read lease ends at `deadline` */
+    CORE_EV_DEMOTE,        /* OWNED page -> least recently used */
+} core_event_type;
+
+typedef struct core_event {
+    core_event_type type;
+    hf_slice ns;      /* pool namespace (empty for CLEAR_ALL) */
+    uint32_t rank;
+    uint64_t page;    /* page number, or num_pages for POOL_INIT */
+    hf_slice key;     /* RESERVE only */
+    int64_t deadline; /* RESERVE, DRAIN, USE */
+} core_event;
+
+typedef void (*core_observer_fn)(void *ctx, const core_event *ev);
+
+/* Report every later change to fn (NULL: stop reporting). */
+void core_set_observer(core_t *core, core_observer_fn fn, void *ctx);
+
+/*
+ * Replay one event. Returns 0, or CORE_EINVAL if the event does not fit the
+ * state (unknown pool, page out of range or in the wrong state, a key that
+ * would own two pages): the log it came from is damaged. Call
+ * core_apply_finish() once after the last event, before any operation.
+ */
+int core_apply(core_t *core, const core_event *ev);
+void core_apply_finish(core_t *core);
+
+/*
+ * Report the whole current state to fn as the events that rebuild it (for
+ * snapshots): per pool POOL_INIT, then reservations, then owned pages from
+ * least to most recently used (RESERVE + OWN, and USE if read-leased), then
+ * draining pages (DRAIN of a FREE page, which only replay accepts).
+ */
+void core_walk_state(const core_t *core, core_observer_fn fn, void *ctx);
+
+/*
  * Walk every pool and verify the invariants: every page in exactly one state,
  * state counts agree, a key owns at most one page and a page is owned by at
  * most one key, the key index and the LRU, reservation, draining and free

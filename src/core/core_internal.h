@@ -95,6 +95,9 @@ typedef struct core_ns {
 
 struct core {
     core_config config;
+    core_observer_fn observer;
+    void *observer_ctx;
+    bool replaying;
     core_ns **namespaces;
     size_t nns;
 };
@@ -117,5 +120,6 @@ void core__key_encode(const core_t *core, hf_slice raw, core_key *out);
 uint32_t core__index_find(const core_pool_t *pool, const core_key *key);
 int core__rec_key_eq(const core_page_rec *rec, const core_key *key);
 void core__rec_to_key(const core_t *core, const core_page_rec *rec, core_key *out);
+hf_slice core__rec_key_text(const core_page_rec *rec, char buf[64]);
 
 #endif
