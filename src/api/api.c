@@ -1,0 +1,596 @@
+/*
+ * api.c: routing, body decoding, the shared validators and the request
+ * counters. The routes themselves live in vllm.c, sglang.c and admin.c.
+ *
+ * Routing. A path matches a route's shape when it has the same segments,
+ * with "{rank}" matching any non-empty segment. The first route whose shape
+ * and method match wins (admin, then vLLM, then SGLang: literal segments
+ * come before "{rank}" so /keys/batch_exists is never read as rank "keys").
+ * A shape match with another method is 405; no shape match is 404. Only
+ * then is the rank segment parsed (400 if it is not in 0..max_ranks-1), so
+ * that a wrong method is reported as such, as FastAPI does.
+ *
+ * Limits. Nesting depth 32; values in one body at most 4 * max_keys + 1024
+ * (the largest valid body, a confirm_write with max_keys confirmations and
+ * max_keys releases, has about 4 values per key). Answers are bounded by
+ * 8 * max_body_bytes + 64 MiB: an answer echoes at most every key of the
+ * body, each escape at most 6 bytes for the 6 it took in the body, and the
+ * admin answers (one entry per pool) get their own margin.
+ */
+#include "api/api_internal.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/xalloc.h"
+
+#define JSON_DEPTH_LIMIT 32
+#define ANSWER_MARGIN (64u * 1024 * 1024)
+#define ANSWER_KEEP (64u * 1024) /* answer buffer kept between requests */
+
+/* Statuses counted per route; the last bucket is "any other". */
+static const int counted_statuses[] = {200, 204, 400, 401, 404, 405, 413, 431, 500, 503};
+#define STATUS_BUCKETS (sizeof counted_statuses / sizeof counted_statuses[0] + 1)
+
+struct api {
+    store_t *store;
+    api_config config;
+    const api__route **routes;
+    size_t nroutes;
+    /* [route][bucket]; row nroutes is "no route" (404 and HTTP-level answers) */
+    _Atomic uint64_t *counts;
+};
+
+static void add_routes(api_t *api, const api__route *table, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        api->routes[api->nroutes++] = &table[i];
+}
+
+api_t *api_new(store_t *store, const api_config *config)
+{
+    api_t *api = hf_xcalloc(1, sizeof *api);
+    api->store = store;
+    api->config = *config;
+    size_t total = api__admin_route_count + api__vllm_route_count + api__sglang_route_count;
+    api->routes = hf_xcalloc(total, sizeof *api->routes);
+    add_routes(api, api__admin_routes, api__admin_route_count);
+    add_routes(api, api__vllm_routes, api__vllm_route_count);
+    add_routes(api, api__sglang_routes, api__sglang_route_count);
+    api->counts = hf_xcalloc((total + 1) * STATUS_BUCKETS, sizeof *api->counts);
+    for (size_t i = 0; i < (total + 1) * STATUS_BUCKETS; i++)
+        atomic_init(&api->counts[i], 0);
+    return api;
+}
+
+void api_free(api_t *api)
+{
+    if (!api)
+        return;
+    free(api->routes);
+    free(api->counts);
+    free(api);
+}
+
+/* ---- responses ---- */
+
+void api_response_init(api_response *resp, const api_t *api)
+{
+    const api_limits *limits = &api->config.limits;
+    size_t max_nodes = 4 * limits->max_keys + 1024;
+    json_limits json = {.max_depth = JSON_DEPTH_LIMIT, .max_nodes = max_nodes};
+    size_t answer_max = limits->max_body_bytes > (SIZE_MAX - ANSWER_MARGIN) / 8
+                            ? SIZE_MAX
+                            : 8 * limits->max_body_bytes + ANSWER_MARGIN;
+    resp->status = 0;
+    resp->content_type = NULL;
+    json_buf_init(&resp->body, answer_max);
+    json_doc_init(&resp->doc, &json);
+}
+
+void api_response_trim(api_response *resp)
+{
+    json_buf_reset(&resp->body, ANSWER_KEEP);
+    json_doc_reset(&resp->doc);
+}
+
+void api_response_free(api_response *resp)
+{
+    json_buf_free(&resp->body);
+    json_doc_free(&resp->doc);
+}
+
+/* ---- counters ---- */
+
+static size_t status_bucket(int status)
+{
+    for (size_t i = 0; i < STATUS_BUCKETS - 1; i++)
+        if (counted_statuses[i] == status)
+            return i;
+    return STATUS_BUCKETS - 1;
+}
+
+static void count(api_t *api, size_t route, int status)
+{
+    atomic_fetch_add_explicit(&api->counts[route * STATUS_BUCKETS + status_bucket(status)], 1,
+                              memory_order_relaxed);
+}
+
+void api_count_http_answer(api_t *api, int status)
+{
+    count(api, api->nroutes, status);
+}
+
+void api__write_request_metrics(api__req *req)
+{
+    api_t *api = req->api;
+    json_buf *out = req->out;
+    json_put_lit(out, "# HELP hf3fs_metad_requests_total Requests answered, by route and status.\n"
+                      "# TYPE hf3fs_metad_requests_total counter\n");
+    for (size_t r = 0; r <= api->nroutes; r++) {
+        for (size_t b = 0; b < STATUS_BUCKETS; b++) {
+            uint64_t n = atomic_load_explicit(&api->counts[r * STATUS_BUCKETS + b],
+                                              memory_order_relaxed);
+            if (!n)
+                continue;
+            /* Route patterns are plain ASCII without quotes or backslashes. */
+            const char *route = r < api->nroutes ? api->routes[r]->pattern : "unmatched";
+            json_put_lit(out, "hf3fs_metad_requests_total{route=\"");
+            json_put_raw(out, route, strlen(route));
+            json_put_lit(out, "\",status=\"");
+            if (b < STATUS_BUCKETS - 1)
+                json_put_uint(out, (uint64_t)counted_statuses[b]);
+            else
+                json_put_lit(out, "other");
+            json_put_lit(out, "\"} ");
+            json_put_uint(out, n);
+            json_put_char(out, '\n');
+        }
+    }
+}
+
+/* ---- answering ---- */
+
+void api__begin(api__req *req)
+{
+    req->resp->status = 200;
+    req->resp->content_type = "application/json";
+    req->out->len = 0;
+}
+
+void api__no_content(api__req *req)
+{
+    req->resp->status = 204;
+    req->resp->content_type = NULL;
+    req->out->len = 0;
+}
+
+/* Format into the request arena: messages may quote a namespace or a path. */
+static const char *vformat(api__req *req, const char *fmt, va_list ap, size_t *len)
+{
+    va_list copy;
+    va_copy(copy, ap);
+    int n = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    if (n < 0) {
+        *len = 0;
+        return "";
+    }
+    char *text = json_doc_alloc(req->doc, (size_t)n + 1);
+    vsnprintf(text, (size_t)n + 1, fmt, ap);
+    *len = (size_t)n;
+    return text;
+}
+
+static void begin_error(api__req *req, int status)
+{
+    req->resp->status = status;
+    req->resp->content_type = "application/json";
+    req->out->len = 0;
+    req->out->overflow = false;
+}
+
+void api__fail(api__req *req, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t len;
+    const char *detail = vformat(req, fmt, ap, &len);
+    va_end(ap);
+    begin_error(req, status);
+    json_put_lit(req->out, "{\"detail\":");
+    json_put_str(req->out, detail, len);
+    json_put_char(req->out, '}');
+}
+
+void api__fail_reason(api__req *req, int status, const char *detail, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t len;
+    const char *reason = vformat(req, fmt, ap, &len);
+    va_end(ap);
+    begin_error(req, status);
+    json_put_lit(req->out, "{\"detail\":");
+    json_put_str(req->out, detail, strlen(detail));
+    json_put_lit(req->out, ",\"reason\":");
+    json_put_str(req->out, reason, len);
+    json_put_char(req->out, '}');
+}
+
+void api__store_failed(api__req *req, int err)
+{
+    switch (err) {
+    case STORE_EUNAVAILABLE:
+        api__fail(req, 503, "Service unavailable: %s", store_strerror(err));
+        return;
+    case STORE_ENOMEM:
+        api__fail(req, 503, "Service unavailable: out of memory");
+        return;
+    case STORE_EINVAL:
+        api__fail(req, 400, "Invalid argument: %s", store_strerror(err));
+        return;
+    default:
+        api__fail(req, 500, "Internal error: %s (%d)", store_strerror(err), err);
+        return;
+    }
+}
+
+/* ---- decoding ---- */
+
+static bool fits_rank(int64_t value, uint32_t max_ranks)
+{
+    return value >= 0 && (uint64_t)value < max_ranks;
+}
+
+int api__decode_rank(api__req *req, const json_node *node, const char *field, uint32_t *rank)
+{
+    uint32_t max_ranks = req->limits->max_ranks;
+    if (node->type != JSON_INT) {
+        api__fail(req, 400, "'%s' must be an integer in 0..%u, got %s", field,
+                  (unsigned)(max_ranks - 1), json_type_name(node));
+        return -1;
+    }
+    if (!fits_rank(node->u.i, max_ranks)) {
+        api__fail(req, 400, "'%s' must be an integer in 0..%u, got %lld", field,
+                  (unsigned)(max_ranks - 1), (long long)node->u.i);
+        return -1;
+    }
+    *rank = (uint32_t)node->u.i;
+    return 0;
+}
+
+static int check_count(api__req *req, const json_node *list, const char *field)
+{
+    if (list->len <= req->limits->max_keys)
+        return 0;
+    api__fail(req, 400, "'%s' has %u items; at most %zu are allowed in one request", field,
+              (unsigned)list->len, req->limits->max_keys);
+    return -1;
+}
+
+/* A key: a non-empty string of at most max_key_bytes. where: "keys[3]". */
+static int check_key(api__req *req, const json_node *key, const char *field, size_t i,
+                     const char *sub)
+{
+    if (key->type != JSON_STRING) {
+        api__fail(req, 400, "'%s[%zu]%s' must be a key string, got %s", field, i, sub,
+                  json_type_name(key));
+        return -1;
+    }
+    if (key->len == 0) {
+        api__fail(req, 400, "'%s[%zu]%s' must be a non-empty key string", field, i, sub);
+        return -1;
+    }
+    if (key->len > req->limits->max_key_bytes) {
+        api__fail(req, 400, "'%s[%zu]%s' is a key of %u bytes; at most %zu are allowed", field, i,
+                  sub, (unsigned)key->len, req->limits->max_key_bytes);
+        return -1;
+    }
+    return 0;
+}
+
+int api__decode_keys(api__req *req, const json_node *list, const char *field, hf_slice **keys)
+{
+    if (check_count(req, list, field) != 0)
+        return -1;
+    hf_slice *out = json_doc_alloc(req->doc, list->len * sizeof *out);
+    for (size_t i = 0; i < list->len; i++) {
+        const json_node *key = &list->u.items[i];
+        if (check_key(req, key, field, i, "") != 0)
+            return -1;
+        out[i] = json_slice(key);
+    }
+    *keys = out;
+    return 0;
+}
+
+/* A [key, prefix_key] pair; prefix_key may be a string or null. */
+static int check_key_pair(api__req *req, const json_node *pair, const char *field, size_t i)
+{
+    if (pair->len != 2) {
+        api__fail(req, 400, "'%s[%zu]' must be a key string or a [key, prefix_key] pair, "
+                  "got a list of %u items", field, i, (unsigned)pair->len);
+        return -1;
+    }
+    if (check_key(req, &pair->u.items[0], field, i, "[0]") != 0)
+        return -1;
+    const json_node *prefix = &pair->u.items[1];
+    if (prefix->type != JSON_STRING && prefix->type != JSON_NULL) {
+        api__fail(req, 400, "'%s[%zu][1]' (prefix_key) must be a string or null, got %s", field,
+                  i, json_type_name(prefix));
+        return -1;
+    }
+    return 0;
+}
+
+int api__decode_key_items(api__req *req, const json_node *list, const char *field,
+                          hf_slice **keys)
+{
+    if (check_count(req, list, field) != 0)
+        return -1;
+    hf_slice *out = json_doc_alloc(req->doc, list->len * sizeof *out);
+    for (size_t i = 0; i < list->len; i++) {
+        const json_node *item = &list->u.items[i];
+        if (item->type == JSON_ARRAY) {
+            if (check_key_pair(req, item, field, i) != 0)
+                return -1;
+            item = &item->u.items[0];
+        } else if (item->type != JSON_STRING) {
+            api__fail(req, 400, "'%s[%zu]' must be a key string or a [key, prefix_key] pair, got %s",
+                      field, i, json_type_name(item));
+            return -1;
+        } else if (check_key(req, item, field, i, "") != 0) {
+            return -1;
+        }
+        out[i] = json_slice(item);
+    }
+    *keys = out;
+    return 0;
+}
+
+static int check_page(api__req *req, const json_node *page, const char *field, size_t i,
+                      const char *sub)
+{
+    if (page->type == JSON_INT)
+        return 0;
+    api__fail(req, 400, "'%s[%zu]%s' must be an integer page number, got %s", field, i, sub,
+              json_type_name(page));
+    return -1;
+}
+
+int api__decode_confirmations(api__req *req, const json_node *list, const char *field,
+                              hf_slice **keys, int64_t **pages)
+{
+    if (check_count(req, list, field) != 0)
+        return -1;
+    hf_slice *out_keys = json_doc_alloc(req->doc, list->len * sizeof *out_keys);
+    int64_t *out_pages = json_doc_alloc(req->doc, list->len * sizeof *out_pages);
+    for (size_t i = 0; i < list->len; i++) {
+        const json_node *pair = &list->u.items[i];
+        if (pair->type != JSON_ARRAY || pair->len != 2) {
+            api__fail(req, 400, "'%s[%zu]' must be a [key, page] pair, got %s%s", field, i,
+                      json_type_name(pair), pair->type == JSON_ARRAY ? " of another length" : "");
+            return -1;
+        }
+        if (check_key(req, &pair->u.items[0], field, i, "[0]") != 0 ||
+            check_page(req, &pair->u.items[1], field, i, "[1]") != 0)
+            return -1;
+        out_keys[i] = json_slice(&pair->u.items[0]);
+        out_pages[i] = pair->u.items[1].u.i;
+    }
+    *keys = out_keys;
+    *pages = out_pages;
+    return 0;
+}
+
+int api__decode_pages(api__req *req, const json_node *node, const char *field, int64_t **pages,
+                      size_t *n)
+{
+    *n = 0;
+    *pages = NULL;
+    if (!node || node->type == JSON_NULL)
+        return 0;
+    if (node->type != JSON_ARRAY) {
+        api__fail(req, 400, "'%s' must be a list of page numbers, got %s", field,
+                  json_type_name(node));
+        return -1;
+    }
+    if (check_count(req, node, field) != 0)
+        return -1;
+    int64_t *out = json_doc_alloc(req->doc, node->len * sizeof *out);
+    for (size_t i = 0; i < node->len; i++) {
+        if (check_page(req, &node->u.items[i], field, i, "") != 0)
+            return -1;
+        out[i] = node->u.items[i].u.i;
+    }
+    *pages = out;
+    *n = node->len;
+    return 0;
+}
+
+int api__decode_namespace(api__req *req, hf_slice *ns)
+{
+    const json_node *node = json_get(req->body, "namespace");
+    *ns = HF_SLICE_LIT("kv");
+    if (!node || node->type == JSON_NULL)
+        return 0;
+    if (node->type != JSON_STRING || node->len == 0) {
+        api__fail(req, 400, "'namespace' must be a non-empty string, got %s",
+                  node->type == JSON_STRING ? "an empty string" : json_type_name(node));
+        return -1;
+    }
+    if (node->len > req->limits->max_key_bytes) {
+        api__fail(req, 400, "'namespace' is %u bytes; at most %zu are allowed", (unsigned)node->len,
+                  req->limits->max_key_bytes);
+        return -1;
+    }
+    *ns = json_slice(node);
+    return 0;
+}
+
+/* ---- routing ---- */
+
+/* Whether path has the segments of pattern; *rank_seg gets the "{rank}" one. */
+static bool match_shape(const char *pattern, hf_slice path, hf_slice *rank_seg)
+{
+    const char *p = pattern;
+    const char *s = path.ptr;
+    const char *end = path.ptr + path.len;
+    while (*p) {
+        if (*p != '/' || s == end || *s != '/')
+            return false;
+        p++;
+        s++;
+        size_t plen = strcspn(p, "/");
+        const char *slash = memchr(s, '/', (size_t)(end - s));
+        size_t slen = (size_t)((slash ? slash : end) - s);
+        if (plen == 6 && memcmp(p, "{rank}", 6) == 0) {
+            if (slen == 0)
+                return false;
+            *rank_seg = (hf_slice){s, slen};
+        } else if (plen != slen || memcmp(p, s, plen) != 0) {
+            return false;
+        }
+        p += plen;
+        s += slen;
+    }
+    return s == end;
+}
+
+static bool method_allows(const api__route *route, const char *method)
+{
+    if (strcmp(route->method, method) == 0)
+        return true;
+    /* HEAD is GET without the body (the HTTP layer drops it). */
+    return strcmp(route->method, "GET") == 0 && strcmp(method, "HEAD") == 0;
+}
+
+/* The matching route's index; nroutes with *status 404 or 405 if none. */
+static size_t find_route(api_t *api, const char *method, hf_slice path, hf_slice *rank_seg,
+                         int *status)
+{
+    *status = 404;
+    if (!path.ptr)
+        return api->nroutes;
+    for (size_t i = 0; i < api->nroutes; i++) {
+        const api__route *route = api->routes[i];
+        if ((route->flags & API__DEBUG_ONLY) && !api->config.debug_api)
+            continue;
+        hf_slice seg = {NULL, 0};
+        if (!match_shape(route->pattern, path, &seg))
+            continue;
+        if (!method_allows(route, method)) {
+            *status = 405;
+            continue;
+        }
+        *rank_seg = seg;
+        return i;
+    }
+    return api->nroutes;
+}
+
+/* Decimal digits only, in 0..max_ranks-1 (leading zeros accepted, as int()). */
+static int parse_path_rank(api__req *req, hf_slice seg)
+{
+    uint64_t value = 0;
+    bool ok = seg.len > 0 && seg.len <= 10;
+    for (size_t i = 0; ok && i < seg.len; i++) {
+        if (seg.ptr[i] < '0' || seg.ptr[i] > '9')
+            ok = false;
+        else
+            value = value * 10 + (uint64_t)(seg.ptr[i] - '0');
+    }
+    if (ok && value < req->limits->max_ranks) {
+        req->rank = (uint32_t)value;
+        return 0;
+    }
+    api__fail(req, 400, "rank '%.*s' in the path must be an integer in 0..%u",
+              (int)(seg.len > 64 ? 64 : seg.len), seg.ptr, (unsigned)(req->limits->max_ranks - 1));
+    return -1;
+}
+
+static void fail_body(api__req *req, const char *problem)
+{
+    if (req->route->flags & API__INIT_ERRORS)
+        api__fail_reason(req, 400, "Invalid initialization parameters", "%s", problem);
+    else
+        api__fail(req, 400, "%s", problem);
+}
+
+static bool is_blank(const char *body, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (body[i] != ' ' && body[i] != '\t' && body[i] != '\n' && body[i] != '\r')
+            return false;
+    return true;
+}
+
+/* The body as an object in req->body (or NULL where allowed); else 400. */
+static int decode_body(api__req *req, const char *body, size_t len)
+{
+    unsigned flags = req->route->flags;
+    req->body = NULL;
+    if (flags & API__NO_BODY)
+        return 0;
+    if (is_blank(body, len)) {
+        if (flags & API__EMPTY_BODY_OK)
+            return 0;
+        fail_body(req, "Request body is empty; expected a JSON object");
+        return -1;
+    }
+    char err[256];
+    const json_node *root;
+    if (json_parse(req->doc, body, len, &root, err, sizeof err) != 0) {
+        fail_body(req, err);
+        return -1;
+    }
+    if (root->type != JSON_OBJECT) {
+        snprintf(err, sizeof err, "Request body must be a JSON object, got %s",
+                 json_type_name(root));
+        fail_body(req, err);
+        return -1;
+    }
+    req->body = root;
+    return 0;
+}
+
+static void dispatch(api__req *req, hf_slice rank_seg, const char *body, size_t len)
+{
+    if (rank_seg.ptr && parse_path_rank(req, rank_seg) != 0)
+        return;
+    if (decode_body(req, body, len) != 0)
+        return;
+    req->route->handler(req);
+    if (req->out->overflow)
+        api__fail(req, 500, "The answer is larger than this server's limit of %zu bytes",
+                  req->out->max);
+}
+
+void api_handle(api_t *api, const char *method, hf_slice path, const char *body, size_t len,
+                api_response *resp)
+{
+    json_doc_reset(&resp->doc);
+    resp->body.len = 0;
+    resp->body.overflow = false;
+    api__req req = {
+        .api = api,
+        .store = api->store,
+        .limits = &api->config.limits,
+        .resp = resp,
+        .out = &resp->body,
+        .doc = &resp->doc,
+    };
+    hf_slice rank_seg = {NULL, 0};
+    int status;
+    size_t index = find_route(api, method ? method : "", path, &rank_seg, &status);
+    if (index == api->nroutes) {
+        api__fail(&req, status, status == 405 ? "Method Not Allowed" : "Not Found");
+    } else {
+        req.route = api->routes[index];
+        dispatch(&req, rank_seg, body, len);
+    }
+    count(api, index, resp->status);
+}

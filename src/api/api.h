@@ -1,0 +1,75 @@
+/*
+ * api.h: requests in, answers out, with no HTTP in between.
+ *
+ * api_handle() takes a method, a decoded path and a body and produces a
+ * status, a content type and a body. It serves both wire dialects of
+ * PROTOCOL.md on the same state (vllm.c, sglang.c) and the admin routes
+ * (admin.c: /health, /metrics, /v1/stats, /v1/check). It promises:
+ *   - every request is decoded and validated whole before the store is
+ *     called; a request answered with a 4xx changed nothing;
+ *   - every error answer is {"detail": "..."} naming the field and the
+ *     problem; unknown path 404, wrong method 405, bad input 400, never a
+ *     crash, whatever the bytes (this is the fuzzing entry point);
+ *   - answers are compact JSON (as the stock FastAPI servers write them) with
+ *     Content-Type application/json; 204 has no body and no content type.
+ * It is thread-safe: any number of threads may call api_handle() on one
+ * api_t at once, each with its own api_response.
+ */
+#ifndef HF_API_API_H
+#define HF_API_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/json.h"
+#include "store/store.h"
+#include "util/slice.h"
+
+typedef struct api_limits {
+    uint32_t max_ranks;    /* ranks are 0 .. max_ranks-1 (path and body) */
+    uint64_t max_pages;    /* largest num_pages an initialize may ask for */
+    size_t max_keys;       /* items of any one list in a request */
+    size_t max_key_bytes;  /* bytes of a key, and of a namespace */
+    size_t max_body_bytes; /* largest request body; bounds the answer too */
+} api_limits;
+
+typedef struct api_config {
+    api_limits limits;
+    bool debug_api; /* serve GET /v1/check (walks every pool: for tests) */
+} api_config;
+
+typedef struct api api_t;
+
+/* The store is borrowed: it must outlive the api. Aborts on out-of-memory. */
+api_t *api_new(store_t *store, const api_config *config);
+void api_free(api_t *api);
+
+/*
+ * The answer, and the scratch memory of the request that produced it. Owned
+ * by the caller; reuse one per connection (api_response_init once,
+ * api_handle per request, api_response_trim after the answer went out,
+ * api_response_free at the end). body.ptr[0..body.len-1] is valid until the
+ * next api_handle, trim or free.
+ */
+typedef struct api_response {
+    int status;
+    const char *content_type; /* static string; NULL when there is no body */
+    json_buf body;
+    json_doc doc;             /* the decoded request and its arena */
+} api_response;
+
+void api_response_init(api_response *resp, const api_t *api);
+/* Give back memory beyond what a typical request needs. */
+void api_response_trim(api_response *resp);
+void api_response_free(api_response *resp);
+
+/* method: "GET", "POST", ...; path: decoded, without the query string. */
+void api_handle(api_t *api, const char *method, hf_slice path, const char *body, size_t len,
+                api_response *resp);
+
+/* Count an answer the HTTP layer gave without calling api_handle (413,
+ * ...), so that /metrics sees it. */
+void api_count_http_answer(api_t *api, int status);
+
+#endif

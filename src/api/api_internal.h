@@ -1,0 +1,102 @@
+/*
+ * api_internal.h: what api.c shares with the route files (vllm.c, sglang.c,
+ * admin.c). Not for use outside src/api.
+ *
+ * A route file exports a table of routes. api.c matches the path and method,
+ * parses the {rank} segment and the body, then calls the route's handler
+ * with an api__req. A handler decodes and validates the whole body with the
+ * api__decode_* helpers (each answers 400 itself and returns -1 on the first
+ * problem), and only then calls the store. It ends by answering exactly once:
+ * api__begin() + writes to req->out, api__no_content(), or one of the
+ * api__fail*() calls.
+ */
+#ifndef HF_API_INTERNAL_H
+#define HF_API_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "api/api.h"
+#include "api/json.h"
+
+typedef struct api__req api__req;
+typedef void (*api__handler)(api__req *req);
+
+enum {
+    API__EMPTY_BODY_OK = 1, /* an empty (or blank) body is no body: req->body == NULL */
+    API__NO_BODY = 2,       /* the body is not read at all (GET routes) */
+    API__DEBUG_ONLY = 4,    /* only when api_config.debug_api */
+    API__INIT_ERRORS = 8,   /* every 400 is "Invalid initialization parameters" (vLLM) */
+};
+
+/* pattern: '/'-separated literal segments, at most one "{rank}". */
+typedef struct api__route {
+    const char *method;
+    const char *pattern;
+    api__handler handler;
+    unsigned flags;
+} api__route;
+
+struct api__req {
+    api_t *api;
+    store_t *store;
+    const api_limits *limits;
+    const api__route *route;
+    api_response *resp;
+    json_buf *out;          /* == &resp->body */
+    json_doc *doc;          /* == &resp->doc: arena for decoded arrays */
+    const json_node *body;  /* the request object, or NULL (empty body, GET) */
+    uint32_t rank;          /* the {rank} path segment, when the route has one */
+};
+
+extern const api__route api__vllm_routes[];
+extern const size_t api__vllm_route_count;
+extern const api__route api__sglang_routes[];
+extern const size_t api__sglang_route_count;
+extern const api__route api__admin_routes[];
+extern const size_t api__admin_route_count;
+
+/* ---- answering ---- */
+
+/* Start a 200 JSON answer; the handler then writes the body to req->out. */
+void api__begin(api__req *req);
+void api__no_content(api__req *req);
+/* {"detail": <formatted>} with the given status. */
+void api__fail(api__req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* {"detail": detail, "reason": <formatted>}: for errors whose detail text is
+ * fixed by the contract. */
+void api__fail_reason(api__req *req, int status, const char *detail, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Store errors other than STORE_ENOPOOL (which each dialect words itself). */
+void api__store_failed(api__req *req, int err);
+
+/* ---- decoding; each returns 0, or answers 400 and returns -1 ---- */
+
+/* A JSON integer (not a boolean, not 1.0) in 0..max_ranks-1. */
+int api__decode_rank(api__req *req, const json_node *node, const char *field, uint32_t *rank);
+/* list must be a JSON list: non-empty strings of at most max_key_bytes, at
+ * most max_keys of them. */
+int api__decode_keys(api__req *req, const json_node *list, const char *field, hf_slice **keys);
+/* Like api__decode_keys, but an item may also be [key, prefix_key] with
+ * prefix_key a string or null (accepted and ignored). */
+int api__decode_key_items(api__req *req, const json_node *list, const char *field,
+                          hf_slice **keys);
+/* [[key, page], ...] with page an integer. */
+int api__decode_confirmations(api__req *req, const json_node *list, const char *field,
+                              hf_slice **keys, int64_t **pages);
+/* Absent or null: no pages (*n = 0). Else a list of integers. */
+int api__decode_pages(api__req *req, const json_node *node, const char *field, int64_t **pages,
+                      size_t *n);
+/* Absent or null: "kv". Else a non-empty string of at most max_key_bytes. */
+int api__decode_namespace(api__req *req, hf_slice *ns);
+
+static inline bool api__is_list(const json_node *node)
+{
+    return node && node->type == JSON_ARRAY;
+}
+
+/* For /metrics: the request counters, as Prometheus text into req->out. */
+void api__write_request_metrics(api__req *req);
+
+#endif

@@ -1,0 +1,528 @@
+/*
+ * json.c: yajl callbacks -> json_node tree in an arena; the bounded writer.
+ *
+ * Tree building. Every value yajl reports is pushed on doc->stack as a
+ * json_node (a container is pushed when it opens, with its position saved in
+ * doc->open[]). When a container closes, the values above it on the stack are
+ * its children: they are copied once into a contiguous arena array, the
+ * container node points at it, and the stack is cut back to the container.
+ * Each node is therefore copied exactly once (stack -> arena), whatever the
+ * shape of the text: linear time, no quadratic re-copying. The root is the
+ * one value left on the stack at the end.
+ *
+ * Arena. Chunks of 16 KiB doubling up to 1 MiB, a request larger than half a
+ * chunk gets its own chunk (linked behind the head, so the head keeps
+ * serving small requests). Reset keeps one chunk of at most 64 KiB: a
+ * connection that serves the usual 9 KB bodies allocates nothing per request
+ * here once warm.
+ */
+#include "api/json.h"
+
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yajl/yajl_parse.h>
+
+#include "util/xalloc.h"
+
+#define CHUNK_MIN (16u * 1024)
+#define CHUNK_MAX (1024u * 1024)
+#define CHUNK_KEEP (64u * 1024)
+#define STACK_KEEP 4096u /* nodes kept on the parse stack across resets */
+
+/* Why a callback stopped the parse (compared by content in describe_cancel). */
+#define CANCEL_DEPTH "depth"
+#define CANCEL_NODES "nodes"
+
+struct json_chunk {
+    json_chunk *next;
+    size_t size; /* usable bytes in data */
+    max_align_t data[];
+};
+
+/* ---- arena ---- */
+
+static json_chunk *chunk_new(size_t size)
+{
+    json_chunk *chunk = hf_xmalloc(sizeof *chunk + size);
+    chunk->size = size;
+    chunk->next = NULL;
+    return chunk;
+}
+
+static void *arena_grow(json_doc *doc, size_t size)
+{
+    size_t want = doc->chunks ? doc->chunks->size * 2 : CHUNK_MIN;
+    if (want > CHUNK_MAX)
+        want = CHUNK_MAX;
+    if (doc->chunks && size > want / 2) {
+        /* A big block: its own chunk, behind the head. */
+        json_chunk *big = chunk_new(size);
+        big->next = doc->chunks->next;
+        doc->chunks->next = big;
+        return big->data;
+    }
+    json_chunk *chunk = chunk_new(size > want ? size : want);
+    chunk->next = doc->chunks;
+    doc->chunks = chunk;
+    doc->chunk_used = size;
+    return chunk->data;
+}
+
+static void *arena_alloc(json_doc *doc, size_t size, size_t align)
+{
+    json_chunk *head = doc->chunks;
+    if (head) {
+        size_t at = (doc->chunk_used + align - 1) & ~(align - 1);
+        if (at <= head->size && size <= head->size - at) {
+            doc->chunk_used = at + size;
+            return (char *)head->data + at;
+        }
+    }
+    return arena_grow(doc, size);
+}
+
+void *json_doc_alloc(json_doc *doc, size_t size)
+{
+    return arena_alloc(doc, size ? size : 1, alignof(max_align_t));
+}
+
+/* ---- document ---- */
+
+void json_doc_init(json_doc *doc, const json_limits *limits)
+{
+    memset(doc, 0, sizeof *doc);
+    doc->limits = *limits;
+    if (doc->limits.max_depth > JSON_MAX_DEPTH)
+        doc->limits.max_depth = JSON_MAX_DEPTH;
+}
+
+void json_doc_reset(json_doc *doc)
+{
+    json_chunk *keep = NULL;
+    json_chunk *chunk = doc->chunks;
+    while (chunk) {
+        json_chunk *next = chunk->next;
+        if (!keep && chunk->size <= CHUNK_KEEP) {
+            keep = chunk;
+            keep->next = NULL;
+        } else {
+            free(chunk);
+        }
+        chunk = next;
+    }
+    doc->chunks = keep;
+    doc->chunk_used = 0;
+    if (doc->stack_cap > STACK_KEEP) {
+        free(doc->stack);
+        doc->stack = NULL;
+        doc->stack_cap = 0;
+    }
+    doc->stack_len = 0;
+    doc->depth = 0;
+    doc->nodes = 0;
+    doc->cancel_reason = NULL;
+}
+
+void json_doc_free(json_doc *doc)
+{
+    json_doc_reset(doc);
+    free(doc->chunks);
+    free(doc->stack);
+    doc->chunks = NULL;
+    doc->stack = NULL;
+    doc->stack_cap = 0;
+}
+
+/* ---- yajl callbacks ---- */
+
+static int cancel(json_doc *doc, const char *reason)
+{
+    doc->cancel_reason = reason;
+    return 0;
+}
+
+static int push(json_doc *doc, json_node node)
+{
+    if (doc->nodes >= doc->limits.max_nodes)
+        return cancel(doc, CANCEL_NODES);
+    doc->nodes++;
+    if (doc->stack_len == doc->stack_cap) {
+        size_t cap = doc->stack_cap ? doc->stack_cap * 2 : 256;
+        doc->stack = hf_xreallocarray(doc->stack, cap, sizeof *doc->stack);
+        doc->stack_cap = cap;
+    }
+    doc->stack[doc->stack_len++] = node;
+    return 1;
+}
+
+static int on_null(void *ctx)
+{
+    return push(ctx, (json_node){.type = JSON_NULL});
+}
+
+static int on_boolean(void *ctx, int value)
+{
+    return push(ctx, (json_node){.type = value ? JSON_TRUE : JSON_FALSE});
+}
+
+static int on_integer(void *ctx, long long value)
+{
+    return push(ctx, (json_node){.type = JSON_INT, .u.i = value});
+}
+
+static int on_double(void *ctx, double value)
+{
+    return push(ctx, (json_node){.type = JSON_DOUBLE, .u.d = value});
+}
+
+/* yajl's pointer is only valid during the callback: copy into the arena. */
+static int on_string(void *ctx, const unsigned char *text, size_t len)
+{
+    json_doc *doc = ctx;
+    if (len > UINT32_MAX)
+        return cancel(doc, "string too long");
+    char *copy = arena_alloc(doc, len + 1, 1);
+    if (len)
+        memcpy(copy, text, len);
+    copy[len] = '\0';
+    return push(doc, (json_node){.type = JSON_STRING, .len = (uint32_t)len, .u.str = copy});
+}
+
+static int open_container(json_doc *doc, json_type type)
+{
+    if (doc->depth >= doc->limits.max_depth)
+        return cancel(doc, CANCEL_DEPTH);
+    if (!push(doc, (json_node){.type = type}))
+        return 0;
+    doc->open[doc->depth++] = doc->stack_len - 1;
+    return 1;
+}
+
+static int close_container(json_doc *doc)
+{
+    size_t at = doc->open[--doc->depth];
+    size_t n = doc->stack_len - at - 1;
+    json_node *container = &doc->stack[at];
+    if (n > UINT32_MAX)
+        return cancel(doc, "container too large");
+    if (n) {
+        json_node *items = arena_alloc(doc, n * sizeof *items, alignof(json_node));
+        memcpy(items, container + 1, n * sizeof *items);
+        container->u.items = items;
+    }
+    /* yajl reports an object as key, value, key, value... */
+    container->len = (uint32_t)(container->type == JSON_OBJECT ? n / 2 : n);
+    doc->stack_len = at + 1;
+    return 1;
+}
+
+static int on_start_map(void *ctx)
+{
+    return open_container(ctx, JSON_OBJECT);
+}
+
+static int on_start_array(void *ctx)
+{
+    return open_container(ctx, JSON_ARRAY);
+}
+
+static int on_end(void *ctx)
+{
+    return close_container(ctx);
+}
+
+static const yajl_callbacks callbacks = {
+    .yajl_null = on_null,
+    .yajl_boolean = on_boolean,
+    .yajl_integer = on_integer,
+    .yajl_double = on_double,
+    .yajl_string = on_string,
+    .yajl_start_map = on_start_map,
+    .yajl_map_key = on_string,
+    .yajl_end_map = on_end,
+    .yajl_start_array = on_start_array,
+    .yajl_end_array = on_end,
+};
+
+static void describe_cancel(const json_doc *doc, size_t offset, char *err, size_t errlen)
+{
+    const char *reason = doc->cancel_reason;
+    if (strcmp(reason, CANCEL_DEPTH) == 0)
+        snprintf(err, errlen, "Invalid JSON body: nested deeper than %u levels (at byte %zu)",
+                 doc->limits.max_depth, offset);
+    else if (strcmp(reason, CANCEL_NODES) == 0)
+        snprintf(err, errlen, "Invalid JSON body: more than %zu values (at byte %zu)",
+                 doc->limits.max_nodes, offset);
+    else
+        snprintf(err, errlen, "Invalid JSON body: %s (at byte %zu)", reason, offset);
+}
+
+/* yajl says "lexical error: invalid char in json text.\n"; keep
+ * "invalid char in json text". */
+static void describe_yajl_error(yajl_handle yajl, const char *text, size_t len, size_t offset,
+                                char *err, size_t errlen)
+{
+    unsigned char *message = yajl_get_error(yajl, 0, (const unsigned char *)text, len);
+    const char *reason = message ? (const char *)message : "invalid JSON";
+    const char *colon = strstr(reason, ": ");
+    if (colon)
+        reason = colon + 2;
+    size_t reason_len = strcspn(reason, "\n");
+    if (reason_len && reason[reason_len - 1] == '.')
+        reason_len--;
+    snprintf(err, errlen, "Invalid JSON body: %.*s (at byte %zu)", (int)reason_len, reason, offset);
+    if (message)
+        yajl_free_error(yajl, message);
+}
+
+int json_parse(json_doc *doc, const char *text, size_t len, const json_node **root, char *err,
+               size_t errlen)
+{
+    json_doc_reset(doc);
+    yajl_handle yajl = yajl_alloc(&callbacks, NULL, doc);
+    if (!yajl) {
+        fprintf(stderr, "hf3fs-metad: fatal: out of memory allocating a JSON parser\n");
+        abort();
+    }
+    const unsigned char *bytes = (const unsigned char *)(text ? text : "");
+    yajl_status status = yajl_parse(yajl, bytes, len);
+    size_t offset = yajl_get_bytes_consumed(yajl);
+    if (status == yajl_status_ok) {
+        status = yajl_complete_parse(yajl);
+        offset = len;
+    }
+    if (status != yajl_status_ok) {
+        if (doc->cancel_reason)
+            describe_cancel(doc, offset, err, errlen);
+        else
+            describe_yajl_error(yajl, text, len, offset, err, errlen);
+        yajl_free(yajl);
+        return -1;
+    }
+    yajl_free(yajl);
+    json_node *top = arena_alloc(doc, sizeof *top, alignof(json_node));
+    *top = doc->stack[0];
+    *root = top;
+    return 0;
+}
+
+const json_node *json_get(const json_node *obj, const char *name)
+{
+    if (!obj || obj->type != JSON_OBJECT)
+        return NULL;
+    size_t name_len = strlen(name);
+    for (size_t i = obj->len; i-- > 0;) {
+        const json_node *key = &obj->u.items[2 * i];
+        if (key->len == name_len && memcmp(key->u.str, name, name_len) == 0)
+            return key + 1;
+    }
+    return NULL;
+}
+
+const char *json_type_name(const json_node *node)
+{
+    switch ((json_type)node->type) {
+    case JSON_NULL: return "null";
+    case JSON_FALSE:
+    case JSON_TRUE: return "a boolean";
+    case JSON_INT: return "an integer";
+    case JSON_DOUBLE: return "a non-integer number";
+    case JSON_STRING: return "a string";
+    case JSON_ARRAY: return "a list";
+    case JSON_OBJECT: return "an object";
+    }
+    return "an unknown value";
+}
+
+/* ---- writer ---- */
+
+void json_buf_init(json_buf *buf, size_t max)
+{
+    memset(buf, 0, sizeof *buf);
+    buf->max = max;
+}
+
+void json_buf_free(json_buf *buf)
+{
+    free(buf->ptr);
+    buf->ptr = NULL;
+    buf->len = buf->cap = 0;
+}
+
+void json_buf_reset(json_buf *buf, size_t keep_bytes)
+{
+    if (buf->cap > keep_bytes)
+        json_buf_free(buf);
+    buf->len = 0;
+    buf->overflow = false;
+}
+
+/* Room for `extra` more bytes, or false (and overflow) past the maximum. */
+static bool reserve(json_buf *buf, size_t extra)
+{
+    if (buf->overflow)
+        return false;
+    if (extra <= buf->cap - buf->len)
+        return true;
+    if (extra > buf->max - buf->len) {
+        buf->overflow = true;
+        return false;
+    }
+    size_t want = buf->cap ? buf->cap : 256;
+    while (want - buf->len < extra && want < buf->max / 2)
+        want *= 2;
+    if (want - buf->len < extra)
+        want = buf->max;
+    buf->ptr = hf_xrealloc(buf->ptr, want);
+    buf->cap = want;
+    return true;
+}
+
+void json_put_raw(json_buf *buf, const char *text, size_t len)
+{
+    if (!reserve(buf, len))
+        return;
+    memcpy(buf->ptr + buf->len, text, len);
+    buf->len += len;
+}
+
+void json_put_char(json_buf *buf, char c)
+{
+    if (!reserve(buf, 1))
+        return;
+    buf->ptr[buf->len++] = c;
+}
+
+/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no
+ * surrogates, nothing above U+10FFFF), or 0. s[0] >= 0x80. */
+static size_t utf8_sequence(const unsigned char *s, size_t avail)
+{
+    unsigned char c = s[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (avail < n || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return n;
+}
+
+static char *put_escape(char *out, unsigned char c)
+{
+    static const char hex[] = "0123456789abcdef";
+    *out++ = '\\';
+    switch (c) {
+    case '"': *out++ = '"'; return out;
+    case '\\': *out++ = '\\'; return out;
+    case '\b': *out++ = 'b'; return out;
+    case '\f': *out++ = 'f'; return out;
+    case '\n': *out++ = 'n'; return out;
+    case '\r': *out++ = 'r'; return out;
+    case '\t': *out++ = 't'; return out;
+    default: break;
+    }
+    memcpy(out, "u00", 3);
+    out[3] = hex[c >> 4];
+    out[4] = hex[c & 15];
+    return out + 5;
+}
+
+static bool is_plain(unsigned char c)
+{
+    return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
+void json_put_str(json_buf *buf, const char *text, size_t len)
+{
+    /* Worst case: every byte becomes a 6-byte escape. */
+    if (len > (SIZE_MAX - 2) / 6 || !reserve(buf, 6 * len + 2)) {
+        buf->overflow = true;
+        return;
+    }
+    const unsigned char *s = (const unsigned char *)text;
+    const unsigned char *end = s + len;
+    char *out = buf->ptr + buf->len;
+    *out++ = '"';
+    while (s < end) {
+        const unsigned char *run = s;
+        while (s < end && is_plain(*s))
+            s++;
+        memcpy(out, run, (size_t)(s - run));
+        out += s - run;
+        if (s == end)
+            break;
+        if (*s < 0x80) {
+            out = put_escape(out, *s++);
+            continue;
+        }
+        size_t n = utf8_sequence(s, (size_t)(end - s));
+        if (n) {
+            memcpy(out, s, n);
+            out += n;
+            s += n;
+        } else {
+            memcpy(out, "\\ufffd", 6);
+            out += 6;
+            s++;
+        }
+    }
+    *out++ = '"';
+    buf->len = (size_t)(out - buf->ptr);
+}
+
+void json_put_uint(json_buf *buf, uint64_t value)
+{
+    char digits[20];
+    size_t n = 0;
+    do {
+        digits[sizeof digits - 1 - n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    json_put_raw(buf, digits + sizeof digits - n, n);
+}
+
+void json_put_int(json_buf *buf, int64_t value)
+{
+    if (value < 0) {
+        json_put_char(buf, '-');
+        json_put_uint(buf, (uint64_t)0 - (uint64_t)value);
+        return;
+    }
+    json_put_uint(buf, (uint64_t)value);
+}
+
+void json_put_bool(json_buf *buf, bool value)
+{
+    if (value)
+        json_put_lit(buf, "true");
+    else
+        json_put_lit(buf, "false");
+}
+
+void json_put_key(json_buf *buf, const char *name)
+{
+    json_put_char(buf, '"');
+    json_put_raw(buf, name, strlen(name));
+    json_put_lit(buf, "\":");
+}

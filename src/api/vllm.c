@@ -1,0 +1,309 @@
+/*
+ * vllm.c: the vLLM HF3FS connector dialect (PROTOCOL.md, "The vLLM dialect").
+ *
+ * Namespace is always "kv". Allocation is all or nothing for new pages (the
+ * stock client releases nothing when a key gets -1). Error texts that the
+ * contract fixes are kept to the letter; every other 400 names the field.
+ *
+ *   POST /rank/{rank}/initialize  {"role"?, "num_pages"?}    200 {"message"}
+ *   POST /initialize              {"rank", "role"?, "num_pages"?}
+ *   POST /keys/batch_allocate     {"rank", "keys"}           200 {"rank", "results"}
+ *   POST /keys/confirm_write      {"rank", "confirmations", "pages_to_release"?}  204
+ *   POST /keys/batch_exists       {"keys"}                   200 {"exists"}
+ *   POST /keys/get_locations      {"rank", "keys"}           200 {"locations"}
+ *   POST /clear                   anything or nothing        204
+ */
+#include <inttypes.h>
+
+#include "api/api_internal.h"
+#include "server/log.h"
+
+#define INIT_INVALID "Invalid initialization parameters"
+
+static const hf_slice vllm_ns = HF_SLICE_LIT("kv");
+
+static void fail_not_initialized(api__req *req, uint32_t rank)
+{
+    api__fail(req, 404, "Rank %u not initialized", (unsigned)rank);
+}
+
+static void fail_store(api__req *req, int err, uint32_t rank)
+{
+    if (err == STORE_ENOPOOL)
+        fail_not_initialized(req, rank);
+    else
+        api__store_failed(req, err);
+}
+
+/* "rank" present and not null, and `list` a list: else the contract's text. */
+static int need_rank_and(api__req *req, const char *list_field, const json_node **rank,
+                         const json_node **list)
+{
+    *rank = json_get(req->body, "rank");
+    *list = json_get(req->body, list_field);
+    if (!*rank || (*rank)->type == JSON_NULL || !api__is_list(*list)) {
+        api__fail(req, 400, "Invalid request format: need 'rank' and '%s'", list_field);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- initialize ---- */
+
+/* role: "worker" (default) or "scheduler"; anything else is invalid. */
+static int init_role(api__req *req, bool *scheduler)
+{
+    const json_node *role = json_get(req->body, "role");
+    *scheduler = false;
+    if (!role)
+        return 0;
+    if (role->type == JSON_STRING && hf_slice_eq(json_slice(role), HF_SLICE_LIT("scheduler"))) {
+        *scheduler = true;
+        return 0;
+    }
+    if (role->type == JSON_STRING && hf_slice_eq(json_slice(role), HF_SLICE_LIT("worker")))
+        return 0;
+    if (role->type == JSON_STRING)
+        api__fail_reason(req, 400, INIT_INVALID,
+                         "'role' must be \"worker\" or \"scheduler\", got \"%.*s\"",
+                         (int)(role->len > 64 ? 64 : role->len), role->u.str);
+    else
+        api__fail_reason(req, 400, INIT_INVALID,
+                         "'role' must be \"worker\" or \"scheduler\", got %s",
+                         json_type_name(role));
+    return -1;
+}
+
+/* num_pages: an integer (not a boolean, not 1.0) in 1..max_pages; default 0. */
+static int init_num_pages(api__req *req, uint64_t *num_pages)
+{
+    const json_node *node = json_get(req->body, "num_pages");
+    uint64_t max = req->limits->max_pages;
+    if (!node) {
+        api__fail_reason(req, 400, INIT_INVALID,
+                         "'num_pages' is missing (default 0); a worker needs 1..%" PRIu64, max);
+        return -1;
+    }
+    if (node->type != JSON_INT) {
+        api__fail_reason(req, 400, INIT_INVALID, "'num_pages' must be an integer in 1..%" PRIu64
+                         ", got %s", max, json_type_name(node));
+        return -1;
+    }
+    if (node->u.i < 1 || (uint64_t)node->u.i > max) {
+        api__fail_reason(req, 400, INIT_INVALID, "'num_pages' must be an integer in 1..%" PRIu64
+                         ", got %" PRId64, max, node->u.i);
+        return -1;
+    }
+    *num_pages = (uint64_t)node->u.i;
+    return 0;
+}
+
+/* The body's "rank" for POST /initialize: required for a worker only. */
+static int init_body_rank(api__req *req, bool scheduler, bool *have_rank)
+{
+    const json_node *node = json_get(req->body, "rank");
+    *have_rank = node && node->type != JSON_NULL;
+    if (!*have_rank) {
+        if (scheduler)
+            return 0;
+        api__fail_reason(req, 400, INIT_INVALID, "'rank' is missing");
+        return -1;
+    }
+    uint32_t max_ranks = req->limits->max_ranks;
+    if (node->type != JSON_INT || node->u.i < 0 || (uint64_t)node->u.i >= max_ranks) {
+        api__fail_reason(req, 400, INIT_INVALID, "'rank' must be an integer in 0..%u, got %s",
+                         (unsigned)(max_ranks - 1),
+                         node->type == JSON_INT ? "one out of range" : json_type_name(node));
+        return -1;
+    }
+    req->rank = (uint32_t)node->u.i;
+    return 0;
+}
+
+static void init_pool(api__req *req, uint64_t num_pages)
+{
+    bool created = false;
+    uint64_t existing = 0;
+    int err = req->store->ops->init_pool(req->store, vllm_ns, req->rank, num_pages, &created,
+                                         &existing);
+    if (err != STORE_OK) {
+        api__store_failed(req, err);
+        return;
+    }
+    if (created)
+        log_msg(LOG_INFO, "rank %u namespace 'kv' initialized with %" PRIu64 " pages",
+                (unsigned)req->rank, num_pages);
+    else if (existing != num_pages)
+        log_msg(LOG_WARN, "rank %u namespace 'kv' already has %" PRIu64 " pages; an initialize "
+                "asked for %" PRIu64 ": the pool is kept as it is", (unsigned)req->rank, existing,
+                num_pages);
+    /* The pool's real size: the one asked for, except when an existing pool
+     * of another size was kept. */
+    api__begin(req);
+    json_put_lit(req->out, "{\"message\":\"Rank ");
+    json_put_uint(req->out, req->rank);
+    json_put_lit(req->out, " initialized with ");
+    json_put_uint(req->out, created ? num_pages : existing);
+    json_put_lit(req->out, " pages\"}");
+}
+
+static void initialize(api__req *req, bool rank_in_body)
+{
+    bool scheduler, have_rank = true;
+    if (init_role(req, &scheduler) != 0)
+        return;
+    if (rank_in_body && init_body_rank(req, scheduler, &have_rank) != 0)
+        return;
+    if (scheduler) {
+        api__begin(req);
+        json_put_lit(req->out, "{\"message\":\"Scheduler role does not require initialization\"}");
+        return;
+    }
+    uint64_t num_pages;
+    if (init_num_pages(req, &num_pages) != 0)
+        return;
+    init_pool(req, num_pages);
+}
+
+static void initialize_path(api__req *req)
+{
+    initialize(req, false);
+}
+
+static void initialize_body(api__req *req)
+{
+    initialize(req, true);
+}
+
+/* ---- keys ---- */
+
+static void batch_allocate(api__req *req)
+{
+    const json_node *rank_node, *list;
+    hf_slice *keys;
+    if (need_rank_and(req, "keys", &rank_node, &list) != 0 ||
+        api__decode_rank(req, rank_node, "rank", &req->rank) != 0 ||
+        api__decode_key_items(req, list, "keys", &keys) != 0)
+        return;
+    size_t n = list->len;
+    int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
+    int err = req->store->ops->allocate(req->store, vllm_ns, req->rank, keys, n,
+                                        CORE_ALLOC_ALL_OR_NOTHING, pages, NULL);
+    if (err != STORE_OK) {
+        fail_store(req, err, req->rank);
+        return;
+    }
+    api__begin(req);
+    json_put_lit(req->out, "{\"rank\":");
+    json_put_uint(req->out, req->rank);
+    json_put_lit(req->out, ",\"results\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            json_put_char(req->out, ',');
+        json_put_char(req->out, '[');
+        json_put_str(req->out, keys[i].ptr, keys[i].len);
+        json_put_char(req->out, ',');
+        json_put_int(req->out, pages[i]);
+        json_put_char(req->out, ']');
+    }
+    json_put_lit(req->out, "]}");
+}
+
+static void confirm_write(api__req *req)
+{
+    const json_node *rank_node, *list;
+    hf_slice *keys;
+    int64_t *pages, *release;
+    size_t nrel;
+    if (need_rank_and(req, "confirmations", &rank_node, &list) != 0 ||
+        api__decode_rank(req, rank_node, "rank", &req->rank) != 0 ||
+        api__decode_confirmations(req, list, "confirmations", &keys, &pages) != 0 ||
+        api__decode_pages(req, json_get(req->body, "pages_to_release"), "pages_to_release",
+                          &release, &nrel) != 0)
+        return;
+    int err = req->store->ops->confirm(req->store, vllm_ns, req->rank, keys, pages, list->len,
+                                       release, nrel);
+    if (err != STORE_OK) {
+        fail_store(req, err, req->rank);
+        return;
+    }
+    api__no_content(req);
+}
+
+static void batch_exists(api__req *req)
+{
+    const json_node *list = json_get(req->body, "keys");
+    hf_slice *keys;
+    if (!api__is_list(list)) {
+        api__fail(req, 400, "Invalid keys format");
+        return;
+    }
+    if (api__decode_keys(req, list, "keys", &keys) != 0)
+        return;
+    size_t n = list->len;
+    bool *present = json_doc_alloc(req->doc, n * sizeof *present);
+    int err = req->store->ops->complete_exists(req->store, vllm_ns, keys, n, present);
+    if (err != STORE_OK) {
+        api__store_failed(req, err);
+        return;
+    }
+    api__begin(req);
+    json_put_lit(req->out, "{\"exists\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            json_put_char(req->out, ',');
+        json_put_bool(req->out, present[i]);
+    }
+    json_put_lit(req->out, "]}");
+}
+
+static void get_locations(api__req *req)
+{
+    const json_node *rank_node, *list;
+    hf_slice *keys;
+    if (need_rank_and(req, "keys", &rank_node, &list) != 0 ||
+        api__decode_rank(req, rank_node, "rank", &req->rank) != 0 ||
+        api__decode_keys(req, list, "keys", &keys) != 0)
+        return;
+    size_t n = list->len;
+    int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
+    int err = req->store->ops->complete_locations(req->store, vllm_ns, req->rank, keys, n, pages);
+    if (err != STORE_OK) {
+        fail_store(req, err, req->rank);
+        return;
+    }
+    api__begin(req);
+    json_put_lit(req->out, "{\"locations\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            json_put_char(req->out, ',');
+        if (pages[i] < 0)
+            json_put_lit(req->out, "null");
+        else
+            json_put_int(req->out, pages[i]);
+    }
+    json_put_lit(req->out, "]}");
+}
+
+/* Forgets every pool of every namespace: workers must initialize again. */
+static void clear_all(api__req *req)
+{
+    int err = req->store->ops->clear_all(req->store);
+    if (err != STORE_OK) {
+        api__store_failed(req, err);
+        return;
+    }
+    log_msg(LOG_INFO, "every pool cleared (POST /clear)");
+    api__no_content(req);
+}
+
+const api__route api__vllm_routes[] = {
+    {"POST", "/rank/{rank}/initialize", initialize_path, API__EMPTY_BODY_OK | API__INIT_ERRORS},
+    {"POST", "/initialize", initialize_body, API__EMPTY_BODY_OK | API__INIT_ERRORS},
+    {"POST", "/keys/batch_allocate", batch_allocate, 0},
+    {"POST", "/keys/confirm_write", confirm_write, 0},
+    {"POST", "/keys/batch_exists", batch_exists, 0},
+    {"POST", "/keys/get_locations", get_locations, 0},
+    {"POST", "/clear", clear_all, API__EMPTY_BODY_OK},
+};
+const size_t api__vllm_route_count = sizeof api__vllm_routes / sizeof api__vllm_routes[0];

@@ -1,0 +1,49 @@
+/*
+ * http.h: the HTTP/1.x front of the server (libmicrohttpd), feeding api_handle().
+ *
+ * Promises (PROTOCOL.md, "HTTP" and "Errors for every route"):
+ *   - HTTP/1.1 keep-alive and pipelining, HTTP/1.0, Content-Length and
+ *     chunked request bodies, Expect: 100-continue;
+ *   - a body longer than max_body_bytes is 413 {"detail": ...}: at once,
+ *     before any 100 Continue, when Content-Length says so; after the upload
+ *     when a chunked body grows past the limit (the excess is read and
+ *     dropped, at most another max_body_bytes of it, after which the
+ *     connection is cut). A 413 always closes the connection;
+ *   - the request line and headers share a per-connection buffer of
+ *     max_header_bytes; past it libmicrohttpd answers 414 (request line)
+ *     or 431 (headers) and closes;
+ *   - a connection idle (no bytes either way) for idle_timeout_s seconds is
+ *     closed, whether between requests or in the middle of one; at most
+ *     max_connections are open at once (further ones are accepted and
+ *     closed at once).
+ * Threads: `threads` event loops (epoll), each serving its share of the
+ * connections; a request runs to completion on its loop's thread.
+ */
+#ifndef HF_HTTP_H
+#define HF_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/api.h"
+
+typedef struct http_config {
+    const char *host; /* numeric address or name; resolved once at start */
+    uint16_t port;    /* 0: the system picks one (see http_bound_port) */
+    unsigned threads;
+    unsigned max_connections;
+    unsigned idle_timeout_s;  /* 0: never */
+    size_t max_body_bytes;
+    size_t max_header_bytes;  /* request line + headers, per connection */
+} http_config;
+
+typedef struct http_server http_server;
+
+/* Listen and serve on background threads. NULL with a message in err if the
+ * address cannot be resolved or bound. The api must outlive the server. */
+http_server *http_start(const http_config *config, api_t *api, char *err, size_t errlen);
+uint16_t http_bound_port(const http_server *server);
+/* Stop accepting, close every connection, join the threads, free. */
+void http_stop(http_server *server);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * log.h: the process's one stderr logger.
+ *
+ * One line per message: "2024-05-01T12:00:00.123Z warn: text". Each line is
+ * written with a single write(2), so lines of concurrent threads never
+ * interleave. Messages above the level set with log_set_level() are dropped
+ * before formatting. Thread-safe. Used by main, http and api; it lives with
+ * the server because the server owns stderr (it may move to util/ later).
+ */
+#ifndef HF_SERVER_LOG_H
+#define HF_SERVER_LOG_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+typedef enum log_level {
+    LOG_ERROR = 0,
+    LOG_WARN,
+    LOG_INFO,
+    LOG_DEBUG,
+} log_level;
+
+void log_set_level(log_level level);
+bool log_enabled(log_level level);
+/* "error", "warn", "info", "debug" -> 0 and *level, else -1. */
+int log_parse_level(const char *name, log_level *level);
+const char *log_level_name(log_level level);
+
+void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_vmsg(log_level level, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
+#endif

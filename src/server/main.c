@@ -1,0 +1,376 @@
+/*
+ * main.c: hf3fs-metad's flags, start-up and shutdown.
+ *
+ * Start-up: parse and validate every flag (a bad value is a message and exit
+ * code 2), create the in-memory store, the api and the HTTP server, print
+ * one line with the effective settings and the address, then wait for
+ * SIGINT or SIGTERM. SIGINT and SIGTERM are blocked before any thread starts
+ * (the server's threads inherit the mask) and taken with sigwait(), so no
+ * code runs in a signal handler. Shutdown stops the HTTP server (closing
+ * every connection), then frees the api and the store: exit code 0 with
+ * nothing leaked.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "core/core.h"
+#include "http/http.h"
+#include "server/log.h"
+#include "store/store.h"
+
+#define EXIT_USAGE 2
+
+typedef struct server_options {
+    const char *host;
+    uint64_t port;
+    uint64_t threads; /* 0: one per CPU */
+    uint64_t max_body_bytes;
+    uint64_t max_header_bytes;
+    uint64_t max_keys;
+    uint64_t max_key_bytes;
+    uint64_t max_ranks;
+    uint64_t max_pages;
+    uint64_t max_connections;
+    uint64_t idle_timeout_s;
+    double reservation_timeout_s;
+    double read_lease_s;
+    bool evict_lru;
+    bool debug_api;
+    const char *persistence_path;
+    double save_interval_s;
+    bool save_interval_given;
+    bool in_memory;
+    log_level log_level;
+} server_options;
+
+static const server_options defaults = {
+    .host = "127.0.0.1",
+    .port = 18000,
+    .threads = 0,
+    .max_body_bytes = 8u << 20,
+    .max_header_bytes = 32u << 10,
+    .max_keys = 65536,
+    .max_key_bytes = 1024,
+    .max_ranks = 1024,
+    .max_pages = CORE_MAX_PAGES_LIMIT,
+    .max_connections = 1024,
+    .idle_timeout_s = 60,
+    .reservation_timeout_s = 600,
+    .read_lease_s = 5,
+    .evict_lru = true,
+    .save_interval_s = 60,
+    .log_level = LOG_INFO,
+};
+
+enum {
+    OPT_HOST = 256, OPT_PORT, OPT_THREADS, OPT_MAX_BODY, OPT_MAX_HEADER, OPT_MAX_KEYS,
+    OPT_MAX_KEY_BYTES, OPT_MAX_RANKS, OPT_MAX_PAGES, OPT_MAX_CONNECTIONS, OPT_IDLE_TIMEOUT,
+    OPT_RESERVATION_TIMEOUT, OPT_READ_LEASE, OPT_EVICTION, OPT_DEBUG_API, OPT_PERSISTENCE_PATH,
+    OPT_SAVE_INTERVAL, OPT_IN_MEMORY, OPT_LOG_LEVEL, OPT_HELP,
+};
+
+static const struct option long_options[] = {
+    {"host", required_argument, NULL, OPT_HOST},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"max-body-bytes", required_argument, NULL, OPT_MAX_BODY},
+    {"max-header-bytes", required_argument, NULL, OPT_MAX_HEADER},
+    {"max-keys", required_argument, NULL, OPT_MAX_KEYS},
+    {"max-key-bytes", required_argument, NULL, OPT_MAX_KEY_BYTES},
+    {"max-ranks", required_argument, NULL, OPT_MAX_RANKS},
+    {"max-pages", required_argument, NULL, OPT_MAX_PAGES},
+    {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
+    {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+    {"reservation-timeout", required_argument, NULL, OPT_RESERVATION_TIMEOUT},
+    {"read-lease", required_argument, NULL, OPT_READ_LEASE},
+    {"eviction", required_argument, NULL, OPT_EVICTION},
+    {"debug-api", no_argument, NULL, OPT_DEBUG_API},
+    {"persistence-path", required_argument, NULL, OPT_PERSISTENCE_PATH},
+    {"save-interval", required_argument, NULL, OPT_SAVE_INTERVAL},
+    {"in-memory", no_argument, NULL, OPT_IN_MEMORY},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "Usage: hf3fs-metad [FLAGS]\n"
+        "KV-cache page metadata server for 3FS: serves the vLLM and SGLang dialects.\n"
+        "\n"
+        "  --host ADDR                 address to listen on (default 127.0.0.1)\n"
+        "  --port N                    TCP port, 0 picks a free one (default 18000)\n"
+        "  --threads N                 HTTP event-loop threads (default: one per CPU)\n"
+        "  --max-connections N         open connections at most (default 1024)\n"
+        "  --idle-timeout SECONDS      close a connection idle this long, 0 never (default 60)\n"
+        "  --max-body-bytes N          largest request body, K/M/G suffixes allowed (default 8M)\n"
+        "  --max-header-bytes N        request line + headers per connection (default 32K)\n"
+        "  --max-keys N                items of any list in one request (default 65536)\n"
+        "  --max-key-bytes N           longest key or namespace (default 1024)\n"
+        "  --max-ranks N               ranks are 0..N-1 (default 1024)\n"
+        "  --max-pages N               largest num_pages of a pool (default %llu)\n"
+        "  --reservation-timeout SECS  reservation lease, decimals allowed (default 600)\n"
+        "  --read-lease SECS           read lease, decimals allowed, 0 none (default 5)\n"
+        "  --eviction lru|none         evict least recently used keys when full (default lru)\n"
+        "  --debug-api                 serve GET /v1/check (walks every pool; for tests)\n"
+        "  --persistence-path PATH     accepted; not used yet (state is in memory only)\n"
+        "  --save-interval SECONDS     accepted; not used yet (default 60)\n"
+        "  --in-memory                 accepted; state is in memory only for now anyway\n"
+        "  --log-level LEVEL           error|warn|info|debug (default info)\n"
+        "  --help                      this text\n",
+        (unsigned long long)CORE_MAX_PAGES_LIMIT);
+}
+
+static void bad_flag(const char *flag, const char *value, const char *expected)
+{
+    fprintf(stderr, "hf3fs-metad: --%s: '%s' is not %s\n", flag, value, expected);
+    fprintf(stderr, "Try 'hf3fs-metad --help'.\n");
+    exit(EXIT_USAGE);
+}
+
+/* A decimal integer in min..max, with an optional K/M/G (binary) suffix. */
+static uint64_t parse_count(const char *flag, const char *value, uint64_t min, uint64_t max,
+                            bool suffixes)
+{
+    char expected[96];
+    snprintf(expected, sizeof expected, "an integer in %" PRIu64 "..%" PRIu64, min, max);
+    if (value[0] < '0' || value[0] > '9')
+        bad_flag(flag, value, expected);
+    errno = 0;
+    char *end;
+    unsigned long long n = strtoull(value, &end, 10);
+    unsigned shift = 0;
+    if (suffixes && *end) {
+        const char *units = "KMG";
+        const char *unit = strchr(units, end[0] & ~0x20);
+        if (unit && end[0] != '\0') {
+            shift = 10 * (unsigned)(unit - units + 1);
+            end++;
+        }
+    }
+    if (errno || *end || n > (max >> shift) || (n << shift) < min)
+        bad_flag(flag, value, expected);
+    return (uint64_t)n << shift;
+}
+
+/* Seconds with decimals, in min..max. */
+static double parse_seconds(const char *flag, const char *value, double min, double max)
+{
+    char expected[96];
+    snprintf(expected, sizeof expected, "a number of seconds in %g..%g", min, max);
+    errno = 0;
+    char *end;
+    double s = strtod(value, &end);
+    if (errno || end == value || *end || !isfinite(s) || s < min || s > max)
+        bad_flag(flag, value, expected);
+    return s;
+}
+
+static void parse_flag(server_options *o, int id, const char *arg)
+{
+    const char *flag = long_options[id - OPT_HOST].name;
+    switch (id) {
+    case OPT_HOST: o->host = arg; break;
+    case OPT_PORT: o->port = parse_count(flag, arg, 0, 65535, false); break;
+    case OPT_THREADS: o->threads = parse_count(flag, arg, 1, 1024, false); break;
+    case OPT_MAX_BODY: o->max_body_bytes = parse_count(flag, arg, 64, 1u << 30, true); break;
+    case OPT_MAX_HEADER: o->max_header_bytes = parse_count(flag, arg, 4096, 16u << 20, true); break;
+    case OPT_MAX_KEYS: o->max_keys = parse_count(flag, arg, 1, 1u << 24, false); break;
+    case OPT_MAX_KEY_BYTES: o->max_key_bytes = parse_count(flag, arg, 1, 1u << 20, true); break;
+    case OPT_MAX_RANKS: o->max_ranks = parse_count(flag, arg, 1, 1u << 24, false); break;
+    case OPT_MAX_PAGES: o->max_pages = parse_count(flag, arg, 1, CORE_MAX_PAGES_LIMIT, false); break;
+    case OPT_MAX_CONNECTIONS: o->max_connections = parse_count(flag, arg, 1, 1000000, false); break;
+    case OPT_IDLE_TIMEOUT: o->idle_timeout_s = parse_count(flag, arg, 0, 86400 * 365, false); break;
+    case OPT_RESERVATION_TIMEOUT:
+        o->reservation_timeout_s = parse_seconds(flag, arg, 0.001, 1e9);
+        break;
+    case OPT_READ_LEASE: o->read_lease_s = parse_seconds(flag, arg, 0, 1e9); break;
+    case OPT_EVICTION:
+        if (strcmp(arg, "lru") != 0 && strcmp(arg, "none") != 0)
+            bad_flag(flag, arg, "lru or none");
+        o->evict_lru = strcmp(arg, "lru") == 0;
+        break;
+    case OPT_DEBUG_API: o->debug_api = true; break;
+    case OPT_PERSISTENCE_PATH: o->persistence_path = arg; break;
+    case OPT_SAVE_INTERVAL:
+        o->save_interval_s = parse_seconds(flag, arg, 0, 1e9);
+        o->save_interval_given = true;
+        break;
+    case OPT_IN_MEMORY: o->in_memory = true; break;
+    case OPT_LOG_LEVEL:
+        if (log_parse_level(arg, &o->log_level) != 0)
+            bad_flag(flag, arg, "error, warn, info or debug");
+        break;
+    default: break;
+    }
+}
+
+static void parse_options(int argc, char **argv, server_options *o)
+{
+    *o = defaults;
+    int id;
+    opterr = 0;
+    while ((id = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+        if (id == OPT_HELP) {
+            usage(stdout);
+            exit(0);
+        }
+        if (id == '?' || id == ':') {
+            const char *what = optopt ? "needs a value" : "is not a flag of hf3fs-metad";
+            fprintf(stderr, "hf3fs-metad: %s %s\n", argv[optind - 1], what);
+            fprintf(stderr, "Try 'hf3fs-metad --help'.\n");
+            exit(EXIT_USAGE);
+        }
+        parse_flag(o, id, optarg);
+    }
+    if (optind < argc) {
+        fprintf(stderr, "hf3fs-metad: unexpected argument '%s'\nTry 'hf3fs-metad --help'.\n",
+                argv[optind]);
+        exit(EXIT_USAGE);
+    }
+    if (o->threads == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (uint64_t)cpus;
+    }
+    /* Every thread needs a share of the connections. */
+    if (o->threads > o->max_connections)
+        o->threads = o->max_connections;
+}
+
+/* ---- start-up ---- */
+
+static uint64_t random_seed(void)
+{
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+        seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+    return seed;
+}
+
+/* Seconds (validated: 0..1e9) to whole milliseconds, rounded; no libm. */
+static int64_t seconds_to_ms(double seconds)
+{
+    return (int64_t)(seconds * 1000.0 + 0.5);
+}
+
+static core_config core_config_from(const server_options *o)
+{
+    return (core_config){
+        .reservation_ms = seconds_to_ms(o->reservation_timeout_s),
+        .read_lease_ms = seconds_to_ms(o->read_lease_s),
+        .evict_lru = o->evict_lru,
+        .max_pages = o->max_pages,
+        .max_ranks = (uint32_t)o->max_ranks,
+        .hash_seed = random_seed(),
+    };
+}
+
+static api_config api_config_from(const server_options *o)
+{
+    return (api_config){
+        .limits = {
+            .max_ranks = (uint32_t)o->max_ranks,
+            .max_pages = o->max_pages,
+            .max_keys = (size_t)o->max_keys,
+            .max_key_bytes = (size_t)o->max_key_bytes,
+            .max_body_bytes = (size_t)o->max_body_bytes,
+        },
+        .debug_api = o->debug_api,
+    };
+}
+
+static http_config http_config_from(const server_options *o)
+{
+    return (http_config){
+        .host = o->host,
+        .port = (uint16_t)o->port,
+        .threads = (unsigned)o->threads,
+        .max_connections = (unsigned)o->max_connections,
+        .idle_timeout_s = (unsigned)o->idle_timeout_s,
+        .max_body_bytes = (size_t)o->max_body_bytes,
+        .max_header_bytes = (size_t)o->max_header_bytes,
+    };
+}
+
+static void log_settings(const server_options *o, uint16_t port)
+{
+    bool v6 = strchr(o->host, ':') != NULL;
+    log_msg(LOG_INFO,
+            "hf3fs-metad listening on http://%s%s%s:%u (threads %" PRIu64 ", max-connections %"
+            PRIu64 ", idle-timeout %" PRIu64 " s, max-body-bytes %" PRIu64 ", max-header-bytes %"
+            PRIu64 ", max-keys %" PRIu64 ", max-key-bytes %" PRIu64 ", max-ranks %" PRIu64
+            ", max-pages %" PRIu64 ", reservation-timeout %g s, read-lease %g s, eviction %s, "
+            "debug-api %s, log-level %s)",
+            v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
+            o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys,
+            o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s,
+            o->read_lease_s, o->evict_lru ? "lru" : "none", o->debug_api ? "on" : "off",
+            log_level_name(o->log_level));
+    if (o->persistence_path || o->save_interval_given)
+        log_msg(LOG_WARN, "state is kept in memory only: --persistence-path%s%s and "
+                "--save-interval are accepted but not used yet; a restart forgets every pool",
+                o->persistence_path ? " " : "", o->persistence_path ? o->persistence_path : "");
+    else
+        log_msg(LOG_INFO, "state is kept in memory only: a restart forgets every pool");
+}
+
+static int wait_for_stop(const sigset_t *stop_signals)
+{
+    int sig = 0;
+    while (sigwait(stop_signals, &sig) != 0)
+        ;
+    return sig;
+}
+
+int main(int argc, char **argv)
+{
+    server_options options;
+    parse_options(argc, argv, &options);
+    log_set_level(options.log_level);
+
+    /* Before any thread exists, so that every thread inherits the mask. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    core_config core = core_config_from(&options);
+    store_t *store = store_mem_new(&core);
+    if (!store) {
+        log_msg(LOG_ERROR, "cannot create the in-memory store");
+        return 1;
+    }
+    api_config api_cfg = api_config_from(&options);
+    api_t *api = api_new(store, &api_cfg);
+    http_config http_cfg = http_config_from(&options);
+    char err[256];
+    http_server *http = http_start(&http_cfg, api, err, sizeof err);
+    if (!http) {
+        log_msg(LOG_ERROR, "%s", err);
+        api_free(api);
+        store->ops->destroy(store);
+        return 1;
+    }
+    log_settings(&options, http_bound_port(http));
+
+    int sig = wait_for_stop(&stop_signals);
+    log_msg(LOG_INFO, "%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_stop(http);
+    api_free(api);
+    store->ops->destroy(store);
+    log_msg(LOG_INFO, "stopped");
+    return 0;
+}
