@@ -1,0 +1,727 @@
+"""harness.py: start hf3fs-metad on a free port and talk to it (stdlib only).
+
+Used by every tests/integration/test_*.py script:
+
+    import harness
+    from harness import Server, expect_json, expect_error
+
+    def test_something_that_must_hold():
+        with Server("--eviction", "none") as srv:
+            c = srv.client()
+            r = c.post("/rank/0/initialize", {"role": "worker", "num_pages": 4})
+            expect_json(r, 200, {"message": "Rank 0 initialized with 4 pages"})
+
+    if __name__ == "__main__":
+        harness.main(globals())
+
+The binary is $HF3FS_METAD_BIN (default build/hf3fs-metad). Each Server runs in
+its own temporary directory (its working directory and --persistence-path), on
+127.0.0.1 and a port found by binding port 0; start-up waits for GET /health to
+answer 200. Leaving the `with` block sends SIGTERM and fails the test unless the
+server exits 0 within a few seconds: a clean shutdown is required, and under
+AddressSanitizer a leak makes the exit status non-zero, so this catches leaks.
+
+Timeouts are multiplied by SLOWDOWN ($HF3FS_TEST_SLOWDOWN, default 3 when the
+binary path contains "asan", else 1).
+"""
+
+import atexit
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+BIN = os.environ.get("HF3FS_METAD_BIN", "build/hf3fs-metad")
+SLOWDOWN = float(os.environ.get("HF3FS_TEST_SLOWDOWN", "3" if "asan" in BIN else "1"))
+STARTUP_TIMEOUT = 5.0 * SLOWDOWN
+SHUTDOWN_TIMEOUT = 5.0 * SLOWDOWN
+REQUEST_TIMEOUT = 10.0 * SLOWDOWN
+
+_live_servers = set()
+_live_lock = threading.Lock()
+
+
+def _kill_leftovers():
+    # Never leave a server running, whatever happened to the test.
+    with _live_lock:
+        procs = list(_live_servers)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+atexit.register(_kill_leftovers)
+
+
+class ServerError(AssertionError):
+    """The server did not start, died, or did not shut down cleanly."""
+
+
+def free_port():
+    """A port that was free a moment ago (bind port 0 and close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(text, limit=4000):
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+class Server:
+    """One hf3fs-metad process. Use as a context manager, or start()/stop()."""
+
+    def __init__(self, *flags, debug_api=True, persistence=True):
+        self.flags = [str(f) for f in flags]
+        self.debug_api = debug_api
+        self.persistence = persistence
+        self.proc = None
+        self.port = None
+        self.workdir = None
+        self._stderr_path = None
+        self._clients = []
+
+    # -- life cycle -------------------------------------------------------
+
+    def start(self):
+        last_error = None
+        for _attempt in range(5):
+            self.workdir = tempfile.mkdtemp(prefix="hf3fs-metad-test-")
+            self.port = free_port()
+            args = [os.path.abspath(BIN), "--host", "127.0.0.1", "--port", str(self.port)]
+            if self.persistence:
+                args += ["--persistence-path", os.path.join(self.workdir, "data")]
+            if self.debug_api:
+                args.append("--debug-api")
+            args += self.flags
+            self.args = args
+            self._stderr_path = os.path.join(self.workdir, "stderr")
+            with open(self._stderr_path, "wb") as err:
+                self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err,
+                                             stderr=subprocess.STDOUT, cwd=self.workdir)
+            with _live_lock:
+                _live_servers.add(self.proc)
+            try:
+                self._wait_healthy()
+                return self
+            except ServerError as e:
+                last_error = e
+                died = self.proc.poll() is not None
+                self._reap()
+                text = str(e).lower()
+                if died and ("address already in use" in text or "eaddrinuse" in text
+                             or "bind" in text):
+                    self._cleanup_dir()
+                    continue  # somebody took the port: try another one
+                self._cleanup_dir()
+                raise
+        raise last_error
+
+    def _wait_healthy(self):
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise ServerError("server exited with status %s during start-up (%s)\n%s"
+                                  % (rc, " ".join(self.args), _tail(self.stderr())))
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1.0)
+                conn.request("GET", "/health")
+                resp = conn.getresponse()
+                resp.read()
+                conn.close()
+                if resp.status == 200:
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError("GET /health did not answer 200 within %.1f s (%s)\n%s"
+                                  % (STARTUP_TIMEOUT, " ".join(self.args),
+                                     _tail(self.stderr())))
+            time.sleep(0.02)
+
+    def stderr(self):
+        try:
+            with open(self._stderr_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except (OSError, TypeError):
+            return ""
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self):
+        """SIGTERM; raise ServerError unless the server exits 0 in time."""
+        if self.proc is None:
+            return
+        for c in self._clients:
+            c.close()
+        self._clients = []
+        proc = self.proc
+        try:
+            if proc.poll() is not None:
+                raise ServerError("server had already exited with status %s before SIGTERM\n%s"
+                                  % (proc.returncode, _tail(self.stderr())))
+            proc.send_signal(signal.SIGTERM)
+            try:
+                rc = proc.wait(timeout=SHUTDOWN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise ServerError("server did not exit within %.1f s of SIGTERM\n%s"
+                                  % (SHUTDOWN_TIMEOUT, _tail(self.stderr())))
+            if rc != 0:
+                raise ServerError("server exited with status %s after SIGTERM (a clean shutdown"
+                                  " exits 0; under ASan a leak also makes it fail)\n%s"
+                                  % (rc, _tail(self.stderr())))
+        finally:
+            self._reap()
+            self._cleanup_dir()
+
+    def _reap(self):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            with _live_lock:
+                _live_servers.discard(self.proc)
+            self.proc = None
+
+    def _cleanup_dir(self):
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.stop()
+        except ServerError as e:
+            if exc is None:
+                raise
+            exc.add_note("and at shutdown: " + str(e))
+        return False
+
+    # -- talking to it ----------------------------------------------------
+
+    def client(self, timeout=None):
+        c = Client(self.port, timeout)
+        self._clients.append(c)
+        return c
+
+    def raw(self, timeout=None):
+        return RawConn(self.port, timeout)
+
+    def check(self):
+        """GET /v1/check must answer 200 {"ok": true} (needs --debug-api)."""
+        c = Client(self.port)
+        try:
+            r = c.get("/v1/check")
+        finally:
+            c.close()
+        body = r.json_or_none()
+        if r.status != 200 or not isinstance(body, dict) or body.get("ok") is not True:
+            raise AssertionError("invariant checker failed: GET /v1/check -> %s %r"
+                                 % (r.status, r.body[:2000]))
+
+    def stats(self):
+        """{(namespace, rank): pool stats dict} from GET /v1/stats."""
+        c = Client(self.port)
+        try:
+            r = c.get("/v1/stats")
+        finally:
+            c.close()
+        expect_status(r, 200)
+        body = r.json()
+        assert isinstance(body, dict) and isinstance(body.get("pools"), list), \
+            "GET /v1/stats: no 'pools' list: %r" % (body,)
+        out = {}
+        for p in body["pools"]:
+            out[(p["namespace"], p["rank"])] = p
+        return out
+
+
+# -- HTTP clients ----------------------------------------------------------
+
+class Response:
+    def __init__(self, method, path, status, headers, body):
+        self.method = method
+        self.path = path
+        self.status = status
+        self.headers = headers  # a list of (name, value)
+        self.body = body
+
+    def header(self, name):
+        name = name.lower()
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise AssertionError("%s %s -> %s: body is not JSON: %r"
+                                 % (self.method, self.path, self.status, self.body[:500]))
+
+    def json_or_none(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+    def __repr__(self):
+        return "%s %s -> %s %r" % (self.method, self.path, self.status, self.body[:500])
+
+
+def encode_body(body):
+    if body is None or isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return json.dumps(body).encode("utf-8")
+
+
+class Client:
+    """A keep-alive HTTP/1.1 client on one connection (http.client)."""
+
+    def __init__(self, port, timeout=None):
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port,
+                                               timeout=timeout or REQUEST_TIMEOUT)
+
+    def request(self, method, path, body=None, headers=None):
+        data = encode_body(body)
+        hdrs = {}
+        if data is not None:
+            hdrs["Content-Type"] = "application/json"
+        hdrs.update(headers or {})
+        self.conn.request(method, path, body=data, headers=hdrs)
+        resp = self.conn.getresponse()
+        payload = resp.read()
+        return Response(method, path, resp.status, resp.getheaders(), payload)
+
+    def post(self, path, body=None, headers=None):
+        return self.request("POST", path, b"" if body is None else body, headers)
+
+    def get(self, path, headers=None):
+        return self.request("GET", path, None, headers)
+
+    def socket(self):
+        return self.conn.sock
+
+    def close(self):
+        self.conn.close()
+
+
+class RawResponse:
+    def __init__(self, version, status, reason, headers, body):
+        self.version = version
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.body = body
+
+    def header(self, name):
+        name = name.lower()
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise AssertionError("status %s: body is not JSON: %r" % (self.status, self.body[:500]))
+
+    def json_or_none(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+    def __repr__(self):
+        return "%s %s %r" % (self.version, self.status, self.body[:500])
+
+
+class RawConn:
+    """A raw TCP connection for what http.client cannot do: pipelining,
+    hand-made chunked bodies, Expect: 100-continue, HTTP/1.0."""
+
+    def __init__(self, port, timeout=None):
+        self.sock = socket.create_connection(("127.0.0.1", port),
+                                             timeout=timeout or REQUEST_TIMEOUT)
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self):
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError("connection closed by the server (buffered: %r)" % self.buf[:200])
+        self.buf += chunk
+
+    def read_until(self, sep, limit=1 << 20):
+        while sep not in self.buf:
+            if len(self.buf) > limit:
+                raise AssertionError("no %r within %d bytes" % (sep, limit))
+            self._fill()
+        i = self.buf.index(sep) + len(sep)
+        out, self.buf = self.buf[:i], self.buf[i:]
+        return out
+
+    def read_exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def read_head(self):
+        """Status line and headers: (version, status, reason, headers)."""
+        head = self.read_until(b"\r\n\r\n").decode("latin-1")
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ", 2)
+        version, status = parts[0], int(parts[1])
+        reason = parts[2] if len(parts) > 2 else ""
+        headers = []
+        for line in lines[1:]:
+            if line:
+                k, _, v = line.partition(":")
+                headers.append((k.strip(), v.strip()))
+        return version, status, reason, headers
+
+    def read_response(self, head_request=False):
+        """One response; an interim 1xx is returned as is (without body)."""
+        version, status, reason, headers = self.read_head()
+        hdr = {k.lower(): v for k, v in headers}
+        if 100 <= status < 200 or status in (204, 304) or head_request:
+            body = b""
+        elif "chunked" in hdr.get("transfer-encoding", "").lower():
+            body = b""
+            while True:
+                size_line = self.read_until(b"\r\n")
+                size = int(size_line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    # trailers until the empty line
+                    while self.read_until(b"\r\n") != b"\r\n":
+                        pass
+                    break
+                body += self.read_exact(size)
+                self.read_exact(2)
+        elif "content-length" in hdr:
+            body = self.read_exact(int(hdr["content-length"]))
+        else:
+            body = self.read_to_close()
+        return RawResponse(version, status, reason, headers, body)
+
+    def read_to_close(self, timeout=None):
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            self.buf += chunk
+        out, self.buf = self.buf, b""
+        return out
+
+    def closed_by_peer(self, timeout):
+        """True if the server closes the connection within timeout seconds
+        (any bytes it sends first are kept in the buffer)."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buf += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def raw_request(method, path, body=b"", headers=None, version="HTTP/1.1", content_length=True):
+    """Bytes of one request; adds Host and (unless told not to) Content-Length."""
+    body = encode_body(body) or b""
+    lines = ["%s %s %s" % (method, path, version), "Host: 127.0.0.1"]
+    for k, v in (headers or {}).items():
+        lines.append("%s: %s" % (k, v))
+    if content_length and not any(k.lower() in ("content-length", "transfer-encoding")
+                                  for k in (headers or {})):
+        lines.append("Content-Length: %d" % len(body))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def chunked(body, sizes):
+    """body in chunked transfer encoding, cut into pieces of the given sizes
+    (the last size is repeated)."""
+    body = encode_body(body)
+    out = b""
+    i = 0
+    k = 0
+    while i < len(body):
+        n = sizes[min(k, len(sizes) - 1)]
+        piece = body[i:i + n]
+        out += b"%x\r\n" % len(piece) + piece + b"\r\n"
+        i += n
+        k += 1
+    return out + b"0\r\n\r\n"
+
+
+# -- assertions ------------------------------------------------------------
+
+def fail(msg):
+    raise AssertionError(msg)
+
+
+def expect_status(resp, status):
+    ok = resp.status in status if isinstance(status, (set, tuple, list)) else resp.status == status
+    if not ok:
+        raise AssertionError("expected status %s, got %r" % (status, resp))
+
+
+def expect_json(resp, status, body=None):
+    """Status, Content-Type application/json, and (if given) the exact body."""
+    expect_status(resp, status)
+    ctype = resp.header("Content-Type") or ""
+    if not ctype.lower().startswith("application/json"):
+        raise AssertionError("expected Content-Type application/json, got %r on %r"
+                             % (ctype, resp))
+    got = resp.json()
+    if body is not None and got != body:
+        raise AssertionError("expected body %r, got %r" % (body, resp))
+    return got
+
+
+def expect_no_body(resp, status=204):
+    expect_status(resp, status)
+    if resp.body not in (b"",):
+        raise AssertionError("expected no body, got %r" % (resp,))
+
+
+def expect_error(resp, status, detail=None):
+    """An error answer: status (or one of a set), a JSON object with a
+    non-empty string detail, exactly `detail` if given."""
+    expect_status(resp, status)
+    got = resp.json_or_none()
+    if not isinstance(got, dict):
+        raise AssertionError("error answer is not a JSON object: %r" % (resp,))
+    d = got.get("detail")
+    if not isinstance(d, str) or not d:
+        raise AssertionError("error answer has no non-empty string detail: %r" % (resp,))
+    if detail is not None and d != detail:
+        raise AssertionError("expected detail %r, got %r (%r)" % (detail, d, resp))
+    return got
+
+
+def expect_eq(got, want, what=""):
+    if got != want:
+        raise AssertionError("%s: expected %r, got %r" % (what or "value", want, got))
+
+
+def expect_true(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def wait_for(predicate, timeout, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.1f s waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+# -- the two dialects, answers checked for shape -----------------------------
+
+def _ns_body(body, ns):
+    if ns is not None:
+        body = dict(body, namespace=ns)
+    return body
+
+
+def v_init(c, rank, num_pages, role="worker"):
+    r = c.post("/rank/%d/initialize" % rank, {"role": role, "num_pages": num_pages})
+    expect_json(r, 200, {"message": "Rank %d initialized with %d pages" % (rank, num_pages)})
+
+
+def v_alloc(c, rank, keys):
+    """vLLM batch_allocate; keys are strings or [key, prefix] pairs. Returns
+    the pages (one per key, -1 = none) after checking the answer's shape."""
+    r = c.post("/keys/batch_allocate", {"rank": rank, "keys": keys})
+    body = expect_json(r, 200)
+    names = [k if isinstance(k, str) else k[0] for k in keys]
+    expect_eq(body.get("rank"), rank, "batch_allocate rank echo")
+    results = body.get("results")
+    expect_true(isinstance(results, list) and len(results) == len(keys),
+                "batch_allocate results: one per key expected: %r" % (body,))
+    pages = []
+    for name, item in zip(names, results):
+        expect_true(isinstance(item, list) and len(item) == 2 and item[0] == name
+                    and type(item[1]) is int,
+                    "batch_allocate result item should be [%r, page]: %r" % (name, item))
+        pages.append(item[1])
+    return pages
+
+
+def v_confirm(c, rank, confirmations, release=None):
+    body = {"rank": rank, "confirmations": [list(x) for x in confirmations]}
+    if release is not None:
+        body["pages_to_release"] = list(release)
+    expect_no_body(c.post("/keys/confirm_write", body), 204)
+
+
+def v_exists(c, keys):
+    body = expect_json(c.post("/keys/batch_exists", {"keys": keys}), 200)
+    got = body.get("exists")
+    expect_true(isinstance(got, list) and len(got) == len(keys)
+                and all(type(x) is bool for x in got),
+                "batch_exists: one bool per key expected: %r" % (body,))
+    return got
+
+
+def v_locations(c, rank, keys):
+    body = expect_json(c.post("/keys/get_locations", {"rank": rank, "keys": keys}), 200)
+    got = body.get("locations")
+    expect_true(isinstance(got, list) and len(got) == len(keys)
+                and all(x is None or type(x) is int for x in got),
+                "get_locations: one page or null per key expected: %r" % (body,))
+    return got
+
+
+def s_init(c, rank, num_pages, ns=None):
+    r = c.post("/%d/initialize" % rank, _ns_body({"num_pages": num_pages}, ns))
+    expect_no_body(r, 204)
+
+
+def s_alloc(c, rank, keys, ns=None):
+    """SGLang reserve_and_allocate_page_indices; returns [(existed, page)]."""
+    pairs = [[k, ""] if isinstance(k, str) else k for k in keys]
+    r = c.post("/%d/reserve_and_allocate_page_indices" % rank, _ns_body({"keys": pairs}, ns))
+    body = expect_json(r, 200)
+    got = body.get("indices")
+    expect_true(isinstance(got, list) and len(got) == len(keys),
+                "reserve_and_allocate_page_indices: one entry per key expected: %r" % (body,))
+    out = []
+    for item in got:
+        expect_true(isinstance(item, list) and len(item) == 2 and type(item[0]) is bool
+                    and type(item[1]) is int,
+                    "reserve_and_allocate_page_indices item should be [bool, page]: %r" % (item,))
+        out.append((item[0], item[1]))
+    return out
+
+
+def s_confirm(c, rank, confirmations=None, release=None, ns=None):
+    body = {}
+    if confirmations is not None:
+        body["written_keys_to_confirm"] = [list(x) for x in confirmations]
+    if release is not None:
+        body["pages_to_release"] = list(release)
+    expect_no_body(c.post("/%d/confirm_write" % rank, _ns_body(body, ns)), 204)
+
+
+def s_exists(c, rank, keys, ns=None):
+    body = expect_json(c.post("/%d/exists" % rank, _ns_body({"keys": keys}, ns)), 200)
+    got = body.get("exists")
+    expect_true(isinstance(got, list) and len(got) == len(keys)
+                and all(type(x) is bool for x in got),
+                "exists: one bool per key expected: %r" % (body,))
+    return got
+
+
+def s_pages(c, rank, keys, ns=None):
+    """SGLang get_page_indices: page or None per key."""
+    body = expect_json(c.post("/%d/get_page_indices" % rank, _ns_body({"keys": keys}, ns)), 200)
+    got = body.get("indices")
+    expect_true(isinstance(got, list) and len(got) == len(keys)
+                and all(x is None or type(x) is int for x in got),
+                "get_page_indices: one page or null per key expected: %r" % (body,))
+    return got
+
+
+def s_delete(c, rank, keys, ns=None):
+    expect_no_body(c.post("/%d/delete_keys" % rank, _ns_body({"keys": keys}, ns)), 204)
+
+
+def s_clear(c, rank, ns=None):
+    expect_no_body(c.post("/%d/clear" % rank, _ns_body({}, ns)), 204)
+
+
+def pool_states(stats, ns, rank):
+    """(num_pages, free, reserved, owned, draining, keys) of one pool."""
+    p = stats[(ns, rank)]
+    return tuple(p[f] for f in ("num_pages", "free", "reserved", "owned", "draining", "keys"))
+
+
+# -- runner ----------------------------------------------------------------
+
+def main(namespace):
+    """Run every test_* function of the module in definition order (or only
+    those whose names contain one of argv[1:]); print PASS/FAIL per test and
+    "N passed, N failed"; exit 0 only if all passed."""
+    wanted = sys.argv[1:]
+    tests = [(name, fn) for name, fn in namespace.items()
+             if name.startswith("test_") and callable(fn)
+             and (not wanted or any(w in name for w in wanted))]
+    if not os.path.exists(BIN):
+        print("FAIL setup: server binary %s does not exist (set HF3FS_METAD_BIN)" % BIN)
+        print("0 passed, %d failed" % max(1, len(tests)))
+        sys.exit(1)
+    passed = failed = 0
+    t_all = time.monotonic()
+    for name, fn in tests:
+        t0 = time.monotonic()
+        try:
+            fn()
+        except BaseException as e:  # noqa: B902 - a test must never stop the run
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            failed += 1
+            lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+            first = " | ".join(lines[:2]) or type(e).__name__
+            print("FAIL %s (%.2fs): %s: %s" % (name, time.monotonic() - t0,
+                                               type(e).__name__, first[:400]), flush=True)
+            sys.stderr.write("---- %s\n" % name)
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+        else:
+            passed += 1
+            print("PASS %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
+    _kill_leftovers()
+    print("# %s: %.1f s" % (os.path.basename(sys.argv[0]), time.monotonic() - t_all))
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(0 if failed == 0 and passed > 0 else 1)

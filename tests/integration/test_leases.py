@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""Leases (PROTOCOL.md "Leases"): reservations expire and late confirmations
+are refused; read leases protect present keys from eviction and their pages
+from reuse; a delete during a read lease drains the page, then frees it.
+
+Servers run with --reservation-timeout 0.3 --read-lease 0.3; the tests wait
+LEASE_WAIT (well past both) for a lease to end."""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
+from harness import (Server, expect_eq, expect_true, pool_states, s_alloc,  # noqa: E402
+                     s_clear, s_confirm, s_delete, s_exists, s_init, s_pages, v_alloc,
+                     v_confirm, v_exists, v_init, v_locations)
+
+LEASE = 0.3
+LEASE_WAIT = LEASE + 0.25 * harness.SLOWDOWN
+SHORT = ("--reservation-timeout", str(LEASE), "--read-lease", str(LEASE))
+
+
+def lease_server(*extra):
+    return Server(*(SHORT + extra))
+
+
+def pool(srv, rank=0, ns="kv"):
+    return srv.stats()[(ns, rank)]
+
+
+def test_expired_reservation_frees_its_page_and_late_confirm_is_refused():
+    with lease_server("--eviction", "none") as srv:
+        c = srv.client()
+        v_init(c, 0, 2)
+        pa = v_alloc(c, 0, ["a"])[0]
+        expect_true(pa >= 0, "allocation")
+        time.sleep(LEASE_WAIT)
+        v_confirm(c, 0, [("a", pa)])
+        expect_eq(v_locations(c, 0, ["a"]), [None], "late confirmation must not own")
+        expect_eq(v_exists(c, ["a"]), [False], "exists after late confirmation")
+        st = pool(srv)
+        expect_eq(st["refused_confirmations"]["not_reserved"], 1, "refused not_reserved")
+        expect_true(st["expired_reservations"] >= 1, "expired_reservations: %r" % st)
+        expect_eq((st["free"], st["reserved"], st["owned"]), (2, 0, 0),
+                  "(free, reserved, owned) after expiry")
+
+
+def test_expired_reservation_page_is_reused_and_late_confirm_cannot_take_it():
+    with lease_server("--eviction", "none") as srv:
+        c = srv.client()
+        s_init(c, 0, 1)
+        p = s_alloc(c, 0, ["a"])[0][1]
+        expect_eq(p, 0, "the only page")
+        expect_eq(s_alloc(c, 0, ["b"]), [(False, -1)], "reserved pages are not reused")
+        time.sleep(LEASE_WAIT)
+        expect_eq(s_alloc(c, 0, ["b"]), [(False, 0)], "the expired page goes to b")
+        s_confirm(c, 0, [("a", 0)])                   # late: page now reserved for b
+        expect_eq(s_pages(c, 0, ["a", "b"]), [None, None], "nobody owns page 0 yet")
+        st = pool(srv)
+        expect_eq(st["refused_confirmations"]["other_key"], 1, "refused other_key")
+        s_confirm(c, 0, [("b", 0)])
+        expect_eq(s_pages(c, 0, ["a", "b"]), [None, 0], "b's confirmation is accepted")
+        srv.check()
+
+
+def test_reservation_confirmed_within_timeout_is_kept_and_owned_keys_never_expire():
+    with lease_server() as srv:
+        c = srv.client()
+        s_init(c, 0, 4)
+        p = s_alloc(c, 0, ["a"])[0][1]
+        time.sleep(LEASE * 0.2)
+        s_confirm(c, 0, [("a", p)])
+        time.sleep(LEASE_WAIT)
+        expect_eq(s_pages(c, 0, ["a"]), [p], "owned key after the reservation timeout")
+        st = pool(srv)
+        expect_eq((st["owned"], st["expired_reservations"]), (1, 0),
+                  "(owned, expired_reservations)")
+
+
+def _read_lease_blocks_eviction(lookup):
+    """Pool of 1 page with lru: A owned and just looked up with `lookup`;
+    allocating B gets -1 while the lease lasts, then B evicts A."""
+    with lease_server("--eviction", "lru") as srv:
+        c = srv.client()
+        v_init(c, 0, 1)
+        pa = v_alloc(c, 0, ["A"])[0]
+        v_confirm(c, 0, [("A", pa)])
+        lookup(c)
+        expect_eq(v_alloc(c, 0, ["B"]), [-1], "A is read-leased: B must not evict it")
+        expect_eq(s_alloc(c, 0, ["B"]), [(False, -1)], "also not for partial allocation")
+        expect_eq(pool(srv)["evictions"], 0, "evictions during the lease")
+        time.sleep(LEASE_WAIT)
+        expect_eq(v_alloc(c, 0, ["B"]), [pa], "after the lease B evicts A")
+        expect_eq(pool(srv)["evictions"], 1, "evictions")
+        v_confirm(c, 0, [("B", pa)])
+        expect_eq(s_pages(c, 0, ["A", "B"]), [None, pa], "A evicted, B owns the page")
+        srv.check()
+
+
+def test_read_lease_from_batch_exists_protects_from_eviction():
+    _read_lease_blocks_eviction(lambda c: expect_eq(v_exists(c, ["A"]), [True], "exists"))
+
+
+def test_read_lease_from_get_locations_protects_from_eviction():
+    _read_lease_blocks_eviction(
+        lambda c: expect_true(v_locations(c, 0, ["A"])[0] is not None, "location"))
+
+
+def test_read_lease_from_sglang_exists_protects_from_eviction():
+    _read_lease_blocks_eviction(lambda c: expect_eq(s_exists(c, 0, ["A"]), [True], "exists"))
+
+
+def test_read_lease_from_get_page_indices_protects_from_eviction():
+    _read_lease_blocks_eviction(
+        lambda c: expect_true(s_pages(c, 0, ["A"])[0] is not None, "page index"))
+
+
+def test_unleased_owned_key_is_evicted_when_pool_is_full():
+    with lease_server("--eviction", "lru") as srv:
+        c = srv.client()
+        s_init(c, 0, 1)
+        p = s_alloc(c, 0, ["A"])[0][1]
+        s_confirm(c, 0, [("A", p)])
+        expect_eq(s_alloc(c, 0, ["B"]), [(False, p)], "B evicts A: writes give no read lease")
+
+
+def test_batch_exists_leases_the_key_in_every_rank():
+    with lease_server("--eviction", "lru") as srv:
+        c = srv.client()
+        v_init(c, 0, 1)
+        v_init(c, 1, 1)
+        for rank in (0, 1):
+            p = v_alloc(c, rank, ["A"])[0]
+            v_confirm(c, rank, [("A", p)])
+        expect_eq(v_exists(c, ["A"]), [True], "A complete")
+        expect_eq(v_alloc(c, 1, ["B"]), [-1], "rank 1 copy of A is leased too")
+        expect_eq(v_alloc(c, 0, ["B"]), [-1], "rank 0 copy of A is leased")
+
+
+def test_delete_during_read_lease_drains_the_page_then_frees_it():
+    with lease_server("--eviction", "lru") as srv:
+        c = srv.client()
+        s_init(c, 0, 1)
+        p = s_alloc(c, 0, ["A"])[0][1]
+        s_confirm(c, 0, [("A", p)])
+        expect_eq(s_exists(c, 0, ["A"]), [True], "exists")    # read lease
+        s_delete(c, 0, ["A"])
+        expect_eq(s_exists(c, 0, ["A"]), [False], "deleted key is gone at once")
+        expect_eq(pool_states(srv.stats(), "kv", 0), (1, 0, 0, 0, 1, 0),
+                  "(num_pages, free, reserved, owned, draining, keys) while draining")
+        expect_eq(s_alloc(c, 0, ["B"]), [(False, -1)], "a draining page is not reused")
+        srv.check()
+        time.sleep(LEASE_WAIT)
+        expect_eq(s_alloc(c, 0, ["B"]), [(False, p)], "the drained page is free again")
+        st = srv.stats()
+        expect_eq(pool_states(st, "kv", 0), (1, 0, 1, 0, 0, 0), "after the lease")
+        srv.check()
+
+
+def test_clear_during_read_lease_drains_the_leased_pages():
+    with lease_server("--eviction", "lru") as srv:
+        c = srv.client()
+        s_init(c, 0, 2)
+        got = s_alloc(c, 0, ["A", "B"])
+        s_confirm(c, 0, [("A", got[0][1]), ("B", got[1][1])])
+        expect_eq(s_pages(c, 0, ["A"]), [got[0][1]], "lease A only")
+        s_clear(c, 0)
+        expect_eq(pool_states(srv.stats(), "kv", 0), (2, 1, 0, 0, 1, 0),
+                  "B's page free, A's page draining")
+        expect_eq(s_alloc(c, 0, ["C", "D"]), [(False, got[1][1]), (False, -1)],
+                  "only the unleased page is handed out")
+        time.sleep(LEASE_WAIT)
+        expect_eq(s_alloc(c, 0, ["D"]), [(False, got[0][1])], "the drained page")
+        srv.check()
+
+
+def test_missing_keys_get_no_lease_and_do_not_block_allocation():
+    with lease_server("--eviction", "none") as srv:
+        c = srv.client()
+        s_init(c, 0, 1)
+        expect_eq(s_exists(c, 0, ["X"]), [False], "missing")
+        expect_eq(s_pages(c, 0, ["X"]), [None], "missing")
+        expect_eq(s_alloc(c, 0, ["X"]), [(False, 0)], "the free page")
+
+
+if __name__ == "__main__":
+    harness.main(globals())
