@@ -13,7 +13,7 @@ BUILD    ?= build
 WARN     := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
             -Wmissing-prototypes -Wformat=2 -Wvla -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread
 LDLIBS   := -lmicrohttpd -lyajl -pthread
 
 # Debian packages the build and the tests need (checked by `make deps`).

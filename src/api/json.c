@@ -178,12 +178,65 @@ static int on_double(void *ctx, double value)
     return push(ctx, (json_node){.type = JSON_DOUBLE, .u.d = value});
 }
 
+/*
+ * Strict UTF-8 (RFC 3629): yajl checks only the shape of multi-byte
+ * sequences, so overlong forms, surrogates and code points above U+10FFFF
+ * would pass. A key that is not valid UTF-8 could not be echoed back
+ * unchanged, so it is refused like any other malformed JSON.
+ */
+static int utf8_valid(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i + 8 <= len) { /* ASCII fast path */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ull)
+                break;
+            i += 8;
+        }
+        if (i >= len)
+            break;
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf) {
+            n = 1;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            n = 2;
+            lo = c == 0xe0 ? 0xa0 : 0x80;
+            hi = c == 0xed ? 0x9f : 0xbf;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            n = 3;
+            lo = c == 0xf0 ? 0x90 : 0x80;
+            hi = c == 0xf4 ? 0x8f : 0xbf;
+        } else {
+            return 0;
+        }
+        if (n >= len - i)
+            return 0; /* truncated sequence */
+        if (s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (size_t k = 2; k <= n; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xbf)
+                return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
 /* yajl's pointer is only valid during the callback: copy into the arena. */
 static int on_string(void *ctx, const unsigned char *text, size_t len)
 {
     json_doc *doc = ctx;
     if (len > UINT32_MAX)
         return cancel(doc, "string too long");
+    if (!utf8_valid(text, len))
+        return cancel(doc, "string is not valid UTF-8");
     char *copy = arena_alloc(doc, len + 1, 1);
     if (len)
         memcpy(copy, text, len);

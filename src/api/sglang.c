@@ -14,12 +14,8 @@
  *   POST /{rank}/get_page_indices {"keys"}                           200 {"indices"}
  *
  * num_pages 0. The contract allows it and the stock server then creates a
- * pool without pages (every allocation answers -1). core_pool_init refuses
- * 0, so: the store is asked anyway (should an engine accept empty pools,
- * they work as in the stock server); if it refuses with STORE_EINVAL the
- * answer is still 204, nothing is created, and a warning is logged. The
- * pool then stays uninitialized: later calls answer the usual 404, which
- * says what happened more clearly than a pool that never has room.
+ * pool without pages: so do we (every allocation answers -1). A warning is
+ * logged, since it is almost always a configuration mistake.
  */
 #include <inttypes.h>
 
@@ -84,12 +80,9 @@ static void initialize(api__req *req)
     bool created = false;
     uint64_t existing = 0;
     int err = req->store->ops->init_pool(req->store, ns, req->rank, num_pages, &created, &existing);
-    if (err == STORE_EINVAL && num_pages == 0) {
-        log_msg(LOG_WARN, "rank %u namespace '%.*s': initialize with 0 pages creates no pool",
+    if (err == STORE_OK && created && num_pages == 0)
+        log_msg(LOG_WARN, "rank %u namespace '%.*s' initialized with 0 pages: it can store nothing",
                 (unsigned)req->rank, (int)ns.len, ns.ptr);
-        api__no_content(req);
-        return;
-    }
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;

@@ -530,7 +530,7 @@ core_pool_t *core_pool_find(core_t *core, hf_slice name, uint32_t rank)
 int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_pages,
                    uint64_t *existing_pages)
 {
-    if (num_pages == 0 || num_pages > core->config.max_pages || rank >= core->config.max_ranks)
+    if (num_pages > core->config.max_pages || rank >= core->config.max_ranks)
         return CORE_EINVAL;
     core_pool_t *pool = core_pool_find(core, name, rank);
     if (pool) {

@@ -90,8 +90,9 @@ const core_config *core_get_config(const core_t *core);
  * Create the pool (ns, rank) with num_pages pages, or keep the existing one.
  * Idempotent: an existing pool keeps its state and size; *existing_pages (if
  * not NULL) receives its size so the caller can warn about a mismatch.
- * Returns 1 if created, 0 if it existed, CORE_EINVAL if num_pages is 0 or
- * above max_pages or rank >= max_ranks.
+ * Returns 1 if created, 0 if it existed, CORE_EINVAL if num_pages is above
+ * max_pages or rank >= max_ranks. A pool of 0 pages (the SGLang dialect
+ * allows it) exists but never has a page to give.
  */
 int core_pool_init(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pages,
                    uint64_t *existing_pages);

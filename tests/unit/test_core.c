@@ -102,17 +102,27 @@ TEST(pool_init_is_idempotent_and_keeps_state_and_size)
     CHECK_EQ(lookup1(pool, "a", 1), page);
 }
 
-TEST(pool_init_rejects_zero_pages_too_many_pages_and_rank_out_of_range)
+TEST(pool_init_rejects_too_many_pages_and_rank_out_of_range)
 {
     core_config cfg = test_config();
     cfg.max_pages = 1000;
     cfg.max_ranks = 4;
     setup(cfg);
-    CHECK_EQ(core_pool_init(core, KV, 0, 0, NULL), CORE_EINVAL);
     CHECK_EQ(core_pool_init(core, KV, 0, 1001, NULL), CORE_EINVAL);
     CHECK_EQ(core_pool_init(core, KV, 4, 10, NULL), CORE_EINVAL);
     CHECK(core_pool_find(core, KV, 0) == NULL);
     CHECK_EQ(core_pool_init(core, KV, 3, 1000, NULL), 1);
+    CK();
+}
+
+TEST(pool_of_zero_pages_exists_and_never_gives_a_page)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 0);
+    CHECK(pool != NULL);
+    CHECK_EQ(alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0), -1);
+    CHECK_EQ(alloc1(pool, "a", CORE_ALLOC_ALL_OR_NOTHING, 0), -1);
+    CHECK_EQ(confirm1(pool, "a", 0, 0), 1);
     CK();
 }
 
@@ -638,7 +648,8 @@ TEST(key_index_survives_growth_and_many_deletions)
 int main(void)
 {
     RUN(pool_init_is_idempotent_and_keeps_state_and_size);
-    RUN(pool_init_rejects_zero_pages_too_many_pages_and_rank_out_of_range);
+    RUN(pool_init_rejects_too_many_pages_and_rank_out_of_range);
+    RUN(pool_of_zero_pages_exists_and_never_gives_a_page);
     RUN(pool_of_a_billion_pages_is_created_without_per_page_work);
     RUN(allocate_new_key_reserves_a_free_page_until_confirmed);
     RUN(allocate_owned_key_is_a_hit_that_returns_its_page);
