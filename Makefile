@@ -30,9 +30,11 @@ UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 all: $(BUILD)/hf3fs-metad
 
-$(BUILD)/obj/%.o: %.c $(wildcard src/*/*.h include/*.h)
+$(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(LIB_OBJ:.o=.d) $(BUILD)/obj/$(SERVER_MAIN:.c=.d)
 
 $(BUILD)/libhfmetad.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)

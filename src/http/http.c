@@ -204,6 +204,9 @@ static enum MHD_Result request_started(http_server *server, struct MHD_Connectio
     return MHD_YES;
 }
 
+/* Body bytes read and dropped past the limit before the connection is cut. */
+#define DROP_LIMIT (64u * 1024 * 1024)
+
 static enum MHD_Result take_upload(http_conn *conn, const char *data, size_t size)
 {
     size_t max = conn->server->config.max_body_bytes;
@@ -217,9 +220,12 @@ static enum MHD_Result take_upload(http_conn *conn, const char *data, size_t siz
         conn->body_len = 0;
     }
     conn->dropped += size;
-    if (conn->dropped / 2 > max) {
-        /* An endless upload: stop reading it; the connection is cut. */
-        log_msg(LOG_DEBUG, "dropping a connection that sent over %zu body bytes", 2 * max);
+    if (conn->dropped - max > DROP_LIMIT) {
+        /* An endless upload: stop reading it; the connection is cut. Below
+         * this, the rest of a chunked body is read and dropped so that the
+         * client gets its 413 (MHD cannot answer in the middle of a body). */
+        log_msg(LOG_DEBUG, "dropping a connection that sent over %zu body bytes",
+                max + (size_t)DROP_LIMIT);
         return MHD_NO;
     }
     return MHD_YES;
