@@ -288,6 +288,78 @@ def test_concurrent_clients_of_both_dialects_never_break_page_ownership():
                          % (rec.requests, rec.statuses, evictions, rec.checks))
 
 
+def test_concurrent_clear_and_reinitialize_never_crash_or_corrupt():
+    # /clear forgets every pool while other threads are using them; requests
+    # that arrive in between get 404 (not initialized), never a 5xx or a crash
+    with Server("--eviction", "lru", "--read-lease", "0.1", "--threads", "4") as srv:
+        c = srv.client()
+        for rank, n in KV_PAGES.items():
+            v_init(c, rank, n)
+        rec = Recorder()
+        stop = threading.Event()
+        allowed = {200, 204, 404}
+
+        def worker(seed):
+            rnd = random.Random(seed)
+            cl = harness.Client(srv.port)
+            try:
+                while not stop.is_set():
+                    rank = rnd.choice([0, 1])
+                    keys = rnd.sample(KEYS, 3)
+                    for path, body in (
+                            ("/keys/batch_allocate", {"rank": rank, "keys": keys}),
+                            ("/keys/confirm_write", {"rank": rank,
+                                                     "confirmations": [[keys[0], rnd.randrange(12)]],
+                                                     "pages_to_release": [rnd.randrange(12)]}),
+                            ("/keys/batch_exists", {"keys": keys}),
+                            ("/keys/get_locations", {"rank": rank, "keys": keys}),
+                            ("/%d/delete_keys" % rank, {"keys": keys[:1]}),
+                            ("/%d/get_page_indices" % rank, {"keys": keys})):
+                        r = cl.post(path, body)
+                        rec.count(r.status)
+                        if r.status not in allowed:
+                            rec.error("%s -> %d %r" % (path, r.status, r.body[:200]))
+            except Exception as e:  # noqa: BLE001
+                rec.error("worker: no answer: %s: %s" % (type(e).__name__, e))
+            finally:
+                cl.close()
+
+        def clearer():
+            cl = harness.Client(srv.port)
+            try:
+                while not stop.is_set():
+                    for path, body in (("/clear", None),
+                                       ("/rank/0/initialize", {"role": "worker", "num_pages": 12}),
+                                       ("/rank/1/initialize", {"role": "worker", "num_pages": 12})):
+                        r = cl.post(path, body)
+                        rec.count(r.status)
+                        if r.status not in (200, 204):
+                            rec.error("%s -> %d %r" % (path, r.status, r.body[:200]))
+                    for path in ("/v1/stats", "/metrics", "/v1/check"):
+                        r = cl.get(path)
+                        if r.status != 200:
+                            rec.error("GET %s -> %d %r" % (path, r.status, r.body[:300]))
+                    time.sleep(0.01)
+            except Exception as e:  # noqa: BLE001
+                rec.error("clearer: no answer: %s: %s" % (type(e).__name__, e))
+            finally:
+                cl.close()
+        threads = [threading.Thread(target=worker, args=(300 + i,)) for i in range(6)]
+        threads.append(threading.Thread(target=clearer))
+        for t in threads:
+            t.start()
+        time.sleep(DURATION * 0.6)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30 * harness.SLOWDOWN)
+            expect_true(not t.is_alive(), "a client thread hung")
+        expect_true(not rec.errors, "%d problems (%d requests):\n  %s"
+                    % (len(rec.errors), rec.requests, "\n  ".join(rec.errors[:20])))
+        expect_true(rec.statuses.get(404, 0) > 0 and rec.statuses.get(200, 0) > 0,
+                    "the run should see both served and cleared pools: %r" % rec.statuses)
+        srv.check()
+
+
 def test_concurrent_allocations_of_the_same_key_end_with_one_owned_page():
     with Server("--eviction", "none") as srv:
         c = srv.client()

@@ -467,6 +467,33 @@ def test_client_disconnecting_mid_request_changes_nothing():
         expect_eq(s_pages(c, 0, ["a", "b", "c"]), [got[0][1], None, None], "indices")
 
 
+def test_sigterm_with_open_and_half_sent_requests_exits_cleanly():
+    srv = Server()
+    srv.start()
+    conns = []
+    try:
+        c = srv.client()
+        s_init(c, 0, 4)
+        for i in range(4):
+            raw = srv.raw()
+            raw.send(raw_request("GET", "/health"))
+            raw.read_response()
+            conns.append(raw)                         # idle keep-alive
+        half = srv.raw()
+        half.send(raw_request("POST", "/0/exists", {"keys": ["a"] * 50})[:-20])
+        conns.append(half)                            # a body still on its way
+        head = srv.raw()
+        head.send(b"POST /0/exists HTTP/1.1\r\nHost: x\r\n")
+        conns.append(head)                            # headers still on their way
+        time.sleep(0.1)
+    finally:
+        try:
+            srv.stop()                                # exit 0 within the timeout, or fail
+        finally:
+            for conn in conns:
+                conn.close()
+
+
 def test_stats_reports_every_pool_with_its_counters():
     with Server() as srv:
         c = srv.client()
