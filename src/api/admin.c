@@ -236,7 +236,7 @@ static const pool_metric pool_metrics[] = {
     POOL_METRIC("hf3fs_metad_pool_expired_reservations_total", "counter", expired_reservations,
                 "Reservations whose lease ran out."),
     POOL_METRIC("hf3fs_metad_pool_duplicate_confirmations_total", "counter",
-                duplicate_confirmations, "Confirmations of a page the key already owned."),
+                duplicate_confirmations, "Confirmed reservations freed because the key already owned another page."),
 };
 
 static void put_pool_metric(json_buf *out, const pool_metric *m, const pool_figures *pools)
