@@ -32,6 +32,41 @@ const char *store_strerror(int err);
 
 typedef struct store store_t;
 
+/*
+ * The figures of an engine's log and snapshots, for /metrics. Sync latency
+ * is a histogram: sync_buckets[i] counts the syncs that took at most
+ * store_sync_bounds_us[i] microseconds and more than the bound before it
+ * (not cumulative); the last bucket is everything slower.
+ */
+#define STORE_SYNC_BUCKETS 13
+static const uint64_t store_sync_bounds_us[STORE_SYNC_BUCKETS - 1] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 100000, 250000, 1000000,
+};
+
+/* The bucket of a sync that took `us` microseconds. */
+static inline unsigned store_sync_bucket(uint64_t us)
+{
+    unsigned i = 0;
+    while (i < STORE_SYNC_BUCKETS - 1 && us > store_sync_bounds_us[i])
+        i++;
+    return i;
+}
+
+typedef struct store_persistence {
+    uint64_t log_bytes;         /* bytes of log records produced (the LSN) */
+    uint64_t log_written_bytes; /* ... of which written to the log files */
+    uint64_t log_synced_bytes;  /* ... of which synced (durable) */
+    uint64_t records;           /* log records produced by this process */
+    uint64_t syncs;             /* fdatasync calls of the log */
+    uint64_t sync_buckets[STORE_SYNC_BUCKETS];
+    uint64_t sync_us_sum;       /* total time spent in those syncs */
+    uint64_t failures;          /* log write or sync failures */
+    uint64_t snapshots;         /* snapshots completed by this process */
+    uint64_t snapshot_bytes;    /* size of the newest snapshot, 0 if none */
+    int64_t snapshot_time_ms;   /* wall clock (ms) when it completed, 0 if none */
+    bool refusing;              /* changes are refused (the log failed) */
+} store_persistence;
+
 /* One pool's figures, handed to a stats visitor. Valid during the call only. */
 typedef void (*store_stats_visitor)(void *ctx, hf_slice ns, uint32_t rank,
                                     const core_pool_stats *stats);
@@ -60,6 +95,14 @@ struct store_ops {
     /* Verify the ownership invariant; 0 or -1 with a description in err. */
     int (*check)(store_t *s, char *err, size_t errlen);
     void (*destroy)(store_t *s);
+    /* Optional (NULL: always healthy). Whether the engine accepts changes
+     * now: STORE_OK, or STORE_EUNAVAILABLE with why in reason (a
+     * NUL-terminated sentence, e.g. "the log failed: No space left on
+     * device"). Cheap and lock-free enough for a probe every second. */
+    int (*health)(store_t *s, char *reason, size_t len);
+    /* Optional (NULL: the engine keeps nothing on disk). The persistence
+     * figures of /metrics; STORE_OK and *out filled, or an error. */
+    int (*persistence)(store_t *s, store_persistence *out);
 };
 
 struct store {
