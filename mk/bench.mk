@@ -1,11 +1,29 @@
-# Benchmarks (issue 4): programs under bench/ that print figures.
-BENCH_BIN := $(BUILD)/bench/core_memory
+# Benchmarks (issue 4): the suite (bench/run, `make bench`), its load
+# generator, and the core memory figures. See docs/performance.md.
+#
+#   make bench          build, start servers, print the table (minutes)
+#   make bench-smoke    the same in seconds, one run, tiny loads (no figures)
+#   make bench-memory   core memory per entry (in-process, 1M entries)
+
+BENCH_BIN := $(BUILD)/bench/core_memory $(BUILD)/bench/loadgen
 
 $(BUILD)/bench/core_memory: bench/core_memory.c $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libhfmetad.a $(LDLIBS)
 
+$(BUILD)/bench/loadgen: bench/loadgen.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< -lm
+
+bench-tools: $(BUILD)/hf3fs-metad $(BENCH_BIN)
+
+bench:
+	./bench/run
+
+bench-smoke:
+	./bench/run --smoke
+
 bench-memory: $(BUILD)/bench/core_memory
 	./$(BUILD)/bench/core_memory 1000000
 
-.PHONY: bench-memory
+.PHONY: bench bench-smoke bench-memory bench-tools

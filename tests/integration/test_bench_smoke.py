@@ -1,0 +1,152 @@
+"""test_bench_smoke.py: the benchmark suite (bench/run) still works.
+
+Runs `bench/run --smoke` once (seconds: one run per scenario, tiny loads) and
+checks the shape of what it prints: a row with figures for every scenario, the
+nginx floor and its ratio where there is one, the memory figures, and that no
+server it started is left running. It asserts no figure: a slow or noisy
+machine must not fail it.
+
+The suite always uses the normal build (build/): its load generator and memory
+probe are not built for the sanitized one. When wrk or nginx cannot be
+installed, bench/run says SKIP and these tests pass with a message.
+
+    /usr/bin/python3 tests/integration/test_bench_smoke.py
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCENARIOS = ["1", "2", "3", "4", "5a", "5b", "5c", "6"]
+WITH_NGINX = ["1", "2", "3", "5a", "5b", "5c"]
+NUMBER = re.compile(r"^\d+(\.\d+)?$")
+
+_result = None
+
+
+def smoke():
+    """Run bench/run --smoke once; (exit code, output)."""
+    global _result
+    if _result is None:
+        env = dict(os.environ, BUILD="build")
+        env.pop("HF3FS_VLLM_SERVER_PY", None)
+        env.pop("HF3FS_SGLANG_SERVER_PY", None)
+        proc = subprocess.run([os.path.join(ROOT, "bench", "run"), "--smoke"], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=600)
+        _result = (proc.returncode, proc.stdout)
+    return _result
+
+
+def skipped():
+    return "SKIP bench:" in smoke()[1]
+
+
+def rows():
+    """Table rows by scenario id: the list of cells."""
+    table = {}
+    for line in smoke()[1].splitlines():
+        if not line.startswith("| ") or line.startswith("| #"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        table[cells[0]] = cells
+    return table
+
+
+def test_smoke_run_exits_zero_and_prints_a_table():
+    code, out = smoke()
+    assert code == 0, "bench/run --smoke exited %d:\n%s" % (code, out[-3000:])
+    if skipped():
+        print("  (skipped: %s)" % out.strip().splitlines()[-1])
+        return
+    assert "| # | scenario | requests/s |" in out, out[-3000:]
+
+
+def test_every_scenario_has_a_row_with_requests_keys_and_latency_figures():
+    if skipped():
+        return
+    table = rows()
+    for sid in SCENARIOS:
+        assert sid in table, "no row for scenario %s in:\n%s" % (sid, smoke()[1][-3000:])
+        cells = table[sid]
+        rate = cells[2].split(" ")[0]
+        assert NUMBER.match(rate), "scenario %s requests/s is %r" % (sid, cells[2])
+        for name, cell in (("keys/s", cells[3]), ("p50", cells[4]), ("p99", cells[5])):
+            assert NUMBER.match(cell), "scenario %s %s is %r" % (sid, name, cell)
+
+
+def test_save_scenario_counts_pairs_and_names_its_python_reference():
+    if skipped():
+        return
+    cells = rows()["4"]
+    assert re.search(r"\(\d+ pairs/s\)", cells[2]), cells
+    assert "quoted" in cells[8] or re.match(r"^\d+ [\d.]+x$", cells[8]), cells
+
+
+def test_http_scenarios_have_an_nginx_floor_and_a_ratio_to_it():
+    if skipped():
+        return
+    table = rows()
+    for sid in WITH_NGINX:
+        cells = table[sid]
+        assert NUMBER.match(cells[6]), "scenario %s nginx req/s is %r" % (sid, cells[6])
+        assert re.match(r"^\d+%$", cells[7]), "scenario %s ratio is %r" % (sid, cells[7])
+
+
+def test_memory_figures_per_entry_per_free_page_and_fresh_pool_are_printed():
+    if skipped():
+        return
+    out = smoke()[1]
+    for pattern in (r"32-char keys: [\d.]+ bytes per entry",
+                    r"64-char keys: [\d.]+ bytes per entry",
+                    r"free pages once used: [\d.]+ bytes per page",
+                    r"pool of 10\^9 pages just created: \d+ KiB",
+                    r"server: \d+ owned entries, 64-hex keys, one rank: [\d.]+ bytes per entry"):
+        assert re.search(pattern, out), "missing %r in:\n%s" % (pattern, out[-2000:])
+
+
+def test_no_server_started_by_the_suite_is_left_running():
+    if skipped():
+        return
+    out = smoke()[1]
+    m = re.search(r"processes started and stopped: ([\d ]+)", out)
+    assert m, "bench/run did not list the processes it started:\n" + out[-2000:]
+    pids = [int(p) for p in m.group(1).split()]
+    assert pids, out[-2000:]
+    alive = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                if f.read().split(") ")[-1].startswith("Z"):
+                    continue  # a zombie is dead already
+            alive.append(pid)
+        except OSError:
+            pass
+    assert not alive, "still running after bench/run exited: %s" % alive
+
+
+def main():
+    tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)]
+    passed = failed = 0
+    for name, fn in tests:
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Exception as e:  # a test must never stop the run
+            failed += 1
+            first = " | ".join(str(e).strip().splitlines()[:2]) or type(e).__name__
+            print("FAIL %s (%.2fs): %s" % (name, time.monotonic() - t0, first[:400]), flush=True)
+            traceback.print_exc(file=sys.stderr)
+        else:
+            passed += 1
+            print("PASS %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(0 if failed == 0 and passed > 0 else 1)
+
+
+if __name__ == "__main__":
+    main()
