@@ -27,8 +27,11 @@
 #include "http/http.h"
 #include "server/log.h"
 #include "store/store.h"
+#include "wal/wal.h"
 
 #define EXIT_USAGE 2
+#define EXIT_DAMAGED 3  /* the log is damaged before its tail (see --salvage) */
+#define EXIT_DATA_DIR 4 /* the data directory is foreign, locked or unreadable */
 
 typedef struct server_options {
     const char *host;
@@ -50,6 +53,10 @@ typedef struct server_options {
     double save_interval_s;
     bool save_interval_given;
     bool in_memory;
+    const char *data_dir;
+    wal_fsync_policy fsync;
+    uint64_t snapshot_log_bytes;
+    bool salvage;
     log_level log_level;
 } server_options;
 
@@ -69,6 +76,9 @@ static const server_options defaults = {
     .read_lease_s = 5,
     .evict_lru = true,
     .save_interval_s = 60,
+    .data_dir = "./hf3fs-metad-data",
+    .fsync = WAL_FSYNC_ALWAYS,
+    .snapshot_log_bytes = 64u << 20,
     .log_level = LOG_INFO,
 };
 
@@ -76,7 +86,8 @@ enum {
     OPT_HOST = 256, OPT_PORT, OPT_THREADS, OPT_MAX_BODY, OPT_MAX_HEADER, OPT_MAX_KEYS,
     OPT_MAX_KEY_BYTES, OPT_MAX_RANKS, OPT_MAX_PAGES, OPT_MAX_CONNECTIONS, OPT_IDLE_TIMEOUT,
     OPT_RESERVATION_TIMEOUT, OPT_READ_LEASE, OPT_EVICTION, OPT_DEBUG_API, OPT_PERSISTENCE_PATH,
-    OPT_SAVE_INTERVAL, OPT_IN_MEMORY, OPT_LOG_LEVEL, OPT_HELP,
+    OPT_SAVE_INTERVAL, OPT_IN_MEMORY, OPT_LOG_LEVEL, OPT_DATA_DIR, OPT_FSYNC,
+    OPT_SNAPSHOT_LOG_BYTES, OPT_SALVAGE, OPT_HELP,
 };
 
 static const struct option long_options[] = {
@@ -99,6 +110,10 @@ static const struct option long_options[] = {
     {"save-interval", required_argument, NULL, OPT_SAVE_INTERVAL},
     {"in-memory", no_argument, NULL, OPT_IN_MEMORY},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"data-dir", required_argument, NULL, OPT_DATA_DIR},
+    {"fsync", required_argument, NULL, OPT_FSYNC},
+    {"snapshot-log-bytes", required_argument, NULL, OPT_SNAPSHOT_LOG_BYTES},
+    {"salvage", no_argument, NULL, OPT_SALVAGE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -124,9 +139,19 @@ static void usage(FILE *out)
         "  --read-lease SECS           read lease, decimals allowed, 0 none (default 5)\n"
         "  --eviction lru|none         evict least recently used keys when full (default lru)\n"
         "  --debug-api                 serve GET /v1/check (walks every pool; for tests)\n"
-        "  --persistence-path PATH     accepted; not used yet (state is in memory only)\n"
-        "  --save-interval SECONDS     accepted; not used yet (default 60)\n"
-        "  --in-memory                 accepted; state is in memory only for now anyway\n"
+        "  --data-dir DIR              keep the state (write-ahead log and snapshots) in DIR\n"
+        "                              (default ./hf3fs-metad-data)\n"
+        "  --persistence-path DIR      the same as --data-dir (the existing servers' flag)\n"
+        "  --in-memory                 keep nothing on disk: a restart forgets every pool\n"
+        "  --fsync always|everysec|no  always: a change is acknowledged once synced to disk\n"
+        "                              (group commit); everysec: once written, synced every\n"
+        "                              second; no: once written (default always)\n"
+        "  --save-interval SECONDS     snapshot this often if anything changed, 0 never\n"
+        "                              (default 60)\n"
+        "  --snapshot-log-bytes N      snapshot once the log grew by N bytes, K/M/G allowed,\n"
+        "                              0 never (default 64M)\n"
+        "  --salvage                   start despite damage before the log's tail: keep every\n"
+        "                              valid record, set the damaged files aside\n"
         "  --log-level LEVEL           error|warn|info|debug (default info)\n"
         "  --help                      this text\n",
         (unsigned long long)CORE_MAX_PAGES_LIMIT);
@@ -202,7 +227,16 @@ static void parse_flag(server_options *o, int id, const char *arg)
         o->evict_lru = strcmp(arg, "lru") == 0;
         break;
     case OPT_DEBUG_API: o->debug_api = true; break;
-    case OPT_PERSISTENCE_PATH: o->persistence_path = arg; break;
+    case OPT_PERSISTENCE_PATH: o->persistence_path = o->data_dir = arg; break;
+    case OPT_DATA_DIR: o->data_dir = arg; break;
+    case OPT_FSYNC:
+        if (wal_parse_fsync(arg, &o->fsync) != 0)
+            bad_flag(flag, arg, "always, everysec or no");
+        break;
+    case OPT_SNAPSHOT_LOG_BYTES:
+        o->snapshot_log_bytes = parse_count(flag, arg, 0, UINT64_C(1) << 40, true);
+        break;
+    case OPT_SALVAGE: o->salvage = true; break;
     case OPT_SAVE_INTERVAL:
         o->save_interval_s = parse_seconds(flag, arg, 0, 1e9);
         o->save_interval_given = true;
@@ -317,12 +351,35 @@ static void log_settings(const server_options *o, uint16_t port)
             o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s,
             o->read_lease_s, o->evict_lru ? "lru" : "none", o->debug_api ? "on" : "off",
             log_level_name(o->log_level));
-    if (o->persistence_path || o->save_interval_given)
-        log_msg(LOG_WARN, "state is kept in memory only: --persistence-path%s%s and "
-                "--save-interval are accepted but not used yet; a restart forgets every pool",
-                o->persistence_path ? " " : "", o->persistence_path ? o->persistence_path : "");
+    if (o->in_memory)
+        log_msg(LOG_INFO, "state is kept in memory only (--in-memory): a restart forgets every "
+                "pool");
     else
-        log_msg(LOG_INFO, "state is kept in memory only: a restart forgets every pool");
+        log_msg(LOG_INFO, "state is kept in %s (fsync %s, save-interval %g s, "
+                "snapshot-log-bytes %" PRIu64 ")", o->data_dir, wal_fsync_name(o->fsync),
+                o->save_interval_s, o->snapshot_log_bytes);
+}
+
+/* The in-memory engine, or the engine with its log recovered from the data
+ * directory (exits with a message if that fails). */
+static store_t *open_store(const server_options *o, const core_config *core)
+{
+    if (o->in_memory)
+        return store_mem_new(core);
+    wal_options log = {
+        .dir = o->data_dir,
+        .fsync = o->fsync,
+        .save_interval_ms = seconds_to_ms(o->save_interval_s),
+        .snapshot_log_bytes = o->snapshot_log_bytes,
+        .salvage = o->salvage,
+    };
+    store_t *store = NULL;
+    char err[1024];
+    int rc = store_mem_open(core, &log, &store, err, sizeof err);
+    if (rc == 0)
+        return store;
+    log_msg(LOG_ERROR, "%s", err);
+    exit(rc == WAL_EDAMAGED ? EXIT_DAMAGED : EXIT_DATA_DIR);
 }
 
 static int wait_for_stop(const sigset_t *stop_signals)
@@ -348,11 +405,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     core_config core = core_config_from(&options);
-    store_t *store = store_mem_new(&core);
-    if (!store) {
-        log_msg(LOG_ERROR, "cannot create the in-memory store");
-        return 1;
-    }
+    store_t *store = open_store(&options, &core);
     api_config api_cfg = api_config_from(&options);
     api_t *api = api_new(store, &api_cfg);
     http_config http_cfg = http_config_from(&options);

@@ -112,4 +112,11 @@ struct store {
 /* The embedded in-memory engine. Returns NULL on out-of-memory. */
 store_t *store_mem_new(const core_config *config);
 
+/* The embedded engine with its write-ahead log (src/wal/wal.h): recovers the
+ * state of log->dir first. 0, or a negative WAL_E* code with a message in
+ * err. destroy() writes a final snapshot. */
+struct wal_options;
+int store_mem_open(const core_config *config, const struct wal_options *log, store_t **out,
+                   char *err, size_t errlen);
+
 #endif

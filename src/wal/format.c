@@ -1,0 +1,676 @@
+/*
+ * format.c: file headers, record framing and the event codec (the layout is
+ * specified in wal.c's header comment).
+ */
+#include "wal/format.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/xalloc.h"
+#include "wal/crc32c.h"
+
+/* ---------------------------------------------------------------- buffers */
+
+void wal__buf_reserve(wal_buf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more)
+        cap *= 2;
+    b->ptr = hf_xrealloc(b->ptr, cap);
+    b->cap = cap;
+}
+
+void wal__buf_append(wal_buf *b, const void *data, size_t len)
+{
+    wal__buf_reserve(b, len);
+    if (len)
+        memcpy(b->ptr + b->len, data, len);
+    b->len += len;
+}
+
+void wal__buf_free(wal_buf *b)
+{
+    free(b->ptr);
+    memset(b, 0, sizeof *b);
+}
+
+/* ----------------------------------------------------- little-endian ints */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* ---------------------------------------------------------- file headers */
+
+void wal__header_encode(const wal_file_header *h, uint8_t out[WAL_HEADER_SIZE])
+{
+    memset(out, 0, WAL_HEADER_SIZE);
+    memcpy(out, h->magic, 8);
+    put32(out + 8, h->version);
+    put32(out + 12, h->flags);
+    put64(out + 16, h->seq);
+    put64(out + 24, h->lsn);
+    put64(out + 32, (uint64_t)h->time_base);
+    put32(out + 40, h->salt);
+    put32(out + 44, wal_crc32c(out, 44));
+}
+
+int wal__header_decode(const uint8_t *p, size_t len, wal_file_header *h)
+{
+    if (len < 8)
+        return WAL_HDR_SHORT;
+    if (memcmp(p, WAL_MAGIC_LOG, 8) != 0 && memcmp(p, WAL_MAGIC_SNAPSHOT, 8) != 0)
+        return WAL_HDR_BAD_MAGIC;
+    if (len < WAL_HEADER_SIZE)
+        return WAL_HDR_SHORT;
+    if (get32(p + 44) != wal_crc32c(p, 44))
+        return WAL_HDR_BAD_CRC;
+    memcpy(h->magic, p, 8);
+    h->version = get32(p + 8);
+    h->flags = get32(p + 12);
+    h->seq = get64(p + 16);
+    h->lsn = get64(p + 24);
+    h->time_base = (int64_t)get64(p + 32);
+    h->salt = get32(p + 40);
+    if (h->version != WAL_VERSION)
+        return WAL_HDR_BAD_VERSION;
+    return WAL_HDR_OK;
+}
+
+/* ---------------------------------------------------------------- varints */
+
+static void put_varint(wal_buf *b, uint64_t v)
+{
+    wal__buf_reserve(b, 10);
+    while (v >= 0x80) {
+        b->ptr[b->len++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    b->ptr[b->len++] = (uint8_t)v;
+}
+
+/* A cursor over a body; `bad` once anything did not parse. */
+typedef struct reader {
+    const uint8_t *p, *end;
+    bool bad;
+} reader;
+
+static uint64_t get_varint(reader *r)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end) {
+            r->bad = true;
+            return 0;
+        }
+        uint8_t byte = *r->p++;
+        v |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80))
+            return v;
+    }
+    r->bad = true;
+    return 0;
+}
+
+static const uint8_t *get_bytes(reader *r, size_t n)
+{
+    if ((size_t)(r->end - r->p) < n) {
+        r->bad = true;
+        return NULL;
+    }
+    const uint8_t *p = r->p;
+    r->p += n;
+    return p;
+}
+
+/* 0 stands for "no deadline"; others are zigzag(deadline - base) + 1, in
+ * wrapping arithmetic so that every int64 round-trips. */
+static void put_deadline(wal_buf *b, int64_t base, int64_t deadline)
+{
+    if (deadline == 0) {
+        put_varint(b, 0);
+        return;
+    }
+    uint64_t d = (uint64_t)deadline - (uint64_t)base;
+    uint64_t zz = (d << 1) ^ (uint64_t)-(int64_t)(d >> 63);
+    put_varint(b, zz + 1);
+}
+
+static int64_t get_deadline(reader *r, int64_t base)
+{
+    uint64_t v = get_varint(r);
+    if (v == 0)
+        return 0;
+    uint64_t zz = v - 1;
+    uint64_t d = (zz >> 1) ^ (uint64_t) - (int64_t)(zz & 1);
+    return (int64_t)((uint64_t)base + d);
+}
+
+/* ------------------------------------------------------------------- keys */
+
+static int hex_digit(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+static bool is_packable_hex(hf_slice key)
+{
+    if (key.len < 2 || key.len % 2)
+        return false;
+    for (size_t i = 0; i < key.len; i++)
+        if (hex_digit((uint8_t)key.ptr[i]) < 0)
+            return false;
+    return true;
+}
+
+/* varint (n << 1 | hex) then n bytes: hex keys (lowercase, even length) are
+ * packed two characters a byte. */
+static void put_key(wal_buf *b, hf_slice key)
+{
+    if (!is_packable_hex(key)) {
+        put_varint(b, (uint64_t)key.len << 1);
+        wal__buf_append(b, key.ptr, key.len);
+        return;
+    }
+    size_t n = key.len / 2;
+    put_varint(b, (uint64_t)n << 1 | 1);
+    wal__buf_reserve(b, n);
+    for (size_t i = 0; i < n; i++)
+        b->ptr[b->len++] = (uint8_t)(hex_digit((uint8_t)key.ptr[2 * i]) << 4 |
+                                     hex_digit((uint8_t)key.ptr[2 * i + 1]));
+}
+
+static const char hex_chars[] = "0123456789abcdef";
+
+/* The key text; hex keys are unpacked into *scratch. */
+static hf_slice get_key(reader *r, wal_buf *scratch)
+{
+    uint64_t h = get_varint(r);
+    uint64_t n = h >> 1;
+    if (n > WAL_MAX_BODY) {
+        r->bad = true;
+        return (hf_slice){"", 0};
+    }
+    const uint8_t *p = get_bytes(r, (size_t)n);
+    if (!p)
+        return (hf_slice){"", 0};
+    if (!(h & 1))
+        return (hf_slice){(const char *)p, (size_t)n};
+    scratch->len = 0;
+    wal__buf_reserve(scratch, (size_t)n * 2);
+    for (size_t i = 0; i < n; i++) {
+        scratch->ptr[2 * i] = (uint8_t)hex_chars[p[i] >> 4];
+        scratch->ptr[2 * i + 1] = (uint8_t)hex_chars[p[i] & 15];
+    }
+    scratch->len = (size_t)n * 2;
+    return (hf_slice){(const char *)scratch->ptr, scratch->len};
+}
+
+/* ---------------------------------------------------------------- framing */
+
+void wal__frame_append(wal_buf *out, uint32_t salt, const uint8_t *body, size_t body_len)
+{
+    wal__buf_reserve(out, WAL_MAX_FRAME_OVERHEAD + body_len);
+    uint8_t *rec = out->ptr + out->len;
+    size_t n = 4;
+    uint64_t v = body_len;
+    while (v >= 0x80) {
+        rec[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    rec[n++] = (uint8_t)v;
+    memcpy(rec + n, body, body_len);
+    put32(rec, wal_crc32c(rec + 4, n - 4 + body_len) ^ salt);
+    out->len += n + body_len;
+}
+
+int wal__frame(const uint8_t *p, size_t avail, uint32_t salt, size_t *rec_len,
+               const uint8_t **body, size_t *body_len)
+{
+    uint64_t len = 0;
+    size_t n = 4;
+    for (int shift = 0;; shift += 7) {
+        if (n >= avail)
+            return WAL_FRAME_SHORT;
+        if (n >= WAL_MAX_FRAME_OVERHEAD)
+            return WAL_FRAME_BAD;
+        uint8_t byte = p[n++];
+        len |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80))
+            break;
+    }
+    if (len == 0 || len > WAL_MAX_BODY)
+        return WAL_FRAME_BAD;
+    if (avail - n < len)
+        return WAL_FRAME_SHORT;
+    if (get32(p) != (wal_crc32c(p + 4, n - 4 + (size_t)len) ^ salt))
+        return WAL_FRAME_BAD;
+    *rec_len = n + (size_t)len;
+    *body = p + n;
+    *body_len = (size_t)len;
+    return WAL_FRAME_OK;
+}
+
+/* ------------------------------------------------------------ pool table */
+
+static uint32_t pool_hash(hf_slice ns, uint32_t rank)
+{
+    uint32_t h = 2166136261u ^ rank;
+    for (size_t i = 0; i < ns.len; i++)
+        h = (h ^ (uint8_t)ns.ptr[i]) * 16777619u;
+    return (h ^ (h >> 15)) * 0x2c1b3c6du;
+}
+
+int64_t wal__pools_find(const wal_pools *t, hf_slice ns, uint32_t rank)
+{
+    if (!t->slots)
+        return -1;
+    uint32_t h = pool_hash(ns, rank);
+    for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        uint32_t slot = t->slots[i];
+        if (slot == 0)
+            return -1;
+        const wal_pool_ent *e = &t->ents[slot - 1]; /* listed ids are in use */
+        if (e->hash == h && e->rank == rank && e->ns_len == ns.len &&
+            memcmp(e->ns, ns.ptr, ns.len) == 0)
+            return slot - 1;
+    }
+}
+
+static void pools_place(wal_pools *t, uint32_t id)
+{
+    size_t i = t->ents[id].hash & t->mask;
+    while (t->slots[i] != 0)
+        i = (i + 1) & t->mask;
+    t->slots[i] = id + 1;
+}
+
+void wal__pools_put(wal_pools *t, uint32_t id, hf_slice ns, uint32_t rank)
+{
+    if (id >= t->cap) {
+        uint32_t cap = t->cap ? t->cap : 16;
+        while (cap <= id)
+            cap *= 2;
+        t->ents = hf_xreallocarray(t->ents, cap, sizeof *t->ents);
+        memset(t->ents + t->cap, 0, (cap - t->cap) * sizeof *t->ents);
+        t->cap = cap;
+    }
+    if (id >= t->count)
+        t->count = id + 1;
+    wal_pool_ent *e = &t->ents[id];
+    e->ns = hf_xmalloc(ns.len + 1);
+    memcpy(e->ns, ns.ptr, ns.len);
+    e->ns[ns.len] = '\0';
+    e->ns_len = ns.len;
+    e->rank = rank;
+    e->hash = pool_hash(ns, rank);
+    e->use_count = 0;
+    t->used++;
+    if (!t->slots || (size_t)t->used * 2 > t->mask + 1) {
+        size_t cap = t->slots ? (t->mask + 1) * 2 : 64;
+        free(t->slots);
+        t->slots = hf_xcalloc(cap, sizeof *t->slots);
+        t->mask = cap - 1;
+        for (uint32_t i = 0; i < t->count; i++)
+            if (t->ents[i].ns)
+                pools_place(t, i);
+    } else {
+        pools_place(t, id);
+    }
+}
+
+void wal__pools_clear(wal_pools *t)
+{
+    for (uint32_t i = 0; i < t->count; i++) {
+        free(t->ents[i].ns);
+        free(t->ents[i].use_pages);
+    }
+    free(t->ents);
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+void wal__pools_copy(wal_pools *dst, const wal_pools *src)
+{
+    for (uint32_t i = 0; i < src->count; i++)
+        if (src->ents[i].ns)
+            wal__pools_put(dst, i, (hf_slice){src->ents[i].ns, src->ents[i].ns_len},
+                           src->ents[i].rank);
+}
+
+/* ---------------------------------------------------------------- encoder */
+
+void wal__enc_init(wal_encoder *e, int64_t time_base)
+{
+    memset(e, 0, sizeof *e);
+    e->time_base = time_base;
+}
+
+void wal__enc_free(wal_encoder *e)
+{
+    wal__pools_clear(&e->pools);
+    wal__buf_free(&e->out);
+    wal__buf_free(&e->body);
+    wal__buf_free(&e->held_key);
+    free(e->open);
+    memset(e, 0, sizeof *e);
+}
+
+static void body_start(wal_encoder *e, uint8_t type)
+{
+    e->body.len = 0;
+    wal__buf_reserve(&e->body, 1);
+    e->body.ptr[e->body.len++] = type;
+}
+
+static void body_emit(wal_encoder *e)
+{
+    wal__frame_append(&e->out, e->salt, e->body.ptr, e->body.len);
+    e->records++;
+}
+
+static void use_flush(wal_encoder *e, uint32_t id)
+{
+    wal_pool_ent *p = &e->pools.ents[id];
+    if (p->use_count == 0)
+        return;
+    body_start(e, WAL_REC_USE);
+    put_varint(&e->body, id);
+    put_deadline(&e->body, e->time_base, p->use_deadline);
+    put_varint(&e->body, p->use_count);
+    for (uint32_t i = 0; i < p->use_count; i++)
+        put_varint(&e->body, p->use_pages[i]);
+    body_emit(e);
+    p->use_count = 0;
+}
+
+static void held_flush(wal_encoder *e)
+{
+    if (!e->held)
+        return;
+    e->held = false;
+    body_start(e, WAL_REC_RESERVE);
+    put_varint(&e->body, e->held_pool);
+    put_varint(&e->body, e->held_page);
+    put_deadline(&e->body, e->time_base, 0);
+    put_key(&e->body, (hf_slice){(const char *)e->held_key.ptr, e->held_key.len});
+    body_emit(e);
+}
+
+void wal__enc_flush(wal_encoder *e)
+{
+    held_flush(e);
+    for (uint32_t i = 0; i < e->nopen; i++)
+        use_flush(e, e->open[i]);
+    e->nopen = 0;
+}
+
+static void use_add(wal_encoder *e, uint32_t id, uint64_t page, int64_t deadline)
+{
+    wal_pool_ent *p = &e->pools.ents[id];
+    if (p->use_count > 0 && (p->use_deadline != deadline || p->use_count == WAL_USE_BATCH))
+        use_flush(e, id); /* stays on the open list */
+    if (p->use_count == 0) {
+        if (!p->use_pages)
+            p->use_pages = hf_xmalloc(WAL_USE_BATCH * sizeof *p->use_pages);
+        bool listed = false;
+        for (uint32_t i = 0; i < e->nopen && !listed; i++)
+            listed = e->open[i] == id;
+        if (!listed) {
+            if (e->nopen == e->open_cap) {
+                e->open_cap = e->open_cap ? e->open_cap * 2 : 16;
+                e->open = hf_xreallocarray(e->open, e->open_cap, sizeof *e->open);
+            }
+            e->open[e->nopen++] = id;
+        }
+        p->use_deadline = deadline;
+    }
+    p->use_pages[p->use_count++] = (uint32_t)page;
+}
+
+/* The id of the event's pool; its gathered USE events are written first. */
+static uint32_t pool_of(wal_encoder *e, const core_event *ev)
+{
+    int64_t id = wal__pools_find(&e->pools, ev->ns, ev->rank);
+    /* The core reports POOL_INIT before any event of a pool: a miss is a bug. */
+    if (id < 0)
+        abort();
+    return (uint32_t)id;
+}
+
+void wal__enc_event(void *ctx, const core_event *ev)
+{
+    wal_encoder *e = ctx;
+    if (e->held) {
+        bool merge = ev->type == CORE_EV_OWN && ev->page == e->held_page &&
+                     pool_of(e, ev) == e->held_pool;
+        if (merge) {
+            e->held = false;
+            body_start(e, WAL_REC_OWNED);
+            put_varint(&e->body, e->held_pool);
+            put_varint(&e->body, e->held_page);
+            put_key(&e->body, (hf_slice){(const char *)e->held_key.ptr, e->held_key.len});
+            body_emit(e);
+            return;
+        }
+        held_flush(e);
+    }
+    if (ev->type == CORE_EV_CLEAR_ALL) {
+        wal__enc_flush(e);
+        wal__pools_clear(&e->pools);
+        body_start(e, WAL_REC_CLEAR_ALL);
+        body_emit(e);
+        return;
+    }
+    if (ev->type == CORE_EV_POOL_INIT) {
+        uint32_t id;
+        if (e->snapshot) {
+            id = pool_of(e, ev);
+        } else {
+            id = e->pools.count;
+            wal__pools_put(&e->pools, id, ev->ns, ev->rank);
+        }
+        body_start(e, WAL_REC_POOL_INIT);
+        put_varint(&e->body, id);
+        put_varint(&e->body, ev->rank);
+        put_varint(&e->body, ev->page);
+        put_varint(&e->body, ev->ns.len);
+        wal__buf_append(&e->body, ev->ns.ptr, ev->ns.len);
+        body_emit(e);
+        return;
+    }
+    uint32_t id = pool_of(e, ev);
+    if (ev->type == CORE_EV_USE) {
+        use_add(e, id, ev->page, ev->deadline);
+        return;
+    }
+    use_flush(e, id);
+    if (ev->type == CORE_EV_RESERVE && ev->deadline == 0) {
+        e->held = true;
+        e->held_pool = id;
+        e->held_page = ev->page;
+        e->held_key.len = 0;
+        wal__buf_append(&e->held_key, ev->key.ptr, ev->key.len);
+        return;
+    }
+    static const uint8_t types[] = {
+        [CORE_EV_RESERVE] = WAL_REC_RESERVE, [CORE_EV_OWN] = WAL_REC_OWN,
+        [CORE_EV_FREE] = WAL_REC_FREE,       [CORE_EV_DRAIN] = WAL_REC_DRAIN,
+        [CORE_EV_DEMOTE] = WAL_REC_DEMOTE,
+    };
+    if ((size_t)ev->type >= sizeof types || types[ev->type] == 0)
+        abort(); /* an event type this log does not know: a bug */
+    body_start(e, types[ev->type]);
+    put_varint(&e->body, id);
+    put_varint(&e->body, ev->page);
+    if (ev->type == CORE_EV_RESERVE || ev->type == CORE_EV_DRAIN)
+        put_deadline(&e->body, e->time_base, ev->deadline);
+    if (ev->type == CORE_EV_RESERVE)
+        put_key(&e->body, ev->key);
+    body_emit(e);
+}
+
+void wal__enc_end(wal_encoder *e)
+{
+    uint64_t count = e->records;
+    body_start(e, WAL_REC_END);
+    put_varint(&e->body, count);
+    body_emit(e);
+}
+
+/* ---------------------------------------------------------------- decoder */
+
+void wal__dec_init(wal_decoder *d)
+{
+    memset(d, 0, sizeof *d);
+}
+
+void wal__dec_free(wal_decoder *d)
+{
+    wal__pools_clear(&d->pools);
+    wal__buf_free(&d->key);
+    memset(d, 0, sizeof *d);
+}
+
+int wal__apply_event(void *ctx, const core_event *ev)
+{
+    return core_apply(ctx, ev);
+}
+
+/* Fill ev's pool from a pool id; false if no such pool. */
+static bool dec_pool(const wal_decoder *d, uint64_t id, core_event *ev)
+{
+    if (id >= d->pools.count || !d->pools.ents[id].ns)
+        return false;
+    const wal_pool_ent *p = &d->pools.ents[id];
+    ev->ns = (hf_slice){p->ns, p->ns_len};
+    ev->rank = p->rank;
+    return true;
+}
+
+static int dec_pool_init(wal_decoder *d, reader *r, wal_event_fn fn, void *ctx)
+{
+    uint64_t id = get_varint(r), rank = get_varint(r), num_pages = get_varint(r);
+    uint64_t ns_len = get_varint(r);
+    const uint8_t *ns = ns_len <= WAL_MAX_BODY ? get_bytes(r, (size_t)ns_len) : NULL;
+    if (r->bad || !ns || r->p != r->end || rank > UINT32_MAX)
+        return WAL_DEC_MALFORMED;
+    hf_slice name = {(const char *)ns, (size_t)ns_len};
+    if (id >= WAL_MAX_POOL_ID || (id < d->pools.count && d->pools.ents[id].ns) ||
+        wal__pools_find(&d->pools, name, (uint32_t)rank) >= 0)
+        return WAL_DEC_REFUSED;
+    wal__pools_put(&d->pools, (uint32_t)id, name, (uint32_t)rank);
+    core_event ev = {CORE_EV_POOL_INIT, name, (uint32_t)rank, num_pages, {"", 0}, 0};
+    return fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;
+}
+
+static int dec_use(wal_decoder *d, reader *r, core_event *ev, wal_event_fn fn, void *ctx)
+{
+    ev->type = CORE_EV_USE;
+    ev->deadline = get_deadline(r, d->time_base);
+    uint64_t count = get_varint(r);
+    if (r->bad || count == 0 || count > (uint64_t)(r->end - r->p))
+        return WAL_DEC_MALFORMED;
+    int rc = WAL_DEC_OK;
+    for (uint64_t i = 0; i < count; i++) {
+        ev->page = get_varint(r);
+        if (r->bad)
+            return WAL_DEC_MALFORMED;
+        if (fn(ctx, ev))
+            rc = WAL_DEC_REFUSED;
+    }
+    return r->p == r->end ? rc : WAL_DEC_MALFORMED;
+}
+
+int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn, void *ctx,
+                uint64_t *end_count)
+{
+    reader r = {body + 1, body + len, false};
+    if (len == 0)
+        return WAL_DEC_MALFORMED;
+    uint8_t type = body[0];
+    core_event ev = {0, {"", 0}, 0, 0, {"", 0}, 0};
+    int rc;
+    switch (type) {
+    case WAL_REC_POOL_INIT:
+        rc = dec_pool_init(d, &r, fn, ctx);
+        break;
+    case WAL_REC_CLEAR_ALL:
+        if (r.p != r.end)
+            return WAL_DEC_MALFORMED;
+        wal__pools_clear(&d->pools);
+        ev.type = CORE_EV_CLEAR_ALL;
+        rc = fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;
+        break;
+    case WAL_REC_END:
+        *end_count = get_varint(&r);
+        return r.bad || r.p != r.end ? WAL_DEC_MALFORMED : WAL_DEC_END;
+    case WAL_REC_USE:
+        if (!dec_pool(d, get_varint(&r), &ev))
+            return r.bad ? WAL_DEC_MALFORMED : WAL_DEC_REFUSED;
+        rc = dec_use(d, &r, &ev, fn, ctx);
+        break;
+    case WAL_REC_RESERVE: case WAL_REC_OWN: case WAL_REC_FREE: case WAL_REC_DRAIN:
+    case WAL_REC_DEMOTE: case WAL_REC_OWNED: {
+        uint64_t id = get_varint(&r);
+        ev.page = get_varint(&r);
+        if (type == WAL_REC_RESERVE || type == WAL_REC_DRAIN)
+            ev.deadline = get_deadline(&r, d->time_base);
+        if (type == WAL_REC_RESERVE || type == WAL_REC_OWNED)
+            ev.key = get_key(&r, &d->key);
+        if (r.bad || r.p != r.end)
+            return WAL_DEC_MALFORMED;
+        if (!dec_pool(d, id, &ev))
+            return WAL_DEC_REFUSED;
+        static const core_event_type kinds[] = {
+            [WAL_REC_RESERVE] = CORE_EV_RESERVE, [WAL_REC_OWN] = CORE_EV_OWN,
+            [WAL_REC_FREE] = CORE_EV_FREE,       [WAL_REC_DRAIN] = CORE_EV_DRAIN,
+            [WAL_REC_DEMOTE] = CORE_EV_DEMOTE,   [WAL_REC_OWNED] = CORE_EV_RESERVE,
+        };
+        ev.type = kinds[type];
+        rc = fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;
+        if (type == WAL_REC_OWNED && rc == WAL_DEC_OK) {
+            ev.type = CORE_EV_OWN;
+            ev.key = (hf_slice){"", 0};
+            rc = fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;
+        }
+        break;
+    }
+    default:
+        return WAL_DEC_MALFORMED;
+    }
+    if (rc == WAL_DEC_OK)
+        d->records++;
+    return rc;
+}

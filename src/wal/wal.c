@@ -1,0 +1,1084 @@
+/*
+ * wal.c: the write-ahead log of hf3fs-metad: file format, group commit,
+ * snapshots and failures. Recovery is in recover.c, the codec in format.c.
+ *
+ * WHAT IS LOGGED
+ *   The core reports every change of state as an event (core.h, "Events"):
+ *   POOL_INIT, CLEAR_ALL, RESERVE, OWN, FREE, DRAIN, USE, DEMOTE. Those are
+ *   physical effects, not requests: replaying them with core_apply() on the
+ *   state they were logged against gives exactly the same pools, pages,
+ *   keys, LRU order, reservations (with their wall-clock deadlines), read
+ *   leases and drains. Evictions and lease expiries are FREE events like any
+ *   other, so replay never re-decides anything and never reads a clock.
+ *
+ * THE DATA DIRECTORY
+ *   LOCK                      fcntl() write lock of the one server using it
+ *   snapshot-<seq>.snap       the state at an LSN; normally exactly one
+ *   log-<seq>.wal             log segments, in <seq> order
+ *   snapshot-<seq>.tmp        a snapshot being written (deleted at start)
+ *   <name>.damaged            a file set aside by --salvage (ignored)
+ *   <seq> is 16 lowercase hex digits. Any other name (except ".nfs*" and
+ *   "lost+found") makes the directory foreign: the server refuses to start.
+ *
+ * LSN
+ *   The log is one stream of records cut into segments. The LSN of a record
+ *   is the number of record bytes (file headers excluded) logged before it
+ *   since the directory was created. Waiting for a change to be durable is
+ *   waiting for the LSN just past its records.
+ *
+ * FILE HEADER (segments and snapshots; 48 bytes, integers little-endian)
+ *    0   8  magic: "HF3FSLOG" (segment) or "HF3FSSNP" (snapshot)
+ *    8   4  format version: 1
+ *   12   4  flags: bit 0 RECOVERY (segment begun by a repair, see FAILURES)
+ *   16   8  seq: a segment's number (also in its name); for a snapshot the
+ *           number of the segment that continues it
+ *   24   8  lsn: a segment's first record; for a snapshot the LSN the
+ *           snapshot covers (every record before it)
+ *   32   8  time base, wall-clock milliseconds: deadlines are stored
+ *           relative to it
+ *   40   4  salt: a random number XORed into every record checksum of the
+ *           file, so that no record of another file (or a key crafted by a
+ *           client to look like a record) checks out here
+ *   44   4  CRC-32C of bytes 0..43
+ *
+ * RECORD (from byte 48 on, back to back)
+ *    0   4  CRC-32C of bytes 4..end of record, XOR salt
+ *    4  1-4 n, the body length, LEB128 varint, 1 <= n <= 2^24
+ *    .   n  body: a type byte and its fields
+ *   Fields are LEB128 varints unless stated. A deadline field is 0 for "no
+ *   deadline", else zigzag(deadline - time base) + 1. A key field is
+ *   varint(len << 1 | hex) and len bytes: hex = 1 packs a key of lowercase
+ *   hex digits of even length two characters a byte (the key is 2*len
+ *   characters), hex = 0 stores the bytes as they are.
+ *
+ *   type  name       fields                        replays as
+ *    1    POOL_INIT  pool, rank, num_pages,        POOL_INIT
+ *                    ns_len, ns bytes
+ *    2    CLEAR_ALL  -                             CLEAR_ALL (forgets pool ids)
+ *    3    RESERVE    pool, page, deadline, key     RESERVE
+ *    4    OWN        pool, page                    OWN
+ *    5    FREE       pool, page                    FREE
+ *    6    DRAIN      pool, page, deadline          DRAIN
+ *    7    USE        pool, deadline, count,        USE of each page in order
+ *                    count x page                  (one lease deadline)
+ *    8    DEMOTE     pool, page                    DEMOTE
+ *    9    OWNED      pool, page, key               RESERVE (no deadline) + OWN
+ *   10    END        record count                  end of a snapshot
+ *   `pool` is a small id: POOL_INIT gives it to (namespace, rank); the live
+ *   log numbers pools 0, 1, 2... and starts again after CLEAR_ALL; a
+ *   snapshot keeps the ids of the log it continues. USE events of one pool
+ *   are gathered into one record per operation (a USE commutes with every
+ *   event of other pools, so gathering keeps each pool's order), which makes
+ *   a 128-key read about 3 bytes a key and a page instead of ~12.
+ *
+ * A VALID RECORD
+ *   (1) all its bytes are in the file, (2) its length is 1..2^24 and its
+ *   checksum matches: then it is intact; (3) its body parses exactly (known
+ *   type, every field present, nothing left over) and (4) core_apply()
+ *   accepts its events (known pool, page in range and in the state the event
+ *   expects). A record failing (1) or (2) is damaged; an intact record
+ *   failing (3) or (4) means the log does not describe this state (a bug, or
+ *   a file edited by hand): always damage, never a torn tail.
+ *   A snapshot is valid when its header is, every record is valid and it
+ *   ends with END, whose count equals the records before it.
+ *
+ * THE CHAIN
+ *   The state = the newest snapshot (highest seq S, covering up to LSN L) +
+ *   segments S, S+1, ... replayed in order. Segment S starts at LSN L and
+ *   each next one starts exactly where the previous one's valid records end.
+ *   A segment is only begun after the previous one is complete and synced
+ *   (the writer fdatasyncs a segment before it creates the next), so in a
+ *   healthy log only the last segment can have a torn tail. Segments below
+ *   S are covered by the snapshot and deleted.
+ *
+ * RECOVERY (recover.c)
+ *   1. List the directory. A name we do not know, a magic we do not know or
+ *      a format version we do not read: refuse (foreign directory). No
+ *      snapshot and no segment: a new directory (write snapshot 1 of the
+ *      empty state, then segment 1). Segments without a snapshot: damage.
+ *   2. Load the newest snapshot; it must be valid (else damage).
+ *   3. Replay segments S, S+1, ... A damaged record in the last segment with
+ *      no intact record after it is a torn tail: the file is truncated at it
+ *      and the cut is reported (bytes, records). A damaged record followed
+ *      by an intact one, a damaged record in a segment that is not the
+ *      last, an intact record that is not valid, or a segment that does not
+ *      continue the previous one: damage. A RECOVERY segment that does not
+ *      continue the chain was begun by a repair whose snapshot never
+ *      completed: it holds no acknowledged change (changes are refused
+ *      during a repair) and is deleted with any segment after it.
+ *   4. Damage stops the start (exit code 3) with the file and offset,
+ *      unless --salvage: then every valid record is kept (after damage the
+ *      reader resynchronizes at the next intact record; records that do not
+ *      apply are skipped), the damaged files are renamed *.damaged, a fresh
+ *      snapshot is written at once, and the counts are logged as errors.
+ *   5. Begin a new segment after the last one and serve.
+ *
+ * GROUP COMMIT
+ *   Operations run under the store's lock; the core's observer encodes their
+ *   events into the encoder's buffer (wal__enc_event); at the end of the
+ *   operation wal_publish() moves those records to `pending` and returns
+ *   the LSN past them. The request thread releases the store lock and, for
+ *   a change, waits in wal_wait(). One writer thread takes all of `pending`
+ *   at once, writes it with one write(2) and, if a waiter needs it (fsync
+ *   always), fdatasyncs once for everybody: requests that arrive during a
+ *   sync share the next one. Under everysec and no a change waits for the
+ *   write only (so it survives kill -9, as in Redis, which writes the AOF
+ *   before it replies), and the writer syncs once a second (everysec) or
+ *   never (no). Reads publish their USE records and never wait; the writer
+ *   writes them at once and syncs them with the next change (at the latest
+ *   within a second under always and everysec).
+ *
+ * SNAPSHOTS
+ *   The keeper thread takes the store lock, asks the writer to switch to
+ *   segment S+1 at the current LSN L (exactly: the records before L go to
+ *   the old segment), fork()s and releases the lock: the parent serves on
+ *   while the child walks its copy-on-write image of the state
+ *   (core_walk_state) into snapshot-S+1.tmp, fdatasyncs, renames it to
+ *   snapshot-S+1.snap, fsyncs the directory and exits. The keeper reaps it
+ *   and deletes the segments and snapshots below S+1. Why fork: the state is
+ *   a graph of pointers that changes on every request; fork gives a
+ *   consistent image for the cost of copying page tables (a few ms per GB)
+ *   while the service pauses only for the fork itself, and the child's
+ *   writes never contend with the service for the state lock (Redis does
+ *   the same). Triggers: --save-interval seconds if anything was logged,
+ *   and --snapshot-log-bytes of log since the last snapshot. Clean shutdown
+ *   writes a final snapshot in-process, so the next start reads one file.
+ *
+ * FAILURES (disk full, I/O errors)
+ *   A failed write, fdatasync or segment creation makes the log "failed":
+ *   every waiter whose records are not durable gets WAL_EUNAVAILABLE (the
+ *   API answers 503: the change was applied in memory but is not
+ *   acknowledged), new changes are refused with 503, reads go on. The
+ *   failed segment is never written again: after a failed fdatasync the
+ *   kernel may have dropped the dirty pages, so retrying it proves nothing
+ *   (PostgreSQL's "fsyncgate"; LMDB's "unusable until reopened"). While the
+ *   log is failed, published records are dropped (the memory state is ahead
+ *   of the disk). The keeper retries a repair after 0.5 s, then with
+ *   backoff up to 8 s: a snapshot of the whole state plus a new segment
+ *   flagged RECOVERY; when both are durable the log accepts changes again.
+ *   A restart before that finds the old chain (its torn tail cut): nothing
+ *   acknowledged is lost, since acknowledgements stopped at the failure.
+ *   If the writer falls WAL_MAX_PENDING bytes behind, that is a failure too.
+ *
+ * FAULT INJECTION (tests)
+ *   HF3FS_METAD_FAULT="item,item..." with items
+ *     write-fail-after=N   log writes after the first N fail with ENOSPC
+ *     sync-fail-after=N    log fdatasyncs after the first N fail with EIO
+ *     snapshot-fail        snapshot writes fail with ENOSPC
+ *     while-exists=PATH    the items above are in force (and count) only
+ *                          while PATH exists: create it to fill the disk,
+ *                          remove it to free it.
+ */
+#include "wal/wal_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/log.h"
+#include "util/xalloc.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "crc32c.c reads words little-endian"
+#endif
+
+#define REPAIR_FIRST_DELAY_MS 500
+#define REPAIR_MAX_DELAY_MS 8000
+#define SNAPSHOT_RETRY_MS 10000
+#define KEEPER_TICK_MS 100
+
+/* ------------------------------------------------------------- helpers */
+
+int64_t wal__wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t wal__mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void deadline_after(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+uint32_t wal__new_salt(void)
+{
+    uint32_t salt;
+    if (getrandom(&salt, sizeof salt, GRND_NONBLOCK) != (ssize_t)sizeof salt)
+        salt = (uint32_t)(wal__wall_ms() * 2654435761u) ^ (uint32_t)getpid();
+    return salt;
+}
+
+void wal__seg_name(char out[WAL_NAME_MAX], uint64_t seq)
+{
+    snprintf(out, WAL_NAME_MAX, "log-%016" PRIx64 ".wal", seq);
+}
+
+void wal__snap_name(char out[WAL_NAME_MAX], uint64_t seq)
+{
+    snprintf(out, WAL_NAME_MAX, "snapshot-%016" PRIx64 ".snap", seq);
+}
+
+void wal__snap_tmp_name(char out[WAL_NAME_MAX], uint64_t seq)
+{
+    snprintf(out, WAL_NAME_MAX, "snapshot-%016" PRIx64 ".tmp", seq);
+}
+
+/* "prefix<16 hex>suffix" -> seq. */
+static bool parse_seq_name(const char *name, const char *prefix, const char *suffix,
+                           uint64_t *seq)
+{
+    size_t lp = strlen(prefix), ls = strlen(suffix), len = strlen(name);
+    if (len != lp + 16 + ls || strncmp(name, prefix, lp) != 0 || strcmp(name + lp + 16, suffix))
+        return false;
+    uint64_t v = 0;
+    for (size_t i = lp; i < lp + 16; i++) {
+        char c = name[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return false;
+        v = v << 4 | (uint64_t)d;
+    }
+    *seq = v;
+    return true;
+}
+
+int wal__classify(const char *name, uint64_t *seq)
+{
+    size_t len = strlen(name);
+    *seq = 0;
+    if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, "lost+found") ||
+        !strncmp(name, ".nfs", 4))
+        return WAL_FILE_IGNORED;
+    if (!strcmp(name, WAL_LOCK_NAME))
+        return WAL_FILE_LOCK;
+    if (parse_seq_name(name, "log-", ".wal", seq))
+        return WAL_FILE_SEGMENT;
+    if (parse_seq_name(name, "snapshot-", ".snap", seq))
+        return WAL_FILE_SNAPSHOT;
+    if (parse_seq_name(name, "snapshot-", ".tmp", seq))
+        return WAL_FILE_SNAPSHOT_TMP;
+    if (len > 8 && !strcmp(name + len - 8, ".damaged"))
+        return WAL_FILE_DAMAGED;
+    return WAL_FILE_UNKNOWN;
+}
+
+/* ------------------------------------------------------ fault injection */
+
+static void faults_parse(wal_faults *f, const char *spec)
+{
+    memset(f, 0, sizeof *f);
+    f->write_fail_after = f->sync_fail_after = -1;
+    if (!spec || !*spec)
+        return;
+    char *copy = hf_xmalloc(strlen(spec) + 1), *save = NULL;
+    strcpy(copy, spec);
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        const char *value = eq ? eq + 1 : "";
+        if (eq)
+            *eq = '\0';
+        if (!strcmp(item, "write-fail-after"))
+            f->write_fail_after = strtoll(value, NULL, 10);
+        else if (!strcmp(item, "sync-fail-after"))
+            f->sync_fail_after = strtoll(value, NULL, 10);
+        else if (!strcmp(item, "snapshot-fail"))
+            f->snapshot_fail = true;
+        else if (!strcmp(item, "while-exists"))
+            snprintf(f->while_exists, sizeof f->while_exists, "%s", value);
+        else
+            log_msg(LOG_WARN, "HF3FS_METAD_FAULT: unknown item '%s' ignored", item);
+    }
+    free(copy);
+    f->any = true;
+    log_msg(LOG_WARN, "fault injection is on: HF3FS_METAD_FAULT=%s", spec);
+}
+
+static bool fault_in_force(const wal_faults *f)
+{
+    return f->any && (!f->while_exists[0] || access(f->while_exists, F_OK) == 0);
+}
+
+/* --------------------------------------------------------------- file I/O */
+
+int wal__write_all(wal_t *w, wal_io_kind kind, int fd, const void *p, size_t n)
+{
+    if (fault_in_force(&w->faults)) {
+        if (kind == WAL_IO_SNAPSHOT && w->faults.snapshot_fail)
+            return -ENOSPC;
+        if (kind == WAL_IO_LOG && w->faults.write_fail_after >= 0 &&
+            w->faults.writes++ >= w->faults.write_fail_after)
+            return -ENOSPC;
+    }
+    const char *q = p;
+    while (n > 0) {
+        ssize_t k = write(fd, q, n);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (k == 0)
+            return -EIO;
+        q += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int wal__datasync(wal_t *w, wal_io_kind kind, int fd)
+{
+    if (kind == WAL_IO_LOG && fault_in_force(&w->faults) && w->faults.sync_fail_after >= 0 &&
+        w->faults.syncs++ >= w->faults.sync_fail_after)
+        return -EIO;
+    return fdatasync(fd) == 0 ? 0 : -errno;
+}
+
+int wal__sync_dir(wal_t *w)
+{
+    return fsync(w->dir_fd) == 0 ? 0 : -errno;
+}
+
+int wal__segment_create(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base, uint32_t salt,
+                        uint32_t flags)
+{
+    char name[WAL_NAME_MAX];
+    wal__seg_name(name, seq);
+    int fd = openat(w->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    wal_file_header h = {WAL_MAGIC_LOG, WAL_VERSION, flags, seq, lsn, time_base, salt};
+    uint8_t hdr[WAL_HEADER_SIZE];
+    wal__header_encode(&h, hdr);
+    int rc = wal__write_all(w, WAL_IO_LOG, fd, hdr, sizeof hdr);
+    if (rc == 0)
+        rc = wal__datasync(w, WAL_IO_LOG, fd);
+    if (rc == 0)
+        rc = wal__sync_dir(w);
+    if (rc < 0) {
+        close(fd);
+        unlinkat(w->dir_fd, name, 0);
+        return rc;
+    }
+    return fd;
+}
+
+/* ------------------------------------------------------------- snapshots */
+
+typedef struct snap_writer {
+    wal_t *w;
+    int fd;
+    int err;
+    uint64_t bytes;
+} snap_writer;
+
+static void snap_drain(snap_writer *s)
+{
+    wal_buf *out = &s->w->enc.out;
+    if (s->err == 0 && out->len)
+        s->err = wal__write_all(s->w, WAL_IO_SNAPSHOT, s->fd, out->ptr, out->len);
+    s->bytes += out->len;
+    out->len = 0;
+}
+
+static void snap_event(void *ctx, const core_event *ev)
+{
+    snap_writer *s = ctx;
+    wal__enc_event(&s->w->enc, ev);
+    if (s->w->enc.out.len >= WAL_SNAPSHOT_CHUNK)
+        snap_drain(s);
+}
+
+int wal__snapshot_write(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base,
+                        uint64_t *bytes)
+{
+    char tmp[WAL_NAME_MAX], name[WAL_NAME_MAX];
+    wal__snap_tmp_name(tmp, seq);
+    wal__snap_name(name, seq);
+    snap_writer s = {w, -1, 0, WAL_HEADER_SIZE};
+    s.fd = openat(w->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (s.fd < 0) {
+        int err = errno;
+        log_msg(LOG_ERROR, "snapshot: cannot create %s/%s: %s", w->dir, tmp, strerror(err));
+        return -err;
+    }
+    wal_encoder *e = &w->enc;
+    wal_file_header h = {WAL_MAGIC_SNAPSHOT, WAL_VERSION, 0, seq, lsn, time_base, wal__new_salt()};
+    uint8_t hdr[WAL_HEADER_SIZE];
+    wal__header_encode(&h, hdr);
+    s.err = wal__write_all(w, WAL_IO_SNAPSHOT, s.fd, hdr, sizeof hdr);
+    /* The encoder is between operations: no open batch, nothing staged. */
+    e->snapshot = true;
+    e->records = 0;
+    e->out.len = 0;
+    e->time_base = time_base;
+    e->salt = h.salt;
+    core_walk_state(w->core, snap_event, &s);
+    wal__enc_flush(e);
+    wal__enc_end(e);
+    snap_drain(&s);
+    e->snapshot = false;
+    const char *step = "write";
+    if (s.err == 0) {
+        step = "fdatasync";
+        s.err = wal__datasync(w, WAL_IO_SNAPSHOT, s.fd);
+    }
+    if (close(s.fd) != 0 && s.err == 0)
+        s.err = -errno;
+    if (s.err == 0) {
+        step = "rename";
+        if (renameat(w->dir_fd, tmp, w->dir_fd, name) != 0)
+            s.err = -errno;
+    }
+    if (s.err == 0) {
+        step = "directory fsync";
+        s.err = wal__sync_dir(w);
+    }
+    if (s.err != 0) {
+        log_msg(LOG_ERROR, "snapshot %s/%s: %s failed: %s", w->dir, name, step, strerror(-s.err));
+        unlinkat(w->dir_fd, tmp, 0);
+        return s.err;
+    }
+    if (bytes)
+        *bytes = s.bytes;
+    return 0;
+}
+
+void wal__delete_covered(wal_t *w, uint64_t seq)
+{
+    int fd = openat(w->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        log_msg(LOG_WARN, "cannot list %s to delete old log segments: %s", w->dir, strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        uint64_t n;
+        int kind = wal__classify(de->d_name, &n);
+        bool old = (kind == WAL_FILE_SEGMENT || kind == WAL_FILE_SNAPSHOT ||
+                    kind == WAL_FILE_SNAPSHOT_TMP) && n < seq;
+        if (old && unlinkat(w->dir_fd, de->d_name, 0) != 0)
+            log_msg(LOG_WARN, "cannot delete %s/%s: %s", w->dir, de->d_name, strerror(errno));
+    }
+    closedir(d);
+    wal__sync_dir(w);
+}
+
+/* ---------------------------------------------------------- failure state */
+
+/* A repair succeeds when its snapshot and its new segment are both durable
+ * and nothing failed since it began. Under mu. */
+static void repair_settle_locked(wal_t *w)
+{
+    if (!w->repairing)
+        return;
+    if (w->failures != w->repair_failures) {
+        w->repairing = false;
+        return;
+    }
+    if (!w->repair_snapshot_done || !w->repair_segment_done)
+        return;
+    w->repairing = false;
+    w->failed = false;
+    w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
+    log_msg(LOG_WARN, "write-ahead log repaired (snapshot %016" PRIx64 " and a new segment are "
+            "durable): changes are accepted again", w->snapshot_seq);
+    pthread_cond_broadcast(&w->durable_cv);
+}
+
+/* The log failed: refuse changes, fail the waiters, never write the current
+ * segment again, schedule a repair. Under mu. */
+static void fail_locked(wal_t *w, const char *what, int err)
+{
+    if (!w->failed)
+        log_msg(LOG_ERROR, "write-ahead log in %s: %s failed: %s; changes are refused with 503 "
+                "until the log is repaired (retrying), reads go on", w->dir, what, strerror(err));
+    else
+        log_msg(LOG_WARN, "write-ahead log in %s: %s failed again: %s", w->dir, what,
+                strerror(err));
+    snprintf(w->fail_reason, sizeof w->fail_reason,
+             "the write-ahead log failed (%s: %s); changes are refused until it is repaired, "
+             "reads still work", what, strerror(err));
+    w->failed = true;
+    w->broken = true;
+    w->accepting = false;
+    w->pending.len = 0;
+    if (w->rotate.pending) {
+        /* The records before the switch are lost: the next segment cannot
+         * continue the chain, it can only follow a snapshot. */
+        w->rotate.off = 0;
+        w->rotate.repair = true;
+    }
+    w->failures++;
+    repair_settle_locked(w);
+    if (!w->repairing)
+        w->next_repair_ms = wal__mono_ms() + w->repair_delay_ms;
+    pthread_cond_broadcast(&w->durable_cv);
+    pthread_cond_signal(&w->keeper_cv);
+}
+
+/* ---------------------------------------------------------------- writer */
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* fdatasync the current segment, counting its latency. Writer only. */
+static int timed_sync(wal_t *w)
+{
+    int64_t t0 = mono_us();
+    int rc = wal__datasync(w, WAL_IO_LOG, w->seg_fd);
+    uint64_t us = (uint64_t)(mono_us() - t0);
+    pthread_mutex_lock(&w->mu);
+    w->syncs++;
+    w->sync_us_sum += us;
+    w->sync_buckets[store_sync_bucket(us)]++;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+/* Switch to the rotation's segment: sync and close the old one (unless it
+ * is abandoned), create the new one. 0 or -errno with *what set. */
+static int switch_segment(wal_t *w, const wal_rotation *rot, bool abandon, const char **what)
+{
+    int rc = 0;
+    if (w->seg_fd >= 0) {
+        if (!abandon && !rot->repair) {
+            rc = timed_sync(w);
+            if (rc < 0) {
+                *what = "fdatasync before a segment switch";
+                return rc;
+            }
+        }
+        close(w->seg_fd);
+        w->seg_fd = -1;
+    }
+    int fd = wal__segment_create(w, rot->seq, rot->lsn, rot->time_base, rot->salt,
+                                 rot->repair ? WAL_FLAG_RECOVERY : 0);
+    if (fd < 0) {
+        *what = "creating a log segment";
+        return fd;
+    }
+    w->seg_fd = fd;
+    w->seg_seq = rot->seq;
+    return 0;
+}
+
+/* Write (and sync) one batch taken from `pending`. Not under mu. */
+static int write_batch(wal_t *w, const wal_rotation *rot, bool broken, bool sync,
+                       const char **what)
+{
+    const uint8_t *p = w->batch.ptr;
+    size_t n = w->batch.len, head = rot->pending ? rot->off : n;
+    int rc = 0;
+    *what = "write";
+    if (!broken && head > 0)
+        rc = wal__write_all(w, WAL_IO_LOG, w->seg_fd, p, head);
+    if (rc == 0 && rot->pending) {
+        rc = switch_segment(w, rot, broken, what);
+        if (rc == 0)
+            broken = false;
+        *what = rc ? *what : "write";
+    }
+    if (broken)
+        return 0;
+    if (rc == 0 && n > head)
+        rc = wal__write_all(w, WAL_IO_LOG, w->seg_fd, p + head, n - head);
+    if (rc == 0 && sync) {
+        *what = "fdatasync";
+        rc = timed_sync(w);
+    }
+    return rc;
+}
+
+static void *writer_main(void *arg)
+{
+    wal_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        int64_t now = wal__mono_ms();
+        bool unsynced = w->opt.fsync != WAL_FSYNC_NO && !w->broken && w->written > w->synced;
+        bool timed = unsynced && now - w->last_sync_ms >= 1000;
+        bool asked = w->opt.fsync == WAL_FSYNC_ALWAYS && !w->broken && w->sync_wanted > w->synced;
+        if (w->pending.len == 0 && !w->rotate.pending && !timed && !asked) {
+            if (w->stop)
+                break;
+            struct timespec ts;
+            deadline_after(&ts, unsynced ? 1000 - (now - w->last_sync_ms) : 1000);
+            pthread_cond_timedwait(&w->writer_cv, &w->mu, &ts);
+            continue;
+        }
+        wal_buf swap = w->batch;
+        w->batch = w->pending;
+        w->pending = swap;
+        w->pending.len = 0;
+        uint64_t end = w->appended;
+        wal_rotation rot = w->rotate;
+        w->rotate.pending = false;
+        bool broken = w->broken;
+        bool sync = w->opt.fsync == WAL_FSYNC_ALWAYS ? w->sync_wanted > w->synced || timed : timed;
+        w->writer_busy = true;
+        pthread_mutex_unlock(&w->mu);
+
+        const char *what = "write";
+        int rc = write_batch(w, &rot, broken, sync, &what);
+
+        pthread_mutex_lock(&w->mu);
+        w->writer_busy = false;
+        if (rc < 0) {
+            fail_locked(w, what, -rc);
+        } else {
+            if (rot.pending) {
+                w->broken = false;
+                w->written = w->synced = rot.lsn > w->synced ? rot.lsn : w->synced;
+                if (rot.repair && w->repairing) {
+                    w->repair_segment_done = true;
+                    repair_settle_locked(w);
+                }
+            }
+            if (!w->broken && (!broken || rot.pending)) {
+                if (end > w->written)
+                    w->written = end;
+                if (sync) {
+                    w->synced = w->written;
+                    w->last_sync_ms = now;
+                }
+            }
+        }
+        pthread_cond_broadcast(&w->durable_cv);
+        w->batch.len = 0;
+        if (w->batch.cap > (8u << 20)) {
+            wal__buf_free(&w->batch);
+        }
+    }
+    /* Stopping: everything was written; make it durable. */
+    if (!w->broken && w->seg_fd >= 0 && w->opt.fsync != WAL_FSYNC_NO && w->written > w->synced) {
+        pthread_mutex_unlock(&w->mu);
+        int rc = wal__datasync(w, WAL_IO_LOG, w->seg_fd);
+        pthread_mutex_lock(&w->mu);
+        if (rc < 0)
+            fail_locked(w, "fdatasync at shutdown", -rc);
+        else
+            w->synced = w->written;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ publishing */
+
+uint64_t wal_publish(wal_t *w, bool change)
+{
+    wal__enc_flush(&w->enc);
+    wal_buf *out = &w->enc.out;
+    pthread_mutex_lock(&w->mu);
+    if (out->len > 0) {
+        if (w->accepting && w->pending.len + out->len > WAL_MAX_PENDING)
+            fail_locked(w, "keeping up (the writer fell 256 MiB behind)", EAGAIN);
+        if (w->accepting)
+            wal__buf_append(&w->pending, out->ptr, out->len);
+        w->appended += out->len;
+        if (!w->writer_busy)
+            pthread_cond_signal(&w->writer_cv);
+    }
+    uint64_t lsn = w->appended;
+    if (change && w->opt.fsync == WAL_FSYNC_ALWAYS && lsn > w->sync_wanted) {
+        w->sync_wanted = lsn;
+        if (!w->writer_busy)
+            pthread_cond_signal(&w->writer_cv);
+    }
+    w->records_published = w->enc.records;
+    pthread_mutex_unlock(&w->mu);
+    out->len = 0;
+    if (out->cap > (4u << 20))
+        wal__buf_free(out);
+    return lsn;
+}
+
+bool wal_refusing(wal_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    bool failed = w->failed;
+    pthread_mutex_unlock(&w->mu);
+    return failed;
+}
+
+int wal_wait(wal_t *w, uint64_t lsn)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = WAL_OK;
+    for (;;) {
+        /* Failed first: while a repair runs, `written` and `synced` count
+         * records that only its snapshot will make durable. */
+        if (w->failed) {
+            rc = WAL_EUNAVAILABLE;
+            break;
+        }
+        uint64_t durable = w->opt.fsync == WAL_FSYNC_ALWAYS ? w->synced : w->written;
+        if (durable >= lsn)
+            break;
+        pthread_cond_wait(&w->durable_cv, &w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- keeper */
+
+static void child_main(wal_t *w, pid_t parent, uint64_t seq, uint64_t lsn, int64_t base)
+{
+    /* Die with the server: a kill -9 of the parent must not leave a writer
+     * behind in the directory of the next server. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+    _exit(wal__snapshot_write(w, seq, lsn, base, NULL) == 0 ? 0 : 1);
+}
+
+static void start_snapshot(wal_t *w, bool repair)
+{
+    w->host.lock(w->host.ctx);
+    /* The child must not need malloc for its output (fork in a threaded
+     * process): give the encoder its whole chunk now. */
+    wal__buf_reserve(&w->enc.out, WAL_SNAPSHOT_CHUNK + (64u << 10));
+    uint64_t seq = w->next_seq++;
+    int64_t base = wal__wall_ms();
+    uint32_t salt = wal__new_salt();
+    pthread_mutex_lock(&w->mu);
+    uint64_t lsn = w->appended;
+    if (repair) {
+        w->pending.len = 0;
+        w->accepting = true;
+        w->repairing = true;
+        w->repair_snapshot_done = w->repair_segment_done = false;
+        w->repair_failures = w->failures;
+    }
+    w->rotate = (wal_rotation){true, w->pending.len, seq, lsn, base, salt, repair || w->broken};
+    if (!w->writer_busy)
+        pthread_cond_signal(&w->writer_cv);
+    pthread_mutex_unlock(&w->mu);
+    w->enc.time_base = base;
+    w->enc.salt = salt;
+    pid_t parent = getpid();
+    int64_t started = wal__mono_ms();
+    pid_t pid = fork();
+    if (pid == 0)
+        child_main(w, parent, seq, lsn, base);
+    int fork_err = errno;
+    w->host.unlock(w->host.ctx);
+
+    pthread_mutex_lock(&w->mu);
+    if (pid < 0) {
+        log_msg(LOG_ERROR, "snapshot: fork failed: %s", strerror(fork_err));
+        if (repair) {
+            w->repairing = false;
+            w->accepting = false;
+            w->broken = true;
+            w->pending.len = 0;
+            w->next_repair_ms = wal__mono_ms() + w->repair_delay_ms;
+        }
+        w->hold_until_ms = wal__mono_ms() + SNAPSHOT_RETRY_MS;
+    } else {
+        w->child = pid;
+        w->child_seq = seq;
+        w->child_lsn = lsn;
+        w->child_repair = repair;
+        w->child_started_ms = started;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The child is done (status from waitpid). Not under mu. */
+static void finish_snapshot(wal_t *w, int status)
+{
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    char name[WAL_NAME_MAX];
+    uint64_t bytes = 0;
+    if (ok) {
+        struct stat st;
+        wal__snap_name(name, w->child_seq);
+        if (fstatat(w->dir_fd, name, &st, 0) == 0)
+            bytes = (uint64_t)st.st_size;
+        wal__delete_covered(w, w->child_seq);
+    } else {
+        wal__snap_tmp_name(name, w->child_seq);
+        unlinkat(w->dir_fd, name, 0);
+        if (WIFSIGNALED(status) && !w->stop)
+            log_msg(LOG_ERROR, "snapshot %016" PRIx64 ": the child died of signal %d",
+                    w->child_seq, WTERMSIG(status));
+    }
+    int64_t now = wal__mono_ms();
+    pthread_mutex_lock(&w->mu);
+    if (ok) {
+        if (w->child_lsn > w->synced)
+            w->synced = w->child_lsn;
+        if (w->child_lsn > w->written)
+            w->written = w->child_lsn;
+        w->snapshots++;
+        w->snapshot_bytes = bytes;
+        w->snapshot_time_ms = wal__wall_ms();
+        w->snapshot_lsn = w->child_lsn;
+        w->snapshot_seq = w->child_seq;
+        w->next_save_ms = now + w->opt.save_interval_ms;
+        w->hold_until_ms = 0;
+        log_msg(LOG_DEBUG, "snapshot %016" PRIx64 ": %" PRIu64 " bytes in %" PRId64 " ms",
+                w->child_seq, bytes, now - w->child_started_ms);
+        if (w->child_repair && w->repairing) {
+            w->repair_snapshot_done = true;
+            repair_settle_locked(w);
+        }
+        pthread_cond_broadcast(&w->durable_cv);
+    } else {
+        w->hold_until_ms = now + SNAPSHOT_RETRY_MS;
+        if (w->child_repair && w->repairing) {
+            w->repairing = false;
+            w->accepting = false;
+            w->broken = true;
+            w->pending.len = 0;
+        }
+    }
+    if (w->child_repair && w->failed && !w->repairing) {
+        w->next_repair_ms = now + w->repair_delay_ms;
+        log_msg(LOG_WARN, "write-ahead log repair failed; next attempt in %" PRId64 " ms",
+                w->repair_delay_ms);
+        w->repair_delay_ms = w->repair_delay_ms * 2 > REPAIR_MAX_DELAY_MS ? REPAIR_MAX_DELAY_MS
+                                                                         : w->repair_delay_ms * 2;
+    }
+    w->child = 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static bool snapshot_due_locked(const wal_t *w, int64_t now)
+{
+    if (w->failed || w->rotate.pending || now < w->hold_until_ms)
+        return false;
+    uint64_t grown = w->appended - w->snapshot_lsn;
+    if (w->opt.snapshot_log_bytes > 0 && grown >= w->opt.snapshot_log_bytes)
+        return true;
+    return w->opt.save_interval_ms > 0 && now >= w->next_save_ms && grown > 0;
+}
+
+static void *keeper_main(void *arg)
+{
+    wal_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        int64_t now = wal__mono_ms();
+        if (w->child > 0) {
+            int status;
+            pid_t r = waitpid(w->child, &status, WNOHANG);
+            if (r == w->child) {
+                pthread_mutex_unlock(&w->mu);
+                finish_snapshot(w, status);
+                pthread_mutex_lock(&w->mu);
+                continue;
+            }
+            struct timespec ts;
+            deadline_after(&ts, 10);
+            pthread_cond_timedwait(&w->keeper_cv, &w->mu, &ts);
+            continue;
+        }
+        bool repair = w->failed && !w->repairing && now >= w->next_repair_ms;
+        if (repair || snapshot_due_locked(w, now)) {
+            pthread_mutex_unlock(&w->mu);
+            start_snapshot(w, repair);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
+        struct timespec ts;
+        deadline_after(&ts, KEEPER_TICK_MS);
+        pthread_cond_timedwait(&w->keeper_cv, &w->mu, &ts);
+    }
+    pid_t child = w->child;
+    pthread_mutex_unlock(&w->mu);
+    if (child > 0) { /* the final snapshot supersedes it */
+        kill(child, SIGKILL);
+        int status;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+            ;
+        finish_snapshot(w, status);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------- life cycle */
+
+static void wal_free(wal_t *w)
+{
+    if (w->seg_fd >= 0)
+        close(w->seg_fd);
+    if (w->lock_fd >= 0)
+        close(w->lock_fd);
+    if (w->dir_fd >= 0)
+        close(w->dir_fd);
+    wal__enc_free(&w->enc);
+    wal__buf_free(&w->pending);
+    wal__buf_free(&w->batch);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->writer_cv);
+    pthread_cond_destroy(&w->durable_cv);
+    pthread_cond_destroy(&w->keeper_cv);
+    free(w->dir);
+    free(w);
+}
+
+int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t **out, char *err,
+             size_t errlen)
+{
+    wal_t *w = hf_xcalloc(1, sizeof *w);
+    w->opt = *opt;
+    w->dir = hf_xmalloc(strlen(opt->dir) + 1);
+    strcpy(w->dir, opt->dir);
+    w->opt.dir = w->dir;
+    w->core = core;
+    w->host = *host;
+    w->dir_fd = w->lock_fd = w->seg_fd = -1;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->writer_cv, &attr);
+    pthread_cond_init(&w->durable_cv, &attr);
+    pthread_cond_init(&w->keeper_cv, &attr);
+    pthread_condattr_destroy(&attr);
+    faults_parse(&w->faults, getenv("HF3FS_METAD_FAULT"));
+    wal__enc_init(&w->enc, wal__wall_ms());
+    w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
+
+    int rc = wal__recover(w, err, errlen);
+    if (rc != 0) {
+        wal_free(w);
+        return rc;
+    }
+    w->accepting = true;
+    w->last_sync_ms = wal__mono_ms();
+    w->next_save_ms = wal__mono_ms() + opt->save_interval_ms;
+    core_set_observer(core, wal__enc_event, &w->enc);
+    if (pthread_create(&w->writer_thread, NULL, writer_main, w) != 0 ||
+        pthread_create(&w->keeper_thread, NULL, keeper_main, w) != 0) {
+        snprintf(err, errlen, "cannot start the log threads");
+        abort(); /* like out-of-memory: nothing sensible is left to do */
+    }
+    w->threads_started = true;
+    *out = w;
+    return WAL_OK;
+}
+
+void wal_close(wal_t *w, bool final_snapshot)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->writer_cv);
+    pthread_cond_broadcast(&w->keeper_cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->keeper_thread, NULL);
+    pthread_join(w->writer_thread, NULL);
+    core_set_observer(w->core, NULL, NULL);
+    if (final_snapshot) {
+        uint64_t seq = w->next_seq++, bytes = 0;
+        if (wal__snapshot_write(w, seq, w->appended, wal__wall_ms(), &bytes) == 0) {
+            wal__delete_covered(w, seq);
+            log_msg(LOG_INFO, "final snapshot %s/snapshot-%016" PRIx64 ".snap: %" PRIu64
+                    " bytes", w->dir, seq, bytes);
+        } else if (w->failed) {
+            log_msg(LOG_ERROR, "the write-ahead log had failed and the final snapshot failed: "
+                    "changes refused with 503 since the failure are lost");
+        }
+    }
+    wal_free(w);
+}
+
+void wal_get_stats(wal_t *w, wal_stats *out)
+{
+    pthread_mutex_lock(&w->mu);
+    *out = (wal_stats){
+        .lsn = w->appended,
+        .written_lsn = w->written,
+        .synced_lsn = w->synced,
+        .records = w->records_published,
+        .syncs = w->syncs,
+        .snapshots = w->snapshots,
+        .snapshot_bytes = w->snapshot_bytes,
+        .snapshot_lsn = w->snapshot_lsn,
+        .failures = w->failures,
+        .refusing = w->failed,
+        .sync_us_sum = w->sync_us_sum,
+        .snapshot_time_ms = w->snapshot_time_ms,
+    };
+    memcpy(out->sync_buckets, w->sync_buckets, sizeof out->sync_buckets);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void wal_failure_reason(wal_t *w, char *out, size_t len)
+{
+    pthread_mutex_lock(&w->mu);
+    snprintf(out, len, "%s", w->failed ? w->fail_reason : "");
+    pthread_mutex_unlock(&w->mu);
+}
+
+const char *wal_strerror(int err)
+{
+    switch (err) {
+    case WAL_OK: return "success";
+    case WAL_EIO: return "the data directory cannot be read or written";
+    case WAL_EFOREIGN: return "the data directory holds files hf3fs-metad did not write";
+    case WAL_EDAMAGED: return "the log is damaged before its tail";
+    case WAL_ELOCKED: return "another process uses the data directory";
+    case WAL_EUNAVAILABLE: return "the write-ahead log failed";
+    default: return "unknown log error";
+    }
+}
+
+const char *wal_fsync_name(wal_fsync_policy policy)
+{
+    switch (policy) {
+    case WAL_FSYNC_ALWAYS: return "always";
+    case WAL_FSYNC_EVERYSEC: return "everysec";
+    case WAL_FSYNC_NO: return "no";
+    }
+    return "?";
+}
+
+int wal_parse_fsync(const char *name, wal_fsync_policy *policy)
+{
+    static const wal_fsync_policy all[] = {WAL_FSYNC_ALWAYS, WAL_FSYNC_EVERYSEC, WAL_FSYNC_NO};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (!strcmp(name, wal_fsync_name(all[i]))) {
+            *policy = all[i];
+            return 0;
+        }
+    }
+    return -1;
+}
