@@ -1,0 +1,192 @@
+/*
+ * admin.c: GET /health, GET /v1/stats (raw and decoded), and the raw request
+ * the CLI uses for anything else.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+int hf3fs_meta_health(hf3fs_meta_client *c)
+{
+    int rc = hf3fs_meta__begin(c);
+    if (rc)
+        return rc;
+    rc = hf3fs_meta__call(c, "GET", "/health", NULL, 0, HF3FS_META__IDEMPOTENT);
+    if (rc || (rc = hf3fs_meta__check_status(c, "GET /health")) != 0)
+        return rc;
+    hf3fs_meta__json_doc doc;
+    const hf3fs_meta__buf *body = &c->reader.body;
+    rc = hf3fs_meta__json_parse(&doc, body->data ? body->data : "", body->len, 8);
+    if (rc == 0 && !hf3fs_meta__json_string_eq(&doc, hf3fs_meta__json_get(&doc, 0, "status"),
+                                               "ok", 2))
+        rc = HF3FS_META_EPROTO;
+    hf3fs_meta__json_free(&doc);
+    if (rc == HF3FS_META_EPROTO)
+        return hf3fs_meta__set_error(c, rc, "GET /health: answer is not {\"status\": \"ok\"}");
+    if (rc)
+        return hf3fs_meta__set_error(c, rc, "GET /health: %s", hf3fs_meta_strerror(rc));
+    return 0;
+}
+
+int hf3fs_meta_stats(hf3fs_meta_client *c, char **json_out, size_t *len_out)
+{
+    if (json_out)
+        *json_out = NULL;
+    int rc = hf3fs_meta__begin(c);
+    if (rc)
+        return rc;
+    if (!json_out)
+        return hf3fs_meta__set_error(c, HF3FS_META_EINVAL, "json_out is NULL");
+    rc = hf3fs_meta__call(c, "GET", "/v1/stats", NULL, 0, HF3FS_META__IDEMPOTENT);
+    if (rc || (rc = hf3fs_meta__check_status(c, "GET /v1/stats")) != 0)
+        return rc;
+    hf3fs_meta__buf *body = &c->reader.body;
+    hf3fs_meta__json_doc doc;
+    rc = hf3fs_meta__json_parse(&doc, body->data ? body->data : "", body->len,
+                                HF3FS_META__JSON_DEFAULT_DEPTH);
+    bool object = rc == 0 && doc.nodes[0].type == HF3FS_META__JSON_OBJECT;
+    hf3fs_meta__json_free(&doc);
+    if (rc == HF3FS_META_ENOMEM)
+        return hf3fs_meta__set_error(c, rc, "GET /v1/stats: out of memory");
+    if (!object)
+        return hf3fs_meta__set_error(c, HF3FS_META_EPROTO,
+                                     "GET /v1/stats: answer is not a JSON object");
+    char *text = hf3fs_meta__buf_steal(body, len_out);
+    if (!text)
+        return hf3fs_meta__set_error(c, HF3FS_META_ENOMEM, "GET /v1/stats: out of memory");
+    hf3fs_meta__buf_init(body, c->max_answer);
+    *json_out = text;
+    return 0;
+}
+
+static const char *const counter_names[] = {
+    "rank", "num_pages", "free", "reserved", "owned", "draining",
+    "keys", "touched", "hits", "misses", "evictions",
+};
+
+static int64_t *counter_field(hf3fs_meta_pool_stats *p, size_t k)
+{
+    int64_t *fields[] = {&p->rank,  &p->num_pages, &p->free,    &p->reserved,
+                         &p->owned, &p->draining,  &p->keys,    &p->touched,
+                         &p->hits,  &p->misses,    &p->evictions};
+    return fields[k];
+}
+
+int hf3fs_meta_stats_parse(const char *json, size_t len, hf3fs_meta_pool_stats **pools_out,
+                           size_t *n_out)
+{
+    if (pools_out)
+        *pools_out = NULL;
+    if (n_out)
+        *n_out = 0;
+    if (!json || !pools_out || !n_out)
+        return HF3FS_META_EINVAL;
+    hf3fs_meta__json_doc doc;
+    int rc = hf3fs_meta__json_parse(&doc, json, len, HF3FS_META__JSON_DEFAULT_DEPTH);
+    uint32_t pools = rc == 0 ? hf3fs_meta__json_get(&doc, 0, "pools") : HF3FS_META__JSON_NONE;
+    if (rc == 0 && (pools == HF3FS_META__JSON_NONE || doc.nodes[pools].type != HF3FS_META__JSON_ARRAY))
+        rc = HF3FS_META_EPROTO;
+    /* One block: the array, then the namespace strings. */
+    size_t n = rc == 0 ? doc.nodes[pools].count : 0, strings = 0;
+    for (uint32_t p = rc == 0 ? hf3fs_meta__json_first(&doc, pools) : HF3FS_META__JSON_NONE;
+         p != HF3FS_META__JSON_NONE; p = hf3fs_meta__json_next(&doc, pools, p)) {
+        size_t ns_len;
+        if (!hf3fs_meta__json_string(&doc, hf3fs_meta__json_get(&doc, p, "namespace"), &ns_len)) {
+            rc = HF3FS_META_EPROTO;
+            break;
+        }
+        strings += ns_len + 1;
+    }
+    hf3fs_meta_pool_stats *out = NULL;
+    if (rc == 0 && n) {
+        out = malloc(n * sizeof *out + strings);
+        if (!out)
+            rc = HF3FS_META_ENOMEM;
+    }
+    char *str = out ? (char *)(out + n) : NULL;
+    size_t i = 0;
+    for (uint32_t p = rc == 0 && n ? hf3fs_meta__json_first(&doc, pools) : HF3FS_META__JSON_NONE;
+         p != HF3FS_META__JSON_NONE && rc == 0; p = hf3fs_meta__json_next(&doc, pools, p), i++) {
+        size_t ns_len;
+        const char *ns = hf3fs_meta__json_string(&doc, hf3fs_meta__json_get(&doc, p, "namespace"),
+                                                 &ns_len);
+        memcpy(str, ns, ns_len + 1);
+        out[i].ns = str;
+        str += ns_len + 1;
+        for (size_t k = 0; k < sizeof counter_names / sizeof counter_names[0]; k++) {
+            uint32_t v = hf3fs_meta__json_get(&doc, p, counter_names[k]);
+            int64_t *field = counter_field(&out[i], k);
+            *field = -1;
+            if (v == HF3FS_META__JSON_NONE && k != 0)
+                continue; /* optional counter */
+            if (hf3fs_meta__json_int(&doc, v, field) != 0)
+                rc = HF3FS_META_EPROTO;
+        }
+    }
+    hf3fs_meta__json_free(&doc);
+    if (rc) {
+        free(out);
+        return rc;
+    }
+    *pools_out = out;
+    *n_out = n;
+    return 0;
+}
+
+static bool valid_method(const char *m)
+{
+    if (!*m || strlen(m) > 16)
+        return false;
+    for (; *m; m++)
+        if (*m < 'A' || *m > 'Z')
+            return false;
+    return true;
+}
+
+static bool valid_path(const char *p)
+{
+    if (p[0] != '/')
+        return false;
+    for (; *p; p++)
+        if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
+            return false;
+    return true;
+}
+
+int hf3fs_meta_request(hf3fs_meta_client *c, const char *method, const char *path,
+                       const char *body, size_t body_len, int *status_out, char **body_out,
+                       size_t *len_out)
+{
+    if (body_out)
+        *body_out = NULL;
+    if (status_out)
+        *status_out = 0;
+    int rc = hf3fs_meta__begin(c);
+    if (rc)
+        return rc;
+    if (!method || !path || !status_out || !valid_method(method) || !valid_path(path))
+        return hf3fs_meta__set_error(c, HF3FS_META_EINVAL,
+                                     "method must be upper-case letters and path must start with"
+                                     " '/' and have no spaces or control characters");
+    rc = hf3fs_meta__call(c, method, path, body, body_len,
+                          strcmp(method, "GET") == 0 ? HF3FS_META__IDEMPOTENT
+                                                     : HF3FS_META__ALLOCATION);
+    if (rc)
+        return rc;
+    *status_out = c->reader.status;
+    char what[96];
+    snprintf(what, sizeof what, "%s %.60s", method, path);
+    hf3fs_meta__check_status(c, what); /* sets the messages for error statuses */
+    if (body_out) {
+        char *text = hf3fs_meta__buf_steal(&c->reader.body, len_out);
+        hf3fs_meta__buf_init(&c->reader.body, c->max_answer);
+        if (!text) {
+            *status_out = 0;
+            return hf3fs_meta__set_error(c, HF3FS_META_ENOMEM, "%s: out of memory", what);
+        }
+        *body_out = text;
+    }
+    return 0;
+}
