@@ -41,7 +41,8 @@
  *                            length, wrong types, a key that is not echoed);
  *      HF3FS_META_ETOOBIG    the answer is larger than the client's limit;
  *      HF3FS_META_EUNAUTH    401: the server wants a token (or another one);
- *      HF3FS_META_EREFUSED   another 4xx; hf3fs_meta_last_error() has detail;
+ *      HF3FS_META_EREFUSED   another 4xx (400 bad request, 413 too large ...);
+ *                            hf3fs_meta_last_detail() has the server's text;
  *      HF3FS_META_ESERVER    a 5xx, or any 3xx/unexpected status.
  *
  *  - Ownership. Every pointer argument is borrowed for the duration of the call
@@ -147,7 +148,9 @@ extern "C" {
 /** HTTP 4xx other than 401 and "not initialized": the server refused the
  * request; hf3fs_meta_last_error() carries its `detail` text. */
 #define HF3FS_META_EREFUSED   (-31405)
-/** HTTP 404 for a pool (or vLLM rank) that was not initialized. */
+/** HTTP 404 for a pool (or vLLM rank) that was not initialized: a 404 whose
+ * `detail` says "not initialized" (any other 404, such as "Not Found" for an
+ * unknown path, is HF3FS_META_EREFUSED). */
 #define HF3FS_META_ENOTINIT   (-31406)
 /** HTTP 401: authentication required or wrong token. */
 #define HF3FS_META_EUNAUTH    (-31407)
