@@ -161,7 +161,7 @@ static int list_dir(recovery *R)
             R->max_seq = seq;
     }
     closedir(d);
-    if (rc == 0)
+    if (rc == 0 && R->nfiles > 0)
         qsort(R->files, R->nfiles, sizeof *R->files, cmp_file);
     return rc;
 }
