@@ -1,24 +1,36 @@
 /*
- * admin.c: the routes beyond the dialects (PROTOCOL.md, "Beyond the dialects").
+ * admin.c: the routes beyond the dialects (PROTOCOL.md, "Beyond the dialects"),
+ * and the periodic summary line of the log.
  *
- *   GET /health    200 {"status":"ok"}
- *   GET /v1/stats  200 {"pools":[{namespace, rank, num_pages, pages per state,
- *                  counters, refused_confirmations{...}, refused_releases{...}}]}
+ *   GET /health    200 {"status":"ok"} while the store accepts changes, else
+ *                  503 {"status":"unavailable","detail":<why>}. Never needs
+ *                  auth: it is what load balancers and systemd probes call.
+ *   GET /v1/stats  200 {"server":{...},"pools":[{namespace, rank, num_pages,
+ *                  pages per state, keys, counters, refused_confirmations{...},
+ *                  refused_releases{...}}]}
  *   GET /v1/check  200 {"ok":true} or 500 {"ok":false,"detail":...}; only with
  *                  --debug-api (it walks every pool), else 404
- *   GET /metrics   Prometheus text format 0.0.4: requests per route and
- *                  status, then per pool (labels namespace, rank) pages per
- *                  state, keys, and the pool counters.
+ *   GET /metrics   Prometheus text format 0.0.4: requests and latency per
+ *                  route and status, connections, server state, persistence
+ *                  (when the store keeps a log), then per pool (labels
+ *                  namespace, rank) pages per state, keys and the pool
+ *                  counters. docs/operations.md has the table of every family.
  *
  * Prometheus wants every sample of a metric family together, so /metrics
  * first copies each pool's figures (the store hands them out one pool at a
  * time) into the request arena, then writes family by family.
  */
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/api_internal.h"
+#include "api/metrics.h"
+#include "server/log.h"
+#include "util/xalloc.h"
 
 static const char *const refusal_names[CORE_REFUSE_COUNT] = {
     [CORE_REFUSE_OUT_OF_RANGE] = "out_of_range",
@@ -27,10 +39,41 @@ static const char *const refusal_names[CORE_REFUSE_COUNT] = {
     [CORE_REFUSE_OWNED] = "owned",
 };
 
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whether the store accepts changes; if not, why in reason. */
+static bool store_healthy(store_t *store, char *reason, size_t len)
+{
+    reason[0] = '\0';
+    if (!store->ops->health || store->ops->health(store, reason, len) == STORE_OK)
+        return true;
+    if (!reason[0])
+        snprintf(reason, len, "%s", store_strerror(STORE_EUNAVAILABLE));
+    return false;
+}
+
 static void health(api__req *req)
 {
+    char reason[256];
+    if (store_healthy(req->store, reason, sizeof reason)) {
+        api__begin(req);
+        json_put_lit(req->out, "{\"status\":\"ok\"}");
+        return;
+    }
     api__begin(req);
-    json_put_lit(req->out, "{\"status\":\"ok\"}");
+    req->resp->status = 503;
+    json_put_lit(req->out, "{\"status\":\"unavailable\",\"detail\":");
+    size_t len = strnlen(reason, sizeof reason);
+    char detail[320];
+    int n = snprintf(detail, sizeof detail, "The server cannot accept changes: %.*s", (int)len,
+                     reason);
+    json_put_str(req->out, detail, n < 0 ? 0 : strnlen(detail, sizeof detail));
+    json_put_char(req->out, '}');
 }
 
 /* ---- /v1/stats ---- */
@@ -90,11 +133,74 @@ static void put_pool_json(void *ctx, hf_slice ns, uint32_t rank, const core_pool
     json_put_char(out, '}');
 }
 
+/* The store's persistence figures, or false if it keeps nothing on disk. */
+static bool get_persistence(store_t *store, store_persistence *p)
+{
+    memset(p, 0, sizeof *p);
+    return store->ops->persistence && store->ops->persistence(store, p) == STORE_OK;
+}
+
+static void put_persistence_json(json_buf *out, const store_persistence *p, int64_t now_ms)
+{
+    json_put_lit(out, "{\"log_bytes\":");
+    json_put_uint(out, p->log_bytes);
+    put_counter(out, "log_written_bytes", p->log_written_bytes);
+    put_counter(out, "log_synced_bytes", p->log_synced_bytes);
+    put_counter(out, "log_records", p->records);
+    put_counter(out, "log_syncs", p->syncs);
+    put_counter(out, "log_failures", p->failures);
+    put_counter(out, "snapshots", p->snapshots);
+    put_counter(out, "snapshot_bytes", p->snapshot_bytes);
+    json_put_lit(out, ",\"snapshot_age_seconds\":");
+    if (p->snapshot_time_ms > 0)
+        json_put_int(out, (now_ms - p->snapshot_time_ms) / 1000);
+    else
+        json_put_lit(out, "null");
+    json_put_lit(out, ",\"refusing_changes\":");
+    json_put_bool(out, p->refusing);
+    json_put_char(out, '}');
+}
+
+/* "server": process-wide figures, before the pools. */
+static void put_server_json(api__req *req)
+{
+    json_buf *out = req->out;
+    api__server_figures fig;
+    api__get_server_figures(req->api, &fig);
+    int64_t now = wall_ms(), started = api__started_ms(req->api);
+    char reason[256];
+    bool healthy = store_healthy(req->store, reason, sizeof reason);
+    json_put_lit(out, "\"server\":{\"started_at\":");
+    json_put_int(out, started / 1000);
+    json_put_lit(out, ",\"uptime_seconds\":");
+    json_put_int(out, (now - started) / 1000);
+    json_put_lit(out, ",\"accepting_changes\":");
+    json_put_bool(out, healthy);
+    if (!healthy) {
+        json_put_lit(out, ",\"unavailable_reason\":");
+        json_put_str(out, reason, strnlen(reason, sizeof reason));
+    }
+    put_counter(out, "requests", fig.requests);
+    json_put_lit(out, ",\"connections\":{\"open\":");
+    json_put_uint(out, fig.connections_open);
+    put_counter(out, "total", fig.connections_total);
+    put_counter(out, "refused", fig.connections_refused);
+    json_put_lit(out, "},\"persistence\":");
+    store_persistence persistence;
+    if (get_persistence(req->store, &persistence))
+        put_persistence_json(out, &persistence, now);
+    else
+        json_put_lit(out, "null");
+    json_put_char(out, '}');
+}
+
 static void stats(api__req *req)
 {
     stats_writer writer = {.out = req->out};
     api__begin(req);
-    json_put_lit(req->out, "{\"pools\":[");
+    json_put_char(req->out, '{');
+    put_server_json(req);
+    json_put_lit(req->out, ",\"pools\":[");
     int err = req->store->ops->stats(req->store, put_pool_json, &writer);
     if (err != STORE_OK) {
         api__store_failed(req, err);
@@ -263,6 +369,108 @@ static void put_refusal_family(json_buf *out, const char *name, const char *help
     }
 }
 
+/* A family of one unlabeled sample. */
+static void put_single(json_buf *out, const char *name, const char *type, const char *help,
+                       uint64_t value)
+{
+    put_family(out, name, type, help);
+    json_put_raw(out, name, strlen(name));
+    json_put_char(out, ' ');
+    json_put_uint(out, value);
+    json_put_char(out, '\n');
+}
+
+/* Milliseconds as seconds with three decimals; negative values as 0. */
+static void put_ms_as_seconds(json_buf *out, int64_t ms)
+{
+    char text[32];
+    if (ms < 0)
+        ms = 0;
+    int n = snprintf(text, sizeof text, "%" PRId64 ".%03d", ms / 1000, (int)(ms % 1000));
+    json_put_raw(out, text, (size_t)n);
+}
+
+static void put_server_metrics(api__req *req, size_t npools)
+{
+    json_buf *out = req->out;
+    char reason[256];
+    put_single(out, "hf3fs_metad_accepting_changes", "gauge",
+               "1 while the store accepts changes, 0 while it refuses them (see /health).",
+               store_healthy(req->store, reason, sizeof reason));
+    put_family(out, "hf3fs_metad_start_time_seconds", "gauge",
+               "When the server started, in seconds since the Unix epoch.");
+    json_put_lit(out, "hf3fs_metad_start_time_seconds ");
+    put_ms_as_seconds(out, api__started_ms(req->api));
+    json_put_char(out, '\n');
+    put_single(out, "hf3fs_metad_pools", "gauge", "Pools (namespace, rank) initialized.",
+               npools);
+}
+
+static void put_sync_histogram(json_buf *out, const store_persistence *p)
+{
+    static const char name[] = "hf3fs_metad_log_sync_duration_seconds";
+    put_family(out, name, "histogram", "Time one sync (fdatasync) of the log took.");
+    uint64_t cumulative = 0;
+    for (unsigned b = 0; b < STORE_SYNC_BUCKETS; b++) {
+        cumulative += p->sync_buckets[b];
+        char le[32];
+        if (b < STORE_SYNC_BUCKETS - 1)
+            snprintf(le, sizeof le, "%" PRIu64 ".%06" PRIu64, store_sync_bounds_us[b] / 1000000,
+                     store_sync_bounds_us[b] % 1000000);
+        else
+            snprintf(le, sizeof le, "+Inf");
+        json_put_lit(out, "hf3fs_metad_log_sync_duration_seconds_bucket{le=\"");
+        json_put_raw(out, le, strlen(le));
+        json_put_lit(out, "\"} ");
+        json_put_uint(out, cumulative);
+        json_put_char(out, '\n');
+    }
+    char sum[32];
+    int n = snprintf(sum, sizeof sum, "%" PRIu64 ".%06" PRIu64, p->sync_us_sum / 1000000,
+                     p->sync_us_sum % 1000000);
+    json_put_lit(out, "hf3fs_metad_log_sync_duration_seconds_sum ");
+    json_put_raw(out, sum, (size_t)n);
+    json_put_lit(out, "\nhf3fs_metad_log_sync_duration_seconds_count ");
+    json_put_uint(out, cumulative);
+    json_put_char(out, '\n');
+}
+
+/* The persistence families: only hf3fs_metad_persistence_enabled 0 when
+ * the store keeps nothing on disk. */
+static void put_persistence_metrics(api__req *req)
+{
+    json_buf *out = req->out;
+    store_persistence p;
+    bool enabled = get_persistence(req->store, &p);
+    put_single(out, "hf3fs_metad_persistence_enabled", "gauge",
+               "1 if the state is logged to the data directory, 0 if in memory only.", enabled);
+    if (!enabled)
+        return;
+    put_single(out, "hf3fs_metad_log_bytes_total", "counter",
+               "Bytes of log records produced (the log sequence number).", p.log_bytes);
+    put_single(out, "hf3fs_metad_log_written_bytes_total", "counter",
+               "Bytes of log records written to the log files.", p.log_written_bytes);
+    put_single(out, "hf3fs_metad_log_synced_bytes_total", "counter",
+               "Bytes of log records synced to disk.", p.log_synced_bytes);
+    put_single(out, "hf3fs_metad_log_records_total", "counter",
+               "Log records produced by this process.", p.records);
+    put_single(out, "hf3fs_metad_log_syncs_total", "counter", "Syncs of the log.", p.syncs);
+    put_sync_histogram(out, &p);
+    put_single(out, "hf3fs_metad_log_failures_total", "counter",
+               "Log write or sync failures.", p.failures);
+    put_single(out, "hf3fs_metad_snapshots_total", "counter",
+               "Snapshots completed by this process.", p.snapshots);
+    put_single(out, "hf3fs_metad_snapshot_bytes", "gauge", "Size of the newest snapshot.",
+               p.snapshot_bytes);
+    if (p.snapshot_time_ms > 0) {
+        put_family(out, "hf3fs_metad_snapshot_age_seconds", "gauge",
+                   "Seconds since the newest snapshot completed.");
+        json_put_lit(out, "hf3fs_metad_snapshot_age_seconds ");
+        put_ms_as_seconds(out, wall_ms() - p.snapshot_time_ms);
+        json_put_char(out, '\n');
+    }
+}
+
 static void metrics(api__req *req)
 {
     pool_list pools = {.doc = req->doc, .head = NULL};
@@ -272,9 +480,14 @@ static void metrics(api__req *req)
         api__store_failed(req, err);
         return;
     }
+    size_t npools = 0;
+    for (const pool_figures *p = pools.head; p; p = p->next)
+        npools++;
     api__begin(req);
     req->resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
     api__write_request_metrics(req);
+    put_server_metrics(req, npools);
+    put_persistence_metrics(req);
     put_page_states(req->out, pools.head);
     for (size_t i = 0; i < sizeof pool_metrics / sizeof pool_metrics[0]; i++)
         put_pool_metric(req->out, &pool_metrics[i], pools.head);
@@ -282,6 +495,118 @@ static void metrics(api__req *req)
                        "Confirmations refused, by reason.", pools.head, false);
     put_refusal_family(req->out, "hf3fs_metad_pool_refused_releases_total",
                        "Releases refused, by reason.", pools.head, true);
+}
+
+/* ---- the periodic summary line ---- */
+
+/* What the summary counts, summed over every pool. */
+typedef struct summary_figures {
+    uint64_t evictions, expired;
+    uint64_t refused_confirms[CORE_REFUSE_COUNT];
+    uint64_t refused_releases[CORE_REFUSE_COUNT];
+} summary_figures;
+
+struct api__summary {
+    bool primed;
+    summary_figures last;
+    struct timespec last_time; /* monotonic */
+};
+
+api__summary *api__summary_new(void)
+{
+    return hf_xcalloc(1, sizeof(api__summary));
+}
+
+void api__summary_free(api__summary *summary)
+{
+    free(summary);
+}
+
+static void add_pool_figures(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *s)
+{
+    summary_figures *f = ctx;
+    f->evictions += s->evictions;
+    f->expired += s->expired_reservations;
+    for (int i = 0; i < CORE_REFUSE_COUNT; i++) {
+        f->refused_confirms[i] += s->refused_confirms[i];
+        f->refused_releases[i] += s->refused_releases[i];
+    }
+}
+
+/* Counters only grow, except when /clear forgets pools: then count from 0. */
+static uint64_t moved(uint64_t now, uint64_t before)
+{
+    return now >= before ? now - before : now;
+}
+
+/* " (not_reserved 3, other_key 1)" for the reasons that moved. */
+static uint64_t put_reasons(char *text, size_t size, const uint64_t *now, const uint64_t *before)
+{
+    uint64_t total = 0;
+    size_t n = 0;
+    for (int i = 0; i < CORE_REFUSE_COUNT; i++) {
+        uint64_t d = moved(now[i], before[i]);
+        if (!d)
+            continue;
+        total += d;
+        int w = snprintf(text + n, size - n, "%s%s %" PRIu64, n ? ", " : " (", refusal_names[i], d);
+        if (w > 0 && (size_t)w < size - n)
+            n += (size_t)w;
+    }
+    if (n && n + 2 <= size)
+        memcpy(text + n, ")", 2);
+    else if (!n && size)
+        text[0] = '\0';
+    return total;
+}
+
+void api__summary_log(api__summary *summary, store_t *store)
+{
+    summary_figures now = {0};
+    if (store->ops->stats(store, add_pool_figures, &now) != STORE_OK)
+        return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    summary_figures before = summary->last;
+    double seconds = (double)(t.tv_sec - summary->last_time.tv_sec) +
+                     (double)(t.tv_nsec - summary->last_time.tv_nsec) / 1e9;
+    bool primed = summary->primed;
+    summary->primed = true;
+    summary->last = now;
+    summary->last_time = t;
+    if (!primed)
+        return;
+    char confirms[160], releases[160];
+    uint64_t evictions = moved(now.evictions, before.evictions);
+    uint64_t expired = moved(now.expired, before.expired);
+    uint64_t refused_c = put_reasons(confirms, sizeof confirms, now.refused_confirms,
+                                     before.refused_confirms);
+    uint64_t refused_r = put_reasons(releases, sizeof releases, now.refused_releases,
+                                     before.refused_releases);
+    if (!evictions && !expired && !refused_c && !refused_r)
+        return;
+    /* Only what moved: "12 evictions, 2 refused confirmations (not_reserved 2)". */
+    char line[512];
+    size_t n = 0;
+    const struct {
+        uint64_t count;
+        const char *what, *reasons;
+    } parts[] = {
+        {evictions, "evictions", ""},
+        {expired, "expired reservations", ""},
+        {refused_c, "refused confirmations", confirms},
+        {refused_r, "refused releases", releases},
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (!parts[i].count)
+            continue;
+        int w = snprintf(line + n, sizeof line - n, "%s%" PRIu64 " %s%s", n ? ", " : "",
+                         parts[i].count, parts[i].what, parts[i].reasons);
+        if (w > 0 && (size_t)w < sizeof line - n)
+            n += (size_t)w;
+    }
+    /* Refused confirmations mean written KV that was thrown away: worth a warning. */
+    log_msg(refused_c ? LOG_WARN : LOG_INFO, "in the last %.0f s: %s", seconds, line);
 }
 
 const api__route api__admin_routes[] = {

@@ -19,28 +19,28 @@
  */
 #include "api/api_internal.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "api/auth.h"
+#include "api/metrics.h"
 #include "util/xalloc.h"
 
 #define JSON_DEPTH_LIMIT 32
 #define ANSWER_MARGIN (64u * 1024 * 1024)
 #define ANSWER_KEEP (64u * 1024) /* answer buffer kept between requests */
 
-/* Statuses counted per route; the last bucket is "any other". */
-static const int counted_statuses[] = {200, 204, 400, 401, 404, 405, 413, 431, 500, 503};
-#define STATUS_BUCKETS (sizeof counted_statuses / sizeof counted_statuses[0] + 1)
-
 struct api {
     store_t *store;
-    api_config config;
+    api_config config; /* config.auth_token points to our own copy */
     const api__route **routes;
     size_t nroutes;
-    /* [route][bucket]; row nroutes is "no route" (404 and HTTP-level answers) */
-    _Atomic uint64_t *counts;
+    const char **route_names; /* metric labels: the patterns, then "unmatched" */
+    api__metrics *metrics;    /* row nroutes: no route (404, HTTP-level answers) */
+    api__summary *summary;
+    int64_t started_ms;       /* wall clock */
 };
 
 static void add_routes(api_t *api, const api__route *table, size_t n)
@@ -59,9 +59,21 @@ api_t *api_new(store_t *store, const api_config *config)
     add_routes(api, api__admin_routes, api__admin_route_count);
     add_routes(api, api__vllm_routes, api__vllm_route_count);
     add_routes(api, api__sglang_routes, api__sglang_route_count);
-    api->counts = hf_xcalloc((total + 1) * STATUS_BUCKETS, sizeof *api->counts);
-    for (size_t i = 0; i < (total + 1) * STATUS_BUCKETS; i++)
-        atomic_init(&api->counts[i], 0);
+    api->route_names = hf_xcalloc(total + 1, sizeof *api->route_names);
+    for (size_t i = 0; i < total; i++)
+        api->route_names[i] = api->routes[i]->pattern;
+    api->route_names[total] = "unmatched";
+    api->metrics = api__metrics_new(total);
+    api->summary = api__summary_new();
+    if (config->auth_token) {
+        char *token = hf_xmalloc(config->auth_token_len + 1);
+        memcpy(token, config->auth_token, config->auth_token_len);
+        token[config->auth_token_len] = '\0';
+        api->config.auth_token = token;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    api->started_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     return api;
 }
 
@@ -70,7 +82,10 @@ void api_free(api_t *api)
     if (!api)
         return;
     free(api->routes);
-    free(api->counts);
+    free(api->route_names);
+    api__metrics_free(api->metrics);
+    api__summary_free(api->summary);
+    free((char *)api->config.auth_token);
     free(api);
 }
 
@@ -104,51 +119,35 @@ void api_response_free(api_response *resp)
 
 /* ---- counters ---- */
 
-static size_t status_bucket(int status)
-{
-    for (size_t i = 0; i < STATUS_BUCKETS - 1; i++)
-        if (counted_statuses[i] == status)
-            return i;
-    return STATUS_BUCKETS - 1;
-}
-
-static void count(api_t *api, size_t route, int status)
-{
-    atomic_fetch_add_explicit(&api->counts[route * STATUS_BUCKETS + status_bucket(status)], 1,
-                              memory_order_relaxed);
-}
-
 void api_count_http_answer(api_t *api, int status)
 {
-    count(api, api->nroutes, status);
+    api__metrics_count(api->metrics, api->nroutes, status);
+}
+
+void api_count_connection(api_t *api, api_connection_event event)
+{
+    api__metrics_connection(api->metrics, event);
+}
+
+void api_log_summary(api_t *api)
+{
+    api__summary_log(api->summary, api->store);
 }
 
 void api__write_request_metrics(api__req *req)
 {
-    api_t *api = req->api;
-    json_buf *out = req->out;
-    json_put_lit(out, "# HELP hf3fs_metad_requests_total Requests answered, by route and status.\n"
-                      "# TYPE hf3fs_metad_requests_total counter\n");
-    for (size_t r = 0; r <= api->nroutes; r++) {
-        for (size_t b = 0; b < STATUS_BUCKETS; b++) {
-            uint64_t n = atomic_load_explicit(&api->counts[r * STATUS_BUCKETS + b],
-                                              memory_order_relaxed);
-            if (!n)
-                continue;
-            /* Route patterns are plain ASCII without quotes or backslashes. */
-            const char *route = r < api->nroutes ? api->routes[r]->pattern : "unmatched";
-            json_put_lit(out, "hf3fs_metad_requests_total{route=\"");
-            json_put_raw(out, route, strlen(route));
-            json_put_lit(out, "\",status=\"");
-            if (b < STATUS_BUCKETS - 1)
-                json_put_uint(out, (uint64_t)counted_statuses[b]);
-            else
-                json_put_lit(out, "other");
-            json_put_lit(out, "\"} ");
-            json_put_uint(out, n);
-            json_put_char(out, '\n');
-        }
-    }
+    /* Route patterns are plain ASCII without quotes or backslashes. */
+    api__metrics_write(req->api->metrics, req->out, req->api->route_names);
+}
+
+void api__get_server_figures(const api_t *api, api__server_figures *out)
+{
+    api__metrics_figures(api->metrics, out);
+}
+
+int64_t api__started_ms(const api_t *api)
+{
+    return api->started_ms;
 }
 
 /* ---- answering ---- */
@@ -569,12 +568,42 @@ static void dispatch(api__req *req, hf_slice rank_seg, const char *body, size_t 
                   req->out->max);
 }
 
-void api_handle(api_t *api, const char *method, hf_slice path, const char *body, size_t len,
-                api_response *resp)
+static uint64_t monotonic_ns(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* With a token configured, everything but /health needs it (auth.h). */
+static bool authorized(api__req *req, hf_slice path, const char *authorization)
+{
+    const api_config *config = &req->api->config;
+    if (!config->auth_token || hf_slice_eq(path, HF_SLICE_LIT("/health")))
+        return true;
+    auth_result result = auth_check(config->auth_token, config->auth_token_len, authorization);
+    if (result == AUTH_OK)
+        return true;
+    api__fail(req, 401, "%s",
+              result == AUTH_MISSING
+                  ? "Not authenticated: send 'Authorization: Bearer <token>', or HTTP Basic "
+                    "auth with the token as password"
+              : result == AUTH_MALFORMED
+                  ? "Not authenticated: the Authorization header is neither 'Bearer <token>' "
+                    "nor HTTP Basic auth"
+                  : "Invalid authentication credentials");
+    req->resp->www_authenticate = AUTH_CHALLENGE;
+    return false;
+}
+
+void api_handle(api_t *api, const char *method, hf_slice path, const char *authorization,
+                const char *body, size_t len, api_response *resp)
+{
+    uint64_t start = monotonic_ns();
     json_doc_reset(&resp->doc);
     resp->body.len = 0;
     resp->body.overflow = false;
+    resp->www_authenticate = NULL;
     api__req req = {
         .api = api,
         .store = api->store,
@@ -586,11 +615,13 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *body,
     hf_slice rank_seg = {NULL, 0};
     int status;
     size_t index = find_route(api, method ? method : "", path, &rank_seg, &status);
-    if (index == api->nroutes) {
+    if (!authorized(&req, path, authorization)) {
+        /* counted under the route asked for, without saying whether it exists */
+    } else if (index == api->nroutes) {
         api__fail(&req, status, status == 405 ? "Method Not Allowed" : "Not Found");
     } else {
         req.route = api->routes[index];
         dispatch(&req, rank_seg, body, len);
     }
-    count(api, index, resp->status);
+    api__metrics_observe(api->metrics, index, resp->status, monotonic_ns() - start);
 }

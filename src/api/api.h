@@ -14,6 +14,11 @@
  *     Content-Type application/json; 204 has no body and no content type.
  * It is thread-safe: any number of threads may call api_handle() on one
  * api_t at once, each with its own api_response.
+ *
+ * Auth (api_config.auth_token set): every request but those to /health
+ * must carry the token, as "Authorization: Bearer TOKEN" or as the password
+ * of "Authorization: Basic ..." (any user name); otherwise 401
+ * {"detail": ...} with resp->www_authenticate set. See auth.c.
  */
 #ifndef HF_API_API_H
 #define HF_API_API_H
@@ -37,6 +42,9 @@ typedef struct api_limits {
 typedef struct api_config {
     api_limits limits;
     bool debug_api; /* serve GET /v1/check (walks every pool: for tests) */
+    /* The shared secret, or NULL: no auth. Copied by api_new. */
+    const char *auth_token;
+    size_t auth_token_len;
 } api_config;
 
 typedef struct api api_t;
@@ -55,6 +63,7 @@ void api_free(api_t *api);
 typedef struct api_response {
     int status;
     const char *content_type; /* static string; NULL when there is no body */
+    const char *www_authenticate; /* static string for a 401's WWW-Authenticate, else NULL */
     json_buf body;
     json_doc doc;             /* the decoded request and its arena */
 } api_response;
@@ -64,12 +73,26 @@ void api_response_init(api_response *resp, const api_t *api);
 void api_response_trim(api_response *resp);
 void api_response_free(api_response *resp);
 
-/* method: "GET", "POST", ...; path: decoded, without the query string. */
-void api_handle(api_t *api, const char *method, hf_slice path, const char *body, size_t len,
-                api_response *resp);
+/* method: "GET", "POST", ...; path: decoded, without the query string;
+ * authorization: the Authorization header's value, or NULL if absent. */
+void api_handle(api_t *api, const char *method, hf_slice path, const char *authorization,
+                const char *body, size_t len, api_response *resp);
 
 /* Count an answer the HTTP layer gave without calling api_handle (413,
  * ...), so that /metrics sees it. */
 void api_count_http_answer(api_t *api, int status);
+
+/* Count connections for /metrics and /v1/stats. */
+typedef enum api_connection_event {
+    API_CONNECTION_OPENED,
+    API_CONNECTION_CLOSED,
+    API_CONNECTION_REFUSED, /* accepted and closed at once: the connection limit */
+} api_connection_event;
+void api_count_connection(api_t *api, api_connection_event event);
+
+/* Log one line of what moved since the last call (evictions, expired
+ * reservations, refused confirmations and releases by reason), if anything
+ * did. For a periodic caller (main); the first call only takes the figures. */
+void api_log_summary(api_t *api);
 
 #endif

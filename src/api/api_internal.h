@@ -96,7 +96,19 @@ static inline bool api__is_list(const json_node *node)
     return node && node->type == JSON_ARRAY;
 }
 
-/* For /metrics: the request counters, as Prometheus text into req->out. */
+/* For /metrics: the request and connection figures (metrics.h), as
+ * Prometheus text into req->out. */
 void api__write_request_metrics(api__req *req);
+/* For /v1/stats. */
+struct api__server_figures;
+void api__get_server_figures(const api_t *api, struct api__server_figures *out);
+int64_t api__started_ms(const api_t *api); /* wall clock, milliseconds */
+
+/* The periodic summary of api_log_summary() (admin.c): the figures it last
+ * saw. Used by one thread at a time. */
+typedef struct api__summary api__summary;
+api__summary *api__summary_new(void);
+void api__summary_free(api__summary *summary);
+void api__summary_log(api__summary *summary, store_t *store);
 
 #endif

@@ -20,6 +20,16 @@
  *             Otherwise note the length, to size the buffer as bytes come.
  *   upload calls: append, or, once past the limit, count and drop.
  *   last call: 413 if the body overflowed, else api_handle() and the answer.
+ *
+ * Connections are counted for /metrics (api_count_connection): opened and
+ * closed from MHD's connection notifications, refused at the limit from
+ * on_accept, and from MHD's "Server reached connection limit" message
+ * should its own (out of reach) limit ever act.
+ *
+ * Access log (--access-log): one line per answer, after it is queued:
+ *   access: 127.0.0.1:40212 "POST /keys/batch_allocate HTTP/1.1" 200 1234 0.000213
+ * (client, method, path with bytes outside printable ASCII as \xHH, version,
+ * status, body bytes, seconds since the headers were read).
  */
 #include "http/http.h"
 
@@ -33,6 +43,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <microhttpd.h>
 
@@ -51,6 +62,7 @@ struct http_server {
     char too_large_body[128];
     uint16_t port;
     atomic_bool serving; /* MHD messages before this are start-up errors */
+    atomic_uint open_connections; /* for the accept policy (on_accept) */
 };
 
 typedef struct http_conn {
@@ -60,6 +72,7 @@ typedef struct http_conn {
     size_t declared; /* Content-Length, or 0 when unknown (chunked) */
     size_t dropped;  /* bytes received past the limit */
     bool too_large;
+    uint64_t started_ns; /* when the headers were read (access log only) */
     api_response resp;
 } http_conn;
 
@@ -85,12 +98,35 @@ static void conn_free(http_conn *conn)
 static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
+    http_server *server = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        *socket_context = conn_new(cls);
+        *socket_context = conn_new(server);
+        atomic_fetch_add(&server->open_connections, 1);
+        api_count_connection(server->api, API_CONNECTION_OPENED);
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         conn_free(*socket_context);
         *socket_context = NULL;
+        atomic_fetch_sub(&server->open_connections, 1);
+        api_count_connection(server->api, API_CONNECTION_CLOSED);
     }
+}
+
+/*
+ * The connection limit. At its own limit MHD stops accepting, which leaves
+ * further clients connected in the listen backlog with no answer until a
+ * slot frees (a hang, not a refusal). So MHD's limit is set out of reach
+ * (start_daemon) and this policy enforces ours: past max_connections a new
+ * connection is accepted and closed at once, and the client sees it closed.
+ * Threads accepting at the same moment may each let one through: the count
+ * can pass the limit by at most threads - 1, briefly.
+ */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    http_server *server = cls;
+    if (atomic_load(&server->open_connections) < server->config.max_connections)
+        return MHD_YES;
+    api_count_connection(server->api, API_CONNECTION_REFUSED);
+    return MHD_NO;
 }
 
 /* The answer went out (or the connection died): give back big buffers. */
@@ -174,10 +210,71 @@ static enum MHD_Result answer(http_server *server, struct MHD_Connection *connec
     enum MHD_Result ok = MHD_YES;
     if (resp->content_type)
         ok = MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
+    if (ok == MHD_YES && resp->www_authenticate)
+        ok = MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                     resp->www_authenticate);
     if (ok == MHD_YES)
         ok = MHD_queue_response(connection, (unsigned)resp->status, response);
     MHD_destroy_response(response);
     return ok;
+}
+
+/* ---- the access log ---- */
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* "host:port" or "[v6]:port" of the client; "-" if unknown. */
+static void client_address(struct MHD_Connection *connection, char *out, size_t len)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char host[64], port[16];
+    const struct sockaddr *addr = info ? info->client_addr : NULL;
+    socklen_t addrlen = addr && addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                            : sizeof(struct sockaddr_in);
+    if (!addr || getnameinfo(addr, addrlen, host, sizeof host, port, sizeof port,
+                             NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(out, len, "-");
+        return;
+    }
+    bool v6 = addr->sa_family == AF_INET6;
+    snprintf(out, len, "%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
+/* The path for a log line: at most 256 bytes, printable ASCII but for '"'
+ * and '\\', everything else as \xHH (a decoded path may hold newlines). */
+static void loggable_path(const char *url, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)url; *p && n + 5 < len; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\')
+            out[n++] = (char)*p;
+        else
+            n += (size_t)snprintf(out + n, len - n, "\\x%02x", *p);
+        if (n >= 256 && p[1]) {
+            n += (size_t)snprintf(out + n, len - n, "...");
+            break;
+        }
+    }
+    out[n] = '\0';
+}
+
+static void log_access(const http_conn *conn, struct MHD_Connection *connection,
+                       const char *method, const char *url, const char *version, int status,
+                       size_t bytes)
+{
+    char client[96], path[300], meth[24];
+    client_address(connection, client, sizeof client);
+    loggable_path(url, path, sizeof path);
+    loggable_path(method, meth, sizeof meth);
+    uint64_t ns = monotonic_ns() - conn->started_ns;
+    log_line("access", "%s \"%s %s %s\" %d %zu %" PRIu64 ".%06" PRIu64, client, meth, path,
+             version, status, bytes, ns / 1000000000u, ns % 1000000000u / 1000u);
 }
 
 /* ---- the access handler ---- */
@@ -194,6 +291,8 @@ static enum MHD_Result request_started(http_server *server, struct MHD_Connectio
     conn->declared = 0;
     conn->dropped = 0;
     conn->too_large = false;
+    if (server->config.access_log)
+        conn->started_ns = monotonic_ns();
     *req_cls = conn;
     uint64_t length;
     if (!declared_length(connection, &length))
@@ -244,11 +343,22 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *connection, c
         *upload_data_size = 0;
         return ok;
     }
-    if (conn->too_large)
-        return answer_too_large(server, connection);
-    api_handle(server->api, method, hf_slice_from_cstr(url), conn->body, conn->body_len,
-               &conn->resp);
-    return answer(server, connection, &conn->resp);
+    if (conn->too_large) {
+        enum MHD_Result ok = answer_too_large(server, connection);
+        if (server->config.access_log)
+            log_access(conn, connection, method, url, version, MHD_HTTP_CONTENT_TOO_LARGE,
+                       strlen(server->too_large_body));
+        return ok;
+    }
+    const char *authorization = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+                                                            MHD_HTTP_HEADER_AUTHORIZATION);
+    api_handle(server->api, method, hf_slice_from_cstr(url), authorization, conn->body,
+               conn->body_len, &conn->resp);
+    enum MHD_Result ok = answer(server, connection, &conn->resp);
+    if (server->config.access_log)
+        log_access(conn, connection, method, url, version, conn->resp.status,
+                   conn->resp.status == MHD_HTTP_NO_CONTENT ? 0 : conn->resp.body.len);
+    return ok;
 }
 
 /* MHD's own messages: errors while starting, debug noise once serving
@@ -256,6 +366,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *connection, c
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     http_server *server = cls;
+    if (strncmp(fmt, "Server reached connection limit", 31) == 0) {
+        api_count_connection(server->api, API_CONNECTION_REFUSED);
+        log_msg(LOG_DEBUG, "http: refused a connection: --max-connections %u are open",
+                server->config.max_connections);
+        return;
+    }
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     line[strcspn(line, "\n")] = '\0';
@@ -316,9 +432,12 @@ static struct MHD_Daemon *start_daemon(http_server *server, const struct sockadd
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* MHD splits its limit between the threads of the pool: give each one
+     * room for all of ours, so that only on_accept refuses. */
+    uintptr_t mhd_limit = ((uintptr_t)c->max_connections + 1) * (c->threads > 1 ? c->threads : 1);
     struct MHD_OptionItem options[] = {
         {MHD_OPTION_SOCK_ADDR, 0, (void *)addr},
-        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)c->max_connections, NULL},
+        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)mhd_limit, NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)c->idle_timeout_s, NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->max_header_bytes, NULL},
         /* a pool of 1 is no pool: leave the option out */
@@ -327,7 +446,7 @@ static struct MHD_Daemon *start_daemon(http_server *server, const struct sockadd
         {MHD_OPTION_END, 0, NULL},
     };
     /* The logger goes first, so that MHD's messages about the rest use it. */
-    return MHD_start_daemon(flags, c->port, NULL, NULL, on_access, server,
+    return MHD_start_daemon(flags, c->port, on_accept, server, on_access, server,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, server,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, server,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, server,
@@ -340,6 +459,7 @@ http_server *http_start(const http_config *config, api_t *api, char *err, size_t
     server->api = api;
     server->config = *config;
     atomic_init(&server->serving, false);
+    atomic_init(&server->open_connections, 0);
     struct sockaddr_storage addr;
     if (resolve(config, &addr, err, errlen) != 0) {
         free_server(server);

@@ -35,6 +35,7 @@ typedef struct http_config {
     unsigned idle_timeout_s;  /* 0: never */
     size_t max_body_bytes;
     size_t max_header_bytes;  /* request line + headers, per connection */
+    bool access_log;          /* one log line per answer (see http.c) */
 } http_config;
 
 typedef struct http_server http_server;

@@ -52,13 +52,11 @@ static size_t put_timestamp(char *line, size_t size)
     return n + (more > 0 ? (size_t)more : 0);
 }
 
-void log_vmsg(log_level level, const char *fmt, va_list ap)
+static void write_line(const char *tag, const char *fmt, va_list ap)
 {
-    if (!log_enabled(level))
-        return;
     char line[LINE_MAX_BYTES];
     size_t n = put_timestamp(line, sizeof line);
-    n += (size_t)snprintf(line + n, sizeof line - n, "%s: ", log_level_name(level));
+    n += (size_t)snprintf(line + n, sizeof line - n, "%s: ", tag);
     int text = vsnprintf(line + n, sizeof line - n, fmt, ap);
     if (text < 0)
         text = 0;
@@ -73,6 +71,20 @@ void log_vmsg(log_level level, const char *fmt, va_list ap)
     /* One write per line; a short write to stderr is not worth a retry loop. */
     ssize_t ignored = write(STDERR_FILENO, line, n);
     (void)ignored;
+}
+
+void log_vmsg(log_level level, const char *fmt, va_list ap)
+{
+    if (log_enabled(level))
+        write_line(log_level_name(level), fmt, ap);
+}
+
+void log_line(const char *tag, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    write_line(tag, fmt, ap);
+    va_end(ap);
 }
 
 void log_msg(log_level level, const char *fmt, ...)

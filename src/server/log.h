@@ -28,5 +28,8 @@ const char *log_level_name(log_level level);
 
 void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void log_vmsg(log_level level, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* A line tagged `tag` instead of a level, written whatever the level (the
+ * access log, which has its own flag). */
+void log_line(const char *tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -14,11 +14,16 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +63,9 @@ typedef struct server_options {
     uint64_t snapshot_log_bytes;
     bool salvage;
     log_level log_level;
+    const char *auth_token_file;
+    bool access_log;
+    double log_summary_interval_s; /* 0: no summary lines */
 } server_options;
 
 static const server_options defaults = {
@@ -80,14 +88,16 @@ static const server_options defaults = {
     .fsync = WAL_FSYNC_ALWAYS,
     .snapshot_log_bytes = 64u << 20,
     .log_level = LOG_INFO,
+    .log_summary_interval_s = 60,
 };
 
 enum {
     OPT_HOST = 256, OPT_PORT, OPT_THREADS, OPT_MAX_BODY, OPT_MAX_HEADER, OPT_MAX_KEYS,
     OPT_MAX_KEY_BYTES, OPT_MAX_RANKS, OPT_MAX_PAGES, OPT_MAX_CONNECTIONS, OPT_IDLE_TIMEOUT,
     OPT_RESERVATION_TIMEOUT, OPT_READ_LEASE, OPT_EVICTION, OPT_DEBUG_API, OPT_PERSISTENCE_PATH,
-    OPT_SAVE_INTERVAL, OPT_IN_MEMORY, OPT_LOG_LEVEL, OPT_DATA_DIR, OPT_FSYNC,
-    OPT_SNAPSHOT_LOG_BYTES, OPT_SALVAGE, OPT_HELP,
+    OPT_SAVE_INTERVAL, OPT_IN_MEMORY, OPT_LOG_LEVEL, OPT_AUTH_TOKEN_FILE, OPT_ACCESS_LOG,
+    OPT_LOG_SUMMARY_INTERVAL, OPT_DATA_DIR, OPT_FSYNC, OPT_SNAPSHOT_LOG_BYTES, OPT_SALVAGE,
+    OPT_HELP,
 };
 
 static const struct option long_options[] = {
@@ -110,6 +120,9 @@ static const struct option long_options[] = {
     {"save-interval", required_argument, NULL, OPT_SAVE_INTERVAL},
     {"in-memory", no_argument, NULL, OPT_IN_MEMORY},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"auth-token-file", required_argument, NULL, OPT_AUTH_TOKEN_FILE},
+    {"access-log", no_argument, NULL, OPT_ACCESS_LOG},
+    {"log-summary-interval", required_argument, NULL, OPT_LOG_SUMMARY_INTERVAL},
     {"data-dir", required_argument, NULL, OPT_DATA_DIR},
     {"fsync", required_argument, NULL, OPT_FSYNC},
     {"snapshot-log-bytes", required_argument, NULL, OPT_SNAPSHOT_LOG_BYTES},
@@ -153,6 +166,12 @@ static void usage(FILE *out)
         "  --salvage                   start despite damage before the log's tail: keep every\n"
         "                              valid record, set the damaged files aside\n"
         "  --log-level LEVEL           error|warn|info|debug (default info)\n"
+        "  --auth-token-file PATH      require this file's token on every route but /health,\n"
+        "                              as 'Authorization: Bearer TOKEN' or HTTP Basic auth with\n"
+        "                              the token as password (default: no auth)\n"
+        "  --access-log                log one line per request (default off)\n"
+        "  --log-summary-interval SECS log evictions, expired reservations and refusals at\n"
+        "                              most this often, when they moved; 0 never (default 60)\n"
         "  --help                      this text\n",
         (unsigned long long)CORE_MAX_PAGES_LIMIT);
 }
@@ -246,6 +265,11 @@ static void parse_flag(server_options *o, int id, const char *arg)
         if (log_parse_level(arg, &o->log_level) != 0)
             bad_flag(flag, arg, "error, warn, info or debug");
         break;
+    case OPT_AUTH_TOKEN_FILE: o->auth_token_file = arg; break;
+    case OPT_ACCESS_LOG: o->access_log = true; break;
+    case OPT_LOG_SUMMARY_INTERVAL:
+        o->log_summary_interval_s = parse_seconds(flag, arg, 0, 86400 * 365);
+        break;
     default: break;
     }
 }
@@ -334,7 +358,93 @@ static http_config http_config_from(const server_options *o)
         .idle_timeout_s = (unsigned)o->idle_timeout_s,
         .max_body_bytes = (size_t)o->max_body_bytes,
         .max_header_bytes = (size_t)o->max_header_bytes,
+        .access_log = o->access_log,
     };
+}
+
+/* ---- auth ---- */
+
+#define TOKEN_MAX_BYTES 1024
+
+static void bad_token_file(const char *path, const char *problem)
+{
+    fprintf(stderr, "hf3fs-metad: --auth-token-file: '%s' %s\n", path, problem);
+    exit(EXIT_USAGE);
+}
+
+/*
+ * The token of --auth-token-file: the file's bytes without trailing
+ * newlines (CR or LF), which must leave 1..TOKEN_MAX_BYTES printable ASCII
+ * characters without spaces. An unreadable, empty or odd file stops the
+ * start: a server meant to be protected must not run unprotected. The
+ * caller frees *token.
+ */
+static void read_token_file(const char *path, char **token, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        bad_token_file(path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        bad_token_file(path, "is not a regular file");
+    if (st.st_mode & (S_IRWXG | S_IRWXO))
+        log_msg(LOG_WARN, "--auth-token-file '%s' is readable or writable by other users "
+                "(mode %03o); chmod 600 it", path, (unsigned)(st.st_mode & 0777));
+    char buf[TOKEN_MAX_BYTES + 3];
+    size_t n = 0;
+    while (n < sizeof buf) {
+        ssize_t got = read(fd, buf + n, sizeof buf - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            bad_token_file(path, strerror(errno));
+        if (got == 0)
+            break;
+        n += (size_t)got;
+    }
+    close(fd);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        n--;
+    if (n == 0)
+        bad_token_file(path, "holds no token (it is empty)");
+    if (n > TOKEN_MAX_BYTES)
+        bad_token_file(path, "holds more than 1024 bytes; a token is one line");
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] <= ' ' || buf[i] > '~')
+            bad_token_file(path, "holds a space, a control character or a non-ASCII byte; "
+                           "a token is one word of printable ASCII");
+    *token = malloc(n + 1);
+    if (!*token)
+        bad_token_file(path, "cannot be copied: out of memory");
+    memcpy(*token, buf, n);
+    (*token)[n] = '\0';
+    *len = n;
+    explicit_bzero(buf, sizeof buf);
+}
+
+/* Whether every address `host` stands for is a loopback address. */
+static bool host_is_loopback(const char *host)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *found = NULL;
+    if (getaddrinfo(host, NULL, &hints, &found) != 0 || !found)
+        return false;
+    bool loopback = true;
+    for (const struct addrinfo *a = found; a; a = a->ai_next) {
+        if (a->ai_family == AF_INET) {
+            const struct sockaddr_in *in = (const void *)a->ai_addr;
+            loopback &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        } else if (a->ai_family == AF_INET6) {
+            const struct sockaddr_in6 *in6 = (const void *)a->ai_addr;
+            const struct in6_addr *x = &in6->sin6_addr;
+            loopback &= IN6_IS_ADDR_LOOPBACK(x) ||
+                        (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
+        } else {
+            loopback = false;
+        }
+    }
+    freeaddrinfo(found);
+    return loopback;
 }
 
 static void log_settings(const server_options *o, uint16_t port)
@@ -345,19 +455,22 @@ static void log_settings(const server_options *o, uint16_t port)
             PRIu64 ", idle-timeout %" PRIu64 " s, max-body-bytes %" PRIu64 ", max-header-bytes %"
             PRIu64 ", max-keys %" PRIu64 ", max-key-bytes %" PRIu64 ", max-ranks %" PRIu64
             ", max-pages %" PRIu64 ", reservation-timeout %g s, read-lease %g s, eviction %s, "
-            "debug-api %s, log-level %s)",
+            "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s)",
             v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
             o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys,
             o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s,
             o->read_lease_s, o->evict_lru ? "lru" : "none", o->debug_api ? "on" : "off",
-            log_level_name(o->log_level));
+            log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
+            o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
+            o->access_log ? "on" : "off", o->log_summary_interval_s);
     if (o->in_memory)
         log_msg(LOG_INFO, "state is kept in memory only (--in-memory): a restart forgets every "
                 "pool");
     else
-        log_msg(LOG_INFO, "state is kept in %s (fsync %s, save-interval %g s, "
-                "snapshot-log-bytes %" PRIu64 ")", o->data_dir, wal_fsync_name(o->fsync),
-                o->save_interval_s, o->snapshot_log_bytes);
+        log_msg(LOG_INFO, "state is kept in %s (data-dir, fsync %s, save-interval %g s, "
+                "snapshot-log-bytes %" PRIu64 ", salvage %s)", o->data_dir,
+                wal_fsync_name(o->fsync), o->save_interval_s, o->snapshot_log_bytes,
+                o->salvage ? "on" : "off");
 }
 
 /* The in-memory engine, or the engine with its log recovered from the data
@@ -382,12 +495,26 @@ static store_t *open_store(const server_options *o, const core_config *core)
     exit(rc == WAL_EDAMAGED ? EXIT_DAMAGED : EXIT_DATA_DIR);
 }
 
-static int wait_for_stop(const sigset_t *stop_signals)
+/* Wait for SIGINT or SIGTERM; meanwhile log the summary line every
+ * interval (the first call only takes the figures). */
+static int wait_for_stop(const sigset_t *stop_signals, api_t *api, double interval_s)
 {
     int sig = 0;
-    while (sigwait(stop_signals, &sig) != 0)
-        ;
-    return sig;
+    if (interval_s <= 0) {
+        while (sigwait(stop_signals, &sig) != 0)
+            ;
+        return sig;
+    }
+    api_log_summary(api);
+    int64_t ms = seconds_to_ms(interval_s);
+    struct timespec every = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    for (;;) {
+        sig = sigtimedwait(stop_signals, NULL, &every);
+        if (sig > 0)
+            return sig;
+        if (errno == EAGAIN)
+            api_log_summary(api);
+    }
 }
 
 int main(int argc, char **argv)
@@ -404,12 +531,27 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* Before anything starts: a bad token file stops the start at once. */
+    api_config api_cfg = api_config_from(&options);
+    char *token = NULL;
+    if (options.auth_token_file) {
+        read_token_file(options.auth_token_file, &token, &api_cfg.auth_token_len);
+        api_cfg.auth_token = token;
+    }
     core_config core = core_config_from(&options);
     store_t *store = open_store(&options, &core);
-    api_config api_cfg = api_config_from(&options);
-    api_t *api = api_new(store, &api_cfg);
+    api_t *api = api_new(store, &api_cfg); /* keeps its own copy of the token */
+    if (token) {
+        explicit_bzero(token, api_cfg.auth_token_len);
+        free(token);
+        api_cfg.auth_token = NULL;
+    }
     http_config http_cfg = http_config_from(&options);
     char err[256];
+    if (!options.auth_token_file && !host_is_loopback(options.host))
+        log_msg(LOG_WARN, "--host %s is not a loopback address and there is no "
+                "--auth-token-file: anyone who can reach this port can change or clear the "
+                "cache's metadata", options.host);
     http_server *http = http_start(&http_cfg, api, err, sizeof err);
     if (!http) {
         log_msg(LOG_ERROR, "%s", err);
@@ -419,7 +561,7 @@ int main(int argc, char **argv)
     }
     log_settings(&options, http_bound_port(http));
 
-    int sig = wait_for_stop(&stop_signals);
+    int sig = wait_for_stop(&stop_signals, api, options.log_summary_interval_s);
     log_msg(LOG_INFO, "%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     http_stop(http);
     api_free(api);

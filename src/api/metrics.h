@@ -1,0 +1,53 @@
+/*
+ * metrics.h: the server's own figures (not the pools'): requests and their
+ * latency per route and status, and connections. Internal to src/api: api.c
+ * counts, admin.c writes them out for /metrics and /v1/stats.
+ *
+ * Cost on the hot path. api__metrics_observe() is a bucket search over 17
+ * bounds and three relaxed atomic adds on the calling thread's shard: no
+ * lock, and no cache line shared with other threads as long as there are no
+ * more request threads than shards (threads get shards round-robin on their
+ * first request; a shard is allocated by its first thread). Readers sum the
+ * shards; a scrape may see a request counted but its latency not yet, never
+ * a torn number.
+ *
+ * Rows: route i of api.c's table is row i; row nroutes is "unmatched"
+ * (404 and answers the HTTP layer gives by itself, such as 413).
+ */
+#ifndef HF_API_METRICS_H
+#define HF_API_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/api.h"
+#include "api/json.h"
+
+typedef struct api__metrics api__metrics;
+
+/* Aborts on out-of-memory. */
+api__metrics *api__metrics_new(size_t nroutes);
+void api__metrics_free(api__metrics *m);
+
+/* A request of row `route` answered `status` after `ns` nanoseconds. */
+void api__metrics_observe(api__metrics *m, size_t route, int status, uint64_t ns);
+/* An answer without a measured latency (the HTTP layer's own): counted in
+ * requests_total only. */
+void api__metrics_count(api__metrics *m, size_t route, int status);
+void api__metrics_connection(api__metrics *m, api_connection_event event);
+
+typedef struct api__server_figures {
+    uint64_t requests;           /* every answer counted */
+    uint64_t connections_open;
+    uint64_t connections_total;  /* accepted since start */
+    uint64_t connections_refused;/* closed at once: the connection limit was reached */
+} api__server_figures;
+
+void api__metrics_figures(const api__metrics *m, api__server_figures *out);
+
+/* hf3fs_metad_requests_total, hf3fs_metad_request_duration_seconds and the
+ * connection families, in Prometheus text format 0.0.4. route_names[i] is
+ * row i's label (plain ASCII without quotes or backslashes). */
+void api__metrics_write(const api__metrics *m, json_buf *out, const char *const *route_names);
+
+#endif
