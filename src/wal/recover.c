@@ -555,6 +555,7 @@ static int begin_segment(recovery *R, uint64_t seq)
     w->appended = w->written = w->synced = w->sync_wanted = R->end_lsn;
     w->enc.time_base = base;
     w->enc.salt = salt;
+    w->enc.records = 0;
     wal__pools_clear(&w->enc.pools);
     wal__pools_copy(&w->enc.pools, &R->dec.pools);
     return 0;

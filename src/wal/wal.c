@@ -567,6 +567,51 @@ static int timed_sync(wal_t *w)
     return rc;
 }
 
+/*
+ * Group commit gathers: requests that a sync released come back with their
+ * next change a little after it ends, and a writer that syncs as soon as
+ * the first of them arrives splits them over two or three syncs. So, under
+ * fsync always, the writer waits for as many changes as recent syncs served
+ * (gather_target, which decays by 1/8 a sync so that it follows a falling
+ * load), but never longer than half the time a sync takes (gather_max_us):
+ * a lone client pays nothing (target 1), a busy server gets full batches.
+ * Returns true if the writer waited (the caller looks again). Under mu.
+ */
+static bool gather_more(wal_t *w)
+{
+    if (w->opt.fsync != WAL_FSYNC_ALWAYS || w->stop || w->rotate.pending ||
+        w->changes_pending >= w->gather_target) {
+        w->gather_since_us = 0;
+        return false;
+    }
+    int64_t now = mono_us();
+    if (w->gather_since_us == 0)
+        w->gather_since_us = now;
+    int64_t limit = w->gather_since_us + w->gather_max_us;
+    if (now >= limit) {
+        w->gather_since_us = 0;
+        return false;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ns = ts.tv_nsec + (limit - now) * 1000;
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    pthread_cond_timedwait(&w->writer_cv, &w->mu, &ts);
+    return true;
+}
+
+/* After a sync that served `changes` changes in `took_us`. Under mu. */
+static void gather_learn(wal_t *w, uint32_t changes, int64_t took_us)
+{
+    uint32_t decayed = w->gather_target - w->gather_target / 8;
+    w->gather_target = changes > decayed ? changes : decayed;
+    if (w->gather_target < 1)
+        w->gather_target = 1;
+    int64_t half = took_us / 2;
+    w->gather_max_us = half < 20 ? 20 : half > 2000 ? 2000 : half;
+}
+
 /* Switch to the rotation's segment: sync and close the old one (unless it
  * is abandoned), create the new one. 0 or -errno with *what set. */
 static int switch_segment(wal_t *w, const wal_rotation *rot, bool abandon, const char **what)
@@ -638,11 +683,15 @@ static void *writer_main(void *arg)
             pthread_cond_timedwait(&w->writer_cv, &w->mu, &ts);
             continue;
         }
+        if (asked && gather_more(w))
+            continue;
         wal_buf swap = w->batch;
         w->batch = w->pending;
         w->pending = swap;
         w->pending.len = 0;
         uint64_t end = w->appended;
+        uint32_t changes = w->changes_pending;
+        w->changes_pending = 0;
         wal_rotation rot = w->rotate;
         w->rotate.pending = false;
         bool broken = w->broken;
@@ -651,10 +700,14 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&w->mu);
 
         const char *what = "write";
+        int64_t t0 = mono_us();
         int rc = write_batch(w, &rot, broken, sync, &what);
+        int64_t took_us = mono_us() - t0;
 
         pthread_mutex_lock(&w->mu);
         w->writer_busy = false;
+        if (sync && changes > 0)
+            gather_learn(w, changes, took_us);
         if (rc < 0) {
             fail_locked(w, what, -rc);
         } else {
@@ -712,8 +765,10 @@ uint64_t wal_publish(wal_t *w, bool change)
             pthread_cond_signal(&w->writer_cv);
     }
     uint64_t lsn = w->appended;
-    if (change && w->opt.fsync == WAL_FSYNC_ALWAYS && lsn > w->sync_wanted) {
-        w->sync_wanted = lsn;
+    if (change && w->opt.fsync == WAL_FSYNC_ALWAYS) {
+        w->changes_pending++;
+        if (lsn > w->sync_wanted)
+            w->sync_wanted = lsn;
         if (!w->writer_busy)
             pthread_cond_signal(&w->writer_cv);
     }
@@ -974,6 +1029,8 @@ int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t *
     faults_parse(&w->faults, getenv("HF3FS_METAD_FAULT"));
     wal__enc_init(&w->enc, wal__wall_ms());
     w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
+    w->gather_target = 1;
+    w->gather_max_us = 100;
 
     int rc = wal__recover(w, err, errlen);
     if (rc != 0) {

@@ -63,6 +63,10 @@ struct wal {
     uint64_t written;     /* records before this LSN are in the segment files */
     uint64_t synced;      /* ... and fdatasync'ed (or in a durable snapshot) */
     uint64_t sync_wanted; /* a waiter needs this LSN synced */
+    uint32_t changes_pending;  /* changes published since the writer's last take */
+    uint32_t gather_target;    /* changes a sync usually serves (adaptive) */
+    int64_t gather_max_us;     /* how long the writer may wait for them */
+    int64_t gather_since_us;   /* when it began waiting, 0 if not */
     bool writer_busy;
     wal_rotation rotate;
     bool accepting;       /* published records are kept (false while the log is down) */
