@@ -308,7 +308,8 @@ void api__metrics_write(const api__metrics *m, json_buf *out, const char *const 
         json_put_char(out, '\n');
     }
     put_family(out, "hf3fs_metad_request_duration_seconds", "histogram",
-               "Time from a whole request to its answer, by route and status.");
+               "Time to answer a request once read (decode, store and log sync, encode), by route "
+               "and status.");
     for (size_t i = 0; i < ncells; i++) {
         uint64_t observed = 0;
         for (size_t b = 0; b < LATENCY_BUCKETS; b++)
