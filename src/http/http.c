@@ -297,8 +297,10 @@ static enum MHD_Result request_started(http_server *server, struct MHD_Connectio
     uint64_t length;
     if (!declared_length(connection, &length))
         return MHD_YES;
-    if (length > server->config.max_body_bytes)
+    if (length > server->config.max_body_bytes) {
+        conn->too_large = true; /* answered now: MHD drops the body */
         return answer_too_large(server, connection);
+    }
     conn->declared = (size_t)length;
     return MHD_YES;
 }
@@ -336,8 +338,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *connection, c
 {
     http_server *server = cls;
     http_conn *conn = *req_cls;
-    if (!conn)
-        return request_started(server, connection, req_cls);
+    if (!conn) {
+        enum MHD_Result ok = request_started(server, connection, req_cls);
+        conn = *req_cls;
+        if (server->config.access_log && conn && conn->too_large)
+            log_access(conn, connection, method, url, version, MHD_HTTP_CONTENT_TOO_LARGE,
+                       strlen(server->too_large_body));
+        return ok;
+    }
     if (*upload_data_size) {
         enum MHD_Result ok = take_upload(conn, upload_data, *upload_data_size);
         *upload_data_size = 0;

@@ -84,16 +84,21 @@ def test_no_line_is_logged_per_request_by_default():
 
 
 def test_access_log_flag_logs_one_line_per_request():
-    with LoggedServer("--access-log") as srv:
+    with LoggedServer("--access-log", "--max-body-bytes", "1024") as srv:
         c = srv.client()
         v_init(c, 0, 8)
         c.get("/no/such/path")
         c.post("/keys/batch_allocate", b"{bad")
         c.get("/weird%01path%0Anext")
+        with srv.raw() as raw:  # refused on its Content-Length, before any body
+            raw.send(harness.raw_request("POST", "/keys/batch_allocate",
+                                         headers={"Content-Length": "100000"}))
+            expect_eq(raw.read_response().status, 413, "declared body over the limit")
     lines = [l for l in srv.last_stderr.splitlines() if " access: " in l]
     # the harness's own /health polls at start-up come first
     ours = [l for l in lines if "/health" not in l]
-    expect_eq(len(ours), 4, "access lines:\n" + "\n".join(lines))
+    expect_eq(len(ours), 5, "access lines:\n" + "\n".join(lines))
+    expect_true('"POST /keys/batch_allocate HTTP/1.1" 413 ' in ours[4], ours[4])
     expect_true(re.search(r' access: 127\.0\.0\.1:\d+ "POST /rank/0/initialize HTTP/1\.1" 200 \d+ '
                           r'\d+\.\d{6}$', ours[0]), "access line format: %r" % ours[0])
     expect_true('"GET /no/such/path HTTP/1.1" 404 ' in ours[1], ours[1])
