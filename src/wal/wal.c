@@ -817,6 +817,11 @@ static void child_main(wal_t *w, pid_t parent, uint64_t seq, uint64_t lsn, int64
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(1);
+    /* Keep only the directory: the child must not hold the server's
+     * sockets (a connection the parent closes would stay open). */
+    if (w->dir_fd > 3)
+        close_range(3, (unsigned)w->dir_fd - 1, 0);
+    close_range((unsigned)w->dir_fd + 1, ~0u, 0);
     _exit(wal__snapshot_write(w, seq, lsn, base, NULL) == 0 ? 0 : 1);
 }
 
