@@ -425,6 +425,8 @@ static bool reserve(json_buf *buf, size_t extra)
         return false;
     }
     size_t want = buf->cap ? buf->cap : 256;
+    if (want > buf->max)
+        want = buf->max; /* a first 256 bytes would let writes pass a smaller max */
     while (want - buf->len < extra && want < buf->max / 2)
         want *= 2;
     if (want - buf->len < extra)

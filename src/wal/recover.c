@@ -65,11 +65,18 @@ static int fail(recovery *R, int code, const char *fmt, ...)
     return code;
 }
 
+static bool noted(const char *const *list, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i], name))
+            return true;
+    return false;
+}
+
 static void note(const char ***list, size_t *n, const char *name)
 {
-    for (size_t i = 0; i < *n; i++)
-        if (!strcmp((*list)[i], name))
-            return;
+    if (noted(*list, *n, name))
+        return;
     *list = hf_xreallocarray(*list, *n + 1, sizeof **list);
     (*list)[(*n)++] = name;
 }
@@ -506,6 +513,10 @@ static int set_aside(recovery *R)
 {
     wal_t *w = R->w;
     for (size_t i = 0; i < R->ndamaged; i++) {
+        /* Already deleted as obsolete (a torn or abandoned segment that is
+         * also the one without a snapshot): it held nothing to keep. */
+        if (noted(R->obsolete, R->nobsolete, R->damaged[i]))
+            continue;
         char to[WAL_NAME_MAX + 16];
         snprintf(to, sizeof to, "%s.damaged", R->damaged[i]);
         if (renameat(w->dir_fd, R->damaged[i], w->dir_fd, to) != 0)

@@ -1,0 +1,95 @@
+"""The libFuzzer targets of fuzz/ in their short form: each replays its whole
+seed corpus (fuzz/corpus/<target>/, which keeps the inputs of past findings as
+regress-* files), then fuzzes for a few seconds from it. Any crash, sanitizer
+report or broken oracle fails the test; the input that caused it is written to
+build/fuzz/crashes/.
+
+The targets are built by `make units` (mk/fuzz.mk, clang with libFuzzer, ASan
+and UBSan) into $HF3FS_FUZZ_DIR (default build/fuzz). Seconds of fuzzing per
+target: $HF3FS_FUZZ_TEST_SECONDS (default 4). The long form is `make fuzz`.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import harness
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FUZZ_DIR = os.environ.get("HF3FS_FUZZ_DIR", os.path.join(ROOT, "build", "fuzz"))
+SECONDS = int(os.environ.get("HF3FS_FUZZ_TEST_SECONDS", "4"))
+# Per-target options, as mk/fuzz.mk passes them.
+EXTRA = {"wal_recover": ["-close_fd_mask=2"]}
+
+
+def targets():
+    names = sorted(f[len("fuzz_"):-2] for f in os.listdir(os.path.join(ROOT, "fuzz"))
+                   if f.startswith("fuzz_") and f.endswith(".c") and f != "fuzz_common.c")
+    return names
+
+
+def binary(target):
+    path = os.path.join(FUZZ_DIR, "fuzz_" + target)
+    if not os.access(path, os.X_OK):
+        raise AssertionError("%s is missing: build it with `make fuzz-build` (needs clang and "
+                             "libclang-rt-14-dev)" % path)
+    return path
+
+
+def run(target, args, timeout):
+    crashes = os.path.join(FUZZ_DIR, "crashes")
+    os.makedirs(crashes, exist_ok=True)
+    cmd = [binary(target), "-artifact_prefix=%s/%s-" % (crashes, target),
+           "-dict=" + os.path.join(ROOT, "fuzz", "fuzz.dict"), "-rss_limit_mb=2048",
+           "-timeout=20"] + EXTRA.get(target, []) + args
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=timeout)
+    out = p.stdout.decode("utf-8", "replace")
+    if p.returncode != 0:
+        lines = [x for x in out.splitlines()
+                 if "FUZZ ORACLE" in x or "ERROR" in x or "SUMMARY" in x or "Test unit" in x]
+        raise AssertionError("fuzz_%s exited %d: %s\n%s" % (target, p.returncode,
+                                                           " | ".join(lines[:6]), out[-3000:]))
+    return out
+
+
+def corpus(target):
+    path = os.path.join(ROOT, "fuzz", "corpus", target)
+    harness.expect_true(os.path.isdir(path) and os.listdir(path),
+                        "fuzz/corpus/%s is missing or empty" % target)
+    return path
+
+
+def replay(target):
+    out = run(target, ["-runs=0", corpus(target)], timeout=300 * harness.SLOWDOWN)
+    harness.expect_true("INITED" in out or "Done" in out,
+                        "fuzz_%s did not run its corpus:\n%s" % (target, out[-2000:]))
+
+
+def short_run(target):
+    work = tempfile.mkdtemp(prefix="hf3fs-fuzz-%s-" % target)
+    try:
+        run(target, ["-max_total_time=%d" % SECONDS, "-max_len=4096", "-seed=1", work,
+                     corpus(target)], timeout=SECONDS + 300 * harness.SLOWDOWN)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _make_tests():
+    tests = {}
+    for target in targets():
+        def replay_test(t=target):
+            replay(t)
+
+        def short_test(t=target):
+            short_run(t)
+        tests["test_fuzz_%s_replays_its_seed_corpus_without_a_finding" % target] = replay_test
+        tests["test_fuzz_%s_finds_nothing_in_a_short_run" % target] = short_test
+    return tests
+
+
+globals().update(_make_tests())
+
+if __name__ == "__main__":
+    harness.main(globals())
