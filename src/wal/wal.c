@@ -651,13 +651,14 @@ static int write_batch(wal_t *w, const wal_rotation *rot, bool broken, bool sync
         rc = wal__write_all(w, WAL_IO_LOG, w->seg_fd, p, head);
     if (rc == 0 && rot->pending) {
         rc = switch_segment(w, rot, broken, what);
-        if (rc == 0)
-            broken = false;
-        *what = rc ? *what : "write";
+        if (rc < 0)
+            return rc;
+        broken = false;
+        *what = "write";
     }
-    if (broken)
-        return 0;
-    if (rc == 0 && n > head)
+    if (rc < 0 || broken)
+        return rc;
+    if (n > head)
         rc = wal__write_all(w, WAL_IO_LOG, w->seg_fd, p + head, n - head);
     if (rc == 0 && sync) {
         *what = "fdatasync";
