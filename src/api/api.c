@@ -26,6 +26,7 @@
 
 #include "api/auth.h"
 #include "api/metrics.h"
+#include "server/log.h"
 #include "util/xalloc.h"
 
 #define JSON_DEPTH_LIMIT 32
@@ -101,6 +102,7 @@ void api_response_init(api_response *resp, const api_t *api)
                             : 8 * limits->max_body_bytes + ANSWER_MARGIN;
     resp->status = 0;
     resp->content_type = NULL;
+    resp->www_authenticate = NULL;
     json_buf_init(&resp->body, answer_max);
     json_doc_init(&resp->doc, &json);
 }
@@ -232,6 +234,9 @@ void api__store_failed(api__req *req, int err)
         api__fail(req, 400, "Invalid argument: %s", store_strerror(err));
         return;
     default:
+        /* Never expected: worth an error line of its own. */
+        log_msg(LOG_ERROR, "%s: store error %d (%s)", req->route ? req->route->pattern : "?", err,
+                store_strerror(err));
         api__fail(req, 500, "Internal error: %s (%d)", store_strerror(err), err);
         return;
     }
@@ -563,9 +568,12 @@ static void dispatch(api__req *req, hf_slice rank_seg, const char *body, size_t 
     if (decode_body(req, body, len) != 0)
         return;
     req->route->handler(req);
-    if (req->out->overflow)
+    if (req->out->overflow) {
+        log_msg(LOG_WARN, "%s: an answer outgrew the limit of %zu bytes (raise "
+                "--max-body-bytes)", req->route->pattern, req->out->max);
         api__fail(req, 500, "The answer is larger than this server's limit of %zu bytes",
                   req->out->max);
+    }
 }
 
 static uint64_t monotonic_ns(void)
