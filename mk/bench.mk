@@ -5,9 +5,13 @@
 #   make bench-smoke    the same in seconds, one run, tiny loads (no figures)
 #   make bench-memory   core memory per entry (in-process, 1M entries)
 
-BENCH_BIN := $(BUILD)/bench/core_memory $(BUILD)/bench/loadgen
+BENCH_BIN := $(BUILD)/bench/core_memory $(BUILD)/bench/core_speed $(BUILD)/bench/loadgen
 
 $(BUILD)/bench/core_memory: bench/core_memory.c $(BUILD)/libhfmetad.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libhfmetad.a $(LDLIBS)
+
+$(BUILD)/bench/core_speed: bench/core_speed.c $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libhfmetad.a $(LDLIBS)
 

@@ -96,12 +96,15 @@ static int check_index(check_ctx *ctx, uint64_t owned)
     const core_pool_t *pool = ctx->pool;
     uint64_t indexed = 0;
     for (size_t i = 0; pool->slots && i <= pool->slot_mask; i++) {
-        uint32_t p = pool->slots[i];
-        if (p == CORE_NIL)
+        uint32_t slot = pool->slots[i];
+        if (slot == CORE_NIL)
             continue;
+        uint32_t p = core__slot_page(pool, slot);
         indexed++;
         if (p >= pool->touched || core__rec(pool, p)->state != CORE_PAGE_OWNED)
             return fail(ctx, "key index points at page %u, which is not OWNED", p);
+        if (slot != core__slot_make(pool, p, core__rec(pool, p)->hash))
+            return fail(ctx, "key index slot of page %u has a tag that is not its key's", p);
     }
     if (indexed != owned || pool->nkeys != owned)
         return fail(ctx, "%" PRIu64 " OWNED pages but %" PRIu64 " indexed (count %zu)", owned,

@@ -165,7 +165,7 @@ static void rec_drop_key(core_page_rec *rec)
     if (rec->key_kind == CORE_KEY_EXT)
         free(rec->key.ext.ptr);
     rec->key_kind = CORE_KEY_NONE;
-    memset(&rec->key, 0, sizeof rec->key);
+    memset(rec->key.bytes, 0, sizeof rec->key.bytes);
 }
 
 /* ----------------------------------------------------------- key index */
@@ -191,15 +191,18 @@ uint32_t core__index_find(const core_pool_t *pool, const core_key *key)
 
 /*
  * Batches look many keys up at once, and each lookup waits on cache misses:
- * its slot, then its page record. Asking for the slots of a block of keys,
- * then for their records, before doing the work lets those misses overlap
+ * its slot, then its page record, then (for a use) the records beside it on
+ * the LRU list, which the move to the tail rewrites. Asking for the slots of
+ * a block of keys, then for their records (and, with `neighbours`, for the
+ * records beside them) before doing the work lets those misses overlap
  * instead of queueing (measured: about half the time per key of a 128-key
  * batch_exists on 2 ranks). Only a hint: nothing is changed; a wrong guess
  * wastes a load.
  */
 #define PREFETCH_BLOCK 16
 
-static void index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n)
+static void index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n,
+                           bool neighbours)
 {
     if (!pool->slots)
         return;
@@ -209,6 +212,16 @@ static void index_prefetch(const core_pool_t *pool, const core_key *keys, size_t
         uint32_t slot = pool->slots[keys[j].hash & pool->slot_mask];
         if (slot != CORE_NIL && (slot & ~pool->page_mask) == (keys[j].hash & ~pool->page_mask))
             __builtin_prefetch(core__rec(pool, core__slot_page(pool, slot)));
+    }
+    for (size_t j = 0; neighbours && j < n; j++) {
+        uint32_t slot = pool->slots[keys[j].hash & pool->slot_mask];
+        if (slot == CORE_NIL || (slot & ~pool->page_mask) != (keys[j].hash & ~pool->page_mask))
+            continue;
+        const core_page_rec *rec = core__rec(pool, core__slot_page(pool, slot));
+        if (rec->prev < pool->touched)
+            __builtin_prefetch(core__rec(pool, rec->prev), 1);
+        if (rec->next < pool->touched)
+            __builtin_prefetch(core__rec(pool, rec->next), 1);
     }
 }
 
@@ -768,7 +781,7 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
     uint64_t hits = 0, need = 0;
     for (size_t i = 0; i < n; i++) {
         if (i % PREFETCH_BLOCK == 0)
-            index_prefetch(pool, &enc[i], n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK);
+            index_prefetch(pool, &enc[i], n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK, true);
         if (dup[i] != i)
             continue;
         uint32_t page = core__index_find(pool, &enc[i]);
@@ -918,7 +931,7 @@ void core_lookup(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now,
             size_t m = n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK;
             for (size_t k = 0; k < m; k++)
                 core__key_encode(pool->core, keys[i + k], &enc[k]);
-            index_prefetch(pool, enc, m);
+            index_prefetch(pool, enc, m, true);
         }
         uint32_t page = core__index_find(pool, &enc[j]);
         if (page == CORE_NIL) {
@@ -981,7 +994,7 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
                 core__key_encode(core, keys[i + k], &enc[k]);
             for (uint32_t r = 0; r < ns->ranks_cap; r++)
                 if (ns->by_rank[r])
-                    index_prefetch(ns->by_rank[r], enc, m);
+                    index_prefetch(ns->by_rank[r], enc, m, true);
         }
         int complete = complete_pages(ns, &enc[j], found);
         for (uint32_t r = 0; r < ns->ranks_cap; r++) {
