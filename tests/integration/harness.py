@@ -29,6 +29,7 @@ import atexit
 import http.client
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -40,6 +41,8 @@ import time
 import traceback
 
 BIN = os.environ.get("HF3FS_METAD_BIN", "build/hf3fs-metad")
+# A command put before the server's (tests/valgrind.sh sets it to valgrind).
+WRAPPER = shlex.split(os.environ.get("HF3FS_METAD_WRAPPER", ""))
 SLOWDOWN = float(os.environ.get("HF3FS_TEST_SLOWDOWN", "3" if "asan" in BIN else "1"))
 STARTUP_TIMEOUT = 5.0 * SLOWDOWN
 SHUTDOWN_TIMEOUT = 5.0 * SLOWDOWN
@@ -97,7 +100,7 @@ class Server:
         for _attempt in range(5):
             self.workdir = tempfile.mkdtemp(prefix="hf3fs-metad-test-")
             self.port = free_port()
-            args = [os.path.abspath(BIN), "--host", "127.0.0.1", "--port", str(self.port)]
+            args = WRAPPER + [os.path.abspath(BIN), "--host", "127.0.0.1", "--port", str(self.port)]
             if self.persistence:
                 args += ["--persistence-path", os.path.join(self.workdir, "data")]
             if self.debug_api:
