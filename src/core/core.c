@@ -243,6 +243,9 @@ static void index_grow(core_pool_t *pool)
     memset(pool->slots, 0xff, cap * sizeof *pool->slots);
     pool->slot_mask = cap - 1;
     for (size_t i = 0; i < old_cap; i++) {
+        /* the records are read in slot order, at random: ask ahead */
+        if (i + PREFETCH_BLOCK < old_cap && old[i + PREFETCH_BLOCK] != CORE_NIL)
+            __builtin_prefetch(core__rec(pool, core__slot_page(pool, old[i + PREFETCH_BLOCK])));
         if (old[i] == CORE_NIL)
             continue;
         uint32_t page = core__slot_page(pool, old[i]);
@@ -257,6 +260,26 @@ static void index_insert(core_pool_t *pool, uint32_t page)
         index_grow(pool);
     index_place(pool, page, core__rec(pool, page)->hash);
     pool->nkeys++;
+}
+
+/* Insert page under its record's key unless the key is indexed already
+ * (then 0): one probe where a find and an insert would take two. Replay
+ * uses it, since a log or snapshot must never make a key own two pages. */
+static int index_insert_unique(core_pool_t *pool, uint32_t page)
+{
+    if (!pool->slots || (pool->nkeys + 1) * 4 > (pool->slot_mask + 1) * 3)
+        index_grow(pool);
+    core_key key;
+    core__rec_to_key(pool->core, core__rec(pool, page), &key);
+    size_t i = key.hash & pool->slot_mask;
+    uint32_t tag = key.hash & ~pool->page_mask;
+    for (uint32_t slot; (slot = pool->slots[i]) != CORE_NIL; i = (i + 1) & pool->slot_mask)
+        if ((slot & ~pool->page_mask) == tag &&
+            core__rec_key_eq(core__rec(pool, core__slot_page(pool, slot)), &key))
+            return 0;
+    pool->slots[i] = core__slot_make(pool, page, key.hash);
+    pool->nkeys++;
+    return 1;
 }
 
 /* Backward-shift deletion keeps probe sequences unbroken without tombstones. */
@@ -428,17 +451,24 @@ static void page_reserve(core_pool_t *pool, uint32_t page, const core_key *key, 
     emit(pool, CORE_EV_RESERVE, page, deadline);
 }
 
-/* A RESERVED page becomes OWNED by its key (which owns no other page). */
-static void page_own(core_pool_t *pool, uint32_t page)
+/* A RESERVED page becomes OWNED by its key (which owns no other page and,
+ * unless `indexed`, is not in the key index yet). */
+static void page_own_indexed(core_pool_t *pool, uint32_t page, bool indexed)
 {
     core_page_rec *rec = core__rec(pool, page);
     list_remove(pool, &pool->reserved, page);
     rec->state = CORE_PAGE_OWNED;
     rec->deadline = 0;
-    index_insert(pool, page);
+    if (!indexed)
+        index_insert(pool, page);
     list_push_tail(pool, &pool->lru, page);
     pool->counters.confirmations++;
     emit(pool, CORE_EV_OWN, page, 0);
+}
+
+static void page_own(core_pool_t *pool, uint32_t page)
+{
+    page_own_indexed(pool, page, false);
 }
 
 /* An OWNED page loses its key: FREE now, or DRAINING while read-leased. */
@@ -835,7 +865,7 @@ static void refuse(core_pool_t *pool, uint64_t *counters, core_refusal why, size
     (*refused)++;
 }
 
-static void confirm_one(core_pool_t *pool, hf_slice raw, int64_t page, size_t *refused)
+static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, size_t *refused)
 {
     uint64_t *refusals = pool->counters.refused_confirms;
     if (!page_in_range(pool, page)) {
@@ -851,9 +881,7 @@ static void confirm_one(core_pool_t *pool, hf_slice raw, int64_t page, size_t *r
         refuse(pool, refusals, CORE_REFUSE_NOT_RESERVED, refused);
         return;
     }
-    core_key key;
-    core__key_encode(pool->core, raw, &key);
-    if (!core__rec_key_eq(rec, &key)) {
+    if (!core__rec_key_eq(rec, key)) {
         refuse(pool, refusals, CORE_REFUSE_OTHER_KEY, refused);
         return;
     }
@@ -861,7 +889,7 @@ static void confirm_one(core_pool_t *pool, hf_slice raw, int64_t page, size_t *r
         page_touch(pool, (uint32_t)page);
         return;
     }
-    uint32_t owned = core__index_find(pool, &key);
+    uint32_t owned = core__index_find(pool, key);
     if (owned != CORE_NIL) { /* the key won a page meanwhile: keep that one */
         page_unreserve(pool, (uint32_t)page);
         page_touch(pool, owned);
@@ -893,9 +921,21 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
                   const int64_t *release, size_t nrel, int64_t now, size_t *refused)
 {
     size_t count = 0;
+    core_key enc[PREFETCH_BLOCK];
     core_pool_expire(pool, now);
-    for (size_t i = 0; i < n; i++)
-        confirm_one(pool, keys[i], pages[i], &count);
+    for (size_t i = 0; i < n; i++) {
+        size_t j = i % PREFETCH_BLOCK;
+        if (j == 0) { /* the records named by the pages, and the keys' slots */
+            size_t m = n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK;
+            for (size_t k = 0; k < m; k++) {
+                if (pages[i + k] >= 0 && (uint64_t)pages[i + k] < pool->touched)
+                    __builtin_prefetch(core__rec(pool, (uint32_t)pages[i + k]));
+                core__key_encode(pool->core, keys[i + k], &enc[k]);
+            }
+            index_prefetch(pool, enc, m, false);
+        }
+        confirm_one(pool, &enc[j], pages[i], &count);
+    }
     for (size_t i = 0; i < nrel; i++)
         release_one(pool, release[i], &count);
     if (refused)
@@ -1132,10 +1172,9 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
     case CORE_EV_OWN:
         if (!(rec = apply_target(pool, ev->page, CORE_PAGE_RESERVED)))
             return CORE_EINVAL;
-        core__rec_to_key(pool->core, rec, &key);
-        if (core__index_find(pool, &key) != CORE_NIL)
+        if (!index_insert_unique(pool, page))
             return CORE_EINVAL; /* the key would own two pages */
-        page_own(pool, page);
+        page_own_indexed(pool, page, true);
         return 0;
     case CORE_EV_FREE:
         return apply_free(pool, page);
