@@ -112,6 +112,8 @@ class Prober(threading.Thread):
         if self.error is not None:
             raise AssertionError("the normal client failed during the abuse: %r" % (self.error,))
         expect_true(self.count > 0, "the normal client made no request at all")
+        print("# normal client during the abuse: %d request cycles, slowest %.0f ms"
+              % (self.count, 1000 * self.worst), flush=True)
         expect_true(self.worst < PROMPT,
                     "a normal client waited %.2f s for an answer during the abuse (limit %.1f s, "
                     "%d requests)" % (self.worst, PROMPT, self.count))
@@ -191,7 +193,7 @@ def test_slow_clients_trickling_headers_byte_by_byte_do_not_delay_normal_clients
     n = int(60 * SCALE)
     with Server("--idle-timeout", "20", *IN_MEMORY) as srv:
         c = srv.client()
-        s_init(c, 0, 256)
+        s_init(c, 0, n + 16)
         probe = Prober(srv)
         probe.start()
         payloads = [raw_request("POST", "/0/reserve_and_allocate_page_indices",
@@ -216,7 +218,7 @@ def test_slow_clients_trickling_bodies_byte_by_byte_do_not_delay_normal_clients(
     n = int(60 * SCALE)
     with Server("--idle-timeout", "20", *IN_MEMORY) as srv:
         c = srv.client()
-        v_init(c, 0, 256)
+        v_init(c, 0, 4 * n + 16)
         probe = Prober(srv)
         probe.start()
         body = json.dumps({"rank": 0, "keys": [["body-%03d" % i, ""] for i in range(4)]}).encode()
