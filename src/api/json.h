@@ -2,8 +2,9 @@
  * json.h: the request decoder and the answer writer of the api layer.
  *
  * Decoding. json_parse() reads one JSON text with yajl's callback (SAX) API
- * and builds a read-only tree of 16-byte json_node records in the arena of a
- * json_doc. There is no per-node malloc and no recursion: the tree is built
+ * (after a fast scanner for plain text that drives the same callbacks and
+ * leaves everything else, errors included, to yajl: see json.c) and builds a
+ * read-only tree of 16-byte json_node records in the arena of a json_doc. There is no per-node malloc and no recursion: the tree is built
  * with an explicit stack, each finished container's children are copied once
  * into one contiguous array, and freeing is dropping the arena. Promises:
  *   - nesting deeper than limits.max_depth, or more than limits.max_nodes
