@@ -196,7 +196,45 @@ def wal_recover_seeds():
     yield "seed-bad-header", bytes([0]) + wal_file(K_SNAPSHOT, 1, 0x82, 7, snap)
 
 
-TARGETS = {"request": request_seeds, "json": json_seeds, "sequence": sequence_seeds,
+# -- fuzz_client -------------------------------------------------------------------
+
+def http_answer(status, body, headers=(), version="HTTP/1.1", length=True):
+    head = "%s %d X\r\n" % (version, status)
+    for h in headers:
+        head += h + "\r\n"
+    if length:
+        head += "Content-Length: %d\r\n" % len(body)
+    return head.encode() + b"\r\n" + body
+
+
+def client_seeds():
+    answers = [
+        http_answer(200, j({"rank": 0, "results": [[HEX, 3], ["a", -1]]}),
+                    ["Content-Type: application/json"]),
+        http_answer(200, j({"indices": [[True, 1], [False, -1]]})),
+        http_answer(200, j({"exists": [True, False]})),
+        http_answer(200, j({"locations": [1, None]})),
+        http_answer(204, b"", length=False),
+        http_answer(404, j({"detail": "Rank 3 not initialized"})),
+        http_answer(401, j({"detail": "Not authenticated"}),
+                    ['WWW-Authenticate: Bearer realm="hf3fs-metad"']),
+        http_answer(413, j({"detail": "too large"}), ["Connection: close"]),
+        b"HTTP/1.1 100 Continue\r\n\r\n" + http_answer(200, j({"status": "ok"})),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\n{\"a\":\r\n2\r\n1}\r\n"
+        b"0\r\nTrailer: t\r\n\r\n",
+        http_answer(200, j({"status": "ok"}), version="HTTP/1.0", length=False),
+        http_answer(200, b'{"a":"\\u00e9\\ud83d\\ude00","b":[1.5e3,-0,{}]}',
+                    ["Content-Length: 39"]),
+        b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}",
+        http_answer(200, j({"x": 1}), ["Content-Length: 9"]),
+        http_answer(200, j({"status": "ok"})) + http_answer(204, b"", length=False),
+    ]
+    for i, a in enumerate(answers):
+        for mode in (0x00, 0x06, 0x01):
+            yield "seed-%02d-%02x" % (i, mode), bytes([mode]) + a
+
+
+TARGETS = {"client": client_seeds, "request": request_seeds, "json": json_seeds, "sequence": sequence_seeds,
            "wal_recover": wal_recover_seeds}
 
 

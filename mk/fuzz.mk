@@ -25,6 +25,8 @@ FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 # The server's sources without main and the HTTP layer, instrumented for coverage.
 FUZZ_LIB_SRC := $(filter-out $(SERVER_MAIN) src/http/%,$(LIB_SRC))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+# The client library (lib/), for fuzz_client: its own include paths.
+FUZZ_CLIENT_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(wildcard lib/*.c))
 FUZZ_HELPERS := fuzz/fuzz_common.c fuzz/clock_store.c
 FUZZ_HELP_OBJ := $(FUZZ_HELPERS:%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZ_MAX_LEN := 4096
@@ -55,16 +57,24 @@ $(FUZZ_DIR)/obj/src/%.o: src/%.c | $(FUZZ_DIR)/.toolchain-ok
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-error -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
+$(FUZZ_DIR)/obj/lib/%.o: lib/%.c | $(FUZZ_DIR)/.toolchain-ok
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(filter-out -Isrc,$(FUZZ_CFLAGS)) -Wno-error -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
 $(FUZZ_DIR)/obj/fuzz/%.o: fuzz/%.c | $(FUZZ_DIR)/.toolchain-ok
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Ilib -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
--include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_HELP_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_DIR)/obj/fuzz/fuzz_%.d)
+-include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_CLIENT_OBJ:.o=.d) $(FUZZ_HELP_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_DIR)/obj/fuzz/fuzz_%.d)
 
 $(FUZZ_DIR)/libfuzzmetad.a: $(FUZZ_LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_HELP_OBJ) $(FUZZ_DIR)/libfuzzmetad.a
+$(FUZZ_DIR)/libfuzzclient.a: $(FUZZ_CLIENT_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_HELP_OBJ) $(FUZZ_DIR)/libfuzzmetad.a \
+                    $(FUZZ_DIR)/libfuzzclient.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lyajl -pthread -lm
 
 fuzz: $(FUZZ_TARGETS:%=fuzz-%)
