@@ -626,7 +626,13 @@ core_pool_t *core_pool_find(core_t *core, hf_slice name, uint32_t rank)
 int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_pages,
                    uint64_t *existing_pages)
 {
-    if (num_pages > core->config.max_pages || rank >= core->config.max_ranks)
+    /* Replay rebuilds pools accepted under an earlier run's limits: max_pages
+     * and max_ranks bound what clients may create, not what exists, so a
+     * restart with lower limits keeps every pool (instead of finding the log
+     * "damaged", where --salvage would drop them). */
+    uint64_t max_pages = core->replaying ? CORE_MAX_PAGES_LIMIT : core->config.max_pages;
+    uint32_t max_ranks = core->replaying ? CORE_MAX_RANKS_LIMIT : core->config.max_ranks;
+    if (num_pages > max_pages || rank >= max_ranks)
         return CORE_EINVAL;
     core_pool_t *pool = core_pool_find(core, name, rank);
     if (pool) {

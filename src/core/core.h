@@ -34,6 +34,9 @@
 /* Largest num_pages a pool may have: page numbers must fit a uint32 with one
  * value kept as the "no page" sentinel. */
 #define CORE_MAX_PAGES_LIMIT 4294967294ull
+/* Ranks are below this whatever max_ranks says (--max-ranks accepts at most
+ * this many). */
+#define CORE_MAX_RANKS_LIMIT (1u << 24)
 
 enum {
     CORE_OK = 0,
@@ -91,8 +94,10 @@ const core_config *core_get_config(const core_t *core);
  * Idempotent: an existing pool keeps its state and size; *existing_pages (if
  * not NULL) receives its size so the caller can warn about a mismatch.
  * Returns 1 if created, 0 if it existed, CORE_EINVAL if num_pages is above
- * max_pages or rank >= max_ranks. A pool of 0 pages (the SGLang dialect
- * allows it) exists but never has a page to give.
+ * max_pages or rank >= max_ranks (during replay, core_apply, only above
+ * CORE_MAX_PAGES_LIMIT and CORE_MAX_RANKS_LIMIT: the log holds pools that
+ * earlier limits accepted). A pool of 0 pages (the SGLang dialect allows it)
+ * exists but never has a page to give.
  */
 int core_pool_init(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pages,
                    uint64_t *existing_pages);

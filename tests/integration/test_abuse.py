@@ -10,8 +10,10 @@ import json
 import os
 import random
 import select
+import shutil
 import socket
 import struct
+import tempfile
 import threading
 import time
 
@@ -544,6 +546,31 @@ def test_clients_vanishing_mid_response_leave_the_server_serving():
             rst_close(s) if i % 2 else s.close()
         expect_eq(s_pages(c, 0, [keys[0][0]]), [got[0][1]], "an owned key after the vanishing")
         serving_correctly(srv)
+
+
+# -- the operator ---------------------------------------------------------------------
+
+def test_restart_with_lower_limits_than_existing_pools_keeps_every_pool():
+    # A lowered --max-pages / --max-ranks once made the log look damaged at
+    # start (and --salvage, as the message advised, would have dropped the pools).
+    data = tempfile.mkdtemp(prefix="hf3fs-metad-limits-")
+    try:
+        flags = ("--data-dir", os.path.join(data, "data"))
+        with Server(*flags, persistence=False) as srv:
+            c = srv.client()
+            v_init(c, 5, 2000)
+            page = v_alloc(c, 5, [["kept", ""]])[0]
+            v_confirm(c, 5, [("kept", page)])
+        with Server(*flags, "--max-pages", "1000", "--max-ranks", "2", persistence=False) as srv:
+            pool = srv.stats()[("kv", 5)]
+            expect_eq((pool["num_pages"], pool["owned"]), (2000, 1), "the pool after the restart")
+            c = srv.client()
+            harness.expect_error(c.post("/rank/1/initialize", {"num_pages": 2000}), 400)
+            srv.check()
+        with Server(*flags, persistence=False) as srv:
+            expect_eq(s_pages(srv.client(), 5, ["kept"]), [page], "the key after two restarts")
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":
