@@ -201,8 +201,10 @@ uint32_t core__index_find(const core_pool_t *pool, const core_key *key)
  */
 #define PREFETCH_BLOCK 16
 
-static void index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n,
-                           bool neighbours)
+/* always_inline: as a function of its own it has no effect that GCC can see
+ * (it only reads memory and returns nothing), so GCC deletes every call. */
+static inline __attribute__((always_inline)) void
+index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n, bool neighbours)
 {
     if (!pool->slots)
         return;
