@@ -173,6 +173,27 @@ def read_answer(sock, timeout):
     return status, body[:length]
 
 
+def cpu_seconds(pid):
+    """User + system CPU time a process has used."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def expect_idle(srv, what):
+    """Within a few seconds the server must go quiet (under 0.1 s of CPU in a
+    1 s window): connections that only wait must not cost a busy loop."""
+    deadline = time.monotonic() + 10 * harness.SLOWDOWN
+    while True:
+        cpu0 = cpu_seconds(srv.proc.pid)
+        time.sleep(1.0)
+        spent = cpu_seconds(srv.proc.pid) - cpu0
+        if spent < 0.1 * harness.SLOWDOWN:
+            return
+        expect_true(time.monotonic() < deadline,
+                    "the server still uses %.2f s of CPU a second with %s" % (spent, what))
+
+
 def refused_or_answered(sock, timeout):
     """'answered' if a request on sock gets an HTTP answer, 'refused' if the
     server closes it (EOF or reset), 'hung' if neither happens in time."""
@@ -242,7 +263,7 @@ def test_slow_clients_trickling_bodies_byte_by_byte_do_not_delay_normal_clients(
 
 def test_slow_readers_that_never_read_their_answers_do_not_delay_normal_clients():
     n = int(20 * SCALE)
-    with Server("--idle-timeout", "3", *IN_MEMORY) as srv:
+    with Server("--idle-timeout", "20", *IN_MEMORY) as srv:
         c = srv.client()
         s_init(c, 0, 4096)
         keys = [["reader-%04d" % i, ""] for i in range(2000)]
@@ -260,6 +281,8 @@ def test_slow_readers_that_never_read_their_answers_do_not_delay_normal_clients(
             except (BlockingIOError, OSError):
                 pass  # the server stopped reading: its answers are not being taken
             socks.append(s)
+        # Answers stuck in full socket buffers are not work: no busy loop.
+        expect_idle(srv, "%d readers whose answers are stuck" % n)
         probe = Prober(srv)
         probe.start()
         time.sleep(2.0 * SCALE)
@@ -269,18 +292,20 @@ def test_slow_readers_that_never_read_their_answers_do_not_delay_normal_clients(
         serving_correctly(srv)
 
 
-def test_stalled_half_requests_are_closed_by_the_idle_timeout():
+def test_stalled_half_requests_cost_no_cpu_and_are_closed_by_the_idle_timeout():
     n = int(100 * SCALE)
-    with Server("--idle-timeout", "1", *IN_MEMORY) as srv:
+    with Server("--idle-timeout", "3", *IN_MEMORY) as srv:
         socks = []
         for i in range(n):
             s = connect(srv.port)
             part = raw_request("POST", "/0/exists", {"keys": ["k"]})
             s.sendall(part[:random.Random(i).randrange(1, len(part))])
             socks.append(s)
+        # Waiting for them is not work: no busy loop while they sit there.
+        expect_idle(srv, "%d stalled half requests" % n)
         probe = Prober(srv)
         probe.start()
-        deadline = time.monotonic() + 1 + 4 * harness.SLOWDOWN
+        deadline = time.monotonic() + 3 + 4 * harness.SLOWDOWN
         pending = list(socks)
         while pending and time.monotonic() < deadline:
             readable, _, _ = select.select(pending, [], [], 0.2)
