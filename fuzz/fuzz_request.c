@@ -94,7 +94,8 @@ static bool ref_authorized(const char *header)
         return false;
     const unsigned char *colon = memchr(plain, ':', n);
     size_t tlen = strlen(FUZZ_TOKEN);
-    return colon && (size_t)(plain + n - colon - 1) == tlen && memcmp(colon + 1, FUZZ_TOKEN, tlen) == 0;
+    return colon && (size_t)(plain + n - colon - 1) == tlen &&
+           memcmp(colon + 1, FUZZ_TOKEN, tlen) == 0;
 }
 
 static void prepare(store_t *store)
@@ -133,6 +134,81 @@ static void check_pages(const char *path, const char *body, size_t len, const ap
         fuzz_check_pages(path, body, len, "keys", resp, "indices", -1);
 }
 
+/* One request as the input describes it (see the top of this file). */
+typedef struct request {
+    bool auth;
+    char header_buf[8192];
+    const char *header; /* NULL: no Authorization header */
+    const char *method;
+    char path[256];
+    size_t path_len;
+    const uint8_t *body;
+    size_t body_len;
+} request;
+
+/* Everything up to the first '\n' (or the end) into buf, NUL-terminated. */
+static size_t take_line(const uint8_t **data, size_t *size, char *buf, size_t cap)
+{
+    const uint8_t *nl = memchr(*data, '\n', *size);
+    size_t len = nl ? (size_t)(nl - *data) : *size;
+    size_t kept = len < cap ? len : cap - 1;
+    memcpy(buf, *data, kept);
+    buf[kept] = '\0';
+    size_t used = nl ? len + 1 : len;
+    *data += used;
+    *size -= used;
+    return kept;
+}
+
+/* false if the input holds no request. */
+static bool parse_input(const uint8_t *data, size_t size, request *req)
+{
+    req->auth = size > 0 && data[0] == 0xfe;
+    req->header = NULL;
+    if (req->auth) {
+        data++, size--;
+        take_line(&data, &size, req->header_buf, sizeof req->header_buf);
+        req->header = strcmp(req->header_buf, "-") == 0 ? NULL : req->header_buf;
+    }
+    if (size == 0)
+        return false;
+    uint8_t pick = data[0];
+    data++, size--;
+    if (pick == 0xff) {
+        req->method = "POST";
+        req->path_len = take_line(&data, &size, req->path, sizeof req->path);
+    } else {
+        const fuzz_route *route = &fuzz_routes[pick % fuzz_route_count];
+        req->method = route->method;
+        req->path_len = strlen(route->path);
+        memcpy(req->path, route->path, req->path_len + 1);
+    }
+    req->body = data;
+    req->body_len = size;
+    return true;
+}
+
+/* With auth on: only /health is open; anything else needs the token. */
+static void check_auth(const request *req, api_response *resp)
+{
+    const char *header = req->header ? req->header : "(none)";
+    bool open = req->path_len == 7 && memcmp(req->path, "/health", 7) == 0;
+    bool carries = ref_authorized(req->header);
+    if ((auth_check(FUZZ_TOKEN, strlen(FUZZ_TOKEN), req->header) == AUTH_OK) != carries)
+        fuzz_fail("auth_check and the reference disagree on: %s", header);
+    if (resp->status == 401) {
+        if (!resp->www_authenticate)
+            fuzz_fail("401 without a WWW-Authenticate challenge");
+        if (carries || open)
+            fuzz_fail("%s %s refused with 401 but the header carries the token: %s",
+                      req->method, req->path, header);
+        resp->status = 400; /* for fuzz_check_answer: an error like the others */
+    } else if (!carries && !open) {
+        fuzz_fail("%s %s answered %d without the token: %s", req->method, req->path,
+                  resp->status, header);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -142,44 +218,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_quiet();
         quiet = true;
     }
-    char header_buf[8192];
-    const char *header = NULL;
-    bool auth = size > 0 && data[0] == 0xfe;
-    if (auth) {
-        const uint8_t *nl = memchr(data + 1, '\n', size - 1);
-        size_t hlen = nl ? (size_t)(nl - data - 1) : size - 1;
-        if (hlen >= sizeof header_buf)
-            hlen = sizeof header_buf - 1;
-        memcpy(header_buf, data + 1, hlen);
-        header_buf[hlen] = '\0';
-        header = strcmp(header_buf, "-") == 0 ? NULL : header_buf;
-        size_t used = nl ? (size_t)(nl - data) + 1 : size;
-        data += used;
-        size -= used;
-    }
-    if (size == 0)
+    static request req;
+    if (!parse_input(data, size, &req))
         return 0;
-    const char *method;
-    char path[256];
-    size_t path_len;
-    const uint8_t *body = data + 1;
-    size_t body_len = size - 1;
-    if (data[0] == 0xff) {
-        const uint8_t *nl = memchr(body, '\n', body_len);
-        path_len = nl ? (size_t)(nl - body) : body_len;
-        if (path_len >= sizeof path)
-            path_len = sizeof path - 1;
-        memcpy(path, body, path_len);
-        path[path_len] = '\0';
-        body += nl ? path_len + 1 : body_len;
-        body_len = size - (size_t)(body - data);
-        method = "POST";
-    } else {
-        const fuzz_route *route = &fuzz_routes[data[0] % fuzz_route_count];
-        method = route->method;
-        path_len = strlen(route->path);
-        memcpy(path, route->path, path_len + 1);
-    }
+    const char *method = req.method, *path = req.path;
+    size_t path_len = req.path_len, body_len = req.body_len;
 
     core_config core = fuzz_core_config();
     core.reservation_ms = 600000; /* nothing expires while one input runs */
@@ -189,7 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_fail("store_mem_new failed");
     prepare(store);
     api_config config = fuzz_api_config();
-    if (auth) {
+    if (req.auth) {
         config.auth_token = FUZZ_TOKEN;
         config.auth_token_len = strlen(FUZZ_TOKEN);
     }
@@ -200,25 +243,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* A copy the exact size of the body, so that ASan sees any over-read. */
     char *copy = malloc(body_len ? body_len : 1);
     if (body_len)
-        memcpy(copy, body, body_len);
+        memcpy(copy, req.body, body_len);
     fuzz_snapshot before = {0}, after = {0};
     fuzz_snapshot_take(store, &before);
-    api_handle(api, method, (hf_slice){path, path_len}, header, copy, body_len, &resp);
-    if (auth && resp.status == 401) {
-        if (!resp.www_authenticate)
-            fuzz_fail("401 without a WWW-Authenticate challenge");
-        if (ref_authorized(header) || (path_len == 7 && memcmp(path, "/health", 7) == 0))
-            fuzz_fail("%s %s refused with 401 but the header carries the token: %s", method, path,
-                      header ? header : "(none)");
-        resp.status = 400; /* for fuzz_check_answer: an error like the others */
-    } else if (auth && !ref_authorized(header) &&
-               !(path_len == 7 && memcmp(path, "/health", 7) == 0)) {
-        fuzz_fail("%s %s answered %d without the token: %s", method, path, resp.status,
-                  header ? header : "(none)");
-    }
-    if (auth && (auth_check(FUZZ_TOKEN, strlen(FUZZ_TOKEN), header) == AUTH_OK) !=
-                    ref_authorized(header))
-        fuzz_fail("auth_check and the reference disagree on: %s", header ? header : "(none)");
+    api_handle(api, method, (hf_slice){path, path_len}, req.header, copy, body_len, &resp);
+    if (req.auth)
+        check_auth(&req, &resp);
     fuzz_check_answer(method, path, &resp);
     if (resp.status >= 400) {
         fuzz_snapshot_take(store, &after);

@@ -167,28 +167,30 @@ typedef struct file {
 
 enum { K_SNAPSHOT, K_SEGMENT, K_TMP, K_FOREIGN, K_DAMAGED, K_MISNAMED };
 
-static void build_file(fuzz_reader *in, file *f, uint64_t *chain_lsn)
+static void name_file(file *f, int kind, uint64_t seq)
 {
-    uint8_t kind = fuzz_byte(in) % 6;
-    uint64_t seq = 1 + fuzz_byte(in) % 4;
-    uint8_t hflags = fuzz_byte(in);
-    uint32_t salt = fuzz_byte(in) * 0x01010101u;
+    unsigned long long n = (unsigned long long)seq;
     switch (kind) {
-    case K_SNAPSHOT: snprintf(f->name, sizeof f->name, "snapshot-%016llx.snap", (unsigned long long)seq); break;
-    case K_SEGMENT: snprintf(f->name, sizeof f->name, "log-%016llx.wal", (unsigned long long)seq); break;
-    case K_TMP: snprintf(f->name, sizeof f->name, "snapshot-%016llx.tmp", (unsigned long long)seq); break;
-    case K_FOREIGN: snprintf(f->name, sizeof f->name, "%s", seq & 1 ? "README" : ".nfs0001"); break;
-    case K_DAMAGED: snprintf(f->name, sizeof f->name, "log-%016llx.wal.damaged", (unsigned long long)seq); break;
-    default: snprintf(f->name, sizeof f->name, "snapshot-%llx.snap", (unsigned long long)seq); break;
+    case K_SNAPSHOT: snprintf(f->name, sizeof f->name, "snapshot-%016llx.snap", n); break;
+    case K_SEGMENT: snprintf(f->name, sizeof f->name, "log-%016llx.wal", n); break;
+    case K_TMP: snprintf(f->name, sizeof f->name, "snapshot-%016llx.tmp", n); break;
+    case K_FOREIGN: snprintf(f->name, sizeof f->name, "%s", n & 1 ? "README" : ".nfs0001"); break;
+    case K_DAMAGED: snprintf(f->name, sizeof f->name, "log-%016llx.wal.damaged", n); break;
+    default: snprintf(f->name, sizeof f->name, "snapshot-%llx.snap", n); break;
     }
-    bool snapshot = kind == K_SNAPSHOT || kind == K_TMP || kind == K_MISNAMED;
+}
+
+/* The 48-byte header; returns its LSN. */
+static uint64_t put_header(fuzz_reader *in, file *f, bool snapshot, uint64_t seq, uint8_t hflags,
+                           uint32_t salt, uint64_t chain_lsn)
+{
     wal_file_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, (snapshot != !!(hflags & 0x10)) ? WAL_MAGIC_SNAPSHOT : WAL_MAGIC_LOG, 8);
     h.version = hflags & 0x04 ? 9 : WAL_VERSION;
     h.flags = hflags & 0x01 ? WAL_FLAG_RECOVERY : 0;
     h.seq = hflags & 0x20 ? seq + 1 : seq;
-    h.lsn = hflags & 0x08 ? (uint64_t)fuzz_byte(in) * 4 : *chain_lsn;
+    h.lsn = hflags & 0x08 ? (uint64_t)fuzz_byte(in) * 4 : chain_lsn;
     h.time_base = hflags & 0x40 ? TIME_BASE + 123456 : TIME_BASE;
     h.salt = salt;
     uint8_t head[WAL_HEADER_SIZE];
@@ -196,30 +198,33 @@ static void build_file(fuzz_reader *in, file *f, uint64_t *chain_lsn)
     if (hflags & 0x02)
         head[44] ^= 0x5a;
     wal__buf_append(&f->bytes, head, sizeof head);
+    return h.lsn;
+}
 
+/* The records, framed with correct checksums, and a correct END if asked. */
+static void put_records(fuzz_reader *in, file *f, uint32_t salt, bool end)
+{
     wal_buf body = {0};
     unsigned nrec = fuzz_byte(in) % 16;
     uint64_t records = 0;
-    size_t records_start = f->bytes.len;
     for (unsigned i = 0; i < nrec && in->n; i++) {
         build_body(in, &body, records);
         /* (an empty body is framed too: its length 0 is damage) */
         wal__frame_append(&f->bytes, salt, body.len ? body.ptr : (const uint8_t *)"", body.len);
         records++;
     }
-    if (snapshot && (hflags & 0x80)) {
+    if (end) {
         body.len = 0;
-        uint8_t end = WAL_REC_END;
-        wal__buf_append(&body, &end, 1);
+        uint8_t type = WAL_REC_END;
+        wal__buf_append(&body, &type, 1);
         put_varint(&body, records);
         wal__frame_append(&f->bytes, salt, body.ptr, body.len);
     }
     wal__buf_free(&body);
-    if (kind == K_SEGMENT)
-        *chain_lsn = h.lsn + (f->bytes.len - records_start);
-    else if (kind == K_SNAPSHOT)
-        *chain_lsn = h.lsn;
+}
 
+static void damage_file(fuzz_reader *in, file *f)
+{
     uint8_t damage = fuzz_byte(in);
     if (damage & 1) {
         size_t at = ((size_t)fuzz_byte(in) << 8 | fuzz_byte(in)) % f->bytes.len;
@@ -234,6 +239,24 @@ static void build_file(fuzz_reader *in, file *f, uint64_t *chain_lsn)
     }
     if (damage & 8)
         memset(f->bytes.ptr, 0, f->bytes.len);
+}
+
+/* One file from the input; *chain_lsn: where the next segment continues. */
+static void build_file(fuzz_reader *in, file *f, uint64_t *chain_lsn)
+{
+    int kind = fuzz_byte(in) % 6;
+    uint64_t seq = 1 + fuzz_byte(in) % 4;
+    uint8_t hflags = fuzz_byte(in);
+    uint32_t salt = fuzz_byte(in) * 0x01010101u;
+    bool snapshot = kind == K_SNAPSHOT || kind == K_TMP || kind == K_MISNAMED;
+    name_file(f, kind, seq);
+    uint64_t lsn = put_header(in, f, snapshot, seq, hflags, salt, *chain_lsn);
+    put_records(in, f, salt, snapshot && (hflags & 0x80));
+    if (kind == K_SEGMENT)
+        *chain_lsn = lsn + (f->bytes.len - WAL_HEADER_SIZE);
+    else if (kind == K_SNAPSHOT)
+        *chain_lsn = lsn;
+    damage_file(in, f);
 }
 
 /* ---- the directory ---- */
@@ -277,7 +300,8 @@ static void read_dir(const char *dir, wal_buf *out)
         const char *name = names[i]->d_name;
         size_t len = strlen(name);
         bool skip = name[0] == '.' && (len == 1 || (len == 2 && name[1] == '.'));
-        skip = skip || strcmp(name, "LOCK") == 0 || (len > 4 && strcmp(name + len - 4, ".tmp") == 0);
+        skip = skip || strcmp(name, "LOCK") == 0 ||
+               (len > 4 && strcmp(name + len - 4, ".tmp") == 0);
         if (!skip) {
             wal__buf_append(out, name, len + 1);
             char path[512];

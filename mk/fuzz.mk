@@ -44,7 +44,8 @@ $(FUZZ_DIR)/.toolchain-ok:
 	@command -v $(FUZZ_CC) >/dev/null 2>&1 || { \
 	  echo "mk/fuzz.mk: '$(FUZZ_CC)' not found: the fuzz targets need clang with libFuzzer" \
 	       "(Debian: apt-get install clang libclang-rt-14-dev; or make deps)" >&2; exit 1; }
-	@printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\nint LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+	@printf '%s\n' 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);' \
+	  'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; return (int)(n & 0); }' \
 	  | $(FUZZ_CC) -x c -fsanitize=fuzzer -o $(FUZZ_DIR)/.toolchain-probe - || { \
 	  echo "mk/fuzz.mk: $(FUZZ_CC) cannot link -fsanitize=fuzzer: the libFuzzer runtime is" \
 	       "missing (Debian: apt-get install libclang-rt-14-dev)" >&2; exit 1; }

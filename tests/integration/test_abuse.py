@@ -246,8 +246,9 @@ def test_slow_clients_trickling_bodies_byte_by_byte_do_not_delay_normal_clients(
         probe = Prober(srv)
         probe.start()
         body = json.dumps({"rank": 0, "keys": [["body-%03d" % i, ""] for i in range(4)]}).encode()
-        head = ("POST /keys/batch_allocate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                "Content-Length: %d\r\n\r\n" % len(body)).encode()
+        head = ("POST /keys/batch_allocate HTTP/1.1\r\nHost: x\r\n"
+                "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                % len(body)).encode()
         socks = trickle(srv.port, [body] * n, 0.005, head=head)
         try:
             probe.finish()

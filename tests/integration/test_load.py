@@ -283,9 +283,9 @@ def run_load(srv, seconds, clients, pages, abandon=0.0, clear_rate=0.0002, monit
     lat = sorted(tally.latencies) or [0.0]
     print("# load: %d clients, %.1f s, %d requests (%.0f/s), statuses %s, p50 %.1f ms, p99 %.1f "
           "ms, max %.1f ms, 5xx %d, unexpected %d, connection errors %d"
-          % (clients, took, tally.requests, tally.requests / took, dict(sorted(tally.status.items())),
-             1000 * lat[len(lat) // 2], 1000 * lat[int(len(lat) * 0.99)], 1000 * lat[-1],
-             tally.fivexx(), len(tally.unexpected), len(tally.conn_errors)), flush=True)
+          % (clients, took, tally.requests, tally.requests / took,
+             dict(sorted(tally.status.items())), 1000 * lat[len(lat) // 2],
+             1000 * lat[int(len(lat) * 0.99)], 1000 * lat[-1], tally.fivexx(), len(tally.unexpected), len(tally.conn_errors)), flush=True)
     expect_eq(tally.fivexx(), 0, "5xx answers under load")
     expect_eq(tally.conn_errors, [], "connection errors and wrong answers under load")
     expect_eq(tally.unexpected, [], "unexpected statuses under load")
