@@ -84,10 +84,10 @@ def test_save_scenario_counts_pairs_and_names_its_python_reference():
         return
     cells = rows()["4"]
     assert re.search(r"\(\d+ pairs/s\)", cells[2]), cells
-    assert "quoted" in cells[8] or re.match(r"^\d+ [\d.]+x$", cells[8]), cells
+    assert "quoted" in cells[9] or re.match(r"^\d+ [\d.]+x$", cells[9]), cells
 
 
-def test_http_scenarios_have_an_nginx_floor_and_a_ratio_to_it():
+def test_http_scenarios_have_an_nginx_floor_a_ratio_to_it_and_its_p99():
     if skipped():
         return
     table = rows()
@@ -95,6 +95,7 @@ def test_http_scenarios_have_an_nginx_floor_and_a_ratio_to_it():
         cells = table[sid]
         assert NUMBER.match(cells[6]), "scenario %s nginx req/s is %r" % (sid, cells[6])
         assert re.match(r"^\d+%$", cells[7]), "scenario %s ratio is %r" % (sid, cells[7])
+        assert NUMBER.match(cells[8]), "scenario %s nginx p99 is %r" % (sid, cells[8])
 
 
 def test_memory_figures_per_entry_per_free_page_and_fresh_pool_are_printed():
