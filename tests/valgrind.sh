@@ -6,29 +6,31 @@
 #   BUILD=build tests/valgrind.sh          another build directory (not the ASan one)
 #
 # Each server the tests start runs as
-#   valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect,possible
-#            --error-exitcode=99 ...
-# so that a memory error, or a leak at the clean exit on SIGTERM, makes the
-# server exit non-zero and the test that stopped it fail (harness.py checks
-# the exit code). Timeouts are stretched (HF3FS_TEST_SLOWDOWN, default 25).
-# Ends with every server's valgrind summary, "N passed, N failed" over the
-# scripts, and the totals of errors and leaked bytes; exits 0 only if every
-# script passed and valgrind found nothing.
+#   valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect,possible ...
+# with one log per server; a memory error, or a leak at the clean exit on
+# SIGTERM, is an error in that log. (Not --error-exitcode: the server's
+# snapshot child, a fork that writes the snapshot and _exits without freeing
+# the parent's memory, would exit with it and count as a failed snapshot.)
+# Timeouts are stretched (HF3FS_TEST_SLOWDOWN, default 25). Ends with the log
+# of every server that had errors, "N passed, N failed" over the scripts, and
+# the totals of errors and leaked bytes; exits 0 only if every script passed
+# and valgrind found nothing.
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 BIN="$BUILD/hf3fs-metad"
 [ -x "$BIN" ] || { echo "valgrind.sh: $BIN missing: run make first"; exit 2; }
 command -v valgrind >/dev/null 2>&1 || { echo "valgrind.sh: valgrind is not installed (Debian: apt-get install valgrind)"; exit 2; }
 
+# (test_ops.py is clean under valgrind too, but two of its tests time log
+# lines too tightly for a server 25 times slower: run it by name.)
 if [ $# -eq 0 ]; then
     set -- test_vllm.py test_sglang.py test_leases.py test_http.py test_malformed.py \
-           test_concurrency.py test_abuse.py test_ops.py
+           test_concurrency.py test_abuse.py test_durability.py test_auth.py test_metrics.py
 fi
 
 LOGS=$(mktemp -d /tmp/hf3fs-valgrind.XXXXXX)
-# --child-silent-after-fork: the snapshot child (a fork of the server that
-# only writes the snapshot and _exits) is not the server's shutdown.
-export HF3FS_METAD_WRAPPER="valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 --child-silent-after-fork=yes --num-callers=30 --log-file=$LOGS/vg-%p.log"
+# --child-silent-after-fork: the snapshot child is not the server's shutdown.
+export HF3FS_METAD_WRAPPER="valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --child-silent-after-fork=yes --num-callers=30 --log-file=$LOGS/vg-%p.log"
 export HF3FS_TEST_SLOWDOWN=${HF3FS_TEST_SLOWDOWN:-25}
 export HF3FS_METAD_BIN="$BIN"
 
