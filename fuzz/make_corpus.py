@@ -234,7 +234,58 @@ def client_seeds():
             yield "seed-%02d-%02x" % (i, mode), bytes([mode]) + a
 
 
-TARGETS = {"client": client_seeds, "request": request_seeds, "json": json_seeds, "sequence": sequence_seeds,
+# -- fuzz_http ---------------------------------------------------------------------
+
+def http_request(method, path, body=b"", headers=(), version="HTTP/1.1", length=True):
+    head = "%s %s %s\r\nHost: 127.0.0.1\r\n" % (method, path, version)
+    for h in headers:
+        head += h + "\r\n"
+    if length and body:
+        head += "Content-Length: %d\r\n" % len(body)
+    return head.encode() + b"\r\n" + body
+
+
+def chunk(body, size):
+    out = b""
+    for i in range(0, len(body), size):
+        piece = body[i:i + size]
+        out += b"%x\r\n" % len(piece) + piece + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+def http_seeds():
+    alloc = j({"rank": 0, "keys": [[HEX, ""], ["b", None]]})
+    reqs = [
+        http_request("GET", "/health"),
+        http_request("POST", "/keys/batch_allocate", alloc),
+        http_request("POST", "/0/reserve_and_allocate_page_indices", j({"keys": [["a", ""]]})),
+        http_request("POST", "/0/exists", j({"keys": ["a"]}), ["Connection: close"]),
+        http_request("POST", "/keys/batch_exists", chunk(j({"keys": ["a", "b"]}), 5),
+                     ["Transfer-Encoding: chunked"], length=False),
+        http_request("POST", "/0/get_page_indices", j({"keys": ["a"]}),
+                     ["Expect: 100-continue"]),
+        http_request("POST", "/0/exists", b"x" * 1500),
+        http_request("POST", "/0/exists", chunk(b"y" * 1500, 700),
+                     ["Transfer-Encoding: chunked"], length=False),
+        http_request("GET", "/health", headers=["X-Big: " + "z" * 4500]),
+        http_request("GET", "/health", version="HTTP/1.0"),
+        http_request("HEAD", "/health"),
+        http_request("GET", "/v1/stats?x=1"),
+        http_request("DELETE", "/clear"),
+        http_request("POST", "/clear"),
+        b"GET /health HTTP/1.1\nHost: x\n\n",
+        b"\x00\xffgarbage\r\n\r\n",
+        http_request("POST", "/0/exists", b"{}", ["Content-Length: 5"]),
+        http_request("POST", "/0/exists", b"{}", ["Transfer-Encoding: chunked"]),
+    ]
+    for i, r in enumerate(reqs):
+        yield "seed-%02d" % i, b"\x00" + r
+        yield "seed-%02d-pieces" % i, b"\x07" + r
+    yield "seed-pipelined", b"\x00" + b"".join(reqs[:6])
+    yield "seed-pipelined-pieces", b"\x03" + b"".join(reqs[:6])
+
+
+TARGETS = {"http": http_seeds, "client": client_seeds, "request": request_seeds, "json": json_seeds, "sequence": sequence_seeds,
            "wal_recover": wal_recover_seeds}
 
 

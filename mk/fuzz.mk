@@ -22,8 +22,8 @@ FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -Ifuzz $(WARN) -pthread \
                 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_TARGETS := $(patsubst fuzz/fuzz_%.c,%,$(filter-out fuzz/fuzz_common.c,$(wildcard fuzz/fuzz_*.c)))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
-# The server's sources without main and the HTTP layer, instrumented for coverage.
-FUZZ_LIB_SRC := $(filter-out $(SERVER_MAIN) src/http/%,$(LIB_SRC))
+# The server's sources without main, instrumented for coverage.
+FUZZ_LIB_SRC := $(filter-out $(SERVER_MAIN),$(LIB_SRC))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 # The client library (lib/), for fuzz_client: its own include paths.
 FUZZ_CLIENT_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(wildcard lib/*.c))
@@ -76,7 +76,7 @@ $(FUZZ_DIR)/libfuzzclient.a: $(FUZZ_CLIENT_OBJ)
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_HELP_OBJ) $(FUZZ_DIR)/libfuzzmetad.a \
                     $(FUZZ_DIR)/libfuzzclient.a
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lyajl -pthread -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lmicrohttpd -lyajl -pthread -lm
 
 fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 

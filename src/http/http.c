@@ -190,6 +190,26 @@ static bool declared_length(struct MHD_Connection *connection, uint64_t *length)
     return true;
 }
 
+/*
+ * "Expect: 100-continue" on a request without a body (no Transfer-Encoding,
+ * no or a zero Content-Length): libmicrohttpd 0.9.75 sends 100 Continue,
+ * then refuses the final answer (MHD_queue_response fails) and closes the
+ * connection without one. Such a request is answered on the first call
+ * instead (MHD then closes the connection after the answer, as it does
+ * for any early answer to an Expect request).
+ */
+static bool expects_continue_without_body(struct MHD_Connection *connection)
+{
+    uint64_t length;
+    if (!MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT) ||
+        MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+                                    MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return false;
+    if (!MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        return true;
+    return declared_length(connection, &length) && length == 0;
+}
+
 /* ---- answers ---- */
 
 static enum MHD_Result answer_too_large(http_server *server, struct MHD_Connection *connection)
@@ -344,7 +364,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *connection, c
         if (server->config.access_log && conn && conn->too_large)
             log_access(conn, connection, method, url, version, MHD_HTTP_CONTENT_TOO_LARGE,
                        strlen(server->too_large_body));
-        return ok;
+        if (ok != MHD_YES || !conn || conn->too_large ||
+            !expects_continue_without_body(connection))
+            return ok;
+        /* answer now (expects_continue_without_body) */
     }
     if (*upload_data_size) {
         enum MHD_Result ok = take_upload(conn, upload_data, *upload_data_size);

@@ -474,6 +474,30 @@ def test_oversized_and_malformed_requests_get_an_error_or_a_close_and_change_not
         serving_correctly(srv)
 
 
+def test_expect_100_continue_without_a_body_gets_its_answer_even_with_a_request_after_it():
+    # With another request right behind it, libmicrohttpd sent 100 Continue
+    # and closed without the final answer (found by fuzz_http); http.c now
+    # answers such requests at once (and the connection closes after).
+    with Server(*IN_MEMORY) as srv:
+        c = srv.client()
+        s_init(c, 0, 4)
+        cases = [("GET", "/health", "", 200),
+                 ("POST", "/0/clear", "", 204),
+                 ("POST", "/0/exists", "Content-Length: 0\r\n", 400),
+                 ("POST", "/keys/batch_exists", "", 400)]
+        for method, path, extra, status in cases:
+            with srv.raw() as raw:
+                raw.send(("%s %s HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n%s\r\n"
+                          % (method, path, extra)).encode() + raw_request("GET", "/health"))
+                resp = raw.read_response()
+                while resp.status == 100:
+                    resp = raw.read_response()
+                expect_eq(resp.status, status, "%s %s with Expect and no body" % (method, path))
+                if status >= 400:
+                    harness.expect_error(resp, status)
+        serving_correctly(srv)
+
+
 def test_pipelined_garbage_after_a_valid_request_gets_the_valid_answer_first():
     with Server("--idle-timeout", "2", *IN_MEMORY) as srv:
         c = srv.client()
