@@ -235,30 +235,56 @@ def initialize(srv, pages):
     c.close()
 
 
+POOLS = [("kv", r) for r in range(VLLM_RANKS)] + SG_POOLS
+
+
+def owned_pages(c, ns, rank):
+    """{page: key} of one pool from one get_page_indices over the whole key
+    space (one request: one consistent view); fails if a page has two keys."""
+    r = c.post("/%d/get_page_indices" % rank, {"keys": KEYS, "namespace": ns})
+    if r.status == 404:
+        return {}  # cleared and not initialized again yet
+    pages = harness.expect_json(r, 200)["indices"]
+    owner = {}
+    for key, page in zip(KEYS, pages):
+        if page is None:
+            continue
+        expect_true(page not in owner, "pool %s/%d: page %d owned by two keys: %s and %s"
+                    % (ns, rank, page, owner.get(page), key))
+        owner[page] = key
+    return owner
+
+
 def check_ownership(srv):
-    """Every pool: /v1/check, and no page owned by two keys (get_page_indices
-    over the whole key space)."""
+    """Every pool: /v1/check, and no page owned by two keys."""
     srv.check()
     c = srv.client()
-    pools = [("kv", r) for r in range(VLLM_RANKS)] + SG_POOLS
-    owned_total = 0
-    for ns, rank in pools:
-        owner = {}
-        for i in range(0, len(KEYS), 500):
-            batch = KEYS[i:i + 500]
-            r = c.post("/%d/get_page_indices" % rank, {"keys": batch, "namespace": ns})
-            if r.status == 404:
-                break  # cleared at the very end and not initialized again
-            pages = harness.expect_json(r, 200)["indices"]
-            for key, page in zip(batch, pages):
-                if page is None:
-                    continue
-                expect_true(page not in owner, "pool %s/%d: page %d owned by two keys: %s and %s"
-                            % (ns, rank, page, owner.get(page), key))
-                owner[page] = key
-        owned_total += len(owner)
+    owned_total = sum(len(owned_pages(c, ns, rank)) for ns, rank in POOLS)
     c.close()
     return owned_total
+
+
+class OwnershipWatcher(threading.Thread):
+    """Checks every pool's ownership every 2 s while the load runs."""
+
+    def __init__(self, srv, stop):
+        super().__init__(daemon=True)
+        self.srv = srv
+        self.stop = stop
+        self.checks = 0
+        self.error = None
+
+    def run(self):
+        c = harness.Client(self.srv.port, timeout=30 * harness.SLOWDOWN)
+        try:
+            while not self.stop.wait(2.0):
+                for ns, rank in POOLS:
+                    owned_pages(c, ns, rank)
+                    self.checks += 1
+        except BaseException as e:  # noqa: B902 - reported by run_load
+            self.error = e
+        finally:
+            c.close()
 
 
 def run_load(srv, seconds, clients, pages, abandon=0.0, clear_rate=0.0002, monitor=None):
@@ -268,6 +294,8 @@ def run_load(srv, seconds, clients, pages, abandon=0.0, clear_rate=0.0002, monit
     stop = threading.Event()
     LoadClient.pages = pages
     threads = [LoadClient(srv, tally, seed, stop, abandon, clear_rate) for seed in range(clients)]
+    watcher = OwnershipWatcher(srv, stop)
+    threads.append(watcher)
     t0 = time.monotonic()
     for t in threads:
         t.start()
@@ -281,11 +309,15 @@ def run_load(srv, seconds, clients, pages, abandon=0.0, clear_rate=0.0002, monit
         t.join(60)
     took = time.monotonic() - t0
     lat = sorted(tally.latencies) or [0.0]
+    ms = [1000 * lat[len(lat) // 2], 1000 * lat[int(len(lat) * 0.99)], 1000 * lat[-1]]
     print("# load: %d clients, %.1f s, %d requests (%.0f/s), statuses %s, p50 %.1f ms, p99 %.1f "
-          "ms, max %.1f ms, 5xx %d, unexpected %d, connection errors %d"
+          "ms, max %.1f ms, 5xx %d, unexpected %d, connection errors %d, ownership checked "
+          "%d times during the load"
           % (clients, took, tally.requests, tally.requests / took,
-             dict(sorted(tally.status.items())), 1000 * lat[len(lat) // 2],
-             1000 * lat[int(len(lat) * 0.99)], 1000 * lat[-1], tally.fivexx(), len(tally.unexpected), len(tally.conn_errors)), flush=True)
+             dict(sorted(tally.status.items())), ms[0], ms[1], ms[2], tally.fivexx(),
+             len(tally.unexpected), len(tally.conn_errors), watcher.checks), flush=True)
+    if watcher.error is not None:
+        raise AssertionError("ownership during the load: %s" % (watcher.error,))
     expect_eq(tally.fivexx(), 0, "5xx answers under load")
     expect_eq(tally.conn_errors, [], "connection errors and wrong answers under load")
     expect_eq(tally.unexpected, [], "unexpected statuses under load")
