@@ -168,6 +168,37 @@ void api__no_content(api__req *req)
     req->out->len = 0;
 }
 
+void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n)
+{
+    api__begin(req);
+    json_put_lit(req->out, "{\"");
+    json_put_raw(req->out, name, strlen(name));
+    json_put_lit(req->out, "\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            json_put_char(req->out, ',');
+        json_put_bool(req->out, values[i]);
+    }
+    json_put_lit(req->out, "]}");
+}
+
+void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n)
+{
+    api__begin(req);
+    json_put_lit(req->out, "{\"");
+    json_put_raw(req->out, name, strlen(name));
+    json_put_lit(req->out, "\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            json_put_char(req->out, ',');
+        if (pages[i] < 0)
+            json_put_lit(req->out, "null");
+        else
+            json_put_int(req->out, pages[i]);
+    }
+    json_put_lit(req->out, "]}");
+}
+
 /* Format into the request arena: messages may quote a namespace or a path. */
 static const char *vformat(api__req *req, const char *fmt, va_list ap, size_t *len)
 {

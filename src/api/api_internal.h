@@ -61,6 +61,10 @@ extern const size_t api__admin_route_count;
 /* Start a 200 JSON answer; the handler then writes the body to req->out. */
 void api__begin(api__req *req);
 void api__no_content(api__req *req);
+/* 200 {"<name>": [bool, ...]}; name is a plain literal (no escaping). */
+void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n);
+/* 200 {"<name>": [page or null, ...]}: a negative page is null. */
+void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n);
 /* {"detail": <formatted>} with the given status. */
 void api__fail(api__req *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

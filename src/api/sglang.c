@@ -109,14 +109,7 @@ static void exists(api__req *req)
         fail_store(req, err, ns);
         return;
     }
-    api__begin(req);
-    json_put_lit(req->out, "{\"exists\":[");
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            json_put_char(req->out, ',');
-        json_put_bool(req->out, present[i]);
-    }
-    json_put_lit(req->out, "]}");
+    api__answer_bools(req, "exists", present, n);
 }
 
 static void reserve_and_allocate(api__req *req)
@@ -215,17 +208,7 @@ static void get_page_indices(api__req *req)
         fail_store(req, err, ns);
         return;
     }
-    api__begin(req);
-    json_put_lit(req->out, "{\"indices\":[");
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            json_put_char(req->out, ',');
-        if (pages[i] < 0)
-            json_put_lit(req->out, "null");
-        else
-            json_put_int(req->out, pages[i]);
-    }
-    json_put_lit(req->out, "]}");
+    api__answer_pages(req, "indices", pages, n);
 }
 
 const api__route api__sglang_routes[] = {

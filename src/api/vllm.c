@@ -247,14 +247,7 @@ static void batch_exists(api__req *req)
         api__store_failed(req, err);
         return;
     }
-    api__begin(req);
-    json_put_lit(req->out, "{\"exists\":[");
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            json_put_char(req->out, ',');
-        json_put_bool(req->out, present[i]);
-    }
-    json_put_lit(req->out, "]}");
+    api__answer_bools(req, "exists", present, n);
 }
 
 static void get_locations(api__req *req)
@@ -272,17 +265,7 @@ static void get_locations(api__req *req)
         fail_store(req, err, req->rank);
         return;
     }
-    api__begin(req);
-    json_put_lit(req->out, "{\"locations\":[");
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            json_put_char(req->out, ',');
-        if (pages[i] < 0)
-            json_put_lit(req->out, "null");
-        else
-            json_put_int(req->out, pages[i]);
-    }
-    json_put_lit(req->out, "]}");
+    api__answer_pages(req, "locations", pages, n);
 }
 
 /* Forgets every pool of every namespace: workers must initialize again. */

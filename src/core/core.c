@@ -174,7 +174,7 @@ uint32_t core__index_find(const core_pool_t *pool, const core_key *key)
 {
     if (!pool->slots)
         return CORE_NIL;
-    size_t i = key->hash & pool->slot_mask;
+    size_t i = core__home(pool, key->hash);
     uint32_t tag = key->hash & ~pool->page_mask;
     for (;;) {
         uint32_t slot = pool->slots[i];
@@ -209,14 +209,14 @@ index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n, bool nei
     if (!pool->slots)
         return;
     for (size_t j = 0; j < n; j++)
-        __builtin_prefetch(&pool->slots[keys[j].hash & pool->slot_mask]);
+        __builtin_prefetch(&pool->slots[core__home(pool, keys[j].hash)]);
     for (size_t j = 0; j < n; j++) {
-        uint32_t slot = pool->slots[keys[j].hash & pool->slot_mask];
+        uint32_t slot = pool->slots[core__home(pool, keys[j].hash)];
         if (slot != CORE_NIL && (slot & ~pool->page_mask) == (keys[j].hash & ~pool->page_mask))
             __builtin_prefetch(core__rec(pool, core__slot_page(pool, slot)));
     }
     for (size_t j = 0; neighbours && j < n; j++) {
-        uint32_t slot = pool->slots[keys[j].hash & pool->slot_mask];
+        uint32_t slot = pool->slots[core__home(pool, keys[j].hash)];
         if (slot == CORE_NIL || (slot & ~pool->page_mask) != (keys[j].hash & ~pool->page_mask))
             continue;
         const core_page_rec *rec = core__rec(pool, core__slot_page(pool, slot));
@@ -229,7 +229,7 @@ index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n, bool nei
 
 static void index_place(core_pool_t *pool, uint32_t page, uint32_t hash)
 {
-    size_t i = hash & pool->slot_mask;
+    size_t i = core__home(pool, hash);
     while (pool->slots[i] != CORE_NIL)
         i = (i + 1) & pool->slot_mask;
     pool->slots[i] = core__slot_make(pool, page, hash);
@@ -273,7 +273,7 @@ static int index_insert_unique(core_pool_t *pool, uint32_t page)
         index_grow(pool);
     core_key key;
     core__rec_to_key(pool->core, core__rec(pool, page), &key);
-    size_t i = key.hash & pool->slot_mask;
+    size_t i = core__home(pool, key.hash);
     uint32_t tag = key.hash & ~pool->page_mask;
     for (uint32_t slot; (slot = pool->slots[i]) != CORE_NIL; i = (i + 1) & pool->slot_mask)
         if ((slot & ~pool->page_mask) == tag &&
@@ -284,25 +284,53 @@ static int index_insert_unique(core_pool_t *pool, uint32_t page)
     return 1;
 }
 
-/* Backward-shift deletion keeps probe sequences unbroken without tombstones. */
+/*
+ * Backward-shift deletion keeps probe sequences unbroken without tombstones:
+ * each entry after the hole, up to the next empty slot, moves into the hole
+ * unless its home lies cyclically in (hole, its slot], i.e. unless its
+ * displacement d = (slot - home) & mask is below the hole's distance.
+ *
+ * d comes from the slot itself when it can (core__home): the tag gives d
+ * modulo 2^home_bits (m + 1 below). It is exact when the entry's cluster is
+ * shorter than that: all slots from an entry's home to the entry are
+ * occupied (the linear probing invariant), so an empty slot `e` before the
+ * hole bounds d < (slot - e) & mask; when that bound is <= m + 1 the residue
+ * is d itself. `e` is found by a short backward scan of the slot array
+ * before anything moves. Otherwise (a longer cluster, or home_bits 0) the
+ * page record gives the hash, as it always did before.
+ */
 static void index_remove(core_pool_t *pool, uint32_t page)
 {
     size_t mask = pool->slot_mask;
     uint32_t hash = core__rec(pool, page)->hash;
     uint32_t slot = core__slot_make(pool, page, hash);
-    size_t i = hash & mask;
+    size_t i = core__home(pool, hash);
     while (pool->slots[i] != slot)
         i = (i + 1) & mask;
+    /* m: the residue mask of the home bits a slot carries; e: an empty slot
+     * at most m + 1 before i, or none (have_e false). */
+    size_t m = pool->home_bits ? (((size_t)1 << pool->home_bits) - 1) & mask : 0;
+    size_t e = i;
+    bool have_e = false;
+    for (size_t k = 0; m && k <= m; k++) {
+        e = (e - 1) & mask;
+        if (pool->slots[e] == CORE_NIL) {
+            have_e = true;
+            break;
+        }
+    }
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
         uint32_t moved = pool->slots[j];
         if (moved == CORE_NIL)
             break;
-        size_t home = core__rec(pool, core__slot_page(pool, moved))->hash & mask;
-        /* moved may fill the hole at i unless its home lies cyclically in (i, j]. */
-        int home_in_range = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!home_in_range) {
+        size_t d;
+        if (have_e && ((j - e) & mask) <= m + 1)
+            d = (j - core__slot_home_low(pool, moved)) & m;
+        else
+            d = (j - core__home(pool, core__rec(pool, core__slot_page(pool, moved))->hash)) & mask;
+        if (d >= ((j - i) & mask)) {
             pool->slots[i] = moved;
             i = j;
         }
@@ -662,6 +690,13 @@ int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_page
     pool->page_mask = 1;
     while (pool->page_mask < num_pages && pool->page_mask != UINT32_MAX)
         pool->page_mask = pool->page_mask << 1 | 1;
+    pool->page_bits = (uint8_t)__builtin_popcount(pool->page_mask);
+    /* Half the tag (at most 8 bits) carries home bits; the rest filters. The
+     * home needs at least as many bits as the index has slot bits, at most
+     * page_bits + 1 (the index holds at most num_pages keys at a load of at
+     * least 3/8): page_bits from outside the tag plus home_bits >= 1. */
+    unsigned tag_bits = 32u - pool->page_bits;
+    pool->home_bits = (uint8_t)(tag_bits / 2 > 8 ? 8 : tag_bits / 2);
     list_init(&pool->lru);
     list_init(&pool->reserved);
     list_init(&pool->draining);
@@ -753,6 +788,10 @@ static uint32_t take_page(core_pool_t *pool, evict_scan *scan, int64_t now)
     core__rec_to_key(pool->core, core__rec(pool, page), &key);
     index_remove(pool, page);
     list_remove(pool, &pool->lru, page);
+    /* The next candidate's record was just written (its prev link): ask for
+     * its home slot now, so that its eviction does not wait for it. */
+    if (scan->cursor != CORE_NIL && pool->slots)
+        __builtin_prefetch(&pool->slots[core__home(pool, core__rec(pool, scan->cursor)->hash)]);
     /* key.ext still points at the record's copy: demote before dropping it. */
     demote_in_other_ranks(pool, &key, now);
     emit(pool, CORE_EV_FREE, page, 0);

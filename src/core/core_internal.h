@@ -90,6 +90,8 @@ struct core_pool {
     uint32_t *slots; /* key index: tag | page number, or CORE_NIL */
     size_t slot_mask;
     uint32_t page_mask; /* the page-number bits of a slot; the rest is the tag */
+    uint8_t page_bits;  /* popcount(page_mask) */
+    uint8_t home_bits;  /* low bits of a key's home slot that its tag carries (core__home) */
     size_t nkeys;
 
     core_list lru, reserved, draining;
@@ -126,6 +128,32 @@ typedef struct core_key {
 static inline uint32_t core__slot_page(const core_pool_t *pool, uint32_t slot)
 {
     return slot & pool->page_mask;
+}
+
+/*
+ * The home slot of a key (where its probe starts). A slot holds the page
+ * number in its low page_bits and, above them, the same bits of the key's
+ * hash (the tag). The home is built so that its low home_bits are the low
+ * home_bits of the tag: a slot then tells the low bits of its key's home
+ * without reading the page record, which is what index_remove's backward
+ * shift needs for every entry after the hole (one cache miss each before).
+ * The home's other bits are hash bits outside the tag, so the rest of the
+ * tag (tag bits above home_bits) stays independent of the home and keeps
+ * filtering probes of keys with the same home. home_bits is 0 for pools so
+ * large that the tag is too short to share (then the home is hash & mask).
+ */
+static inline size_t core__home(const core_pool_t *pool, uint32_t hash)
+{
+    if (pool->home_bits == 0)
+        return hash & pool->slot_mask;
+    size_t low = (hash >> pool->page_bits) & ((1u << pool->home_bits) - 1);
+    return (((size_t)(hash & pool->page_mask) << pool->home_bits) | low) & pool->slot_mask;
+}
+
+/* The low home_bits of the home of the key in `slot` (not CORE_NIL). */
+static inline size_t core__slot_home_low(const core_pool_t *pool, uint32_t slot)
+{
+    return (slot >> pool->page_bits) & ((1u << pool->home_bits) - 1);
 }
 
 /* The slot of `page` for a key with this hash. */

@@ -645,6 +645,53 @@ TEST(key_index_survives_growth_and_many_deletions)
         CHECK_EQ(lookup1(pool, names[i], 0), i % 3 == 0 ? -1 : pages[i]);
 }
 
+/* index_remove learns an entry's home from its slot's tag where the tag is
+ * wide enough and the cluster short enough, else from the page record. Pool
+ * sizes choose the tag width: 5,000 pages (8 home bits in the tag), 2^20 (6),
+ * 2^27 (2: clusters often outgrow them, so both ways are taken), 3 * 2^29
+ * and 4e9 (none: the record every time). Random deletions and re-insertions
+ * must leave every key findable at its page and nothing else indexed. */
+TEST(key_index_removal_keeps_every_key_findable_for_every_tag_width)
+{
+    static const uint64_t sizes[] = {5000, 1u << 20, 1u << 27, 3ull << 29, 4000000000ull};
+    enum { N = 4000, ROUNDS = 12 };
+    static char names[N][16];
+    static hf_slice keys[N];
+    static int64_t pages[N];
+    static bool gone[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "k%d", i);
+        keys[i] = K(names[i]);
+    }
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        setup(test_config());
+        core_pool_t *pool = make_pool(KV, 0, sizes[s]);
+        core_allocate(pool, keys, N, CORE_ALLOC_PARTIAL, 0, pages, NULL);
+        core_confirm(pool, keys, pages, N, NULL, 0, 0, NULL);
+        CK();
+        uint64_t rnd = 88172645463325252ull + s;
+        /* time moves past the read leases of the lookups before keys come
+         * back, so that no page drains and nothing is evicted */
+        for (int64_t round = 0, t = 0; round < ROUNDS; round++, t += 20000) {
+            for (int i = 0; i < N; i++) {
+                rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+                gone[i] = rnd % 3 == 0;
+                if (gone[i])
+                    core_delete(pool, &keys[i], 1, t);
+            }
+            CK();
+            for (int i = 0; i < N; i++)
+                CHECK_EQ(lookup1(pool, names[i], t), gone[i] ? -1 : pages[i]);
+            for (int i = 0; i < N; i++) {
+                if (!gone[i])
+                    continue;
+                pages[i] = own(pool, names[i], t + 10000);
+            }
+            CK();
+        }
+    }
+}
+
 int main(void)
 {
     RUN(pool_init_is_idempotent_and_keeps_state_and_size);
@@ -678,6 +725,7 @@ int main(void)
     RUN(namespaces_with_the_same_rank_are_separate_pools);
     RUN(exists_and_lookup_count_as_a_use_in_lru_order);
     RUN(key_index_survives_growth_and_many_deletions);
+    RUN(key_index_removal_keeps_every_key_findable_for_every_tag_width);
     core_free(core);
     return TEST_SUMMARY();
 }
