@@ -789,9 +789,17 @@ static uint32_t take_page(core_pool_t *pool, evict_scan *scan, int64_t now)
     index_remove(pool, page);
     list_remove(pool, &pool->lru, page);
     /* The next candidate's record was just written (its prev link): ask for
-     * its home slot now, so that its eviction does not wait for it. */
-    if (scan->cursor != CORE_NIL && pool->slots)
-        __builtin_prefetch(&pool->slots[core__home(pool, core__rec(pool, scan->cursor)->hash)]);
+     * its home slot now, here and in the other ranks (where it will be
+     * demoted), so that its eviction does not wait for them. */
+    if (scan->cursor != CORE_NIL) {
+        uint32_t hash = core__rec(pool, scan->cursor)->hash;
+        core_ns *ns = pool->ns;
+        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+            const core_pool_t *p = ns->by_rank[r];
+            if (p && p->slots)
+                __builtin_prefetch(&p->slots[core__home(p, hash)]);
+        }
+    }
     /* key.ext still points at the record's copy: demote before dropping it. */
     demote_in_other_ranks(pool, &key, now);
     emit(pool, CORE_EV_FREE, page, 0);
