@@ -130,6 +130,24 @@ def test_no_server_started_by_the_suite_is_left_running():
     assert not alive, "still running after bench/run exited: %s" % alive
 
 
+def test_ab_script_runs_both_sides_alternately_and_prints_a_median_for_each():
+    """bench/ab: one 1-second run per side, B with another flag; shape only."""
+    if skipped():
+        return
+    binary = os.path.join(ROOT, "build", "hf3fs-metad")
+    proc = subprocess.run([os.path.join(ROOT, "bench", "ab"), "--runs", "2", "--seconds", "1",
+                           "exists", "1", binary, binary, "--", "--", "--max-header-bytes",
+                           "16384"], cwd=ROOT, env=dict(os.environ, BUILD="build"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    out = proc.stdout
+    assert proc.returncode == 0, "bench/ab exited %d:\n%s" % (proc.returncode, out[-2000:])
+    sides = [line.split(" ")[0] for line in out.splitlines() if " requests=" in line]
+    assert sides == ["A", "B", "A", "B"], "runs did not alternate A, B:\n" + out[-2000:]
+    bad = [line for line in out.splitlines() if " requests=" in line and " errors=0" not in line]
+    assert not bad, "runs with errors: %s" % bad
+    for side in "AB":
+        assert re.search(r"^%s median requests/s: \d+(\.\d+)?$" % side, out, re.M), out[-2000:]
+
 def main():
     tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)]
     passed = failed = 0
