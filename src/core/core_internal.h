@@ -24,6 +24,9 @@
  *   tag matches, so a search that fails, or passes other keys, mostly stays
  *   in the slot array. A pool of 1M pages has 12 tag bits; one of 2^32 - 2
  *   pages has none (every probe then reads its record, as without tags).
+ *   The low half of the tag (at most 8 bits) doubles as the low bits of the
+ *   key's home slot (core__home), so deletion can tell where an entry's
+ *   probe started without reading its record.
  *
  * Lists (doubly linked through the records' prev/next page numbers)
  *   lru       OWNED pages, head = least recently used.
