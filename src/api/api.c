@@ -168,12 +168,18 @@ void api__no_content(api__req *req)
     req->out->len = 0;
 }
 
-void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n)
+/* 200 and the start of {"<name>":[ */
+static void begin_list_answer(api__req *req, const char *name)
 {
     api__begin(req);
     json_put_lit(req->out, "{\"");
     json_put_raw(req->out, name, strlen(name));
     json_put_lit(req->out, "\":[");
+}
+
+void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n)
+{
+    begin_list_answer(req, name);
     for (size_t i = 0; i < n; i++) {
         if (i)
             json_put_char(req->out, ',');
@@ -184,10 +190,7 @@ void api__answer_bools(api__req *req, const char *name, const bool *values, size
 
 void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n)
 {
-    api__begin(req);
-    json_put_lit(req->out, "{\"");
-    json_put_raw(req->out, name, strlen(name));
-    json_put_lit(req->out, "\":[");
+    begin_list_answer(req, name);
     for (size_t i = 0; i < n; i++) {
         if (i)
             json_put_char(req->out, ',');

@@ -206,17 +206,22 @@ uint32_t core__index_find(const core_pool_t *pool, const core_key *key)
 static inline __attribute__((always_inline)) void
 index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n, bool neighbours)
 {
+    if (n > PREFETCH_BLOCK)
+        n = PREFETCH_BLOCK; /* a hint: never more than a block */
     if (!pool->slots)
         return;
-    for (size_t j = 0; j < n; j++)
-        __builtin_prefetch(&pool->slots[core__home(pool, keys[j].hash)]);
+    size_t home[PREFETCH_BLOCK];
     for (size_t j = 0; j < n; j++) {
-        uint32_t slot = pool->slots[core__home(pool, keys[j].hash)];
+        home[j] = core__home(pool, keys[j].hash);
+        __builtin_prefetch(&pool->slots[home[j]]);
+    }
+    for (size_t j = 0; j < n; j++) {
+        uint32_t slot = pool->slots[home[j]];
         if (slot != CORE_NIL && (slot & ~pool->page_mask) == (keys[j].hash & ~pool->page_mask))
             __builtin_prefetch(core__rec(pool, core__slot_page(pool, slot)));
     }
     for (size_t j = 0; neighbours && j < n; j++) {
-        uint32_t slot = pool->slots[core__home(pool, keys[j].hash)];
+        uint32_t slot = pool->slots[home[j]];
         if (slot == CORE_NIL || (slot & ~pool->page_mask) != (keys[j].hash & ~pool->page_mask))
             continue;
         const core_page_rec *rec = core__rec(pool, core__slot_page(pool, slot));

@@ -14,8 +14,8 @@ import time
 
 import harness
 from harness import (Server, expect_eq, expect_error, expect_status, expect_true, s_alloc,
-                     s_confirm, s_delete, s_exists, s_init, s_pages, v_alloc, v_confirm, v_exists, v_init,
-                     v_locations, wait_for)
+                     s_confirm, s_delete, s_exists, s_init, s_pages, v_alloc, v_confirm, v_exists,
+                     v_init, v_locations, wait_for)
 
 SLOW = harness.SLOWDOWN
 
