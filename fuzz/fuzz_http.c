@@ -1,6 +1,6 @@
 /*
- * fuzz_http.c: the HTTP layer (src/http/http.c over libmicrohttpd) on raw
- * bytes from a socket.
+ * fuzz_http.c: the HTTP layer (src/http/http.c: our event loops and
+ * http-parser) on raw bytes from a socket.
  *
  * One server runs in the fuzzing process for the whole run (127.0.0.1, a
  * port the system picks, one thread, small limits so that the 413 and 431
@@ -8,16 +8,17 @@
  * sent on a new connection followed by "GET /health" with "Connection:
  * close" (so that a connection left between requests ends at once; after an
  * unfinished request it is more garbage), then the sending side is shut
- * down; the target reads until the server closes, or until it has been
- * quiet for 300 ms (libmicrohttpd often notices a half-closed connection
- * only at its idle timeout: waiting for that would make fuzzing crawl).
+ * down; the target reads until the server closes.
  *
  * Input: byte 0 bit 0 chooses how the bytes go out (all at once, or in
  * pieces of 1..64 bytes whose sizes come from bits 1..7); the rest is sent.
  *
  * Oracles:
+ *   - the server closes the connection within READ_TIMEOUT_MS of the
+ *     half-close (it sees the end of the input at once);
  *   - everything the server sends is a sequence of whole, valid HTTP/1.1
- *     answers (read with the client library's reader), none of them a 5xx;
+ *     answers (read with the client library's reader), none of them a 5xx
+ *     but 505, and nothing follows an answer that says "Connection: close";
  *   - every 64 inputs, and after any input that took over a second, a new
  *     connection still gets GET /health -> 200, and the store's invariant
  *     checker passes.
@@ -41,7 +42,6 @@
 #include "http_reader.h"
 
 #define READ_TIMEOUT_MS 3000
-#define QUIET_MS 300
 #define MAX_ANSWER (1u << 20)
 
 static store_t *store;
@@ -132,24 +132,6 @@ static bool read_all(int fd, char *buf, size_t cap, size_t *len, int quiet_ms)
     }
 }
 
-/*
- * Nothing but "100 Continue" interim answers. libmicrohttpd 0.9.75 can send
- * 100 Continue for a request pipelined behind a chunked one and then wait
- * for a body it already has, until the idle timeout closes the connection
- * (docs/robustness.md, known limits): tolerated, since the close is bounded.
- */
-static bool only_continues(const char *p, size_t n)
-{
-    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    size_t k = sizeof cont - 1;
-    if (n == 0 || n % k)
-        return false;
-    for (size_t i = 0; i < n; i += k)
-        if (memcmp(p + i, cont, k) != 0)
-            return false;
-    return true;
-}
-
 /* The bytes must be whole HTTP answers, none a 5xx. */
 static void check_answers(const char *buf, size_t len, bool head)
 {
@@ -162,8 +144,6 @@ static void check_answers(const char *buf, size_t len, bool head)
         int rc = hf3fs_meta__http_feed(&r, buf + off, len - off, &used);
         if (rc == HF3FS_META__HTTP_MORE)
             rc = hf3fs_meta__http_eof(&r);
-        if (rc != HF3FS_META__HTTP_DONE && only_continues(buf + off, len - off))
-            break; /* libmicrohttpd's stall after 100 Continue (see only_continues) */
         if (rc != HF3FS_META__HTTP_DONE)
             fuzz_fail("the server sent something that is not a whole HTTP answer (%s) at byte "
                       "%zu: %.*s", r.error ? r.error : "?", off,
@@ -171,11 +151,9 @@ static void check_answers(const char *buf, size_t len, bool head)
         if (r.status >= 500 && r.status != 505)
             fuzz_fail("the server answered %d: %.*s", r.status, (int)(len > 300 ? 300 : len), buf);
         off += used ? used : len - off;
-        /* After "Connection: close" nothing is framed any more: libmicrohttpd
-         * 0.9.75 sends the head of its own 400 answer twice for a malformed
-         * Content-Length (docs/robustness.md, known limits). */
-        if (r.conn_close)
-            break;
+        if (r.conn_close && off < len)
+            fuzz_fail("%zu bytes after an answer with Connection: close: %.*s", len - off,
+                      (int)(len - off > 300 ? 300 : len - off), buf + off);
     }
     hf3fs_meta__http_reader_free(&r);
 }
@@ -214,7 +192,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     send_all(fd, (const uint8_t *)last, sizeof last - 1, 0);
     shutdown(fd, SHUT_WR);
     size_t len;
-    read_all(fd, buf, MAX_ANSWER, &len, QUIET_MS);
+    if (!read_all(fd, buf, MAX_ANSWER, &len, READ_TIMEOUT_MS))
+        fuzz_fail("the server did not close the connection within %d ms of the end of the "
+                  "input (%zu bytes of answers)", READ_TIMEOUT_MS, len);
     close(fd);
     /* An answer to HEAD has no body whatever its headers say: answers to a
      * mix of requests cannot be framed without knowing which was HEAD. */

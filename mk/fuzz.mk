@@ -76,7 +76,7 @@ $(FUZZ_DIR)/libfuzzclient.a: $(FUZZ_CLIENT_OBJ)
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_HELP_OBJ) $(FUZZ_DIR)/libfuzzmetad.a \
                     $(FUZZ_DIR)/libfuzzclient.a
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lmicrohttpd -lyajl -pthread -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lhttp_parser -lyajl -pthread -lm
 
 fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 

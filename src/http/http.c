@@ -1,245 +1,173 @@
 /*
- * http.c: libmicrohttpd glue. See http.h for what it promises.
+ * http.c: the HTTP/1.x front: event loops of our own on epoll, requests
+ * parsed by http-parser (Debian's libhttp-parser, the parser Node.js used
+ * for a decade). See http.h for what it promises.
  *
- * State. Each TCP connection gets one http_conn (created and freed by MHD's
- * connection notifications): the body buffer and the api_response (answer
- * buffer and request arena) live there and are reused by every request of
- * the connection. MHD serves one request of a connection at a time, so the
- * answer buffer is handed to MHD without a copy (MHD_RESPMEM_PERSISTENT):
- * it is not touched again until the request-completed notification, which
- * comes after the answer went out. That notification gives back memory
- * above what a typical request needs (BODY_KEEP, and api_response_trim).
+ * Why not a server library. libmicrohttpd served here first; on 1-key
+ * requests it cost 10-20% more per request than nginx (it zeroes its
+ * per-connection pool after every request, formats a Date with gmtime and
+ * allocates a response object per answer; docs/performance.md). What is
+ * left here is the part a library cannot make cheaper: one read, one parse,
+ * one api_handle and one send per request, no allocation in the steady state.
  *
- * Per request the only allocations are MHD's response object and its
- * Content-Type header; the 204 and 413 responses are built once and shared
- * (MHD counts their references under a lock).
+ * Threads and loops. `threads` loops, each a thread with its own epoll set.
+ * All of them watch the one listening socket (EPOLLEXCLUSIVE: the kernel
+ * wakes one); the loop that accepts a connection serves it until it closes.
+ * A request runs to completion on its loop's thread (api_handle may wait
+ * for the log's sync: that is why persistent servers run many loops).
  *
- * Request flow in the access handler (MHD calls it at least twice):
- *   1st call: headers known. Content-Length above the limit: queue 413 now
- *             (MHD then sends no 100 Continue, drops the body and closes).
- *             Otherwise note the length, to size the buffer as bytes come.
- *   upload calls: append, or, once past the limit, count and drop.
- *   last call: 413 if the body overflowed, else api_handle() and the answer.
+ * A connection (conn) holds: the parser's state, the request being read
+ * (path, the two headers we use, the body), and the answers not sent yet
+ * (out). Bytes are read into the loop's buffer and parsed at once; the
+ * parser copies what a request needs into the conn, so nothing of the input
+ * is kept between reads, except when a client pipelines faster than it
+ * reads its answers: past OUT_HIGH unsent bytes the conn stops reading and
+ * keeps its unparsed input (pending) until the answers drain.
+ *
+ * Limits (the parser's, in the order they act):
+ *   - request line and headers: counted as they are parsed (path, header
+ *     names and values, 4 bytes of separators per header). Past
+ *     max_header_bytes: 414 while still in the path, else 431.
+ *   - HTTP versions other than 1.0 and 1.1: 505.
+ *   - Content-Length above max_body_bytes: 413 at once, before any 100
+ *     Continue and without reading the body. A chunked body that grows past
+ *     it is read and dropped (at most DROP_LIMIT more bytes, then the
+ *     connection is cut) and answered 413 at its end.
+ *   - anything the parser refuses (bad method, bad chunk size, two
+ *     Content-Lengths, Content-Length with chunked, ...): 400.
+ *   Every one of these answers closes the connection: the answer is sent,
+ *   the sending side shut down, and what the client still sends is read and
+ *   dropped for up to LINGER_S seconds (so that the client sees the answer
+ *   rather than a reset), then the socket is closed.
+ *
+ * Timeouts. Each loop keeps its connections on a list, least recently
+ * active first (activity: bytes read or sent). Once a second it closes
+ * those idle for idle_timeout_s (lingering ones after LINGER_S).
+ *
+ * Answers: "HTTP/1.1 <status> <reason>", Date (formatted once a second per
+ * loop), Content-Type and Content-Length (none for 204),
+ * WWW-Authenticate for a 401, "Connection: close" when the connection ends
+ * after it, "Connection: keep-alive" to an HTTP/1.0 client that asked for it.
+ * A HEAD request gets the headers of its GET answer without the body.
  *
  * Connections are counted for /metrics (api_count_connection): opened and
- * closed from MHD's connection notifications, refused at the limit from
- * on_accept, and from MHD's "Server reached connection limit" message
- * should its own (out of reach) limit ever act.
+ * closed here, refused when accepted past max_connections (then closed at
+ * once, so that the client sees it closed instead of hanging in the listen
+ * backlog). Threads accepting at the same moment may each let one through:
+ * the count can pass the limit by at most threads - 1, briefly.
  *
  * Access log (--access-log): one line per answer, after it is queued:
  *   access: 127.0.0.1:40212 "POST /keys/batch_allocate HTTP/1.1" 200 1234 0.000213
  * (client, method, path with bytes outside printable ASCII as \xHH, version,
- * status, body bytes, seconds since the headers were read).
+ * status, body bytes, seconds since the request began).
  */
 #include "http/http.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
-#include <microhttpd.h>
+#include <http_parser.h>
 
 #include "server/log.h"
 #include "util/xalloc.h"
 
-#define BODY_FIRST (4u * 1024)  /* first body buffer */
-#define BODY_KEEP (64u * 1024)  /* body buffer kept between requests */
+#define READ_CHUNK (64u * 1024)  /* the loop's read buffer */
+#define BODY_FIRST (4u * 1024)   /* first body buffer */
+#define BODY_KEEP (64u * 1024)   /* body buffer kept between requests */
+#define OUT_KEEP (64u * 1024)    /* answer buffer kept once drained */
+#define OUT_HIGH (1u << 20)      /* unsent answer bytes past which reading stops */
+#define DROP_LIMIT (64u * 1024 * 1024) /* body bytes dropped past the limit, then cut */
+#define LINGER_S 2
+#define ACCEPT_BURST 64
+#define MAX_EVENTS 64
+#define FIELD_MAX 16             /* header names we look at are shorter */
 
-struct http_server {
-    struct MHD_Daemon *daemon;
-    api_t *api;
-    http_config config;
-    struct MHD_Response *no_content; /* shared 204 */
-    struct MHD_Response *too_large;  /* shared 413 with Connection: close */
-    char too_large_body[128];
-    uint16_t port;
-    atomic_bool serving; /* MHD messages before this are start-up errors */
-    atomic_uint open_connections; /* for the accept policy (on_accept) */
-};
+typedef struct loop loop;
 
-typedef struct http_conn {
-    http_server *server;
+typedef struct conn {
+    loop *loop;
+    int fd;
+    struct conn *prev, *next; /* the loop's list, least recently active first */
+    uint64_t active_s;        /* monotonic seconds of the last bytes either way */
+    uint32_t events;          /* what epoll watches now */
+    http_parser parser;
+
+    /* the request being read */
+    char *url;
+    size_t url_len, url_cap;
+    size_t header_bytes;
+    char field[FIELD_MAX];
+    size_t field_len;
+    bool in_value;
+    enum { H_OTHER, H_AUTHORIZATION, H_EXPECT } header;
+    char *auth; /* NUL-terminated */
+    size_t auth_len, auth_cap;
+    bool has_auth;
+    bool has_host;
+    char expect[16];
+    size_t expect_len;
     char *body;
     size_t body_len, body_cap;
-    size_t declared; /* Content-Length, or 0 when unknown (chunked) */
-    size_t dropped;  /* bytes received past the limit */
+    size_t dropped; /* body bytes received past the limit */
     bool too_large;
-    uint64_t started_ns; /* when the headers were read (access log only) */
+    bool complete;      /* a whole request is parsed: answer it */
+    int refuse;         /* an answer that ends the connection: 413 early, 414, 431, 505 */
+    uint64_t started_ns;
+
+    /* answers */
+    char *out;
+    size_t out_len, out_sent, out_cap;
+    char *pending; /* input held while answers back up (OUT_HIGH) */
+    size_t pending_len;
+    bool closing;   /* no further requests: shut down our side once out is sent */
+    bool lingering; /* out sent, our side shut down, reading to drop */
+    bool peer_done; /* the client ended its side: close once out is sent */
     api_response resp;
-} http_conn;
+} conn;
 
-/* ---- connections ---- */
+struct loop {
+    http_server *server;
+    int epfd;
+    int wake_fd;
+    int spare_fd; /* given up to accept-and-close when out of descriptors */
+    pthread_t thread;
+    bool started;
+    conn *head, *tail;
+    uint64_t swept_s;
+    time_t date_at;
+    char date[40];
+    char readbuf[READ_CHUNK];
+};
 
-static http_conn *conn_new(http_server *server)
-{
-    http_conn *conn = hf_xcalloc(1, sizeof *conn);
-    conn->server = server;
-    api_response_init(&conn->resp, server->api);
-    return conn;
-}
+struct http_server {
+    api_t *api;
+    http_config config;
+    int listen_fd;
+    uint16_t port;
+    unsigned nloops;
+    loop *loops;
+    atomic_bool stopping;
+    atomic_uint open_connections;
+    int too_large_len;
+    char too_large_body[128];
+};
 
-static void conn_free(http_conn *conn)
-{
-    if (!conn)
-        return;
-    api_response_free(&conn->resp);
-    free(conn->body);
-    free(conn);
-}
-
-static void on_connection(void *cls, struct MHD_Connection *connection, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    http_server *server = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        *socket_context = conn_new(server);
-        atomic_fetch_add(&server->open_connections, 1);
-        api_count_connection(server->api, API_CONNECTION_OPENED);
-    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-        conn_free(*socket_context);
-        *socket_context = NULL;
-        atomic_fetch_sub(&server->open_connections, 1);
-        api_count_connection(server->api, API_CONNECTION_CLOSED);
-    }
-}
-
-/*
- * The connection limit. At its own limit MHD stops accepting, which leaves
- * further clients connected in the listen backlog with no answer until a
- * slot frees (a hang, not a refusal). So MHD's limit is set out of reach
- * (start_daemon) and this policy enforces ours: past max_connections a new
- * connection is accepted and closed at once, and the client sees it closed.
- * Threads accepting at the same moment may each let one through: the count
- * can pass the limit by at most threads - 1, briefly.
- */
-static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
-{
-    http_server *server = cls;
-    if (atomic_load(&server->open_connections) < server->config.max_connections)
-        return MHD_YES;
-    api_count_connection(server->api, API_CONNECTION_REFUSED);
-    return MHD_NO;
-}
-
-/* The answer went out (or the connection died): give back big buffers. */
-static void on_completed(void *cls, struct MHD_Connection *connection, void **req_cls,
-                         enum MHD_RequestTerminationCode code)
-{
-    http_conn *conn = *req_cls;
-    *req_cls = NULL;
-    if (!conn)
-        return;
-    if (conn->body_cap > BODY_KEEP) {
-        free(conn->body);
-        conn->body = NULL;
-        conn->body_cap = 0;
-    }
-    conn->body_len = 0;
-    api_response_trim(&conn->resp);
-}
-
-/* ---- the body ---- */
-
-/*
- * The buffer doubles as bytes arrive, up to the declared length (so a body
- * with Content-Length ends in a buffer of exactly its size) or the limit.
- * Memory follows what was received, not what a client claims it will send.
- */
-static void body_append(http_conn *conn, const char *data, size_t size)
-{
-    size_t need = conn->body_len + size;
-    if (need > conn->body_cap) {
-        size_t ceiling = conn->server->config.max_body_bytes;
-        if (conn->declared && conn->declared < ceiling)
-            ceiling = conn->declared;
-        size_t cap = conn->body_cap ? conn->body_cap : BODY_FIRST;
-        while (cap < need)
-            cap *= 2;
-        if (cap > ceiling)
-            cap = ceiling > need ? ceiling : need;
-        conn->body = hf_xrealloc(conn->body, cap);
-        conn->body_cap = cap;
-    }
-    memcpy(conn->body + conn->body_len, data, size);
-    conn->body_len = need;
-}
-
-/* Content-Length, when the body is not chunked. */
-static bool declared_length(struct MHD_Connection *connection, uint64_t *length)
-{
-    const char *te = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    const char *cl = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (te || !cl || *cl < '0' || *cl > '9')
-        return false;
-    errno = 0;
-    char *end;
-    unsigned long long value = strtoull(cl, &end, 10);
-    if (errno == ERANGE)
-        value = ULLONG_MAX; /* MHD refuses it anyway; treat as too large */
-    *length = value;
-    return true;
-}
-
-/*
- * "Expect: 100-continue" on a request without a body (no Transfer-Encoding,
- * no or a zero Content-Length): libmicrohttpd 0.9.75 sends 100 Continue,
- * then refuses the final answer (MHD_queue_response fails) and closes the
- * connection without one. Such a request is answered on the first call
- * instead (MHD then closes the connection after the answer, as it does
- * for any early answer to an Expect request).
- */
-static bool expects_continue_without_body(struct MHD_Connection *connection)
-{
-    uint64_t length;
-    if (!MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT) ||
-        MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
-                                    MHD_HTTP_HEADER_TRANSFER_ENCODING))
-        return false;
-    if (!MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH))
-        return true;
-    return declared_length(connection, &length) && length == 0;
-}
-
-/* ---- answers ---- */
-
-static enum MHD_Result answer_too_large(http_server *server, struct MHD_Connection *connection)
-{
-    api_count_http_answer(server->api, MHD_HTTP_CONTENT_TOO_LARGE);
-    return MHD_queue_response(connection, MHD_HTTP_CONTENT_TOO_LARGE, server->too_large);
-}
-
-static enum MHD_Result answer(http_server *server, struct MHD_Connection *connection,
-                              const api_response *resp)
-{
-    if (resp->status == MHD_HTTP_NO_CONTENT)
-        return MHD_queue_response(connection, MHD_HTTP_NO_CONTENT, server->no_content);
-    struct MHD_Response *response =
-        MHD_create_response_from_buffer(resp->body.len, resp->body.ptr, MHD_RESPMEM_PERSISTENT);
-    if (!response)
-        return MHD_NO;
-    enum MHD_Result ok = MHD_YES;
-    if (resp->content_type)
-        ok = MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
-    if (ok == MHD_YES && resp->www_authenticate)
-        ok = MHD_add_response_header(response, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-                                     resp->www_authenticate);
-    if (ok == MHD_YES)
-        ok = MHD_queue_response(connection, (unsigned)resp->status, response);
-    MHD_destroy_response(response);
-    return ok;
-}
-
-/* ---- the access log ---- */
+/* ---- time ---- */
 
 static uint64_t monotonic_ns(void)
 {
@@ -248,35 +176,137 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* "host:port" or "[v6]:port" of the client; "-" if unknown. */
-static void client_address(struct MHD_Connection *connection, char *out, size_t len)
+static uint64_t monotonic_s(void)
 {
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec;
+}
+
+static const char *http_date(loop *lp)
+{
+    time_t now = time(NULL);
+    if (now != lp->date_at) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(lp->date, sizeof lp->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        lp->date_at = now;
+    }
+    return lp->date;
+}
+
+/* ---- buffers ---- */
+
+/* Room for `more` bytes after *len in a buffer that doubles. */
+static char *reserve(char *buf, size_t *cap, size_t len, size_t more, size_t first)
+{
+    if (more <= *cap - len)
+        return buf;
+    size_t c = *cap ? *cap : first;
+    while (c - len < more)
+        c *= 2;
+    *cap = c;
+    return hf_xrealloc(buf, c);
+}
+
+static void out_append(conn *c, const void *data, size_t len)
+{
+    c->out = reserve(c->out, &c->out_cap, c->out_len, len, 4096);
+    memcpy(c->out + c->out_len, data, len);
+    c->out_len += len;
+}
+
+/* ---- the connection list and epoll ---- */
+
+static void list_unlink(loop *lp, conn *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        lp->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        lp->tail = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void list_append(loop *lp, conn *c)
+{
+    c->prev = lp->tail;
+    c->next = NULL;
+    if (lp->tail)
+        lp->tail->next = c;
+    else
+        lp->head = c;
+    lp->tail = c;
+}
+
+static void touch(conn *c)
+{
+    c->active_s = monotonic_s();
+    if (c->loop->tail != c) {
+        list_unlink(c->loop, c);
+        list_append(c->loop, c);
+    }
+}
+
+static void watch(conn *c, uint32_t events)
+{
+    if (events == c->events)
+        return;
+    struct epoll_event ev = {.events = events, .data.ptr = c};
+    if (epoll_ctl(c->loop->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+        c->events = events;
+}
+
+static void conn_close(conn *c)
+{
+    loop *lp = c->loop;
+    http_server *server = lp->server;
+    list_unlink(lp, c);
+    close(c->fd); /* also leaves the epoll set */
+    api_response_free(&c->resp);
+    free(c->url);
+    free(c->auth);
+    free(c->body);
+    free(c->out);
+    free(c->pending);
+    free(c);
+    atomic_fetch_sub(&server->open_connections, 1);
+    api_count_connection(server->api, API_CONNECTION_CLOSED);
+}
+
+/* ---- the access log ---- */
+
+/* "host:port" or "[v6]:port" of the client; "-" if unknown. */
+static void client_address(int fd, char *out, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
     char host[64], port[16];
-    const struct sockaddr *addr = info ? info->client_addr : NULL;
-    socklen_t addrlen = addr && addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                            : sizeof(struct sockaddr_in);
-    if (!addr || getnameinfo(addr, addrlen, host, sizeof host, port, sizeof port,
-                             NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
         snprintf(out, len, "-");
         return;
     }
-    bool v6 = addr->sa_family == AF_INET6;
+    bool v6 = ss.ss_family == AF_INET6;
     snprintf(out, len, "%s%s%s:%s", v6 ? "[" : "", host, v6 ? "]" : "", port);
 }
 
-/* The path for a log line: at most 256 bytes, printable ASCII but for '"'
- * and '\\', everything else as \xHH (a decoded path may hold newlines). */
-static void loggable_path(const char *url, char *out, size_t len)
+/* At most 256 bytes, printable ASCII but for '"' and '\\', everything else
+ * as \xHH (a decoded path may hold newlines). */
+static void loggable(const char *s, size_t slen, char *out, size_t len)
 {
     size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)url; *p && n + 5 < len; p++) {
-        if (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\')
-            out[n++] = (char)*p;
+    for (size_t i = 0; i < slen && n + 5 < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\')
+            out[n++] = (char)ch;
         else
-            n += (size_t)snprintf(out + n, len - n, "\\x%02x", *p);
-        if (n >= 256 && p[1]) {
+            n += (size_t)snprintf(out + n, len - n, "\\x%02x", ch);
+        if (n >= 256 && i + 1 < slen) {
             n += (size_t)snprintf(out + n, len - n, "...");
             break;
         }
@@ -284,161 +314,607 @@ static void loggable_path(const char *url, char *out, size_t len)
     out[n] = '\0';
 }
 
-static void log_access(const http_conn *conn, struct MHD_Connection *connection,
-                       const char *method, const char *url, const char *version, int status,
-                       size_t bytes)
+static void log_access(const conn *c, int status, size_t bytes)
 {
-    char client[96], path[300], meth[24];
-    client_address(connection, client, sizeof client);
-    loggable_path(url, path, sizeof path);
-    loggable_path(method, meth, sizeof meth);
-    uint64_t ns = monotonic_ns() - conn->started_ns;
-    log_line("access", "%s \"%s %s %s\" %d %zu %" PRIu64 ".%06" PRIu64, client, meth, path,
-             version, status, bytes, ns / 1000000000u, ns % 1000000000u / 1000u);
+    char client[96], path[300];
+    client_address(c->fd, client, sizeof client);
+    loggable(c->url, c->url_len, path, sizeof path);
+    uint64_t ns = monotonic_ns() - c->started_ns;
+    log_line("access", "%s \"%s %s HTTP/%u.%u\" %d %zu %" PRIu64 ".%06" PRIu64, client,
+             http_method_str((enum http_method)c->parser.method), path, c->parser.http_major,
+             c->parser.http_minor, status, bytes, ns / 1000000000u, ns % 1000000000u / 1000u);
 }
 
-/* ---- the access handler ---- */
+/* ---- answers ---- */
 
-static enum MHD_Result request_started(http_server *server, struct MHD_Connection *connection,
-                                       void **req_cls)
+static const char *reason(int status)
 {
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    http_conn *conn = info ? info->socket_context : NULL;
-    if (!conn)
-        return MHD_NO;
-    conn->body_len = 0;
-    conn->declared = 0;
-    conn->dropped = 0;
-    conn->too_large = false;
+    switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    case 507: return "Insufficient Storage";
+    default: return "Unknown";
+    }
+}
+
+/* Queue one answer. `keep_alive_10`: an HTTP/1.0 client asked to keep the
+ * connection. The body is left out for HEAD (`with_body` false). */
+static void queue_answer(conn *c, int status, const char *content_type,
+                         const char *www_authenticate, const char *body, size_t len,
+                         bool with_body, bool keep_alive_10)
+{
+    char head[512];
+    int n = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status,
+                     reason(status), http_date(c->loop));
+    if (status != 204) {
+        if (content_type)
+            n += snprintf(head + n, sizeof head - (size_t)n, "Content-Type: %s\r\n",
+                          content_type);
+        n += snprintf(head + n, sizeof head - (size_t)n, "Content-Length: %zu\r\n", len);
+    }
+    if (www_authenticate)
+        n += snprintf(head + n, sizeof head - (size_t)n, "WWW-Authenticate: %s\r\n",
+                      www_authenticate);
+    if (c->closing)
+        n += snprintf(head + n, sizeof head - (size_t)n, "Connection: close\r\n");
+    else if (keep_alive_10)
+        n += snprintf(head + n, sizeof head - (size_t)n, "Connection: keep-alive\r\n");
+    n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
+    out_append(c, head, (size_t)n);
+    if (status != 204 && with_body && len)
+        out_append(c, body, len);
+}
+
+/* An answer of the HTTP layer itself, {"detail": ...}; it ends the
+ * connection. */
+static void queue_refusal(conn *c, int status, const char *detail)
+{
+    http_server *server = c->loop->server;
+    char body[192];
+    const char *text = body;
+    int len;
+    if (status == 413) {
+        text = server->too_large_body;
+        len = server->too_large_len;
+    } else {
+        len = snprintf(body, sizeof body, "{\"detail\":\"%s\"}", detail);
+    }
+    c->closing = true;
+    api_count_http_answer(server->api, status);
+    queue_answer(c, status, "application/json", NULL, text, (size_t)len, true, false);
     if (server->config.access_log)
-        conn->started_ns = monotonic_ns();
-    *req_cls = conn;
-    uint64_t length;
-    if (!declared_length(connection, &length))
-        return MHD_YES;
-    if (length > server->config.max_body_bytes) {
-        conn->too_large = true; /* answered now: MHD drops the body */
-        return answer_too_large(server, connection);
-    }
-    conn->declared = (size_t)length;
-    return MHD_YES;
+        log_access(c, status, (size_t)len);
 }
 
-/* Body bytes read and dropped past the limit before the connection is cut. */
-#define DROP_LIMIT (64u * 1024 * 1024)
-
-static enum MHD_Result take_upload(http_conn *conn, const char *data, size_t size)
+static int hex_value(char ch)
 {
-    size_t max = conn->server->config.max_body_bytes;
-    if (!conn->too_large && size <= max - conn->body_len) {
-        body_append(conn, data, size);
-        return MHD_YES;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    ch = (char)(ch | 0x20);
+    return ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+/* The path without the query string, %XX decoded in place (as
+ * libmicrohttpd did; a '%' not followed by two hex digits stays). */
+static hf_slice decoded_path(conn *c)
+{
+    size_t end = 0;
+    while (end < c->url_len && c->url[end] != '?' && c->url[end] != '#')
+        end++;
+    size_t n = 0;
+    for (size_t i = 0; i < end; i++) {
+        int hi, lo;
+        if (c->url[i] == '%' && i + 2 < end && (hi = hex_value(c->url[i + 1])) >= 0 &&
+            (lo = hex_value(c->url[i + 2])) >= 0) {
+            c->url[n++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            c->url[n++] = c->url[i];
+        }
     }
-    if (!conn->too_large) {
-        conn->too_large = true;
-        conn->dropped = conn->body_len;
-        conn->body_len = 0;
+    c->url_len = n; /* the access log shows the decoded path */
+    return (hf_slice){c->url, n};
+}
+
+static void answer_request(conn *c)
+{
+    http_server *server = c->loop->server;
+    http_parser *p = &c->parser;
+    if (!http_should_keep_alive(p))
+        c->closing = true;
+    bool keep_alive_10 = !c->closing && p->http_minor == 0;
+    bool head = p->method == HTTP_HEAD;
+    if (c->too_large) {
+        queue_refusal(c, 413, NULL);
+    } else if (p->http_minor == 1 && !c->has_host) {
+        queue_refusal(c, 400, "Bad request: an HTTP/1.1 request needs a Host header");
+    } else {
+        hf_slice path = decoded_path(c);
+        api_handle(server->api, head ? "GET" : http_method_str((enum http_method)p->method),
+                   path, c->has_auth ? c->auth : NULL, c->body, c->body_len, &c->resp);
+        const api_response *r = &c->resp;
+        queue_answer(c, r->status, r->content_type, r->www_authenticate, r->body.ptr,
+                     r->body.len, !head, keep_alive_10);
+        if (server->config.access_log)
+            log_access(c, r->status, r->status == 204 ? 0 : r->body.len);
+        api_response_trim(&c->resp);
     }
-    conn->dropped += size;
-    if (conn->dropped - max > DROP_LIMIT) {
-        /* An endless upload: stop reading it; the connection is cut. Below
-         * this, the rest of a chunked body is read and dropped so that the
-         * client gets its 413 (MHD cannot answer in the middle of a body). */
+    if (c->body_cap > BODY_KEEP) {
+        free(c->body);
+        c->body = NULL;
+        c->body_cap = 0;
+    }
+    c->body_len = 0;
+}
+
+/* ---- the parser's callbacks ---- */
+
+static bool over_header_limit(conn *c, size_t more)
+{
+    c->header_bytes += more;
+    return c->header_bytes > c->loop->server->config.max_header_bytes;
+}
+
+static int on_message_begin(http_parser *p)
+{
+    conn *c = p->data;
+    c->url_len = 0;
+    c->header_bytes = 0;
+    c->field_len = 0;
+    c->in_value = false;
+    c->header = H_OTHER;
+    c->has_auth = false;
+    c->has_host = false;
+    c->auth_len = 0;
+    c->expect_len = 0;
+    c->body_len = 0;
+    c->dropped = 0;
+    c->too_large = false;
+    c->complete = false;
+    if (c->loop->server->config.access_log)
+        c->started_ns = monotonic_ns();
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (over_header_limit(c, len)) {
+        c->refuse = 414;
+        return -1;
+    }
+    c->url = reserve(c->url, &c->url_cap, c->url_len, len, 256);
+    memcpy(c->url + c->url_len, at, len);
+    c->url_len += len;
+    return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (over_header_limit(c, len + (c->in_value || !c->field_len ? 4 : 0))) {
+        c->refuse = 431;
+        return -1;
+    }
+    if (c->in_value) {
+        c->in_value = false;
+        c->field_len = 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (c->field_len < FIELD_MAX)
+            c->field[c->field_len] = (char)(at[i] | 0x20);
+        c->field_len++;
+    }
+    return 0;
+}
+
+static bool field_is(const conn *c, const char *name)
+{
+    size_t n = strlen(name);
+    return c->field_len == n && memcmp(c->field, name, n) == 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    if (over_header_limit(c, len)) {
+        c->refuse = 431;
+        return -1;
+    }
+    if (!c->in_value) {
+        c->in_value = true;
+        c->header = H_OTHER;
+        if (field_is(c, "authorization") && !c->has_auth) { /* the first one counts */
+            c->header = H_AUTHORIZATION;
+            c->has_auth = true;
+            c->auth_len = 0;
+        } else if (field_is(c, "host")) {
+            c->has_host = true;
+        } else if (field_is(c, "expect")) {
+            c->header = H_EXPECT;
+            c->expect_len = 0;
+        }
+    }
+    if (c->header == H_AUTHORIZATION) {
+        c->auth = reserve(c->auth, &c->auth_cap, c->auth_len, len + 1, 128);
+        memcpy(c->auth + c->auth_len, at, len);
+        c->auth_len += len;
+        c->auth[c->auth_len] = '\0';
+    } else if (c->header == H_EXPECT) {
+        for (size_t i = 0; i < len; i++, c->expect_len++)
+            if (c->expect_len < sizeof c->expect)
+                c->expect[c->expect_len] = (char)(at[i] | 0x20);
+    }
+    return 0;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    conn *c = p->data;
+    http_server *server = c->loop->server;
+    if (p->http_major != 1 || p->http_minor > 1) {
+        c->refuse = 505;
+        http_parser_pause(p, 1);
+        return 0;
+    }
+    bool chunked = p->flags & F_CHUNKED;
+    bool has_length = !chunked && (p->flags & F_CONTENTLENGTH);
+    if (has_length && p->content_length > server->config.max_body_bytes) {
+        c->refuse = 413; /* now: no 100 Continue, the body is not read */
+        http_parser_pause(p, 1);
+        return 0;
+    }
+    bool body_expected = chunked || (has_length && p->content_length > 0);
+    if (body_expected && c->expect_len == 12 && memcmp(c->expect, "100-continue", 12) == 0 &&
+        p->http_minor == 1) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        out_append(c, cont, sizeof cont - 1);
+    }
+    return 0;
+}
+
+/* The buffer doubles as bytes arrive, up to the declared length (so that a
+ * body with Content-Length ends in a buffer of exactly its size) or the
+ * limit: memory follows what was received, not what a client announced. */
+static void body_append(conn *c, const char *data, size_t size)
+{
+    size_t need = c->body_len + size;
+    if (need > c->body_cap) {
+        size_t ceiling = c->loop->server->config.max_body_bytes;
+        bool declared = (c->parser.flags & F_CONTENTLENGTH) && !(c->parser.flags & F_CHUNKED);
+        size_t total = declared ? c->body_len + (size_t)c->parser.content_length + size : 0;
+        if (declared && total < ceiling)
+            ceiling = total;
+        size_t cap = c->body_cap ? c->body_cap : BODY_FIRST;
+        while (cap < need)
+            cap *= 2;
+        if (cap > ceiling)
+            cap = ceiling > need ? ceiling : need;
+        c->body = hf_xrealloc(c->body, cap);
+        c->body_cap = cap;
+    }
+    memcpy(c->body + c->body_len, data, size);
+    c->body_len = need;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    conn *c = p->data;
+    size_t max = c->loop->server->config.max_body_bytes;
+    if (!c->too_large && len <= max - c->body_len) {
+        body_append(c, at, len);
+        return 0;
+    }
+    if (!c->too_large) {
+        c->too_large = true;
+        c->dropped = c->body_len;
+        c->body_len = 0;
+    }
+    c->dropped += len;
+    if (c->dropped - max > DROP_LIMIT) {
         log_msg(LOG_DEBUG, "dropping a connection that sent over %zu body bytes",
                 max + (size_t)DROP_LIMIT);
-        return MHD_NO;
+        return -1; /* an endless upload: cut */
     }
-    return MHD_YES;
+    return 0;
 }
 
-static enum MHD_Result on_access(void *cls, struct MHD_Connection *connection, const char *url,
-                                 const char *method, const char *version, const char *upload_data,
-                                 size_t *upload_data_size, void **req_cls)
+static int on_message_complete(http_parser *p)
 {
-    http_server *server = cls;
-    http_conn *conn = *req_cls;
-    if (!conn) {
-        enum MHD_Result ok = request_started(server, connection, req_cls);
-        conn = *req_cls;
-        if (server->config.access_log && conn && conn->too_large)
-            log_access(conn, connection, method, url, version, MHD_HTTP_CONTENT_TOO_LARGE,
-                       strlen(server->too_large_body));
-        if (ok != MHD_YES || !conn || conn->too_large ||
-            !expects_continue_without_body(connection))
-            return ok;
-        /* answer now (expects_continue_without_body) */
-    }
-    if (*upload_data_size) {
-        enum MHD_Result ok = take_upload(conn, upload_data, *upload_data_size);
-        *upload_data_size = 0;
-        return ok;
-    }
-    if (conn->too_large) {
-        enum MHD_Result ok = answer_too_large(server, connection);
-        if (server->config.access_log)
-            log_access(conn, connection, method, url, version, MHD_HTTP_CONTENT_TOO_LARGE,
-                       strlen(server->too_large_body));
-        return ok;
-    }
-    const char *authorization = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
-                                                            MHD_HTTP_HEADER_AUTHORIZATION);
-    api_handle(server->api, method, hf_slice_from_cstr(url), authorization, conn->body,
-               conn->body_len, &conn->resp);
-    enum MHD_Result ok = answer(server, connection, &conn->resp);
-    if (server->config.access_log)
-        log_access(conn, connection, method, url, version, conn->resp.status,
-                   conn->resp.status == MHD_HTTP_NO_CONTENT ? 0 : conn->resp.body.len);
-    return ok;
+    conn *c = p->data;
+    c->complete = true;
+    http_parser_pause(p, 1);
+    return 0;
 }
 
-/* MHD's own messages: errors while starting, debug noise once serving
- * (they are mostly about clients that misbehave). */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+static const http_parser_settings parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ---- reading and writing ---- */
+
+/* What epoll should watch: the answers' sending while some are unsent;
+ * new input unless input is held (pending) or no request may follow. */
+static uint32_t wanted(const conn *c)
 {
-    http_server *server = cls;
-    if (strncmp(fmt, "Server reached connection limit", 31) == 0) {
-        api_count_connection(server->api, API_CONNECTION_REFUSED);
-        log_msg(LOG_DEBUG, "http: refused a connection: --max-connections %u are open",
-                server->config.max_connections);
+    uint32_t events = c->out_sent < c->out_len ? EPOLLOUT : 0;
+    if (c->lingering || (!c->pending && !c->closing && !c->peer_done))
+        events |= EPOLLIN;
+    return events;
+}
+
+/*
+ * Parse and answer what arrived. Stops at the first answer that ends the
+ * connection, or when unsent answers pass OUT_HIGH (the rest of the input
+ * is then held in pending until they drain). false: the connection must be
+ * cut without an answer.
+ */
+static bool feed(conn *c, const char *data, size_t len)
+{
+    while (len > 0 && !c->closing) {
+        size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
+        data += n;
+        len -= n;
+        enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+        if (e == HPE_PAUSED) {
+            http_parser_pause(&c->parser, 0);
+            if (c->refuse) {
+                queue_refusal(c, c->refuse, "HTTP version not supported: only HTTP/1.0 and "
+                              "HTTP/1.1 are served");
+                return true;
+            }
+            if (c->complete) {
+                c->complete = false;
+                answer_request(c);
+                if (!c->closing && len > 0 && c->out_len - c->out_sent > OUT_HIGH) {
+                    c->pending = hf_xmalloc(len);
+                    memcpy(c->pending, data, len);
+                    c->pending_len = len;
+                    return true;
+                }
+            }
+            continue;
+        }
+        if (e == HPE_OK)
+            continue; /* n == len: all taken */
+        if (e == HPE_CB_body)
+            return false; /* an endless upload (on_body) */
+        if (c->refuse == 414)
+            queue_refusal(c, 414, "Request line too long: the limit for the request line "
+                          "and headers is --max-header-bytes");
+        else if (c->refuse == 431 || e == HPE_HEADER_OVERFLOW)
+            queue_refusal(c, 431, "Request headers too large: the limit for the request line "
+                          "and headers is --max-header-bytes");
+        else {
+            char detail[128];
+            snprintf(detail, sizeof detail, "Bad request: %s", http_errno_description(e));
+            queue_refusal(c, 400, detail);
+        }
+        return true;
+    }
+    return true;
+}
+
+/*
+ * Send what is queued, then move on: close when the client has ended its
+ * side, shut down our side and linger after a last answer, parse held
+ * input once the answers drained. false: the connection was closed.
+ */
+static bool flush(conn *c)
+{
+    while (c->out_sent < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->out_sent += (size_t)n;
+            touch(c);
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            watch(c, wanted(c));
+            return true;
+        } else {
+            conn_close(c); /* the client is gone */
+            return false;
+        }
+    }
+    c->out_len = c->out_sent = 0;
+    if (c->out_cap > OUT_KEEP) {
+        free(c->out);
+        c->out = NULL;
+        c->out_cap = 0;
+    }
+    if (c->peer_done) {
+        conn_close(c);
+        return false;
+    }
+    if (c->closing && !c->lingering) {
+        shutdown(c->fd, SHUT_WR);
+        c->lingering = true; /* sweep closes it after LINGER_S at most */
+    }
+    if (c->pending && !c->closing) {
+        char *held = c->pending;
+        size_t held_len = c->pending_len;
+        c->pending = NULL;
+        c->pending_len = 0;
+        bool ok = feed(c, held, held_len);
+        free(held);
+        if (!ok) {
+            conn_close(c);
+            return false;
+        }
+        return flush(c);
+    }
+    watch(c, wanted(c));
+    return true;
+}
+
+static void on_readable(conn *c)
+{
+    loop *lp = c->loop;
+    for (int reads = 0; reads < 16; reads++) {
+        ssize_t n = read(c->fd, lp->readbuf, sizeof lp->readbuf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0) { /* the end of the client's side, or an error */
+            if (c->lingering || c->out_sent == c->out_len || n < 0) {
+                conn_close(c);
+                return;
+            }
+            c->peer_done = true; /* send what is queued, then close */
+            break;
+        }
+        if (c->lingering)
+            continue; /* dropped; the linger time is not extended */
+        touch(c);
+        if (c->closing || c->pending)
+            break; /* EPOLLIN is off then: woken by EPOLLHUP or EPOLLERR */
+        if (!feed(c, lp->readbuf, (size_t)n)) {
+            conn_close(c);
+            return;
+        }
+        if ((size_t)n < sizeof lp->readbuf || c->pending || c->closing)
+            break;
+    }
+    flush(c);
+}
+
+/* ---- accepting ---- */
+
+static void conn_open(loop *lp, int fd)
+{
+    http_server *server = lp->server;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    conn *c = hf_xcalloc(1, sizeof *c);
+    c->loop = lp;
+    c->fd = fd;
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    api_response_init(&c->resp, server->api);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        log_msg(LOG_WARN, "http: cannot watch a new connection: %s", strerror(errno));
+        api_response_free(&c->resp);
+        free(c);
+        close(fd);
         return;
     }
-    char line[512];
-    vsnprintf(line, sizeof line, fmt, ap);
-    line[strcspn(line, "\n")] = '\0';
-    log_msg(atomic_load(&server->serving) ? LOG_DEBUG : LOG_ERROR, "http: %s", line);
+    c->events = EPOLLIN;
+    c->active_s = monotonic_s();
+    list_append(lp, c);
+    atomic_fetch_add(&server->open_connections, 1);
+    api_count_connection(server->api, API_CONNECTION_OPENED);
+}
+
+static void on_acceptable(loop *lp)
+{
+    http_server *server = lp->server;
+    for (int i = 0; i < ACCEPT_BURST; i++) {
+        int fd = accept4(server->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if ((errno == EMFILE || errno == ENFILE) && lp->spare_fd >= 0) {
+                /* out of descriptors: take one off the backlog and close it,
+                 * rather than leave it to wake every loop again at once */
+                close(lp->spare_fd);
+                fd = accept(server->listen_fd, NULL, NULL);
+                if (fd >= 0)
+                    close(fd);
+                lp->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                log_msg(LOG_WARN, "http: out of file descriptors: refused a connection");
+                api_count_connection(server->api, API_CONNECTION_REFUSED);
+            }
+            return;
+        }
+        if (atomic_load(&server->open_connections) >= server->config.max_connections) {
+            close(fd);
+            api_count_connection(server->api, API_CONNECTION_REFUSED);
+            continue;
+        }
+        conn_open(lp, fd);
+    }
+}
+
+/* ---- the loop ---- */
+
+static void sweep(loop *lp, uint64_t now)
+{
+    unsigned idle = lp->server->config.idle_timeout_s;
+    uint64_t first = idle && idle < LINGER_S ? idle : LINGER_S;
+    conn *c = lp->head;
+    while (c && now - c->active_s >= first) {
+        conn *next = c->next;
+        if (c->lingering || (idle && now - c->active_s >= idle))
+            conn_close(c);
+        c = next;
+    }
+}
+
+/*
+ * A conn is freed only by the handler of its own event or by sweep, which
+ * runs after the batch: a batch holds each conn's events once, so no event
+ * left in the batch points at a freed conn.
+ */
+static void *loop_run(void *arg)
+{
+    loop *lp = arg;
+    http_server *server = lp->server;
+    struct epoll_event events[MAX_EVENTS];
+    while (!atomic_load(&server->stopping)) {
+        int n = epoll_wait(lp->epfd, events, MAX_EVENTS, lp->head ? 1000 : -1);
+        for (int i = 0; i < n; i++) {
+            void *ptr = events[i].data.ptr;
+            if (ptr == server) {
+                on_acceptable(lp);
+            } else if (ptr == lp) {
+                uint64_t v;
+                if (read(lp->wake_fd, &v, sizeof v) < 0) { /* the flag says why */ }
+            } else {
+                conn *c = ptr;
+                if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                    on_readable(c);
+                else if (events[i].events & EPOLLOUT)
+                    flush(c);
+            }
+        }
+        uint64_t now = monotonic_s();
+        if (now != lp->swept_s) {
+            lp->swept_s = now;
+            sweep(lp, now);
+        }
+    }
+    while (lp->head)
+        conn_close(lp->head);
+    return NULL;
 }
 
 /* ---- start and stop ---- */
 
-static int build_shared_responses(http_server *server)
-{
-    server->no_content = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-    int n = snprintf(server->too_large_body, sizeof server->too_large_body,
-                     "{\"detail\":\"Request body too large: the limit is %zu bytes\"}",
-                     server->config.max_body_bytes);
-    server->too_large = MHD_create_response_from_buffer((size_t)n, server->too_large_body,
-                                                        MHD_RESPMEM_PERSISTENT);
-    if (!server->no_content || !server->too_large)
-        return -1;
-    if (MHD_add_response_header(server->too_large, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                "application/json") != MHD_YES ||
-        MHD_add_response_header(server->too_large, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
-        return -1;
-    return 0;
-}
-
-static void free_server(http_server *server)
-{
-    if (server->no_content)
-        MHD_destroy_response(server->no_content);
-    if (server->too_large)
-        MHD_destroy_response(server->too_large);
-    free(server);
-}
-
-static int resolve(const http_config *config, struct sockaddr_storage *addr, char *err,
-                   size_t errlen)
+static int listen_on(const http_config *config, char *err, size_t errlen)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -452,66 +928,108 @@ static int resolve(const http_config *config, struct sockaddr_storage *addr, cha
             freeaddrinfo(found);
         return -1;
     }
-    memcpy(addr, found->ai_addr, found->ai_addrlen);
+    int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
+        snprintf(err, errlen, "cannot listen on %s port %u (in use, or not an address of this "
+                 "host?): %s", config->host, (unsigned)config->port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
     freeaddrinfo(found);
+    return fd;
+}
+
+static uint16_t local_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+static int loop_init(http_server *server, loop *lp)
+{
+    lp->server = server;
+    lp->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    lp->epfd = epoll_create1(EPOLL_CLOEXEC);
+    lp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (lp->epfd < 0 || lp->wake_fd < 0)
+        return -1;
+    struct epoll_event wake = {.events = EPOLLIN, .data.ptr = lp};
+    struct epoll_event accept_ev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = server};
+    if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->wake_fd, &wake) != 0 ||
+        epoll_ctl(lp->epfd, EPOLL_CTL_ADD, server->listen_fd, &accept_ev) != 0)
+        return -1;
     return 0;
 }
 
-static struct MHD_Daemon *start_daemon(http_server *server, const struct sockaddr_storage *addr)
+static void loop_free(loop *lp)
 {
-    const http_config *c = &server->config;
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
-    if (addr->ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    /* MHD splits its limit between the threads of the pool: give each one
-     * room for all of ours, so that only on_accept refuses. */
-    uintptr_t mhd_limit = ((uintptr_t)c->max_connections + 1) * (c->threads > 1 ? c->threads : 1);
-    struct MHD_OptionItem options[] = {
-        {MHD_OPTION_SOCK_ADDR, 0, (void *)addr},
-        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)mhd_limit, NULL},
-        {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)c->idle_timeout_s, NULL},
-        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)c->max_header_bytes, NULL},
-        /* a pool of 1 is no pool: leave the option out */
-        {c->threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
-         (intptr_t)c->threads, NULL},
-        {MHD_OPTION_END, 0, NULL},
-    };
-    /* The logger goes first, so that MHD's messages about the rest use it. */
-    return MHD_start_daemon(flags, c->port, on_accept, server, on_access, server,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, server,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, server,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, server,
-                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+    if (lp->epfd > 0)
+        close(lp->epfd);
+    if (lp->wake_fd > 0)
+        close(lp->wake_fd);
+    if (lp->spare_fd >= 0)
+        close(lp->spare_fd);
+}
+
+static void free_server(http_server *server)
+{
+    for (unsigned i = 0; i < server->nloops; i++)
+        loop_free(&server->loops[i]);
+    free(server->loops);
+    if (server->listen_fd >= 0)
+        close(server->listen_fd);
+    free(server);
 }
 
 http_server *http_start(const http_config *config, api_t *api, char *err, size_t errlen)
 {
+    /* our own count (over_header_limit) acts first; the parser's must not */
+    http_parser_set_max_header_size(UINT32_MAX / 2);
+
     http_server *server = hf_xcalloc(1, sizeof *server);
     server->api = api;
     server->config = *config;
-    atomic_init(&server->serving, false);
+    if (server->config.threads < 1)
+        server->config.threads = 1;
+    atomic_init(&server->stopping, false);
     atomic_init(&server->open_connections, 0);
-    struct sockaddr_storage addr;
-    if (resolve(config, &addr, err, errlen) != 0) {
+    server->too_large_len = snprintf(server->too_large_body, sizeof server->too_large_body,
+                                     "{\"detail\":\"Request body too large: the limit is %zu "
+                                     "bytes\"}", config->max_body_bytes);
+    server->listen_fd = listen_on(config, err, errlen);
+    if (server->listen_fd < 0) {
         free_server(server);
         return NULL;
     }
-    if (build_shared_responses(server) != 0) {
-        snprintf(err, errlen, "cannot build the shared HTTP responses");
-        free_server(server);
-        return NULL;
+    server->port = local_port(server->listen_fd);
+    server->nloops = server->config.threads;
+    server->loops = hf_xcalloc(server->nloops, sizeof *server->loops);
+    for (unsigned i = 0; i < server->nloops; i++) {
+        server->loops[i].epfd = server->loops[i].wake_fd = server->loops[i].spare_fd = -1;
+        if (loop_init(server, &server->loops[i]) != 0) {
+            snprintf(err, errlen, "cannot set up the event loops: %s", strerror(errno));
+            free_server(server);
+            return NULL;
+        }
     }
-    server->daemon = start_daemon(server, &addr);
-    if (!server->daemon) {
-        snprintf(err, errlen, "cannot listen on %s port %u (in use, or not an address of this "
-                 "host?)", config->host, (unsigned)config->port);
-        free_server(server);
-        return NULL;
+    for (unsigned i = 0; i < server->nloops; i++) {
+        int rc = pthread_create(&server->loops[i].thread, NULL, loop_run, &server->loops[i]);
+        if (rc != 0) {
+            snprintf(err, errlen, "cannot start the event loops: %s", strerror(rc));
+            http_stop(server);
+            return NULL;
+        }
+        server->loops[i].started = true;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(server->daemon,
-                                                           MHD_DAEMON_INFO_BIND_PORT);
-    server->port = info && info->port ? info->port : config->port;
-    atomic_store(&server->serving, true);
     return server;
 }
 
@@ -524,6 +1042,14 @@ void http_stop(http_server *server)
 {
     if (!server)
         return;
-    MHD_stop_daemon(server->daemon);
+    atomic_store(&server->stopping, true);
+    for (unsigned i = 0; i < server->nloops; i++) {
+        uint64_t one = 1;
+        if (write(server->loops[i].wake_fd, &one, sizeof one) < 0)
+            log_msg(LOG_WARN, "http: cannot wake an event loop: %s", strerror(errno));
+    }
+    for (unsigned i = 0; i < server->nloops; i++)
+        if (server->loops[i].started)
+            pthread_join(server->loops[i].thread, NULL);
     free_server(server);
 }

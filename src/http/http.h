@@ -1,5 +1,6 @@
 /*
- * http.h: the HTTP/1.x front of the server (libmicrohttpd), feeding api_handle().
+ * http.h: the HTTP/1.x front of the server (epoll loops + http-parser),
+ * feeding api_handle().
  *
  * Promises (PROTOCOL.md, "HTTP" and "Errors for every route"):
  *   - HTTP/1.1 keep-alive and pipelining, HTTP/1.0, Content-Length and
@@ -7,11 +8,12 @@
  *   - a body longer than max_body_bytes is 413 {"detail": ...}: at once,
  *     before any 100 Continue, when Content-Length says so; after the upload
  *     when a chunked body grows past the limit (the excess is read and
- *     dropped, at most another max_body_bytes of it, after which the
- *     connection is cut). A 413 always closes the connection;
- *   - the request line and headers share a per-connection buffer of
- *     max_header_bytes; past it libmicrohttpd answers 414 (request line)
- *     or 431 (headers) and closes;
+ *     dropped, at most another 64 MiB of it, after which the connection
+ *     is cut). A 413 always closes the connection;
+ *   - the request line and headers may take max_header_bytes; past it the
+ *     answer is 414 (still in the request line) or 431 (headers), JSON,
+ *     and the connection closes; so do 400 (unparseable request) and 505
+ *     (an HTTP version other than 1.0 and 1.1);
  *   - a connection idle (no bytes either way) for idle_timeout_s seconds is
  *     closed, whether between requests or in the middle of one; at most
  *     max_connections are open at once (further ones are accepted and

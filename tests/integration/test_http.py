@@ -494,6 +494,72 @@ def test_sigterm_with_open_and_half_sent_requests_exits_cleanly():
                 conn.close()
 
 
+def test_requests_the_http_layer_refuses_get_a_json_detail_and_the_connection_closes():
+    # (libmicrohttpd answered the unparseable ones in HTML, an unknown method 405)
+    with Server("--max-header-bytes", "8K") as srv:
+        cases = [
+            ("a bad method", b"FROB /health HTTP/1.1\r\nHost: x\r\n\r\n", (400,)),
+            ("a bad chunk size", b"POST /0/exists HTTP/1.1\r\nHost: x\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", (400,)),
+            ("two Content-Lengths", b"POST /0/exists HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}", (400,)),
+            ("Content-Length with chunked", b"POST /0/exists HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+             (400,)),
+            ("HTTP/1.1 without Host", b"GET /health HTTP/1.1\r\n\r\n", (400,)),
+            ("a 9 KiB path", b"GET /" + b"x" * 9216 + b" HTTP/1.1\r\nHost: x\r\n\r\n", (414,)),
+            ("a 9 KiB header", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9216
+             + b"\r\n\r\n", (431,)),
+            ("HTTP/2.0 in plain text", b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", (505,)),
+        ]
+        for name, data, statuses in cases:
+            with srv.raw() as raw:
+                raw.send(data)
+                resp = raw.read_response()
+                try:
+                    expect_raw_error(resp, statuses)
+                    expect_eq((resp.header("Connection") or "").lower(), "close",
+                              "Connection header")
+                    expect_true(raw.closed_by_peer(3 * harness.SLOWDOWN), "closed after")
+                except AssertionError as e:
+                    raise AssertionError("%s: %s" % (name, e))
+        c = srv.client()
+        expect_json(c.get("/health"), 200, {"status": "ok"})
+
+
+def test_a_client_that_ends_its_side_gets_its_answers_and_the_close_at_once():
+    with Server("--idle-timeout", "60") as srv:
+        with srv.raw() as raw:
+            raw.send(raw_request("GET", "/health") + raw_request("GET", "/health"))
+            raw.sock.shutdown(socket.SHUT_WR)
+            for _ in range(2):
+                expect_raw_json(raw.read_response(), 200, {"status": "ok"})
+            expect_true(raw.closed_by_peer(3 * harness.SLOWDOWN),
+                        "the server should close a half-closed connection once it answered")
+        with srv.raw() as raw:  # half a request, then the end: nothing to answer
+            raw.send(b"POST /0/exists HTTP/1.1\r\nHost: x\r\nContent-Le")
+            raw.sock.shutdown(socket.SHUT_WR)
+            expect_true(raw.closed_by_peer(3 * harness.SLOWDOWN),
+                        "the server should close a half-closed connection with half a request")
+
+
+def test_expect_100_continue_pipelined_behind_a_chunked_request_is_answered():
+    with Server("--idle-timeout", "60") as srv:
+        c = srv.client()
+        s_init(c, 0, 8)
+        body = json.dumps({"keys": ["a", "b"]}).encode()
+        with srv.raw() as raw:
+            raw.send(raw_request("POST", "/0/exists", headers={"Transfer-Encoding": "chunked"})
+                     + chunked({"keys": ["a"]}, [2])
+                     + raw_request("POST", "/0/exists", headers={
+                         "Expect": "100-continue", "Content-Length": str(len(body))}) + body)
+            expect_raw_json(raw.read_response(), 200, {"exists": [False]})
+            resp = raw.read_response()
+            while resp.status == 100:
+                resp = raw.read_response()
+            expect_raw_json(resp, 200, {"exists": [False, False]})
+
+
 def test_stats_reports_every_pool_with_its_counters():
     with Server() as srv:
         c = srv.client()
