@@ -593,6 +593,57 @@ TEST(keys_of_every_shape_are_distinct_and_round_trip)
     }
 }
 
+/* 64-character keys are packed when they are lowercase hex, and must be kept
+ * verbatim otherwise: a bad character at any position, of any kind, must not
+ * be taken for a digit (the packer checks 16 or 8 characters at a time). */
+TEST(hex64_keys_pack_every_digit_at_every_position_and_keep_any_other_key_verbatim)
+{
+    static const char bad[] = {'g', 'z', 'A', 'F', '/', ':', '`', '@', ' ', '\0',
+                               (char)0x80, (char)0xb0, (char)0xe1, (char)0xff};
+    size_t nbad = sizeof bad, n = 64 * 16 + 64 * nbad;
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, n);
+    char (*text)[64] = malloc(n * sizeof *text);
+    hf_slice *keys = malloc(n * sizeof *keys);
+    int64_t *pages = malloc(n * sizeof *pages);
+    size_t k = 0;
+    for (int pos = 0; pos < 64; pos++) {
+        for (int d = 0; d < 16 + (int)nbad; d++, k++) {
+            for (int i = 0; i < 64; i++)
+                text[k][i] = "0123456789abcdef"[(i * 7 + pos) % 16];
+            text[k][pos] = d < 16 ? "0123456789abcdef"[d] : bad[d - 16];
+            keys[k] = (hf_slice){text[k], 64};
+        }
+    }
+    CHECK_EQ(k, n);
+    core_allocate(pool, keys, n, CORE_ALLOC_PARTIAL, 0, pages, NULL);
+    size_t refused = 0;
+    core_confirm(pool, keys, pages, n, NULL, 0, 0, &refused);
+    CHECK_EQ(refused, 0);
+    CK();
+    size_t distinct = 0; /* positions 16 apart share their base key */
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < i && memcmp(text[j], text[i], 64) != 0)
+            j++;
+        distinct += j == i;
+    }
+    CHECK(distinct > n - 64 * 4);
+    CHECK_EQ(stats(pool).owned, distinct); /* no two of the keys were taken for one */
+    for (size_t i = 0; i < n; i++) {
+        int64_t found;
+        core_lookup(pool, &keys[i], 1, 0, &found);
+        CHECK_EQ(found, pages[i]);
+        hf_slice back;
+        char buf[64];
+        CHECK_EQ(core_page_get(pool, (uint64_t)pages[i], &back, buf, NULL), CORE_PAGE_OWNED);
+        CHECK(hf_slice_eq(back, keys[i]));
+    }
+    free(text);
+    free(keys);
+    free(pages);
+}
+
 TEST(namespaces_with_the_same_rank_are_separate_pools)
 {
     setup(test_config());
@@ -722,6 +773,7 @@ int main(void)
     RUN(complete_reads_lease_the_key_on_every_rank);
     RUN(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first);
     RUN(keys_of_every_shape_are_distinct_and_round_trip);
+    RUN(hex64_keys_pack_every_digit_at_every_position_and_keep_any_other_key_verbatim);
     RUN(namespaces_with_the_same_rank_are_separate_pools);
     RUN(exists_and_lookup_count_as_a_use_in_lru_order);
     RUN(key_index_survives_growth_and_many_deletions);
