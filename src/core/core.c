@@ -8,6 +8,7 @@
  */
 #include "core/core_internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,6 +249,28 @@ uint32_t core__index_find(const core_pool_t *pool, const core_key *key)
  */
 #define PREFETCH_BLOCK 16
 
+/* A record is 54 bytes: most records straddle two cache lines; ask for both
+ * (a lookup reads the key at its start and the hash and kind after it). */
+static inline __attribute__((always_inline)) void prefetch_rec(const core_page_rec *rec, int rw)
+{
+    const char *p = (const char *)rec;
+    if (rw) {
+        __builtin_prefetch(p, 1);
+        __builtin_prefetch(p + sizeof *rec - 1, 1);
+    } else {
+        __builtin_prefetch(p);
+        __builtin_prefetch(p + sizeof *rec - 1);
+    }
+}
+
+/* The LRU links of a record (the move of a neighbour rewrites them). */
+static inline __attribute__((always_inline)) void prefetch_links(const core_page_rec *rec)
+{
+    const char *p = (const char *)rec + offsetof(core_page_rec, prev);
+    __builtin_prefetch(p, 1);
+    __builtin_prefetch(p + 2 * sizeof rec->prev - 1, 1);
+}
+
 /* always_inline: as a function of its own it has no effect that GCC can see
  * (it only reads memory and returns nothing), so GCC deletes every call. */
 static inline __attribute__((always_inline)) void
@@ -265,7 +288,7 @@ index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n, bool nei
     for (size_t j = 0; j < n; j++) {
         uint32_t slot = pool->slots[home[j]];
         if (slot != CORE_NIL && (slot & ~pool->page_mask) == (keys[j].hash & ~pool->page_mask))
-            __builtin_prefetch(core__rec(pool, core__slot_page(pool, slot)));
+            prefetch_rec(core__rec(pool, core__slot_page(pool, slot)), 0);
     }
     for (size_t j = 0; neighbours && j < n; j++) {
         uint32_t slot = pool->slots[home[j]];
@@ -273,9 +296,9 @@ index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n, bool nei
             continue;
         const core_page_rec *rec = core__rec(pool, core__slot_page(pool, slot));
         if (rec->prev < pool->touched)
-            __builtin_prefetch(core__rec(pool, rec->prev), 1);
+            prefetch_links(core__rec(pool, rec->prev));
         if (rec->next < pool->touched)
-            __builtin_prefetch(core__rec(pool, rec->next), 1);
+            prefetch_links(core__rec(pool, rec->next));
     }
 }
 
@@ -299,7 +322,7 @@ static void index_grow(core_pool_t *pool)
     for (size_t i = 0; i < old_cap; i++) {
         /* the records are read in slot order, at random: ask ahead */
         if (i + PREFETCH_BLOCK < old_cap && old[i + PREFETCH_BLOCK] != CORE_NIL)
-            __builtin_prefetch(core__rec(pool, core__slot_page(pool, old[i + PREFETCH_BLOCK])));
+            prefetch_rec(core__rec(pool, core__slot_page(pool, old[i + PREFETCH_BLOCK])), 0);
         if (old[i] == CORE_NIL)
             continue;
         uint32_t page = core__slot_page(pool, old[i]);
@@ -1036,7 +1059,7 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
             size_t m = n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK;
             for (size_t k = 0; k < m; k++) {
                 if (pages[i + k] >= 0 && (uint64_t)pages[i + k] < pool->touched)
-                    __builtin_prefetch(core__rec(pool, (uint32_t)pages[i + k]));
+                    prefetch_rec(core__rec(pool, (uint32_t)pages[i + k]), 1);
                 core__key_encode(pool->core, keys[i + k], &enc[k]);
             }
             index_prefetch(pool, enc, m, false);
