@@ -147,6 +147,10 @@ struct loop {
     int epfd;
     int wake_fd;
     int spare_fd; /* given up to accept-and-close when out of descriptors */
+    atomic_uint nconns; /* connections given to this loop and not closed yet */
+    pthread_mutex_t inbox_lock;
+    int *inbox; /* accepted by another loop, to be opened here */
+    size_t inbox_len, inbox_cap;
     pthread_t thread;
     bool started;
     conn *head, *tail;
@@ -276,6 +280,7 @@ static void conn_close(conn *c)
     free(c->out);
     free(c->pending);
     free(c);
+    atomic_fetch_sub(&lp->nconns, 1);
     atomic_fetch_sub(&server->open_connections, 1);
     api_count_connection(server->api, API_CONNECTION_CLOSED);
 }
@@ -847,6 +852,7 @@ static void on_readable(conn *c)
 
 /* ---- accepting ---- */
 
+/* A connection this loop was given (counted as open already). */
 static void conn_open(loop *lp, int fd)
 {
     http_server *server = lp->server;
@@ -864,13 +870,62 @@ static void conn_open(loop *lp, int fd)
         api_response_free(&c->resp);
         free(c);
         close(fd);
+        atomic_fetch_sub(&lp->nconns, 1);
+        atomic_fetch_sub(&server->open_connections, 1);
+        api_count_connection(server->api, API_CONNECTION_CLOSED);
         return;
     }
     c->events = EPOLLIN;
     c->active_s = monotonic_s();
     list_append(lp, c);
-    atomic_fetch_add(&server->open_connections, 1);
-    api_count_connection(server->api, API_CONNECTION_OPENED);
+}
+
+/* Open the connections other loops accepted for this one. */
+static void take_inbox(loop *lp)
+{
+    pthread_mutex_lock(&lp->inbox_lock);
+    int *fds = lp->inbox;
+    size_t n = lp->inbox_len;
+    lp->inbox = NULL;
+    lp->inbox_len = lp->inbox_cap = 0;
+    pthread_mutex_unlock(&lp->inbox_lock);
+    for (size_t i = 0; i < n; i++)
+        conn_open(lp, fds[i]);
+    free(fds);
+}
+
+/*
+ * A new connection goes to the loop with the fewest (this one on a tie), so
+ * that requests that wait (for the log's sync, under --fsync always) wait
+ * on different threads and share a sync, rather than queue on one.
+ */
+static void give(loop *lp, int fd)
+{
+    http_server *server = lp->server;
+    loop *best = lp;
+    unsigned least = atomic_load(&lp->nconns);
+    for (unsigned i = 0; i < server->nloops && least > 0; i++) {
+        unsigned n = atomic_load(&server->loops[i].nconns);
+        if (n < least) {
+            least = n;
+            best = &server->loops[i];
+        }
+    }
+    atomic_fetch_add(&best->nconns, 1);
+    if (best == lp) {
+        conn_open(lp, fd);
+        return;
+    }
+    pthread_mutex_lock(&best->inbox_lock);
+    if (best->inbox_len == best->inbox_cap) {
+        best->inbox_cap = best->inbox_cap ? best->inbox_cap * 2 : 16;
+        best->inbox = hf_xreallocarray(best->inbox, best->inbox_cap, sizeof *best->inbox);
+    }
+    best->inbox[best->inbox_len++] = fd;
+    pthread_mutex_unlock(&best->inbox_lock);
+    uint64_t one = 1;
+    if (write(best->wake_fd, &one, sizeof one) < 0)
+        log_msg(LOG_WARN, "http: cannot wake an event loop: %s", strerror(errno));
 }
 
 static void on_acceptable(loop *lp)
@@ -899,7 +954,9 @@ static void on_acceptable(loop *lp)
             api_count_connection(server->api, API_CONNECTION_REFUSED);
             continue;
         }
-        conn_open(lp, fd);
+        atomic_fetch_add(&server->open_connections, 1);
+        api_count_connection(server->api, API_CONNECTION_OPENED);
+        give(lp, fd);
     }
 }
 
@@ -945,6 +1002,7 @@ static void *loop_run(void *arg)
             } else if (ptr == lp) {
                 uint64_t v;
                 if (read(lp->wake_fd, &v, sizeof v) < 0) { /* the flag says why */ }
+                take_inbox(lp);
             } else {
                 conn *c = ptr;
                 if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
@@ -965,6 +1023,7 @@ static void *loop_run(void *arg)
             sweep(lp, now);
         }
     }
+    take_inbox(lp); /* given while stopping: opened only to be closed */
     while (lp->head)
         conn_close(lp->head);
     return NULL;
@@ -1030,9 +1089,15 @@ static int loop_init(http_server *server, loop *lp)
 
 static void loop_free(loop *lp)
 {
-    if (lp->epfd > 0)
+    for (size_t i = 0; i < lp->inbox_len; i++) { /* given after the loop ended */
+        close(lp->inbox[i]);
+        api_count_connection(lp->server->api, API_CONNECTION_CLOSED);
+    }
+    free(lp->inbox);
+    pthread_mutex_destroy(&lp->inbox_lock);
+    if (lp->epfd >= 0)
         close(lp->epfd);
-    if (lp->wake_fd > 0)
+    if (lp->wake_fd >= 0)
         close(lp->wake_fd);
     if (lp->spare_fd >= 0)
         close(lp->spare_fd);
@@ -1072,7 +1137,12 @@ http_server *http_start(const http_config *config, api_t *api, char *err, size_t
     server->nloops = server->config.threads;
     server->loops = hf_xcalloc(server->nloops, sizeof *server->loops);
     for (unsigned i = 0; i < server->nloops; i++) {
+        server->loops[i].server = server;
         server->loops[i].epfd = server->loops[i].wake_fd = server->loops[i].spare_fd = -1;
+        atomic_init(&server->loops[i].nconns, 0);
+        pthread_mutex_init(&server->loops[i].inbox_lock, NULL);
+    }
+    for (unsigned i = 0; i < server->nloops; i++) {
         if (loop_init(server, &server->loops[i]) != 0) {
             snprintf(err, errlen, "cannot set up the event loops: %s", strerror(errno));
             free_server(server);
