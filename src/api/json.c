@@ -24,6 +24,9 @@
 #include <string.h>
 
 #include <yajl/yajl_parse.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "util/xalloc.h"
 
@@ -230,18 +233,24 @@ static int utf8_valid(const unsigned char *s, size_t len)
 }
 
 /* yajl's pointer is only valid during the callback: copy into the arena. */
-static int on_string(void *ctx, const unsigned char *text, size_t len)
+/* A string node; `ascii`: the scanner saw only printable ASCII (no need to
+ * check its UTF-8 again). */
+static int push_string(json_doc *doc, const unsigned char *text, size_t len, bool ascii)
 {
-    json_doc *doc = ctx;
     if (len > UINT32_MAX)
         return cancel(doc, "string too long");
-    if (!utf8_valid(text, len))
+    if (!ascii && !utf8_valid(text, len))
         return cancel(doc, "string is not valid UTF-8");
     char *copy = arena_alloc(doc, len + 1, 1);
     if (len)
         memcpy(copy, text, len);
     copy[len] = '\0';
     return push(doc, (json_node){.type = JSON_STRING, .len = (uint32_t)len, .u.str = copy});
+}
+
+static int on_string(void *ctx, const unsigned char *text, size_t len)
+{
+    return push_string(ctx, text, len, false);
 }
 
 static int open_container(json_doc *doc, json_type type)
@@ -356,6 +365,23 @@ static const unsigned char *skip_space(const unsigned char *p, const unsigned ch
 }
 
 /* Whether the 8 bytes at p are all in 0x20..0x7e and none is '"' or '\\'. */
+#ifdef __SSE2__
+/* Bytes that end a plain string's fast scan: '"', '\\', controls (< 0x20),
+ * DEL and everything >= 0x80 (as signed bytes, those are < 0x20 too). Index
+ * of the first in 16 bytes, or 16. */
+static inline unsigned special16(const unsigned char *p)
+{
+    __m128i w = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i quote = _mm_cmpeq_epi8(w, _mm_set1_epi8('"'));
+    __m128i backslash = _mm_cmpeq_epi8(w, _mm_set1_epi8('\\'));
+    __m128i control = _mm_cmplt_epi8(w, _mm_set1_epi8(0x20));
+    __m128i del = _mm_cmpeq_epi8(w, _mm_set1_epi8(0x7f));
+    __m128i special = _mm_or_si128(_mm_or_si128(quote, backslash), _mm_or_si128(control, del));
+    unsigned mask = (unsigned)_mm_movemask_epi8(special);
+    return mask ? (unsigned)__builtin_ctz(mask) : 16;
+}
+#else
+/* No byte of the 8 at p ends a plain string's fast scan. */
 static bool string8(const unsigned char *p)
 {
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
@@ -366,6 +392,7 @@ static bool string8(const unsigned char *p)
                        ((backslash - ones) & ~backslash) | ((del - ones) & ~del) | w;
     return (special & highs) == 0;
 }
+#endif
 
 /* A plain string at p (which is '"'): its bytes to the callback; the byte
  * after the closing quote, or NULL to give up. */
@@ -373,13 +400,22 @@ static const unsigned char *fast_string(json_doc *doc, const unsigned char *p,
                                         const unsigned char *end)
 {
     const unsigned char *start = ++p;
+#ifdef __SSE2__
+    while (end - p >= 16) {
+        unsigned at = special16(p);
+        p += at;
+        if (at < 16)
+            break;
+    }
+#else
     while (end - p >= 8 && string8(p))
         p += 8;
+#endif
     while (p < end && *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\')
         p++;
     if (p >= end || *p != '"')
         return NULL;
-    return on_string(doc, start, (size_t)(p - start)) ? p + 1 : NULL;
+    return push_string(doc, start, (size_t)(p - start), true) ? p + 1 : NULL;
 }
 
 static const unsigned char *fast_scalar(json_doc *doc, const unsigned char *p,
@@ -705,14 +741,28 @@ void json_put_str(json_buf *buf, const char *text, size_t len)
     buf->len = (size_t)(out - buf->ptr);
 }
 
+/* Two digits per division (page numbers of answers: 128 per request). */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 void json_put_uint(json_buf *buf, uint64_t value)
 {
     char digits[20];
     size_t n = 0;
-    do {
-        digits[sizeof digits - 1 - n++] = (char)('0' + value % 10);
-        value /= 10;
-    } while (value);
+    while (value >= 100) {
+        const char *pair = digit_pairs + 2 * (value % 100);
+        value /= 100;
+        digits[sizeof digits - 1 - n++] = pair[1];
+        digits[sizeof digits - 1 - n++] = pair[0];
+    }
+    if (value >= 10) {
+        digits[sizeof digits - 1 - n++] = digit_pairs[2 * value + 1];
+        digits[sizeof digits - 1 - n++] = digit_pairs[2 * value];
+    } else {
+        digits[sizeof digits - 1 - n++] = (char)('0' + value);
+    }
     json_put_raw(buf, digits + sizeof digits - n, n);
 }
 

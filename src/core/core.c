@@ -161,7 +161,16 @@ int core__rec_key_eq(const core_page_rec *rec, const core_key *key)
         return 0;
     if (key->kind == CORE_KEY_EXT)
         return rec->key.ext.len == key->len && memcmp(rec->key.ext.ptr, key->ext, key->len) == 0;
-    return memcmp(rec->key.bytes, key->bytes, key->kind == CORE_KEY_HEX64 ? 32 : key->kind) == 0;
+    /* inline keys are zero-padded to 32 bytes (core__key_encode): compare
+     * all 32 as four words, without a call to memcmp */
+    uint64_t diff = 0;
+    for (int i = 0; i < 4; i++) {
+        uint64_t a, b;
+        memcpy(&a, rec->key.bytes + 8 * i, 8);
+        memcpy(&b, key->bytes + 8 * i, 8);
+        diff |= a ^ b;
+    }
+    return diff == 0;
 }
 
 void core__rec_to_key(const core_t *core, const core_page_rec *rec, core_key *out)
