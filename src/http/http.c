@@ -90,10 +90,10 @@
 #define BODY_FIRST (4u * 1024)   /* first body buffer */
 #define BODY_KEEP (64u * 1024)   /* body buffer kept between requests */
 #define OUT_KEEP (64u * 1024)    /* answer buffer kept once drained */
-#define OUT_HIGH (1u << 20)      /* unsent answer bytes past which reading stops */
+#define OUT_HIGH (64u * 1024)    /* unsent answer bytes past which no request is parsed */
 #define DROP_LIMIT (64u * 1024 * 1024) /* body bytes dropped past the limit, then cut */
 #define LINGER_S 2
-#define ACCEPT_BURST 64
+#define ACCEPT_BURST 8 /* then the loop sees its connections close: dead ones free their slots */
 #define MAX_EVENTS 64
 #define FIELD_MAX 16             /* header names we look at are shorter */
 
