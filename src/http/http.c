@@ -7,22 +7,27 @@
  * requests it cost 10-20% more per request than nginx (it zeroes its
  * per-connection pool after every request, formats a Date with gmtime and
  * allocates a response object per answer; docs/performance.md). What is
- * left here is the part a library cannot make cheaper: one read, one parse,
- * one api_handle and one send per request, no allocation in the steady state.
+ * left here is the part a library cannot make cheaper: one read, one parse
+ * and one api_handle per request, the answers of a batch of events sent
+ * together, no allocation in the steady state.
  *
  * Threads and loops. `threads` loops, each a thread with its own epoll set.
  * All of them watch the one listening socket (EPOLLEXCLUSIVE: the kernel
- * wakes one); the loop that accepts a connection serves it until it closes.
- * A request runs to completion on its loop's thread (api_handle may wait
- * for the log's sync: that is why persistent servers run many loops).
+ * wakes one); the loop that accepts a connection gives it to the loop with
+ * the fewest connections (give), which serves it until it closes. A
+ * request runs to completion on its loop's thread (api_handle may wait for
+ * the log's sync: that is why persistent servers run many loops, and why
+ * connections must be spread over them for their waits to share a sync).
  *
  * A connection (conn) holds: the parser's state, the request being read
  * (path, the two headers we use, the body), and the answers not sent yet
  * (out). Bytes are read into the loop's buffer and parsed at once; the
  * parser copies what a request needs into the conn, so nothing of the input
  * is kept between reads, except when a client pipelines faster than it
- * reads its answers: past OUT_HIGH unsent bytes the conn stops reading and
- * keeps its unparsed input (pending) until the answers drain.
+ * reads its answers: past OUT_HIGH (64 KiB) of unsent answers the conn
+ * parses no further request, stops reading and keeps its unparsed input
+ * (pending) until the answers drain, so that a client that does not read
+ * costs at most that much work.
  *
  * Limits (the parser's, in the order they act):
  *   - request line and headers: counted as they are parsed (path, header
