@@ -555,6 +555,21 @@ TEST(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first)
     CHECK(lookup1(r1, "old", 0) >= 0);
 }
 
+/* Every key is found on its page, and the page gives the key back verbatim. */
+static void expect_owned_and_round_trip(core_pool_t *pool, const hf_slice *keys,
+                                        const int64_t *pages, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t found;
+        core_lookup(pool, &keys[i], 1, 0, &found);
+        CHECK_EQ(found, pages[i]);
+        hf_slice back;
+        char buf[64];
+        CHECK_EQ(core_page_get(pool, (uint64_t)pages[i], &back, buf, NULL), CORE_PAGE_OWNED);
+        CHECK(hf_slice_eq(back, keys[i]));
+    }
+}
+
 TEST(keys_of_every_shape_are_distinct_and_round_trip)
 {
     setup(test_config());
@@ -582,15 +597,7 @@ TEST(keys_of_every_shape_are_distinct_and_round_trip)
     CHECK_EQ(refused, 0);
     CK();
     CHECK_EQ(stats(pool).owned, 8);
-    for (int i = 0; i < 8; i++) {
-        int64_t found;
-        core_lookup(pool, &keys[i], 1, 0, &found);
-        CHECK_EQ(found, pages[i]);
-        hf_slice back;
-        char buf[64];
-        CHECK_EQ(core_page_get(pool, (uint64_t)pages[i], &back, buf, NULL), CORE_PAGE_OWNED);
-        CHECK(hf_slice_eq(back, keys[i]));
-    }
+    expect_owned_and_round_trip(pool, keys, pages, 8);
 }
 
 /* 64-character keys are packed when they are lowercase hex, and must be kept
@@ -630,15 +637,7 @@ TEST(hex64_keys_pack_every_digit_at_every_position_and_keep_any_other_key_verbat
     }
     CHECK(distinct > n - 64 * 4);
     CHECK_EQ(stats(pool).owned, distinct); /* no two of the keys were taken for one */
-    for (size_t i = 0; i < n; i++) {
-        int64_t found;
-        core_lookup(pool, &keys[i], 1, 0, &found);
-        CHECK_EQ(found, pages[i]);
-        hf_slice back;
-        char buf[64];
-        CHECK_EQ(core_page_get(pool, (uint64_t)pages[i], &back, buf, NULL), CORE_PAGE_OWNED);
-        CHECK(hf_slice_eq(back, keys[i]));
-    }
+    expect_owned_and_round_trip(pool, keys, pages, n);
     free(text);
     free(keys);
     free(pages);
