@@ -144,7 +144,7 @@ static void usage(FILE *out)
         "  --max-connections N         open connections at most (default 1024)\n"
         "  --idle-timeout SECONDS      close a connection idle this long, 0 never (default 60)\n"
         "  --max-body-bytes N          largest request body, K/M/G suffixes allowed (default 8M)\n"
-        "  --max-header-bytes N        request line + headers per connection (default 32K)\n"
+        "  --max-header-bytes N        request line + headers of one request (default 32K)\n"
         "  --max-keys N                items of any list in one request (default 65536)\n"
         "  --max-key-bytes N           longest key or namespace (default 1024)\n"
         "  --max-ranks N               ranks are 0..N-1 (default 1024)\n"
