@@ -108,16 +108,13 @@ static void send_all(int fd, const uint8_t *p, size_t n, unsigned cut)
     }
 }
 
-/* Read until the server closes (true), or is quiet for quiet_ms, or
- * READ_TIMEOUT_MS pass (false). */
-static bool read_all(int fd, char *buf, size_t cap, size_t *len, int quiet_ms)
+/* Read until the server closes (true) or READ_TIMEOUT_MS pass (false). */
+static bool read_all(int fd, char *buf, size_t cap, size_t *len)
 {
     *len = 0;
     int64_t deadline = now_ms() + READ_TIMEOUT_MS;
     for (;;) {
         int64_t left = deadline - now_ms();
-        if (left > quiet_ms)
-            left = quiet_ms;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
             return false;
@@ -184,7 +181,7 @@ static void check_alive(void)
     send_all(fd, (const uint8_t *)health, sizeof health - 1, 0);
     static char buf[4096];
     size_t len;
-    if (!read_all(fd, buf, sizeof buf, &len, READ_TIMEOUT_MS) || len < 12 ||
+    if (!read_all(fd, buf, sizeof buf, &len) || len < 12 ||
         memcmp(buf + 9, "200", 3) != 0)
         fuzz_fail("GET /health after the input: %.*s", (int)len, buf);
     close(fd);
@@ -211,7 +208,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     send_all(fd, (const uint8_t *)last, sizeof last - 1, 0);
     shutdown(fd, SHUT_WR);
     size_t len;
-    if (!read_all(fd, buf, MAX_ANSWER, &len, READ_TIMEOUT_MS))
+    if (!read_all(fd, buf, MAX_ANSWER, &len))
         fuzz_fail("the server did not close the connection within %d ms of the end of the "
                   "input (%zu bytes of answers)", READ_TIMEOUT_MS, len);
     close(fd);

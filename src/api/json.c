@@ -28,6 +28,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "util/fmt.h"
 #include "util/xalloc.h"
 
 #define CHUNK_MIN (16u * 1024)
@@ -232,8 +233,8 @@ static int utf8_valid(const unsigned char *s, size_t len)
     return 1;
 }
 
-/* yajl's pointer is only valid during the callback: copy into the arena. */
-/* A string node; `ascii`: the scanner saw only printable ASCII (no need to
+/* A string node, copied into the arena (yajl's pointer is only valid during
+ * the callback); `ascii`: the scanner saw only printable ASCII (no need to
  * check its UTF-8 again). */
 static int push_string(json_doc *doc, const unsigned char *text, size_t len, bool ascii)
 {
@@ -364,7 +365,6 @@ static const unsigned char *skip_space(const unsigned char *p, const unsigned ch
     return p;
 }
 
-/* Whether the 8 bytes at p are all in 0x20..0x7e and none is '"' or '\\'. */
 #ifdef __SSE2__
 /* Bytes that end a plain string's fast scan: '"', '\\', controls (< 0x20),
  * DEL and everything >= 0x80 (as signed bytes, those are < 0x20 too). Index
@@ -741,29 +741,10 @@ void json_put_str(json_buf *buf, const char *text, size_t len)
     buf->len = (size_t)(out - buf->ptr);
 }
 
-/* Two digits per division (page numbers of answers: 128 per request). */
-static const char digit_pairs[201] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
-
 void json_put_uint(json_buf *buf, uint64_t value)
 {
-    char digits[20];
-    size_t n = 0;
-    while (value >= 100) {
-        const char *pair = digit_pairs + 2 * (value % 100);
-        value /= 100;
-        digits[sizeof digits - 1 - n++] = pair[1];
-        digits[sizeof digits - 1 - n++] = pair[0];
-    }
-    if (value >= 10) {
-        digits[sizeof digits - 1 - n++] = digit_pairs[2 * value + 1];
-        digits[sizeof digits - 1 - n++] = digit_pairs[2 * value];
-    } else {
-        digits[sizeof digits - 1 - n++] = (char)('0' + value);
-    }
-    json_put_raw(buf, digits + sizeof digits - n, n);
+    char digits[HF_UINT_DIGITS];
+    json_put_raw(buf, digits, (size_t)(hf_put_uint(digits, value) - digits));
 }
 
 void json_put_int(json_buf *buf, int64_t value)

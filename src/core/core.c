@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "util/xalloc.h"
 
@@ -63,8 +66,6 @@ static uint32_t hash_bytes(uint64_t seed, const uint8_t *p, size_t len)
  * step, ~11 ns a key; elsewhere 8 at a time in a 64-bit word (SWAR), ~40 ns.
  */
 #ifdef __SSE2__
-#include <emmintrin.h>
-
 /* 16 characters -> 8 16-bit lanes, each the byte of one character pair;
  * lanes of characters that are not lowercase hex set in *bad. */
 static inline __m128i hex16(const char *raw, __m128i *bad)
