@@ -67,7 +67,8 @@ static void fill(core_pool_t *pool, size_t entries, int key_chars)
 
 static void measure(size_t entries, int key_chars)
 {
-    core_config cfg = {600000, 5000, true, CORE_MAX_PAGES_LIMIT, 1024, 1};
+    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
     core_t *core = core_new(&cfg);
     long before = rss_kib();
     core_pool_init(core, HF_SLICE_LIT("kv"), 0, entries, NULL);
@@ -75,7 +76,7 @@ static void measure(size_t entries, int key_chars)
     fill(pool, entries, key_chars);
     long after = rss_kib();
     core_pool_stats st;
-    core_pool_get_stats(pool, &st);
+    core_pool_get_stats(pool, 0, &st);
     printf("%zu owned entries, %d-char keys: %.1f bytes per entry (owned %llu)\n", entries,
            key_chars, (after - before) * 1024.0 / (double)entries, (unsigned long long)st.owned);
     core_free(core);
@@ -88,7 +89,8 @@ static void measure_free_pages(size_t entries)
     static char names[BATCH][33];
     hf_slice keys[BATCH];
     int64_t *pages = calloc(entries ? entries : 1, sizeof *pages);
-    core_config cfg = {600000, 5000, true, CORE_MAX_PAGES_LIMIT, 1024, 1};
+    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
     core_t *core = core_new(&cfg);
     long before = rss_kib();
     core_pool_init(core, HF_SLICE_LIT("kv"), 0, entries, NULL);
@@ -105,7 +107,7 @@ static void measure_free_pages(size_t entries)
     /* the pages array was allocated (and touched by calloc's first use) before */
     long after = rss_kib() - (long)(entries * sizeof *pages / 1024);
     core_pool_stats st;
-    core_pool_get_stats(pool, &st);
+    core_pool_get_stats(pool, 0, &st);
     printf("%zu free pages once used: %.1f bytes per page (free %llu); never used: 0 bytes\n",
            entries, (after - before) * 1024.0 / (double)entries, (unsigned long long)st.free);
     core_free(core);
@@ -135,7 +137,8 @@ static void measure_pool(size_t unused_entries, int unused)
 {
     (void)unused_entries;
     (void)unused;
-    core_config cfg = {600000, 5000, true, CORE_MAX_PAGES_LIMIT, 1024, 1};
+    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
     /* Warm up malloc and stdio first (a first fopen or malloc in the child
      * maps and touches pages that have nothing to do with the pool). */
     core_t *warm = core_new(&cfg);

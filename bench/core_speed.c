@@ -78,7 +78,8 @@ int main(int argc, char **argv)
 {
     size_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
     size_t rounds = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
-    core_config cfg = {600000, 5000, true, CORE_MAX_PAGES_LIMIT, 1024, 7};
+    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 7};
     core_t *core = core_new(&cfg);
     hf_slice ns = HF_SLICE_LIT("kv");
     size_t pages_per_rank = n + rounds * BATCH + 1;

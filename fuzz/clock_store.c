@@ -96,7 +96,7 @@ static int cs_complete_locations(store_t *s, hf_slice ns, uint32_t rank, const h
 
 static int cs_stats(store_t *s, store_stats_visitor fn, void *ctx)
 {
-    core_foreach_pool(cs_of(s)->core, fn, ctx);
+    core_foreach_pool(cs_of(s)->core, cs_of(s)->now, fn, ctx);
     return STORE_OK;
 }
 

@@ -118,6 +118,7 @@ static void put_pool_json(void *ctx, hf_slice ns, uint32_t rank, const core_pool
     put_counter(out, "reserved", s->reserved);
     put_counter(out, "owned", s->owned);
     put_counter(out, "draining", s->draining);
+    put_counter(out, "write_leased", s->write_leased);
     put_counter(out, "keys", s->owned);
     put_counter(out, "touched", s->touched);
     put_counter(out, "hits", s->hits);
@@ -128,6 +129,9 @@ static void put_pool_json(void *ctx, hf_slice ns, uint32_t rank, const core_pool
     put_counter(out, "evictions", s->evictions);
     put_counter(out, "expired_reservations", s->expired_reservations);
     put_counter(out, "duplicate_confirmations", s->duplicate_confirmations);
+    put_counter(out, "write_leases", s->write_leases);
+    put_counter(out, "write_leases_ended", s->write_leases_ended);
+    put_counter(out, "write_leases_expired", s->write_leases_expired);
     put_refusals(out, "refused_confirmations", s->refused_confirms);
     put_refusals(out, "refused_releases", s->refused_releases);
     json_put_char(out, '}');
@@ -343,6 +347,15 @@ static const pool_metric pool_metrics[] = {
                 "Reservations whose lease ran out."),
     POOL_METRIC("hf3fs_metad_pool_duplicate_confirmations_total", "counter",
                 duplicate_confirmations, "Confirmed reservations freed because the key already owned another page."),
+    POOL_METRIC("hf3fs_metad_pool_write_leased_pages", "gauge", write_leased,
+                "Owned pages protected for writers: vLLM allocation hits being rewritten."),
+    POOL_METRIC("hf3fs_metad_pool_write_leases_total", "counter", write_leases,
+                "Write leases given to allocation hits (one per writer)."),
+    POOL_METRIC("hf3fs_metad_pool_write_leases_ended_total", "counter", write_leases_ended,
+                "Write leases ended by the confirmation of their last writer."),
+    POOL_METRIC("hf3fs_metad_pool_write_leases_expired_total", "counter", write_leases_expired,
+                "Write leases that ran out before their writers confirmed (writers crashed or "
+                "gave up)."),
 };
 
 static void put_pool_metric(json_buf *out, const pool_metric *m, const pool_figures *pools)

@@ -261,6 +261,11 @@ void api__store_failed(api__req *req, int err)
     case STORE_EUNAVAILABLE:
         api__fail(req, 503, "Service unavailable: %s", store_strerror(err));
         return;
+    case STORE_EUNCERTAIN:
+        /* 507, not 503: the stock clients resend a POST on 500/502/503/504,
+         * and this change may already have taken effect. */
+        api__fail(req, 507, "Outcome unknown: %s", store_strerror(err));
+        return;
     case STORE_ENOMEM:
         api__fail(req, 503, "Service unavailable: out of memory");
         return;

@@ -11,7 +11,10 @@
  *     RESERVED pages, the draining list exactly the DRAINING pages, with
  *     consistent links and deadline order;
  *   - the key index holds exactly the OWNED pages and finds each OWNED page
- *     from its own key: so no key owns two pages and no page has two owners.
+ *     from its own key: so no key owns two pages and no page has two owners;
+ *   - every write lease names an OWNED page once, with a writer, and the
+ *     page's deadline protects it at least until the lease ends; the
+ *     lease table's count and its lower bound of the ends are right.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -123,6 +126,32 @@ static int check_index(check_ctx *ctx, uint64_t owned)
     return 0;
 }
 
+static int check_write_leases(check_ctx *ctx)
+{
+    const core_pool_t *pool = ctx->pool;
+    size_t n = 0;
+    for (size_t s = 0; pool->wleases && s <= pool->wlease_mask; s++) {
+        const core_wlease *e = &pool->wleases[s];
+        if (e->page == CORE_NIL)
+            continue;
+        n++;
+        if (e->page >= pool->touched || core__rec(pool, e->page)->state != CORE_PAGE_OWNED)
+            return fail(ctx, "write lease on page %u, which is not OWNED", e->page);
+        if (e->writers == 0)
+            return fail(ctx, "write lease on page %u without a writer", e->page);
+        if (core__rec(pool, e->page)->deadline < e->end)
+            return fail(ctx, "page %u is protected less long than its write lease", e->page);
+        if (e->end < pool->wlease_min)
+            return fail(ctx, "write lease of page %u ends before the table's minimum", e->page);
+        for (size_t t = s + 1; t <= pool->wlease_mask; t++)
+            if (pool->wleases[t].page == e->page)
+                return fail(ctx, "page %u has two write leases", e->page);
+    }
+    if (n != pool->nwleases)
+        return fail(ctx, "%zu write leases but a count of %zu", n, pool->nwleases);
+    return 0;
+}
+
 static int check_pool(check_ctx *ctx)
 {
     const core_pool_t *pool = ctx->pool;
@@ -151,7 +180,7 @@ static int check_pool(check_ctx *ctx)
     if (pool->lru.len != count[CORE_PAGE_OWNED] || pool->reserved.len != count[CORE_PAGE_RESERVED] ||
         pool->draining.len != count[CORE_PAGE_DRAINING])
         return fail(ctx, "list lengths disagree with the page records");
-    return check_index(ctx, count[CORE_PAGE_OWNED]);
+    return check_index(ctx, count[CORE_PAGE_OWNED]) || check_write_leases(ctx) ? -1 : 0;
 }
 
 int core_check(const core_t *core, char *err, size_t errlen)

@@ -502,6 +502,143 @@ void core_set_observer(core_t *core, core_observer_fn fn, void *ctx)
     core->observer_ctx = ctx;
 }
 
+/* --------------------------------------------------------- write leases */
+
+static size_t wlease_home(const core_pool_t *pool, uint32_t page)
+{
+    return (page * 0x9e3779b1u) & pool->wlease_mask;
+}
+
+static core_wlease *wlease_find(const core_pool_t *pool, uint32_t page)
+{
+    if (!pool->wleases)
+        return NULL;
+    for (size_t s = wlease_home(pool, page);; s = (s + 1) & pool->wlease_mask) {
+        if (pool->wleases[s].page == page)
+            return &pool->wleases[s];
+        if (pool->wleases[s].page == CORE_NIL)
+            return NULL;
+    }
+}
+
+static void wlease_place(core_pool_t *pool, core_wlease e)
+{
+    size_t s = wlease_home(pool, e.page);
+    while (pool->wleases[s].page != CORE_NIL)
+        s = (s + 1) & pool->wlease_mask;
+    pool->wleases[s] = e;
+}
+
+static core_wlease *wlease_get(core_pool_t *pool, uint32_t page)
+{
+    core_wlease *e = wlease_find(pool, page);
+    if (e)
+        return e;
+    if (!pool->wleases || (pool->nwleases + 1) * 2 > pool->wlease_mask + 1) {
+        core_wlease *old = pool->wleases;
+        size_t old_cap = old ? pool->wlease_mask + 1 : 0;
+        size_t cap = old_cap ? old_cap * 2 : 16;
+        pool->wleases = hf_xmalloc(cap * sizeof *pool->wleases);
+        for (size_t i = 0; i < cap; i++)
+            pool->wleases[i] = (core_wlease){CORE_NIL, 0, 0};
+        pool->wlease_mask = cap - 1;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].page != CORE_NIL)
+                wlease_place(pool, old[i]);
+        free(old);
+    }
+    pool->nwleases++;
+    wlease_place(pool, (core_wlease){page, 0, 0});
+    return wlease_find(pool, page);
+}
+
+/* Backward-shift deletion, as in the key index. */
+static void wlease_remove(core_pool_t *pool, core_wlease *e)
+{
+    size_t hole = (size_t)(e - pool->wleases);
+    pool->wleases[hole].page = CORE_NIL;
+    pool->nwleases--;
+    for (size_t s = (hole + 1) & pool->wlease_mask; pool->wleases[s].page != CORE_NIL;
+         s = (s + 1) & pool->wlease_mask) {
+        size_t home = wlease_home(pool, pool->wleases[s].page);
+        /* the entry may move to the hole if its home is not in (hole, s] */
+        if (((s - home) & pool->wlease_mask) >= ((s - hole) & pool->wlease_mask)) {
+            pool->wleases[hole] = pool->wleases[s];
+            pool->wleases[s].page = CORE_NIL;
+            hole = s;
+        }
+    }
+}
+
+/* The page leaves OWNED: its write lease (if any) goes with it; the record's
+ * deadline keeps the protection for draining. */
+static void wlease_drop(core_pool_t *pool, uint32_t page)
+{
+    core_wlease *e = pool->nwleases ? wlease_find(pool, page) : NULL;
+    if (e)
+        wlease_remove(pool, e);
+}
+
+/* One more writer of the OWNED `page`, protected until `end`. */
+static void wlease_add(core_pool_t *pool, uint32_t page, int64_t end)
+{
+    core_wlease *e = wlease_get(pool, page);
+    e->writers++;
+    if (end > e->end)
+        e->end = end;
+    if (pool->nwleases == 1 || end < pool->wlease_min)
+        pool->wlease_min = end;
+    core_page_rec *rec = core__rec(pool, page);
+    if (end > rec->deadline)
+        rec->deadline = end;
+}
+
+static void page_write_lease(core_pool_t *pool, uint32_t page, int64_t now)
+{
+    wlease_add(pool, page, now + pool->core->config.write_lease_ms);
+    pool->counters.write_leases++;
+    emit(pool, CORE_EV_WRITE_LEASE, page, now + pool->core->config.write_lease_ms);
+}
+
+/* A writer of the OWNED `page` confirmed it. The last one ends the lease:
+ * what is left is at most a read lease from now, which no read lease still
+ * running outlasts (each ends at most read_lease_ms after it was given). */
+static void page_write_done(core_pool_t *pool, uint32_t page, int64_t now)
+{
+    core_wlease *e = pool->nwleases ? wlease_find(pool, page) : NULL;
+    if (!e || --e->writers > 0)
+        return;
+    wlease_remove(pool, e);
+    core_page_rec *rec = core__rec(pool, page);
+    int64_t until = now + pool->core->config.read_lease_ms;
+    if (until < rec->deadline)
+        rec->deadline = until;
+    pool->counters.write_leases_ended++;
+    emit(pool, CORE_EV_WRITE_DONE, page, rec->deadline);
+}
+
+/* Drop the write leases whose end passed (their writers never confirmed). */
+static void wlease_expire(core_pool_t *pool, int64_t now)
+{
+    if (pool->nwleases == 0 || pool->wlease_min > now)
+        return;
+    int64_t min = INT64_MAX;
+    for (size_t s = 0; s <= pool->wlease_mask;) {
+        core_wlease *e = &pool->wleases[s];
+        if (e->page != CORE_NIL && e->end <= now) {
+            uint32_t page = e->page;
+            wlease_remove(pool, e); /* may shift a later entry into s: look again */
+            pool->counters.write_leases_expired++;
+            emit(pool, CORE_EV_WRITE_DONE, page, core__rec(pool, page)->deadline);
+            continue;
+        }
+        if (e->page != CORE_NIL && e->end < min)
+            min = e->end;
+        s++;
+    }
+    pool->wlease_min = min;
+}
+
 /* ---------------------------------------------------------- page states */
 
 static uint64_t pool_free_count(const core_pool_t *pool)
@@ -592,6 +729,7 @@ static void page_disown(core_pool_t *pool, uint32_t page, int64_t now)
     core_page_rec *rec = core__rec(pool, page);
     index_remove(pool, page);
     list_remove(pool, &pool->lru, page);
+    wlease_drop(pool, page);
     if (rec->deadline > now) {
         rec_drop_key(rec);
         rec->state = CORE_PAGE_DRAINING;
@@ -606,6 +744,26 @@ static void page_unreserve(core_pool_t *pool, uint32_t page)
 {
     list_remove(pool, &pool->reserved, page);
     page_free(pool, page);
+}
+
+/* A release: the page drains for the release grace, so that the same
+ * release, replayed by a client that did not see the answer, finds it
+ * DRAINING (refused, harmless) and never a page reserved for someone else. */
+static void page_release(core_pool_t *pool, uint32_t page, int64_t now)
+{
+    int64_t grace = pool->core->config.release_grace_ms;
+    if (grace <= 0) {
+        page_unreserve(pool, page);
+        return;
+    }
+    core_page_rec *rec = core__rec(pool, page);
+    list_remove(pool, &pool->reserved, page);
+    emit(pool, CORE_EV_FREE, page, 0);
+    rec_drop_key(rec);
+    rec->state = CORE_PAGE_DRAINING;
+    rec->deadline = now + grace;
+    list_insert_by_deadline(pool, &pool->draining, page);
+    emit(pool, CORE_EV_DRAIN, page, rec->deadline);
 }
 
 /* A use: the key moves to the most recently used end. */
@@ -640,6 +798,7 @@ void core_pool_expire(core_pool_t *pool, int64_t now)
         list_remove(pool, &pool->draining, page);
         page_free(pool, page);
     }
+    wlease_expire(pool, now);
 }
 
 /* ------------------------------------------------------ pools and core */
@@ -675,6 +834,7 @@ static void pool_release_memory(core_pool_t *pool)
     free(pool->chunks);
     free(pool->free_stack);
     free(pool->slots);
+    free(pool->wleases);
 }
 
 void core_clear_all(core_t *core)
@@ -887,6 +1047,7 @@ static uint32_t take_page(core_pool_t *pool, evict_scan *scan, int64_t now)
     }
     /* key.ext still points at the record's copy: demote before dropping it. */
     demote_in_other_ranks(pool, &key, now);
+    wlease_drop(pool, page); /* an ended lease not swept yet; a live one is never evicted */
     emit(pool, CORE_EV_FREE, page, 0);
     rec_drop_key(core__rec(pool, page));
     pool->counters.evictions++;
@@ -968,6 +1129,10 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
 
     /* Pass 2: new keys get pages, unless all-or-nothing cannot be met. */
     int give = mode == CORE_ALLOC_PARTIAL || can_take(pool, need, hits, now);
+    /* Write protection: vLLM rewrites every hit of an allocation that got
+     * all its new pages before it confirms them (core.h). */
+    bool lease_hits = mode == CORE_ALLOC_ALL_OR_NOTHING && give && hits > 0 &&
+                      pool->core->config.write_lease_ms > 0;
     evict_scan scan = {CORE_NIL, 0, hits, false};
     int64_t deadline = now + pool->core->config.reservation_ms;
     for (size_t i = 0; i < n; i++) {
@@ -980,6 +1145,8 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
         bool hit = pages[i] >= 0;
         if (existed)
             existed[i] = hit;
+        if (hit && lease_hits)
+            page_write_lease(pool, (uint32_t)pages[i], now);
         if (hit || !give)
             continue;
         uint32_t page = take_page(pool, &scan, now);
@@ -1005,7 +1172,8 @@ static void refuse(core_pool_t *pool, uint64_t *counters, core_refusal why, size
     (*refused)++;
 }
 
-static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, size_t *refused)
+static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, int64_t now,
+                        size_t *refused)
 {
     uint64_t *refusals = pool->counters.refused_confirms;
     if (!page_in_range(pool, page)) {
@@ -1025,7 +1193,8 @@ static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, si
         refuse(pool, refusals, CORE_REFUSE_OTHER_KEY, refused);
         return;
     }
-    if (rec->state == CORE_PAGE_OWNED) { /* re-confirm of a hit: a use, no change */
+    if (rec->state == CORE_PAGE_OWNED) { /* re-confirm of a hit: a use, ends a write */
+        page_write_done(pool, (uint32_t)page, now);
         page_touch(pool, (uint32_t)page);
         return;
     }
@@ -1039,7 +1208,7 @@ static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, si
     page_own(pool, (uint32_t)page);
 }
 
-static void release_one(core_pool_t *pool, int64_t page, size_t *refused)
+static void release_one(core_pool_t *pool, int64_t page, int64_t now, size_t *refused)
 {
     uint64_t *refusals = pool->counters.refused_releases;
     if (!page_in_range(pool, page)) {
@@ -1049,7 +1218,7 @@ static void release_one(core_pool_t *pool, int64_t page, size_t *refused)
     core_page_state state = (uint64_t)page < pool->touched ? core__rec(pool, (uint32_t)page)->state
                                                            : CORE_PAGE_FREE;
     if (state == CORE_PAGE_RESERVED) {
-        page_unreserve(pool, (uint32_t)page);
+        page_release(pool, (uint32_t)page, now);
         pool->counters.releases++;
     } else {
         refuse(pool, refusals, state == CORE_PAGE_OWNED ? CORE_REFUSE_OWNED : CORE_REFUSE_NOT_RESERVED,
@@ -1074,10 +1243,10 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
             }
             index_prefetch(pool, enc, m, false);
         }
-        confirm_one(pool, &enc[j], pages[i], &count);
+        confirm_one(pool, &enc[j], pages[i], now, &count);
     }
     for (size_t i = 0; i < nrel; i++)
-        release_one(pool, release[i], &count);
+        release_one(pool, release[i], now, &count);
     if (refused)
         *refused = count;
 }
@@ -1215,9 +1384,12 @@ int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_s
 
 /* --------------------------------------------------------------- stats */
 
-void core_pool_get_stats(const core_pool_t *pool, core_pool_stats *out)
+void core_pool_get_stats(const core_pool_t *pool, int64_t now, core_pool_stats *out)
 {
     *out = pool->counters;
+    out->write_leased = 0;
+    for (size_t s = 0; pool->nwleases && s <= pool->wlease_mask; s++)
+        out->write_leased += pool->wleases[s].page != CORE_NIL && pool->wleases[s].end > now;
     out->num_pages = pool->num_pages;
     out->free = pool_free_count(pool);
     out->reserved = pool->reserved.len;
@@ -1226,7 +1398,7 @@ void core_pool_get_stats(const core_pool_t *pool, core_pool_stats *out)
     out->touched = pool->touched;
 }
 
-void core_foreach_pool(const core_t *core, core_pool_visitor fn, void *ctx)
+void core_foreach_pool(const core_t *core, int64_t now, core_pool_visitor fn, void *ctx)
 {
     for (size_t n = 0; n < core->nns; n++) {
         const core_ns *ns = core->namespaces[n];
@@ -1234,7 +1406,7 @@ void core_foreach_pool(const core_t *core, core_pool_visitor fn, void *ctx)
             if (!ns->by_rank[r])
                 continue;
             core_pool_stats stats;
-            core_pool_get_stats(ns->by_rank[r], &stats);
+            core_pool_get_stats(ns->by_rank[r], now, &stats);
             fn(ctx, (hf_slice){ns->name, ns->name_len}, r, &stats);
         }
     }
@@ -1289,6 +1461,7 @@ static int apply_free(core_pool_t *pool, uint32_t page)
     case CORE_PAGE_OWNED:
         index_remove(pool, page);
         list_remove(pool, &pool->lru, page);
+        wlease_drop(pool, page);
         break;
     case CORE_PAGE_DRAINING: list_remove(pool, &pool->draining, page); break;
     default: return CORE_EINVAL;
@@ -1323,6 +1496,7 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
             rec->deadline = ev->deadline;
             index_remove(pool, page);
             list_remove(pool, &pool->lru, page);
+            wlease_drop(pool, page);
             rec_drop_key(rec);
         } else if (!(rec = apply_target(pool, ev->page, CORE_PAGE_FREE))) {
             return CORE_EINVAL;
@@ -1343,6 +1517,20 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
         list_remove(pool, &pool->lru, page);
         list_insert_after(pool, &pool->lru, CORE_NIL, page);
         return 0;
+    case CORE_EV_WRITE_LEASE:
+        if (!apply_target(pool, ev->page, CORE_PAGE_OWNED))
+            return CORE_EINVAL;
+        wlease_add(pool, page, ev->deadline);
+        return 0;
+    case CORE_EV_WRITE_DONE: {
+        core_wlease *e;
+        if (!(rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)) ||
+            !(e = wlease_find(pool, page)))
+            return CORE_EINVAL;
+        wlease_remove(pool, e);
+        rec->deadline = ev->deadline;
+        return 0;
+    }
     default:
         return CORE_EINVAL;
     }
@@ -1405,6 +1593,11 @@ static void walk_pool(const core_pool_t *pool, core_observer_fn fn, void *ctx)
         walk_emit(fn, ctx, pool, CORE_EV_OWN, p, 0);
         if (core__rec(pool, p)->deadline > 0)
             walk_emit(fn, ctx, pool, CORE_EV_USE, p, core__rec(pool, p)->deadline);
+    }
+    for (size_t s = 0; pool->nwleases && s <= pool->wlease_mask; s++) {
+        const core_wlease *e = &pool->wleases[s];
+        for (uint32_t w = 0; e->page != CORE_NIL && w < e->writers; w++)
+            walk_emit(fn, ctx, pool, CORE_EV_WRITE_LEASE, e->page, e->end);
     }
 }
 

@@ -9,7 +9,8 @@
  * Vocabulary
  *   pool      (namespace, rank): num_pages pages numbered 0..num_pages-1.
  *   page      FREE, RESERVED for a key until a deadline, OWNED by a key, or
- *             DRAINING: deleted or cleared while a read lease protected it; it
+ *             DRAINING: deleted or cleared while a read or write lease protected
+ *             it, or released (for the release grace); it
  *             belongs to no key and becomes FREE when the lease ends. DRAINING
  *             is how "frees their pages (after any read lease)" is kept.
  *   key       any non-empty byte string. A key owns at most one page per pool
@@ -54,6 +55,8 @@ typedef enum core_page_state {
 typedef struct core_config {
     int64_t reservation_ms; /* reservation lease (PROTOCOL default 600 s) */
     int64_t read_lease_ms;  /* read lease (PROTOCOL default 5 s) */
+    int64_t write_lease_ms; /* bound of a write lease on a hit; 0: hits are not protected */
+    int64_t release_grace_ms; /* a released page drains this long; 0: FREE at once */
     bool evict_lru;         /* eviction policy: true = lru, false = none */
     uint64_t max_pages;     /* largest num_pages accepted, <= CORE_MAX_PAGES_LIMIT */
     uint32_t max_ranks;     /* ranks are 0 .. max_ranks-1 */
@@ -73,10 +76,12 @@ typedef enum core_refusal {
 typedef struct core_pool_stats {
     uint64_t num_pages;
     uint64_t free, reserved, owned, draining; /* pages per state; owned == keys */
+    uint64_t write_leased;                     /* OWNED pages under a live write lease */
     uint64_t touched;                          /* pages ever handed out (high-water mark) */
     uint64_t hits, misses;                     /* allocate/exists/lookup outcomes */
     uint64_t reservations, confirmations, releases;
     uint64_t evictions, expired_reservations, duplicate_confirmations;
+    uint64_t write_leases, write_leases_ended, write_leases_expired;
     uint64_t refused_confirms[CORE_REFUSE_COUNT];
     uint64_t refused_releases[CORE_REFUSE_COUNT];
 } core_pool_stats;
@@ -127,12 +132,25 @@ typedef enum core_alloc_mode {
  * was OWNED (a hit). A key repeated within the call gets one answer. Keys
  * that are hits of the call are never evicted to make room for other keys of
  * the same call.
+ *
+ * Write protection (PROTOCOL "Write protection"): vLLM's connector rewrites
+ * every page that batch_allocate answers, hits included, and then confirms
+ * them all; SGLang's never rewrites a hit, and vLLM's writes nothing when
+ * any page is -1. So in ALL_OR_NOTHING mode, when every new key got a page,
+ * each hit gets a write lease: one more writer, and the page is protected
+ * (never evicted, drained if deleted) until write_lease_ms from now. The
+ * confirmation of (key, page) by one of its writers ends that writer's part;
+ * when the last one confirmed, the protection falls back to at most a read
+ * lease from now (never shorter than a read lease still running).
  */
 void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc_mode mode,
                   int64_t now, int64_t *pages, bool *existed);
 
 /*
  * Confirm (keys[i], pages[i]) for i < n, then release release[0..nrel-1].
+ * A released page drains for release_grace_ms before it is FREE again, so
+ * that a replayed release (the stock clients retry a POST whose answer they
+ * did not get) cannot free a page that another writer was given meanwhile.
  * Refused items change nothing and are counted in the pool's stats;
  * *refused (may be NULL) receives how many confirmations and releases were
  * refused in this call.
@@ -164,8 +182,9 @@ int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_s
 
 /* Pools, for stats: calls fn for each pool in (namespace, rank) order of creation. */
 typedef void (*core_pool_visitor)(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *stats);
-void core_foreach_pool(const core_t *core, core_pool_visitor fn, void *ctx);
-void core_pool_get_stats(const core_pool_t *pool, core_pool_stats *out);
+/* `now` decides which write leases are still live. */
+void core_foreach_pool(const core_t *core, int64_t now, core_pool_visitor fn, void *ctx);
+void core_pool_get_stats(const core_pool_t *pool, int64_t now, core_pool_stats *out);
 
 /* The state of one page; for tests, the invariant checker and snapshots.
  * key (may be NULL) receives the owning or reserving key (empty for FREE and
@@ -191,9 +210,12 @@ typedef enum core_event_type {
     CORE_EV_RESERVE,       /* FREE page -> RESERVED for `key` until `deadline` */
     CORE_EV_OWN,           /* RESERVED page -> OWNED by its key, most recently used */
     CORE_EV_FREE,          /* RESERVED, OWNED or DRAINING page -> FREE */
-    CORE_EV_DRAIN,         /* OWNED page -> DRAINING until `deadline` */
+    CORE_EV_DRAIN,         /* OWNED or FREE page -> DRAINING until `deadline` */
     CORE_EV_USE,           /* OWNED page -> most recently used; read lease ends at `deadline` */
     CORE_EV_DEMOTE,        /* OWNED page -> least recently used */
+    CORE_EV_WRITE_LEASE,   /* OWNED page: one more writer, protected until `deadline` */
+    CORE_EV_WRITE_DONE,    /* OWNED page: its write lease ended (last writer confirmed, or
+                            * its end passed); protected until `deadline` */
 } core_event_type;
 
 typedef struct core_event {
@@ -202,7 +224,7 @@ typedef struct core_event {
     uint32_t rank;
     uint64_t page;    /* page number, or num_pages for POOL_INIT */
     hf_slice key;     /* RESERVE only */
-    int64_t deadline; /* RESERVE, DRAIN, USE */
+    int64_t deadline; /* RESERVE, DRAIN, USE, WRITE_LEASE, WRITE_DONE */
 } core_event;
 
 typedef void (*core_observer_fn)(void *ctx, const core_event *ev);
@@ -223,7 +245,8 @@ void core_apply_finish(core_t *core);
  * Report the whole current state to fn as the events that rebuild it (for
  * snapshots): per pool POOL_INIT, then reservations, then owned pages from
  * least to most recently used (RESERVE + OWN, and USE if read-leased), then
- * draining pages (DRAIN of a FREE page, which only replay accepts).
+ * a WRITE_LEASE per writer of each write lease, then draining pages (DRAIN
+ * of a FREE page, which only replay accepts).
  */
 void core_walk_state(const core_t *core, core_observer_fn fn, void *ctx);
 

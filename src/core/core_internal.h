@@ -34,6 +34,17 @@
  *   draining  DRAINING pages, sorted by deadline.
  *   A page is on exactly the list of its state (FREE: the free stack, or
  *   above the mark).
+ *
+ * Write leases (PROTOCOL "Write protection")
+ *   Pages under a write lease are few (those being rewritten right now), so
+ *   they live in a small per-pool table, not in the 54-byte record: open
+ *   addressing on the page number, linear probing, backward-shift deletion,
+ *   load <= 1/2. An entry holds how many writers were answered the page and
+ *   not yet confirmed, and when the lease ends. The lease's protection
+ *   itself is in the record: its deadline is at least the lease's end, so
+ *   eviction, demotion and draining see one deadline, as for read leases.
+ *   Every entry names an OWNED page; an entry whose end passed is dropped by
+ *   the next core_pool_expire (wlease_min is a lower bound of the ends).
  */
 #ifndef HF_CORE_INTERNAL_H
 #define HF_CORE_INTERNAL_H
@@ -68,6 +79,12 @@ typedef struct __attribute__((packed)) core_page_rec {
     int64_t deadline; /* reservation end, read-lease end, or drain end */
 } core_page_rec;
 
+typedef struct core_wlease {
+    uint32_t page;    /* CORE_NIL: empty slot */
+    uint32_t writers; /* answered the page as a hit, not confirmed yet */
+    int64_t end;      /* the lease ends then, whatever writers says */
+} core_wlease;
+
 typedef struct core_list {
     uint32_t head, tail;
     uint64_t len;
@@ -98,6 +115,12 @@ struct core_pool {
     size_t nkeys;
 
     core_list lru, reserved, draining;
+
+    core_wlease *wleases; /* write leases (see above); NULL until the first */
+    size_t wlease_mask;
+    size_t nwleases;
+    int64_t wlease_min;
+
     core_pool_stats counters; /* the counter fields only; gauges are computed */
 };
 

@@ -52,6 +52,8 @@ typedef struct server_options {
     uint64_t idle_timeout_s;
     double reservation_timeout_s;
     double read_lease_s;
+    double write_lease_s; /* < 0: the reservation timeout */
+    double release_grace_s;
     bool evict_lru;
     bool debug_api;
     const char *persistence_path;
@@ -82,6 +84,8 @@ static const server_options defaults = {
     .idle_timeout_s = 60,
     .reservation_timeout_s = 600,
     .read_lease_s = 5,
+    .write_lease_s = -1,
+    .release_grace_s = 10,
     .evict_lru = true,
     .save_interval_s = 60,
     .data_dir = "./hf3fs-metad-data",
@@ -97,7 +101,7 @@ enum {
     OPT_RESERVATION_TIMEOUT, OPT_READ_LEASE, OPT_EVICTION, OPT_DEBUG_API, OPT_PERSISTENCE_PATH,
     OPT_SAVE_INTERVAL, OPT_IN_MEMORY, OPT_LOG_LEVEL, OPT_AUTH_TOKEN_FILE, OPT_ACCESS_LOG,
     OPT_LOG_SUMMARY_INTERVAL, OPT_DATA_DIR, OPT_FSYNC, OPT_SNAPSHOT_LOG_BYTES, OPT_SALVAGE,
-    OPT_HELP,
+    OPT_WRITE_LEASE, OPT_RELEASE_GRACE, OPT_HELP,
 };
 
 static const struct option long_options[] = {
@@ -114,6 +118,8 @@ static const struct option long_options[] = {
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"reservation-timeout", required_argument, NULL, OPT_RESERVATION_TIMEOUT},
     {"read-lease", required_argument, NULL, OPT_READ_LEASE},
+    {"write-lease", required_argument, NULL, OPT_WRITE_LEASE},
+    {"release-grace", required_argument, NULL, OPT_RELEASE_GRACE},
     {"eviction", required_argument, NULL, OPT_EVICTION},
     {"debug-api", no_argument, NULL, OPT_DEBUG_API},
     {"persistence-path", required_argument, NULL, OPT_PERSISTENCE_PATH},
@@ -151,6 +157,12 @@ static void usage(FILE *out)
         "  --max-pages N               largest num_pages of a pool (default %llu)\n"
         "  --reservation-timeout SECS  reservation lease, decimals allowed (default 600)\n"
         "  --read-lease SECS           read lease, decimals allowed, 0 none (default 5)\n"
+        "  --write-lease SECS          longest protection of a vLLM allocation hit that is\n"
+        "                              being rewritten (its confirmation ends it sooner);\n"
+        "                              0 none (default: the reservation timeout)\n"
+        "  --release-grace SECS        a released page is reused only after this long, so a\n"
+        "                              retried release cannot free another writer's page;\n"
+        "                              0 none (default 10)\n"
         "  --eviction lru|none         evict least recently used keys when full (default lru)\n"
         "  --debug-api                 serve GET /v1/check (walks every pool; for tests)\n"
         "  --data-dir DIR              keep the state (write-ahead log and snapshots) in DIR\n"
@@ -241,6 +253,8 @@ static void parse_flag(server_options *o, int id, const char *arg)
         o->reservation_timeout_s = parse_seconds(flag, arg, 0.001, 1e9);
         break;
     case OPT_READ_LEASE: o->read_lease_s = parse_seconds(flag, arg, 0, 1e9); break;
+    case OPT_WRITE_LEASE: o->write_lease_s = parse_seconds(flag, arg, 0, 1e9); break;
+    case OPT_RELEASE_GRACE: o->release_grace_s = parse_seconds(flag, arg, 0, 1e9); break;
     case OPT_EVICTION:
         if (strcmp(arg, "lru") != 0 && strcmp(arg, "none") != 0)
             bad_flag(flag, arg, "lru or none");
@@ -328,11 +342,18 @@ static int64_t seconds_to_ms(double seconds)
     return (int64_t)(seconds * 1000.0 + 0.5);
 }
 
+static double write_lease_s(const server_options *o)
+{
+    return o->write_lease_s < 0 ? o->reservation_timeout_s : o->write_lease_s;
+}
+
 static core_config core_config_from(const server_options *o)
 {
     return (core_config){
         .reservation_ms = seconds_to_ms(o->reservation_timeout_s),
         .read_lease_ms = seconds_to_ms(o->read_lease_s),
+        .write_lease_ms = seconds_to_ms(write_lease_s(o)),
+        .release_grace_ms = seconds_to_ms(o->release_grace_s),
         .evict_lru = o->evict_lru,
         .max_pages = o->max_pages,
         .max_ranks = (uint32_t)o->max_ranks,
@@ -460,12 +481,14 @@ static void log_settings(const server_options *o, uint16_t port)
             "hf3fs-metad listening on http://%s%s%s:%u (threads %" PRIu64 ", max-connections %"
             PRIu64 ", idle-timeout %" PRIu64 " s, max-body-bytes %" PRIu64 ", max-header-bytes %"
             PRIu64 ", max-keys %" PRIu64 ", max-key-bytes %" PRIu64 ", max-ranks %" PRIu64
-            ", max-pages %" PRIu64 ", reservation-timeout %g s, read-lease %g s, eviction %s, "
+            ", max-pages %" PRIu64 ", reservation-timeout %g s, read-lease %g s, write-lease %g s, "
+            "release-grace %g s, eviction %s, "
             "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s)",
             v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
             o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys,
             o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s,
-            o->read_lease_s, o->evict_lru ? "lru" : "none", o->debug_api ? "on" : "off",
+            o->read_lease_s, write_lease_s(o), o->release_grace_s, o->evict_lru ? "lru" : "none",
+            o->debug_api ? "on" : "off",
             log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
             o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
             o->access_log ? "on" : "off", o->log_summary_interval_s);

@@ -43,7 +43,8 @@ static store_mem *mem_of(store_t *s)
  * log records to the writer before the lock is released (so the log order
  * is the lock order) and then, for a change, waits without the lock until
  * they are durable: a change whose records could not be made durable is
- * answered STORE_EUNAVAILABLE, never success.
+ * answered STORE_EUNCERTAIN (it took effect in memory, and a repaired log
+ * may keep it), never success.
  */
 static int op_begin(store_mem *m, bool change)
 {
@@ -60,7 +61,7 @@ static int op_end(store_mem *m, bool change, int rc)
     uint64_t lsn = m->wal ? wal_publish(m->wal, change) : 0;
     pthread_mutex_unlock(&m->lock);
     if (m->wal && change && wal_wait(m->wal, lsn) != WAL_OK)
-        return STORE_EUNAVAILABLE;
+        return STORE_EUNCERTAIN;
     return rc;
 }
 
@@ -170,7 +171,7 @@ static int mem_complete_locations(store_t *s, hf_slice ns, uint32_t rank, const 
 static int mem_stats(store_t *s, store_stats_visitor fn, void *ctx)
 {
     int rc;
-    LOCKED(s, READ, rc, core_foreach_pool(core, fn, ctx));
+    LOCKED(s, READ, rc, core_foreach_pool(core, now, fn, ctx));
     return rc;
 }
 
@@ -290,6 +291,11 @@ const char *store_strerror(int err)
         return "the write-ahead log failed (disk full or I/O error: see GET /health and the "
                "server log), so this change was not acknowledged and changes are refused until "
                "the log is repaired; reads still work";
+    case STORE_EUNCERTAIN:
+        return "the write-ahead log failed while this change was being made durable (disk full "
+               "or I/O error: see GET /health and the server log): the change may or may not "
+               "survive a restart, and changes are refused until the log is repaired; check the "
+               "state before repeating it";
     default: return "unknown store error";
     }
 }

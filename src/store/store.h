@@ -25,7 +25,11 @@ enum {
     STORE_ENOPOOL = -1,      /* pool not initialized */
     STORE_EINVAL = -2,       /* argument out of range (num_pages, rank) */
     STORE_ENOMEM = -3,
-    STORE_EUNAVAILABLE = -4, /* the engine cannot accept changes now (e.g. its log failed) */
+    STORE_EUNAVAILABLE = -4, /* the engine cannot accept changes now (e.g. its log failed);
+                              * nothing changed, so the request may be sent again */
+    STORE_EUNCERTAIN = -5,   /* the change may have taken effect but was not made durable
+                              * (its log failed meanwhile, or its reply was lost): it must
+                              * not be answered with a status that clients retry */
 };
 
 const char *store_strerror(int err);

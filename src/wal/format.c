@@ -99,7 +99,7 @@ int wal__header_decode(const uint8_t *p, size_t len, wal_file_header *h)
     h->lsn = get64(p + 24);
     h->time_base = (int64_t)get64(p + 32);
     h->salt = get32(p + 40);
-    if (h->version != WAL_VERSION)
+    if (h->version < WAL_VERSION_OLDEST || h->version > WAL_VERSION)
         return WAL_HDR_BAD_VERSION;
     return WAL_HDR_OK;
 }
@@ -527,14 +527,16 @@ void wal__enc_event(void *ctx, const core_event *ev)
     static const uint8_t types[] = {
         [CORE_EV_RESERVE] = WAL_REC_RESERVE, [CORE_EV_OWN] = WAL_REC_OWN,
         [CORE_EV_FREE] = WAL_REC_FREE,       [CORE_EV_DRAIN] = WAL_REC_DRAIN,
-        [CORE_EV_DEMOTE] = WAL_REC_DEMOTE,
+        [CORE_EV_DEMOTE] = WAL_REC_DEMOTE,   [CORE_EV_WRITE_LEASE] = WAL_REC_WRITE_LEASE,
+        [CORE_EV_WRITE_DONE] = WAL_REC_WRITE_DONE,
     };
     if ((size_t)ev->type >= sizeof types || types[ev->type] == 0)
         abort(); /* an event type this log does not know: a bug */
     body_start(e, types[ev->type]);
     put_varint(&e->body, id);
     put_varint(&e->body, ev->page);
-    if (ev->type == CORE_EV_RESERVE || ev->type == CORE_EV_DRAIN)
+    if (ev->type == CORE_EV_RESERVE || ev->type == CORE_EV_DRAIN ||
+        ev->type == CORE_EV_WRITE_LEASE || ev->type == CORE_EV_WRITE_DONE)
         put_deadline(&e->body, e->time_base, ev->deadline);
     if (ev->type == CORE_EV_RESERVE)
         put_key(&e->body, ev->key);
@@ -642,10 +644,11 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
         rc = dec_use(d, &r, &ev, fn, ctx);
         break;
     case WAL_REC_RESERVE: case WAL_REC_OWN: case WAL_REC_FREE: case WAL_REC_DRAIN:
-    case WAL_REC_DEMOTE: case WAL_REC_OWNED: {
+    case WAL_REC_DEMOTE: case WAL_REC_OWNED: case WAL_REC_WRITE_LEASE: case WAL_REC_WRITE_DONE: {
         uint64_t id = get_varint(&r);
         ev.page = get_varint(&r);
-        if (type == WAL_REC_RESERVE || type == WAL_REC_DRAIN)
+        if (type == WAL_REC_RESERVE || type == WAL_REC_DRAIN || type == WAL_REC_WRITE_LEASE ||
+            type == WAL_REC_WRITE_DONE)
             ev.deadline = get_deadline(&r, d->time_base);
         if (type == WAL_REC_RESERVE || type == WAL_REC_OWNED)
             ev.key = get_key(&r, &d->key);
@@ -657,6 +660,8 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
             [WAL_REC_RESERVE] = CORE_EV_RESERVE, [WAL_REC_OWN] = CORE_EV_OWN,
             [WAL_REC_FREE] = CORE_EV_FREE,       [WAL_REC_DRAIN] = CORE_EV_DRAIN,
             [WAL_REC_DEMOTE] = CORE_EV_DEMOTE,   [WAL_REC_OWNED] = CORE_EV_RESERVE,
+            [WAL_REC_WRITE_LEASE] = CORE_EV_WRITE_LEASE,
+            [WAL_REC_WRITE_DONE] = CORE_EV_WRITE_DONE,
         };
         ev.type = kinds[type];
         rc = fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;

@@ -16,7 +16,8 @@
 #include "core/core.h"
 #include "util/slice.h"
 
-#define WAL_VERSION 1
+#define WAL_VERSION 2         /* written; WAL_VERSION_OLDEST.. are read */
+#define WAL_VERSION_OLDEST 1  /* version 1 lacks WRITE_LEASE and WRITE_DONE */
 #define WAL_HEADER_SIZE 48
 #define WAL_MAGIC_LOG "HF3FSLOG"
 #define WAL_MAGIC_SNAPSHOT "HF3FSSNP"
@@ -37,6 +38,8 @@ enum {
     WAL_REC_DEMOTE = 8,
     WAL_REC_OWNED = 9,
     WAL_REC_END = 10,
+    WAL_REC_WRITE_LEASE = 11,
+    WAL_REC_WRITE_DONE = 12,
 };
 
 /* ---------------------------------------------------------------- buffers */

@@ -265,8 +265,8 @@ static int check_header(recovery *R, const dir_file *f, const mapped *m, wal_fil
         return fail(R, WAL_EFOREIGN, "%s/%s is not an hf3fs-metad file (unknown magic number): "
                     "refusing to use this data directory", dir, f->name);
     case WAL_HDR_BAD_VERSION:
-        return fail(R, WAL_EFOREIGN, "%s/%s has format version %u; this build reads version %d",
-                    dir, f->name, h->version, WAL_VERSION);
+        return fail(R, WAL_EFOREIGN, "%s/%s has format version %u; this build reads versions "
+                    "%d to %d", dir, f->name, h->version, WAL_VERSION_OLDEST, WAL_VERSION);
     case WAL_HDR_SHORT:
         return damage(R, f->name, 0, "the snapshot is shorter than its header") ? WAL_EDAMAGED
                                                                                   : 1;
@@ -644,7 +644,7 @@ static void log_start(recovery *R, int64_t ms)
 {
     wal_t *w = R->w;
     state_count c = {0, 0, 0};
-    core_foreach_pool(w->core, count_pool, &c);
+    core_foreach_pool(w->core, 0, count_pool, &c);
     if (R->fresh) {
         log_msg(LOG_INFO, "data directory %s: new and empty (fsync %s)", w->dir,
                 wal_fsync_name(w->opt.fsync));

@@ -28,7 +28,7 @@
  *
  * FILE HEADER (segments and snapshots; 48 bytes, integers little-endian)
  *    0   8  magic: "HF3FSLOG" (segment) or "HF3FSSNP" (snapshot)
- *    8   4  format version: 1
+ *    8   4  format version: 2 (version 1, without types 11 and 12, is read too)
  *   12   4  flags: bit 0 RECOVERY (segment begun by a repair, see FAILURES)
  *   16   8  seq: a segment's number (also in its name); for a snapshot the
  *           number of the segment that continues it
@@ -64,6 +64,10 @@
  *    8    DEMOTE     pool, page                    DEMOTE
  *    9    OWNED      pool, page, key               RESERVE (no deadline) + OWN
  *   10    END        record count                  end of a snapshot
+ *   11    WRITE_LEASE pool, page, deadline         WRITE_LEASE (one writer more)
+ *   12    WRITE_DONE pool, page, deadline          WRITE_DONE (the last writer
+ *                                                  confirmed; page protected
+ *                                                  until deadline)
  *   `pool` is a small id: POOL_INIT gives it to (namespace, rank); the live
  *   log numbers pools 0, 1, 2... and starts again after CLEAR_ALL; a
  *   snapshot keeps the ids of the log it continues. USE events of one pool

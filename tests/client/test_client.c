@@ -1313,12 +1313,13 @@ static void test_live_vllm_confirm_releases_unused_reserved_pages(void)
     CHECK(live_pool(c, "kv", 0, &st));
     CHECK_I64(st.reserved, 0);
     CHECK_I64(st.owned, 1);
-    CHECK_I64(st.free, 7);
+    CHECK_I64(st.free, 6);
+    CHECK_I64(st.draining, 1); /* the released page, for the release grace */
     CHECK_I64(st.keys, 1);
     /* a release alone, and a confirmation that matches no reservation: harmless */
     CHECK_RC(c, hf3fs_meta_vllm_confirm_write(c, 0, NULL, NULL, 0, &pages[1], 1), 0);
     CHECK_RC(c, hf3fs_meta_vllm_confirm_write(c, 0, &keys[1], &pages[1], 1, NULL, 0), 0);
-    CHECK(live_pool(c, "kv", 0, &st) && st.owned == 1 && st.free == 7);
+    CHECK(live_pool(c, "kv", 0, &st) && st.owned == 1 && st.free + st.draining == 7);
 done:
     hf3fs_meta_close(c);
 }
@@ -1440,7 +1441,8 @@ static void test_live_sglang_partial_allocation_and_release(void)
     CHECK_RC(c, hf3fs_meta_sglang_reserve_and_allocate(c, 0, "p", keys, 3, existed, pages), 0);
     CHECK(pages[0] >= 0 && pages[1] >= 0 && pages[2] == -1);
     CHECK_RC(c, hf3fs_meta_sglang_confirm_write(c, 0, "p", keys, pages, 1, &pages[1], 1), 0);
-    CHECK(live_pool(c, "p", 0, &st) && st.owned == 1 && st.reserved == 0 && st.free == 1);
+    CHECK(live_pool(c, "p", 0, &st) && st.owned == 1 && st.reserved == 0 &&
+          st.free + st.draining == 1);
 done:
     hf3fs_meta_close(c);
 }

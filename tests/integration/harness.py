@@ -83,12 +83,13 @@ def _tail(text, limit=4000):
 class Server:
     """One hf3fs-metad process. Use as a context manager, or start()/stop()."""
 
-    def __init__(self, *flags, debug_api=True, persistence=True):
+    def __init__(self, *flags, debug_api=True, persistence=True, port=None):
         self.flags = [str(f) for f in flags]
         self.debug_api = debug_api
         self.persistence = persistence
         self.proc = None
         self.port = None
+        self.fixed_port = port  # a restart on the port of an earlier server
         self.workdir = None
         self._stderr_path = None
         self._clients = []
@@ -99,7 +100,7 @@ class Server:
         last_error = None
         for _attempt in range(5):
             self.workdir = tempfile.mkdtemp(prefix="hf3fs-metad-test-")
-            self.port = free_port()
+            self.port = self.fixed_port or free_port()
             args = WRAPPER + [os.path.abspath(BIN), "--host", "127.0.0.1", "--port", str(self.port)]
             if self.persistence:
                 args += ["--persistence-path", os.path.join(self.workdir, "data")]
@@ -121,8 +122,8 @@ class Server:
                 died = self.proc.poll() is not None
                 self._reap()
                 text = str(e).lower()
-                if died and ("address already in use" in text or "eaddrinuse" in text
-                             or "bind" in text):
+                busy = "address already in use" in text or "eaddrinuse" in text or "bind" in text
+                if died and busy and not self.fixed_port:
                     self._cleanup_dir()
                     continue  # somebody took the port: try another one
                 self._cleanup_dir()

@@ -202,11 +202,11 @@ def test_reservation_deadlines_are_wall_clock_so_a_restart_neither_extends_nor_c
         srv.stop()
 
 
-def test_a_failing_write_answers_503_with_detail_reads_go_on_and_nothing_acknowledged_is_lost():
+def test_a_failing_write_answers_507_then_503_with_detail_reads_go_on_and_nothing_acked_is_lost():
     check_fault("write-fail-after=0,snapshot-fail")
 
 
-def test_a_failing_sync_answers_503_with_detail_reads_go_on_and_nothing_acknowledged_is_lost():
+def test_a_failing_sync_answers_507_then_503_with_detail_reads_go_on_and_nothing_acked_is_lost():
     check_fault("sync-fail-after=0,snapshot-fail")
 
 
@@ -224,6 +224,13 @@ def check_fault(items):
             v_confirm(c, 0, [(key, page)])
             acked[key] = page
         open(full, "w").close()  # the disk fails
+        # The change that meets the failure took effect in memory: 507, which
+        # the stock clients do not resend (they resend on 500/502/503/504).
+        r = c.post("/keys/batch_allocate", {"rank": 0, "keys": ["uncertain-1"]})
+        body = expect_error(r, 507)
+        expect_true("may or may not survive" in body["detail"],
+                    "the 507 says why: %r" % body["detail"])
+        # Later changes are refused before anything changes: 503, retryable.
         r = c.post("/keys/batch_allocate", {"rank": 0, "keys": ["refused-1"]})
         body = expect_error(r, 503)
         expect_true("write-ahead log" in body["detail"],
@@ -268,7 +275,7 @@ def test_a_failing_disk_at_kill_9_time_loses_nothing_acknowledged():
             s_confirm(c, 0, [("k%d" % i, page)])
             acked["k%d" % i] = page
         open(full, "w").close()
-        expect_error(c.post("/0/reserve_and_allocate_page_indices", {"keys": [["z", ""]]}), 503)
+        expect_error(c.post("/0/reserve_and_allocate_page_indices", {"keys": [["z", ""]]}), 507)
         kill9(srv)  # while the log is failed: a restart is the other way to recover
         os.unlink(full)
         srv = d.start()

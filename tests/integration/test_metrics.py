@@ -115,8 +115,8 @@ def test_pool_page_gauges_and_keys_follow_allocate_confirm_and_release():
         expect_eq([pages(s, "free"), pages(s, "reserved")], [1, 3], "after allocating 3")
         v_confirm(c, 0, [("a", p[0]), ("b", p[1])], release=[p[2]])
         _, s = scrape(srv)
-        expect_eq([pages(s, st) for st in ("free", "reserved", "owned")], [2, 0, 2],
-                  "after confirming 2 and releasing 1")
+        expect_eq([pages(s, st) for st in ("free", "reserved", "owned", "draining")],
+                  [1, 0, 2, 1], "after confirming 2 and releasing 1 (it drains for the grace)")
         expect_eq(pool(s, "hf3fs_metad_pool_keys"), 2, "keys")
         expect_eq(pool(s, "hf3fs_metad_pool_reservations_total"), 3, "reservations")
         expect_eq(pool(s, "hf3fs_metad_pool_confirmations_total"), 2, "confirmations")

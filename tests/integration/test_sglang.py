@@ -106,7 +106,9 @@ def test_sglang_allocation_is_partial_when_pool_too_small():
         expect_eq((st["free"], st["reserved"]), (0, 3), "(free, reserved)")
         # the client releases what it does not use; nothing leaks
         s_confirm(c, 0, [("a", pages[0])], release=pages[1:3])
-        expect_eq(pool_states(srv.stats(), "kv", 0), (3, 2, 0, 1, 0, 1), "after release")
+        # released pages drain for the release grace (a replayed release finds them
+        # DRAINING), then become free
+        expect_eq(pool_states(srv.stats(), "kv", 0), (3, 0, 0, 1, 2, 1), "after release")
 
 
 def test_sglang_partial_allocation_evicts_lru_for_what_it_can():
@@ -265,7 +267,7 @@ def test_sglang_confirm_write_lists_are_optional():
         expect_no_body(c.post("/0/confirm_write", {}), 204)
         expect_no_body(c.post("/0/confirm_write", {"written_keys_to_confirm": [["a", pa]]}), 204)
         expect_no_body(c.post("/0/confirm_write", {"pages_to_release": [pb]}), 204)
-        expect_eq(pool_states(srv.stats(), "kv", 0), (4, 3, 0, 1, 0, 1), "pool")
+        expect_eq(pool_states(srv.stats(), "kv", 0), (4, 2, 0, 1, 1, 1), "pool (released: draining)")
         expect_eq(s_pages(c, 0, ["a", "b"]), [pa, None], "indices")
 
 
@@ -277,7 +279,8 @@ def test_sglang_confirm_then_release_in_one_request():
         s_confirm(c, 0, [("a", pa)], release=[pa, pb])
         expect_eq(s_pages(c, 0, ["a", "b"]), [pa, None], "a confirmed, b released")
         st = srv.stats()[("kv", 0)]
-        expect_eq((st["owned"], st["free"], st["reserved"]), (1, 3, 0), "(owned, free, reserved)")
+        expect_eq((st["owned"], st["free"], st["reserved"], st["draining"]), (1, 2, 0, 1),
+                  "(owned, free, reserved, draining: the released page)")
         expect_eq(st["refused_releases"]["owned"], 1, "release of an owned page refused")
 
 

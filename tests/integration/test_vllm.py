@@ -426,15 +426,18 @@ def test_vllm_get_locations_is_null_for_reserved_unconfirmed_keys():
         expect_eq(v_exists(c, ["r"]), [False], "exists")
 
 
-def test_vllm_pages_to_release_frees_reserved_pages():
-    with Server("--eviction", "none") as srv:
+def test_vllm_pages_to_release_frees_reserved_pages_after_the_release_grace():
+    with Server("--eviction", "none", "--release-grace", "0.3") as srv:
         c = srv.client()
         v_init(c, 0, 2)
         pa, pb = v_alloc(c, 0, ["a", "b"])
         v_confirm(c, 0, [("a", pa)], release=[pb])
         st = stats_of(srv)
-        expect_eq((st["free"], st["reserved"], st["owned"], st["releases"]), (1, 0, 1, 1),
+        expect_eq((st["free"] + st["draining"], st["reserved"], st["owned"], st["releases"]),
+                  (1, 0, 1, 1),
                   "(free, reserved, owned, releases)")
+        expect_eq(v_alloc(c, 0, ["c"]), [-1], "the released page is not reused during the grace")
+        time.sleep(0.4)
         expect_eq(v_alloc(c, 0, ["c"]), [pb], "the released page is the only free one")
         expect_eq(v_exists(c, ["b"]), [False], "released key is not present")
 

@@ -84,7 +84,7 @@ static int64_t own(core_pool_t *pool, const char *key, int64_t now)
 static core_pool_stats stats(core_pool_t *pool)
 {
     core_pool_stats st;
-    core_pool_get_stats(pool, &st);
+    core_pool_get_stats(pool, 0, &st);
     return st;
 }
 
@@ -742,6 +742,123 @@ TEST(key_index_removal_keeps_every_key_findable_for_every_tag_width)
     }
 }
 
+/* ------------------------------------------------ write protection (issue 11) */
+
+static core_config lease_config(void)
+{
+    core_config cfg = test_config();
+    cfg.read_lease_ms = 100;
+    cfg.write_lease_ms = 1000;
+    cfg.release_grace_ms = 300;
+    return cfg;
+}
+
+/* vLLM rewrites hit `a` (pool of 2 pages: a, then x in b's evicted page);
+ * x is confirmed at once, a's writer has not confirmed yet. */
+static core_pool_t *pool_with_a_being_rewritten(int64_t *pa, int64_t *px)
+{
+    setup(lease_config());
+    core_pool_t *pool = make_pool(KV, 0, 2);
+    *pa = own(pool, "a", 0);
+    own(pool, "b", 0);
+    hf_slice ks[2] = {K("a"), K("x")};
+    int64_t pages[2];
+    core_allocate(pool, ks, 2, CORE_ALLOC_ALL_OR_NOTHING, 10, pages, NULL);
+    CHECK_EQ(pages[0], *pa);
+    CHECK(pages[1] >= 0);
+    *px = pages[1];
+    CHECK_EQ(confirm1(pool, "x", *px, 10), 0);
+    CK();
+    return pool;
+}
+
+TEST(a_rewritten_hit_is_not_evicted_until_its_writer_confirms)
+{
+    int64_t pa, px;
+    core_pool_t *pool = pool_with_a_being_rewritten(&pa, &px);
+    CHECK_EQ(stats(pool).write_leased, 1);
+    /* a is the least recently used key, but its page is being written */
+    CHECK_EQ(alloc1(pool, "y", CORE_ALLOC_PARTIAL, 20), px);
+    CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 30), -1);
+    CK();
+    /* the confirmation ends the write; what is left is at most a read lease */
+    CHECK_EQ(confirm1(pool, "a", pa, 40), 0);
+    CHECK_EQ(stats(pool).write_leased, 0);
+    CHECK_EQ(stats(pool).write_leases_ended, 1);
+    CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 139), -1);
+    CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 141), pa);
+    CK();
+}
+
+TEST(a_write_lease_whose_writer_never_confirms_ends_at_the_write_lease_bound)
+{
+    int64_t pa, px;
+    core_pool_t *pool = pool_with_a_being_rewritten(&pa, &px);
+    CHECK_EQ(alloc1(pool, "y", CORE_ALLOC_PARTIAL, 20), px);
+    CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 1009), -1);
+    CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 1010), pa);
+    CHECK_EQ(stats(pool).write_leases_expired, 1);
+    CHECK_EQ(stats(pool).write_leased, 0);
+    CK();
+}
+
+TEST(a_write_lease_ends_only_when_every_writer_of_the_hit_confirmed)
+{
+    int64_t pa, px;
+    core_pool_t *pool = pool_with_a_being_rewritten(&pa, &px);
+    /* a second vLLM writer rewrites a too */
+    CHECK_EQ(alloc1(pool, "a", CORE_ALLOC_ALL_OR_NOTHING, 15), pa);
+    CHECK_EQ(confirm1(pool, "a", pa, 20), 0);
+    CHECK_EQ(stats(pool).write_leased, 1); /* the other writer is still writing */
+    CHECK_EQ(alloc1(pool, "y", CORE_ALLOC_PARTIAL, 200), px);
+    CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 200), -1);
+    CHECK_EQ(confirm1(pool, "a", pa, 300), 0);
+    CHECK_EQ(stats(pool).write_leased, 0);
+    CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 401), pa);
+    CK();
+}
+
+TEST(hits_get_no_write_lease_from_sglang_nor_from_a_vllm_allocation_that_failed)
+{
+    setup(lease_config());
+    core_pool_t *pool = make_pool(KV, 0, 1);
+    int64_t pa = own(pool, "a", 0);
+    /* SGLang never rewrites a hit */
+    CHECK_EQ(alloc1(pool, "a", CORE_ALLOC_PARTIAL, 10), pa);
+    CHECK_EQ(stats(pool).write_leased, 0);
+    /* vLLM writes nothing when a new key gets no page: [a, n] with no room
+     * for n (a is a hit of the call, never evicted for it) */
+    hf_slice ks[2] = {K("a"), K("n")};
+    int64_t pages[2];
+    core_allocate(pool, ks, 2, CORE_ALLOC_ALL_OR_NOTHING, 20, pages, NULL);
+    CHECK_EQ(pages[0], pa);
+    CHECK_EQ(pages[1], -1);
+    CHECK_EQ(stats(pool).write_leased, 0);
+    CHECK_EQ(alloc1(pool, "b", CORE_ALLOC_PARTIAL, 30), pa); /* a is evictable */
+    CK();
+}
+
+TEST(a_released_page_drains_for_the_grace_so_a_replayed_release_cannot_free_another_writers_page)
+{
+    setup(lease_config());
+    core_pool_t *pool = make_pool(KV, 0, 1);
+    int64_t p = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
+    size_t refused = 99;
+    core_confirm(pool, NULL, NULL, 0, &p, 1, 10, &refused);
+    CHECK_EQ(refused, 0);
+    CHECK_EQ(stats(pool).draining, 1);
+    CHECK_EQ(alloc1(pool, "b", CORE_ALLOC_PARTIAL, 309), -1); /* not reused during the grace */
+    /* the same release again (a client retrying): refused, changes nothing */
+    core_confirm(pool, NULL, NULL, 0, &p, 1, 20, &refused);
+    CHECK_EQ(refused, 1);
+    CHECK_EQ(alloc1(pool, "b", CORE_ALLOC_PARTIAL, 310), p);
+    /* replayed after the grace: b's reservation is not released by a's retry
+     * unless b's writer asks; a release names only a page, so the grace is
+     * what keeps a late replay from reaching b (a retry comes within seconds) */
+    CHECK_EQ(stats(pool).reserved, 1);
+    CK();
+}
+
 int main(void)
 {
     RUN(pool_init_is_idempotent_and_keeps_state_and_size);
@@ -777,6 +894,11 @@ int main(void)
     RUN(exists_and_lookup_count_as_a_use_in_lru_order);
     RUN(key_index_survives_growth_and_many_deletions);
     RUN(key_index_removal_keeps_every_key_findable_for_every_tag_width);
+    RUN(a_rewritten_hit_is_not_evicted_until_its_writer_confirms);
+    RUN(a_write_lease_whose_writer_never_confirms_ends_at_the_write_lease_bound);
+    RUN(a_write_lease_ends_only_when_every_writer_of_the_hit_confirmed);
+    RUN(hits_get_no_write_lease_from_sglang_nor_from_a_vllm_allocation_that_failed);
+    RUN(a_released_page_drains_for_the_grace_so_a_replayed_release_cannot_free_another_writers_page);
     core_free(core);
     return TEST_SUMMARY();
 }

@@ -186,6 +186,8 @@ TEST(every_event_type_round_trips_through_the_record_encoding)
         {CORE_EV_OWN, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 0},
         {CORE_EV_USE, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 0},
         {CORE_EV_USE, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 1700000005000},
+        {CORE_EV_WRITE_LEASE, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 1700000009000},
+        {CORE_EV_WRITE_DONE, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 1700000006000},
         {CORE_EV_DEMOTE, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 0},
         {CORE_EV_DRAIN, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, INT64_MAX},
         {CORE_EV_FREE, HF_SLICE_LIT("other"), 0, 1, {"", 0}, 0},

@@ -1,0 +1,347 @@
+#!/usr/bin/python3
+"""Page integrity under the engines' real write and read paths (issue 11).
+
+3FS is simulated: per pool, page -> the key whose KV it holds, and who is
+writing it right now. Workers behave like each engine and talk to the real
+server through `requests` sessions with the stock clients' retry policy
+(Retry(total=3, backoff_factor=0.3, status_forcelist=[500, 502, 503, 504],
+allowed_methods=["GET", "POST"]), no timeout):
+
+  vLLM save     batch_allocate a prefix chain; give up if any page is -1;
+                write EVERY returned page (hits included), each after a random
+                delay; confirm_write every (key, page).
+  vLLM load     batch_exists on a prefix chain; get_locations of the existing
+                prefix; read each page, with a random delay.
+  SGLang save   reserve_and_allocate_page_indices; write only the new pages;
+                confirm the written ones, release the rest (a write fails now
+                and then).
+  SGLang load   exists, get_page_indices, read.
+
+Pools are tiny, so eviction never stops. The oracle, checked at every step:
+no page is ever being written for two different keys at once, and a read
+finds the content of the key that the server named for that page, both
+before and after the read's delay.
+
+HF3FS_INTEGRITY_SECONDS (default 4) sets the length of each run; the long
+form is e.g. HF3FS_INTEGRITY_SECONDS=60.
+"""
+
+import hashlib
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
+from harness import Server, expect_true, v_init, s_init  # noqa: E402
+
+try:
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+except ImportError:  # Debian's python3-requests, installed by `make deps`
+    requests = None
+
+SECONDS = float(os.environ.get("HF3FS_INTEGRITY_SECONDS", "4"))
+PAGES = 48               # per rank: tiny, so that eviction never stops
+RANKS = 2
+CHAINS, CHAIN_LEN = 30, 10   # 300 distinct keys per dialect
+VLLM_WORKERS = 6
+SGLANG_WORKERS = 6
+SG_NS = "sg"
+WRITE_DELAY = 0.004      # seconds, upper bound of one page's write
+READ_DELAY = 0.02        # seconds, upper bound of a read (well within the read lease)
+# HF3FS_INTEGRITY_WRITE_LEASE=0 switches the write protection off, to show
+# that this test fails without it ("omit": do not pass the flag at all).
+WRITE_LEASE = os.environ.get("HF3FS_INTEGRITY_WRITE_LEASE", "10")
+LEASE_FLAGS = ("--reservation-timeout", "10", "--read-lease", "5") + \
+    (() if WRITE_LEASE == "omit" else ("--write-lease", WRITE_LEASE))
+
+
+def chain_keys(dialect):
+    """CHAINS prefix chains of CHAIN_LEN 64-hex keys (content hashes)."""
+    return [[hashlib.sha256(("%s-%d-%d" % (dialect, c, i)).encode()).hexdigest()
+             for i in range(CHAIN_LEN)] for c in range(CHAINS)]
+
+
+class Files:
+    """The simulated 3FS files and the oracle."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.content = {}   # (ns, rank, page) -> key last written there
+        self.writing = {}   # (ns, rank, page) -> {key: writers now}
+        self.breaches = []
+        self.counts = {"pages written": 0, "pages read": 0, "hits rewritten": 0,
+                       "saves given up": 0, "requests failed": 0}
+
+    def count(self, what, n=1):
+        with self.lock:
+            self.counts[what] += n
+
+    def breach(self, msg):
+        if len(self.breaches) < 20:
+            self.breaches.append(msg)
+        else:
+            self.breaches[-1] = "... and more"
+
+    def write(self, ns, rank, page, key):
+        slot = (ns, rank, page)
+        with self.lock:
+            active = self.writing.setdefault(slot, {})
+            others = [k for k, n in active.items() if n > 0 and k != key]
+            if others:
+                self.breach("page %r written for %s while being written for %s"
+                            % (slot, key[:12], others[0][:12]))
+            active[key] = active.get(key, 0) + 1
+            if self.content.get(slot) == key:
+                self.counts["hits rewritten"] += 1  # the page held this key already
+            self.content[slot] = key
+            self.counts["pages written"] += 1
+        time.sleep(random.uniform(0, WRITE_DELAY))
+        with self.lock:
+            self.content[slot] = key
+            self.writing[slot][key] -= 1
+
+    def _check_read(self, slot, key, when):
+        found = self.content.get(slot)
+        writers = [k for k, n in self.writing.get(slot, {}).items() if n > 0 and k != key]
+        if found != key or writers:
+            self.breach("read of %r for %s %s the delay found %s%s"
+                        % (slot, key[:12], when, (found or "nothing")[:12],
+                           " being written for %s" % writers[0][:12] if writers else ""))
+
+    def read(self, ns, rank, page, key):
+        slot = (ns, rank, page)
+        with self.lock:
+            self._check_read(slot, key, "before")
+            self.counts["pages read"] += 1
+        time.sleep(random.uniform(0, READ_DELAY))
+        with self.lock:
+            self._check_read(slot, key, "after")
+
+
+def stock_session():
+    """A session with the stock clients' retry policy and no timeout."""
+    s = requests.Session()
+    retry = Retry(total=3, backoff_factor=0.3, status_forcelist=[500, 502, 503, 504],
+                  allowed_methods=["GET", "POST"])
+    s.mount("http://", HTTPAdapter(max_retries=retry))
+    return s
+
+
+class Worker(threading.Thread):
+    def __init__(self, files, base, stop, seed):
+        super().__init__(daemon=True)
+        self.files, self.base, self.stop = files, base, stop
+        self.rng = random.Random(seed)
+        self.session = stock_session()
+        self.error = None
+
+    def post(self, path, body):
+        r = self.session.post(self.base() + path, json=body)
+        if r.status_code >= 400:  # the stock clients raise on any non-2xx
+            raise RuntimeError("%s -> %d %s" % (path, r.status_code, r.text[:200]))
+        return r.json() if r.status_code == 200 else None
+
+    def run(self):
+        try:
+            while not self.stop.is_set():
+                try:
+                    self.step()
+                except (requests.ConnectionError, RuntimeError) as e:
+                    # A stock client raises and its engine goes on; during a
+                    # restart that is expected, otherwise it is a failure.
+                    self.files.count("requests failed")
+                    self.last_failure = str(e)
+                    time.sleep(0.05)
+        except BaseException as e:  # noqa: B902 - reported by the test
+            self.error = e
+
+    def chain(self, chains):
+        c = self.rng.choice(chains)
+        return c[:self.rng.randint(1, len(c))]
+
+
+class VllmSaver(Worker):
+    chains = chain_keys("vllm")
+
+    def step(self):
+        keys = self.chain(self.chains)
+        rank = self.rng.randrange(RANKS)
+        items = [[k, keys[i - 1] if i else None] for i, k in enumerate(keys)]
+        res = self.post("/keys/batch_allocate", {"rank": rank, "keys": items})["results"]
+        if any(page == -1 for _, page in res):
+            self.files.count("saves given up")
+            return
+        for key, page in res:  # every page, hits included
+            self.files.write("kv", rank, page, key)
+        self.post("/keys/confirm_write", {"rank": rank, "confirmations": res})
+
+
+class VllmLoader(Worker):
+    chains = VllmSaver.chains
+
+    def step(self):
+        keys = self.chain(self.chains)
+        exists = self.post("/keys/batch_exists", {"keys": keys})["exists"]
+        n = 0
+        while n < len(keys) and exists[n]:
+            n += 1
+        if n == 0:
+            return
+        rank = self.rng.randrange(RANKS)
+        locs = self.post("/keys/get_locations", {"rank": rank, "keys": keys[:n]})["locations"]
+        for key, page in zip(keys, locs):
+            if page is None:
+                break  # no longer complete: the engine stops its prefix there
+            self.files.read("kv", rank, page, key)
+
+
+class SglangSaver(Worker):
+    chains = chain_keys("sglang")
+
+    def step(self):
+        keys = self.chain(self.chains)
+        rank = self.rng.randrange(RANKS)
+        items = [[k, keys[i - 1] if i else None] for i, k in enumerate(keys)]
+        idx = self.post("/%d/reserve_and_allocate_page_indices" % rank,
+                        {"keys": items, "namespace": SG_NS})["indices"]
+        written, release = [], []
+        for key, (existed, page) in zip(keys, idx):
+            if existed or page < 0:
+                continue  # SGLang does not rewrite hits
+            if self.rng.random() < 0.1:
+                release.append(page)  # this write failed: give the page back
+                continue
+            self.files.write(SG_NS, rank, page, key)
+            written.append([key, page])
+        self.post("/%d/confirm_write" % rank, {"written_keys_to_confirm": written,
+                                               "pages_to_release": release,
+                                               "namespace": SG_NS})
+
+
+class SglangLoader(Worker):
+    chains = SglangSaver.chains
+
+    def step(self):
+        keys = self.chain(self.chains)
+        rank = self.rng.randrange(RANKS)
+        exists = self.post("/%d/exists" % rank, {"keys": keys, "namespace": SG_NS})["exists"]
+        present = [k for k, e in zip(keys, exists) if e]
+        if not present:
+            return
+        pages = self.post("/%d/get_page_indices" % rank,
+                          {"keys": present, "namespace": SG_NS})["indices"]
+        for key, page in zip(present, pages):
+            if page is not None:
+                self.files.read(SG_NS, rank, page, key)
+
+
+def run_engines(srv_holder, seconds, restart_at=None, extra_flags=()):
+    """Run every kind of worker against the server for `seconds`; with
+    restart_at, kill -9 the server at that moment and start it again on the
+    same port and data directory. Returns (files, pool stats)."""
+    files = Files()
+    stop = threading.Event()
+    base = lambda: "http://127.0.0.1:%d" % srv_holder[0].port  # noqa: E731
+    kinds = [VllmSaver] * VLLM_WORKERS + [VllmLoader] * 2 + \
+            [SglangSaver] * SGLANG_WORKERS + [SglangLoader] * 2
+    workers = [kind(files, base, stop, seed) for seed, kind in enumerate(kinds)]
+    for w in workers:
+        w.start()
+    t0 = time.monotonic()
+    if restart_at is not None:
+        time.sleep(restart_at)
+        srv_holder[0] = restart(srv_holder[0], extra_flags)
+    time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+    stop.set()
+    for w in workers:
+        w.join(timeout=60 * harness.SLOWDOWN)
+        expect_true(not w.is_alive(), "a worker hung (no timeout, like the stock clients)")
+        if w.error:
+            raise w.error
+    return files, srv_holder[0].stats()
+
+
+def restart(srv, extra_flags):
+    """kill -9 and start again on the same port and data directory."""
+    data, port = os.path.join(srv.workdir, "data"), srv.port
+    keep = srv.workdir
+    srv.workdir = None  # keep the data directory through _reap
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait()
+    srv._reap()
+    new = Server("--data-dir", data, *LEASE_FLAGS, *extra_flags, persistence=False, port=port)
+    new.start()
+    new.extra_dir = keep
+    return new
+
+
+def initialize(srv):
+    c = srv.client()
+    for rank in range(RANKS):
+        v_init(c, rank, PAGES)
+        s_init(c, rank, PAGES, ns=SG_NS)
+    c.close()
+
+
+def report(name, files, stats):
+    evictions = sum(p["evictions"] for p in stats.values())
+    print("# %s: %s, evictions %d, breaches %d"
+          % (name, ", ".join("%s %d" % kv for kv in files.counts.items()), evictions,
+             len(files.breaches)), flush=True)
+    return evictions
+
+
+def stats_sum(stats, ns, field):
+    return sum(p[field] for (n, _), p in stats.items() if n == ns)
+
+
+def check_run(name, files, stats):
+    evictions = report(name, files, stats)
+    expect_true(not files.breaches, "page integrity broken:\n  " + "\n  ".join(files.breaches))
+    # The run must have exercised what it protects.
+    expect_true(files.counts["pages written"] > 100, "too few pages written: %r" % files.counts)
+    expect_true(files.counts["pages read"] > 50, "too few pages read: %r" % files.counts)
+    expect_true(evictions > 20, "the pools did not evict (%d): the run proves nothing"
+                % evictions)
+    expect_true(files.counts["hits rewritten"] > 20, "too few hits rewritten: %r" % files.counts)
+
+
+def test_no_page_is_written_for_two_keys_nor_read_stale_under_both_engines_write_paths():
+    if requests is None:
+        raise AssertionError("python3-requests is missing (make deps installs it)")
+    holder = [Server(*LEASE_FLAGS).start()]
+    try:
+        initialize(holder[0])
+        files, stats = run_engines(holder, SECONDS)
+        check_run("in memory and log", files, stats)
+        holder[0].check()
+    finally:
+        holder[0].stop()
+
+
+def test_write_leases_survive_a_kill_9_restart_in_the_middle_of_the_writes():
+    if requests is None:
+        raise AssertionError("python3-requests is missing (make deps installs it)")
+    holder = [Server(*LEASE_FLAGS).start()]
+    try:
+        initialize(holder[0])
+        files, stats = run_engines(holder, SECONDS, restart_at=SECONDS / 2)
+        check_run("with a kill -9 restart", files, stats)
+        holder[0].check()
+    finally:
+        extra = getattr(holder[0], "extra_dir", None)
+        holder[0].stop()
+        if extra:
+            import shutil
+            shutil.rmtree(extra, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    harness.main(globals())
