@@ -29,7 +29,8 @@
 
 #include "api/api_internal.h"
 #include "api/metrics.h"
-#include "server/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 #include "util/xalloc.h"
 
 static const char *const refusal_names[CORE_REFUSE_COUNT] = {
@@ -38,13 +39,6 @@ static const char *const refusal_names[CORE_REFUSE_COUNT] = {
     [CORE_REFUSE_OTHER_KEY] = "other_key",
     [CORE_REFUSE_OWNED] = "owned",
 };
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Whether the store accepts changes; if not, why in reason. */
 static bool store_healthy(store_t *store, char *reason, size_t len)
@@ -167,7 +161,7 @@ static void put_server_json(api__req *req)
     json_buf *out = req->out;
     api__server_figures fig;
     api__get_server_figures(req->api, &fig);
-    int64_t now = wall_ms(), started = api__started_ms(req->api);
+    int64_t now = hf_clock_wall_ms(), started = api__started_ms(req->api);
     char reason[256];
     bool healthy = store_healthy(req->store, reason, sizeof reason);
     json_put_lit(out, "\"server\":{\"started_at\":");
@@ -466,7 +460,7 @@ static void put_persistence_metrics(api__req *req)
         put_family(out, "hf3fs_metad_snapshot_age_seconds", "gauge",
                    "Seconds since the newest snapshot completed.");
         json_put_lit(out, "hf3fs_metad_snapshot_age_seconds ");
-        put_ms_as_seconds(out, wall_ms() - p.snapshot_time_ms);
+        put_ms_as_seconds(out, hf_clock_wall_ms() - p.snapshot_time_ms);
         json_put_char(out, '\n');
     }
 }

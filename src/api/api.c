@@ -26,7 +26,8 @@
 
 #include "api/auth.h"
 #include "api/metrics.h"
-#include "server/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 #include "util/xalloc.h"
 
 #define JSON_DEPTH_LIMIT 32
@@ -72,9 +73,7 @@ api_t *api_new(store_t *store, const api_config *config)
         token[config->auth_token_len] = '\0';
         api->config.auth_token = token;
     }
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    api->started_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    api->started_ms = hf_clock_wall_ms();
     return api;
 }
 
@@ -610,13 +609,6 @@ static void dispatch(api__req *req, hf_slice rank_seg, const char *body, size_t 
     }
 }
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* With a token configured, everything but /health needs it (auth.h). */
 static bool authorized(api__req *req, hf_slice path, const char *authorization)
 {
@@ -641,7 +633,7 @@ static bool authorized(api__req *req, hf_slice path, const char *authorization)
 void api_handle(api_t *api, const char *method, hf_slice path, const char *authorization,
                 const char *body, size_t len, api_response *resp)
 {
-    uint64_t start = monotonic_ns();
+    uint64_t start = hf_clock_mono_ns();
     json_doc_reset(&resp->doc);
     resp->body.len = 0;
     resp->body.overflow = false;
@@ -665,5 +657,5 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *autho
         req.route = api->routes[index];
         dispatch(&req, rank_seg, body, len);
     }
-    api__metrics_observe(api->metrics, index, resp->status, monotonic_ns() - start);
+    api__metrics_observe(api->metrics, index, resp->status, hf_clock_mono_ns() - start);
 }

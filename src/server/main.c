@@ -30,7 +30,7 @@
 #include "api/api.h"
 #include "core/core.h"
 #include "http/http.h"
-#include "server/log.h"
+#include "util/log.h"
 #include "store/store.h"
 #include "wal/wal.h"
 

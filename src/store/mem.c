@@ -12,9 +12,9 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "store/store.h"
+#include "util/clock.h"
 #include "util/xalloc.h"
 #include "wal/wal.h"
 
@@ -24,13 +24,6 @@ typedef struct store_mem {
     core_t *core;
     wal_t *wal; /* NULL: in memory only */
 } store_mem;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static store_mem *mem_of(store_t *s)
 {
@@ -72,7 +65,7 @@ static int op_end(store_mem *m, bool change, int rc)
         if (rc != STORE_OK)                                                                    \
             break;                                                                             \
         core_t *core = m_->core;                                                               \
-        int64_t now = now_ms();                                                                \
+        int64_t now = hf_clock_wall_ms();                                                      \
         (void)now;                                                                             \
         (void)core;                                                                            \
         body;                                                                                  \

@@ -105,8 +105,6 @@ struct wal {
     bool threads_started;
 };
 
-int64_t wal__wall_ms(void);
-int64_t wal__mono_ms(void);
 
 void wal__seg_name(char out[WAL_NAME_MAX], uint64_t seq);
 void wal__snap_name(char out[WAL_NAME_MAX], uint64_t seq);

@@ -16,7 +16,7 @@
 
 #include "check.h"
 #include "core/core.h"
-#include "server/log.h"
+#include "util/log.h"
 #include "wal/format.h"
 #include "wal/wal.h"
 #include "wal/wal_internal.h"
