@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "store/mem.h"
 #include "hf3fs_meta.h"
 #include "http/http.h"
 #include "http_reader.h"

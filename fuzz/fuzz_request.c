@@ -26,6 +26,7 @@
 
 #include "api/auth.h"
 #include "fuzz_common.h"
+#include "store/mem.h"
 
 #define FUZZ_TOKEN "s3cr3t:T0ken"
 

@@ -258,19 +258,19 @@ void api__store_failed(api__req *req, int err)
 {
     switch (err) {
     case STORE_EUNAVAILABLE:
-        api__fail(req, 503, "Service unavailable: %s", store_strerror(err));
+        api__fail(req, 503, "Service unavailable: %s", store_describe(req->store, err));
         return;
     case STORE_ENOMEM:
         api__fail(req, 503, "Service unavailable: out of memory");
         return;
     case STORE_EINVAL:
-        api__fail(req, 400, "Invalid argument: %s", store_strerror(err));
+        api__fail(req, 400, "Invalid argument: %s", store_describe(req->store, err));
         return;
     default:
         /* Never expected: worth an error line of its own. */
         log_msg(LOG_ERROR, "%s: store error %d (%s)", req->route ? req->route->pattern : "?", err,
-                store_strerror(err));
-        api__fail(req, 500, "Internal error: %s (%d)", store_strerror(err), err);
+                store_describe(req->store, err));
+        api__fail(req, 500, "Internal error: %s (%d)", store_describe(req->store, err), err);
         return;
     }
 }

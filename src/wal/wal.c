@@ -542,7 +542,7 @@ static int timed_sync(wal_t *w)
     pthread_mutex_lock(&w->mu);
     w->syncs++;
     w->sync_us_sum += us;
-    w->sync_buckets[store_sync_bucket(us)]++;
+    w->sync_buckets[wal_sync_bucket(us)]++;
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
