@@ -27,7 +27,7 @@ FUZZ_LIB_SRC := $(filter-out $(SERVER_MAIN),$(LIB_SRC))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 # The client library (lib/), for fuzz_client: its own include paths.
 FUZZ_CLIENT_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(wildcard lib/*.c))
-FUZZ_HELPERS := fuzz/fuzz_common.c fuzz/clock_store.c
+FUZZ_HELPERS := fuzz/fuzz_common.c
 FUZZ_HELP_OBJ := $(FUZZ_HELPERS:%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZ_MAX_LEN := 4096
 # Per-target options: recovery logs what it finds as errors (close the target's stderr).

@@ -496,7 +496,7 @@ static int exit_code_of(int store_error)
 static store_t *open_store(const server_options *o, const core_config *core)
 {
     if (o->in_memory)
-        return store_mem_new(core);
+        return store_mem_new(core, &store_wall_clock);
     wal_options log = {
         .dir = o->data_dir,
         .fsync = o->fsync,
@@ -507,7 +507,7 @@ static store_t *open_store(const server_options *o, const core_config *core)
     store_t *store = NULL;
     char err[1024];
     err[0] = '\0';
-    int rc = store_mem_open(core, &log, &store, err, sizeof err);
+    int rc = store_mem_open(core, &store_wall_clock, &log, &store, err, sizeof err);
     if (rc == STORE_OK)
         return store;
     log_msg(LOG_ERROR, "%s", err[0] ? err : store_strerror(rc));

@@ -7,8 +7,9 @@
  * of a namespace at once. A finer scheme would buy little on the machines
  * this runs on and would make the invariant harder to keep.
  *
- * The clock is CLOCK_REALTIME in milliseconds so that deadlines keep their
- * meaning across a restart once the state is persisted.
+ * The clock is the caller's (store_clock): the server gives wall-clock
+ * milliseconds, so that deadlines keep their meaning across a restart once
+ * the state is persisted; tests and fuzzers give a fake clock.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ typedef struct store_mem {
     store_t base;
     pthread_mutex_t lock;
     core_t *core;
+    store_clock clock;
     wal_t *wal; /* NULL: in memory only */
 } store_mem;
 
@@ -65,7 +67,7 @@ static int op_end(store_mem *m, bool change, int rc)
         if (rc != STORE_OK)                                                                    \
             break;                                                                             \
         core_t *core = m_->core;                                                               \
-        int64_t now = hf_clock_wall_ms();                                                      \
+        int64_t now = m_->clock.now_ms(m_->clock.ctx);                                         \
         (void)now;                                                                             \
         (void)core;                                                                            \
         body;                                                                                  \
@@ -296,11 +298,14 @@ static const struct store_ops mem_ops = {
     .describe = mem_describe,
 };
 
-store_t *store_mem_new(const core_config *config)
+store_t *store_mem_new(const core_config *config, const store_clock *clock)
 {
     store_mem *m = hf_xcalloc(1, sizeof *m);
     m->base.ops = &mem_ops;
     m->core = core_new(config);
+    if (!m->core)
+        abort(); /* out of memory: see util/xalloc.h */
+    m->clock = *clock;
     pthread_mutex_init(&m->lock, NULL);
     return &m->base;
 }
@@ -327,10 +332,15 @@ static void host_unlock(void *ctx)
     pthread_mutex_unlock(&((store_mem *)ctx)->lock);
 }
 
-int store_mem_open(const core_config *config, const struct wal_options *log, store_t **out,
-                   char *err, size_t errlen)
+core_t *store_mem_core(store_t *s)
 {
-    store_mem *m = mem_of(store_mem_new(config));
+    return mem_of(s)->core;
+}
+
+int store_mem_open(const core_config *config, const store_clock *clock,
+                   const struct wal_options *log, store_t **out, char *err, size_t errlen)
+{
+    store_mem *m = mem_of(store_mem_new(config, clock));
     wal_host host = {host_lock, host_unlock, m};
     int rc = wal_open(log, m->core, &host, &m->wal, err, errlen);
     if (rc != WAL_OK) {

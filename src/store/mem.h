@@ -15,13 +15,25 @@
 
 struct wal_options;
 
-/* In memory only. Never NULL (aborts on out-of-memory). */
-store_t *store_mem_new(const core_config *config);
+/*
+ * In memory only. Never NULL (aborts on out-of-memory). The engine reads
+ * `clock` (copied; store_wall_clock for the server, a fake clock in tests
+ * and fuzzers) for every deadline, never a clock of its own.
+ */
+store_t *store_mem_new(const core_config *config, const store_clock *clock);
 
 /* With its write-ahead log (src/wal/wal.h): recovers the state of log->dir
  * first. STORE_OK, or STORE_EIO, STORE_EFOREIGN, STORE_EDAMAGED or
- * STORE_ELOCKED with a message in err. destroy() writes a final snapshot. */
-int store_mem_open(const core_config *config, const struct wal_options *log, store_t **out,
-                   char *err, size_t errlen);
+ * STORE_ELOCKED with a message in err. destroy() writes a final snapshot.
+ * The log stamps its files with the wall clock whatever `clock` is. */
+int store_mem_open(const core_config *config, const store_clock *clock,
+                   const struct wal_options *log, store_t **out, char *err, size_t errlen);
+
+/*
+ * For tests and fuzzers only: the core behind the engine, to watch its
+ * events (core_set_observer) or walk its state while no operation runs.
+ * Not for the server: it would bypass the engine's lock and log.
+ */
+core_t *store_mem_core(store_t *s);
 
 #endif

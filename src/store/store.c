@@ -4,6 +4,16 @@
  */
 #include "store/store.h"
 
+#include "util/clock.h"
+
+static int64_t wall_now_ms(void *ctx)
+{
+    (void)ctx;
+    return hf_clock_wall_ms();
+}
+
+const store_clock store_wall_clock = {wall_now_ms, NULL};
+
 const char *store_strerror(int err)
 {
     switch (err) {
