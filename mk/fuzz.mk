@@ -64,7 +64,7 @@ $(FUZZ_DIR)/obj/lib/%.o: lib/%.c | $(FUZZ_DIR)/.toolchain-ok
 
 $(FUZZ_DIR)/obj/fuzz/%.o: fuzz/%.c | $(FUZZ_DIR)/.toolchain-ok
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Ilib -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Ilib -Itests -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 -include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_CLIENT_OBJ:.o=.d) $(FUZZ_HELP_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_DIR)/obj/fuzz/fuzz_%.d)
 
