@@ -43,9 +43,9 @@ $(BUILD)/libhfmetad.a: $(LIB_OBJ)
 $(BUILD)/hf3fs-metad: $(BUILD)/obj/$(SERVER_MAIN:.c=.o) $(BUILD)/libhfmetad.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h $(BUILD)/libhfmetad.a
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/engines.h $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libhfmetad.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests/unit -Itests -o $@ $< $(BUILD)/libhfmetad.a $(LDLIBS)
 
 units: $(UNIT_BIN)
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "api/json.h"
-#include "server/log.h"
+#include "util/log.h"
 #include "util/xalloc.h"
 
 void fuzz_fail(const char *fmt, ...)

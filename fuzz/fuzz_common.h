@@ -5,9 +5,9 @@
  *                   the writer's round trip
  *   fuzz_request    one request (route, method, body bytes) through
  *                   api_handle() against a fresh in-memory store
- *   fuzz_sequence   a sequence of requests of both dialects against one
- *                   store with a virtual clock; the invariant checker after
- *                   every request
+ *   fuzz_sequence   a sequence of requests of both dialects against the
+ *                   embedded engine on a fake clock; the invariant checker
+ *                   after every request
  *
  * The oracles here are the contract's promises that hold for any input
  * (PROTOCOL.md, "Errors for every route"): never a 5xx, never a crash, every

@@ -37,9 +37,11 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "store/mem.h"
 #include "hf3fs_meta.h"
 #include "http/http.h"
 #include "http_reader.h"
+#include "util/clock.h"
 
 #define READ_TIMEOUT_MS 3000
 #define MAX_ANSWER (1u << 20)
@@ -55,7 +57,7 @@ static void start_server(void)
     signal(SIGPIPE, SIG_IGN);
     core_config core = fuzz_core_config();
     core.reservation_ms = 600000;
-    store = store_mem_new(&core);
+    store = store_mem_new(&core, &store_wall_clock);
     api_config config = fuzz_api_config();
     config.limits.max_body_bytes = 1024;
     api = api_new(store, &config);
@@ -69,13 +71,6 @@ static void start_server(void)
     bool created;
     uint64_t existing;
     store->ops->init_pool(store, HF_SLICE_LIT("kv"), 0, 8, &created, &existing);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int connect_server(void)
@@ -112,9 +107,9 @@ static void send_all(int fd, const uint8_t *p, size_t n, unsigned cut)
 static bool read_all(int fd, char *buf, size_t cap, size_t *len)
 {
     *len = 0;
-    int64_t deadline = now_ms() + READ_TIMEOUT_MS;
+    int64_t deadline = hf_clock_mono_ms() + READ_TIMEOUT_MS;
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - hf_clock_mono_ms();
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
             return false;
@@ -201,7 +196,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size == 0)
         return 0;
     unsigned cut = data[0] & 1 ? (data[0] >> 1) + 1 : 0;
-    int64_t t0 = now_ms();
+    int64_t t0 = hf_clock_mono_ms();
     int fd = connect_server();
     static const char last[] = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     send_all(fd, data + 1, size - 1, cut);
@@ -216,7 +211,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * mix of requests cannot be framed without knowing which was HEAD. */
     if (!memmem(data + 1, size - 1, "HEAD", 4))
         check_answers(buf, len, false);
-    if (++inputs % 64 == 0 || now_ms() - t0 > 1000)
+    if (++inputs % 64 == 0 || hf_clock_mono_ms() - t0 > 1000)
         check_alive();
     return 0;
 }

@@ -27,7 +27,7 @@ FUZZ_LIB_SRC := $(filter-out $(SERVER_MAIN),$(LIB_SRC))
 FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 # The client library (lib/), for fuzz_client: its own include paths.
 FUZZ_CLIENT_OBJ := $(patsubst lib/%.c,$(FUZZ_DIR)/obj/lib/%.o,$(wildcard lib/*.c))
-FUZZ_HELPERS := fuzz/fuzz_common.c fuzz/clock_store.c
+FUZZ_HELPERS := fuzz/fuzz_common.c
 FUZZ_HELP_OBJ := $(FUZZ_HELPERS:%.c=$(FUZZ_DIR)/obj/%.o)
 FUZZ_MAX_LEN := 4096
 # Per-target options: recovery logs what it finds as errors (close the target's stderr).
@@ -64,7 +64,7 @@ $(FUZZ_DIR)/obj/lib/%.o: lib/%.c | $(FUZZ_DIR)/.toolchain-ok
 
 $(FUZZ_DIR)/obj/fuzz/%.o: fuzz/%.c | $(FUZZ_DIR)/.toolchain-ok
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -Ilib -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Ilib -Itests -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 -include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_CLIENT_OBJ:.o=.d) $(FUZZ_HELP_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_DIR)/obj/fuzz/fuzz_%.d)
 

@@ -11,8 +11,9 @@
  *   GET /v1/check  200 {"ok":true} or 500 {"ok":false,"detail":...}; only with
  *                  --debug-api (it walks every pool), else 404
  *   GET /metrics   Prometheus text format 0.0.4: requests and latency per
- *                  route and status, connections, server state, persistence
- *                  (when the store keeps a log), then per pool (labels
+ *                  route and status, connections, server state, the store
+ *                  engine's own families (store_ops.metrics: the embedded
+ *                  engine's log and snapshots), then per pool (labels
  *                  namespace, rank) pages per state, keys and the pool
  *                  counters. docs/operations.md has the table of every family.
  *
@@ -29,7 +30,8 @@
 
 #include "api/api_internal.h"
 #include "api/metrics.h"
-#include "server/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 #include "util/xalloc.h"
 
 static const char *const refusal_names[CORE_REFUSE_COUNT] = {
@@ -39,13 +41,6 @@ static const char *const refusal_names[CORE_REFUSE_COUNT] = {
     [CORE_REFUSE_OWNED] = "owned",
 };
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Whether the store accepts changes; if not, why in reason. */
 static bool store_healthy(store_t *store, char *reason, size_t len)
 {
@@ -53,7 +48,7 @@ static bool store_healthy(store_t *store, char *reason, size_t len)
     if (!store->ops->health || store->ops->health(store, reason, len) == STORE_OK)
         return true;
     if (!reason[0])
-        snprintf(reason, len, "%s", store_strerror(STORE_EUNAVAILABLE));
+        snprintf(reason, len, "%s", store_describe(store, STORE_EUNAVAILABLE));
     return false;
 }
 
@@ -137,32 +132,112 @@ static void put_pool_json(void *ctx, hf_slice ns, uint32_t rank, const core_pool
     json_put_char(out, '}');
 }
 
-/* The store's persistence figures, or false if it keeps nothing on disk. */
-static bool get_persistence(store_t *store, store_persistence *p)
+/* ---- the store's own figures (store_emitter), written as JSON or as Prometheus text ---- */
+
+/* units * 10^-decimals as a decimal ("5.003080") into text; its length. */
+static size_t format_number(char *text, size_t size, store_number v)
 {
-    memset(p, 0, sizeof *p);
-    return store->ops->persistence && store->ops->persistence(store, p) == STORE_OK;
+    int n;
+    if (v.decimals == 0 || v.decimals > 9) {
+        n = snprintf(text, size, "%" PRIu64, v.units);
+    } else {
+        uint64_t scale = 1;
+        for (unsigned i = 0; i < v.decimals; i++)
+            scale *= 10;
+        n = snprintf(text, size, "%" PRIu64 ".%0*" PRIu64, v.units / scale, (int)v.decimals,
+                     v.units % scale);
+    }
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
-static void put_persistence_json(json_buf *out, const store_persistence *p, int64_t now_ms)
+static void put_number(json_buf *out, store_number v)
 {
-    json_put_lit(out, "{\"log_bytes\":");
-    json_put_uint(out, p->log_bytes);
-    put_counter(out, "log_written_bytes", p->log_written_bytes);
-    put_counter(out, "log_synced_bytes", p->log_synced_bytes);
-    put_counter(out, "log_records", p->records);
-    put_counter(out, "log_syncs", p->syncs);
-    put_counter(out, "log_failures", p->failures);
-    put_counter(out, "snapshots", p->snapshots);
-    put_counter(out, "snapshot_bytes", p->snapshot_bytes);
-    json_put_lit(out, ",\"snapshot_age_seconds\":");
-    if (p->snapshot_time_ms > 0)
-        json_put_int(out, (now_ms - p->snapshot_time_ms) / 1000);
-    else
-        json_put_lit(out, "null");
-    json_put_lit(out, ",\"refusing_changes\":");
-    json_put_bool(out, p->refusing);
-    json_put_char(out, '}');
+    char text[48];
+    json_put_raw(out, text, format_number(text, sizeof text, v));
+}
+
+/* The JSON view: members of "server", nested objects at most JSON_DEPTH deep. */
+#define JSON_DEPTH 8
+
+typedef struct json_view {
+    json_buf *out;
+    int depth;
+    bool more[JSON_DEPTH + 1]; /* a member was written at this depth: the next needs a comma */
+} json_view;
+
+static void json_member(json_view *v, const char *key)
+{
+    if (v->more[v->depth])
+        json_put_char(v->out, ',');
+    v->more[v->depth] = true;
+    json_put_key(v->out, key);
+}
+
+static void json_object(void *ctx, const char *key)
+{
+    json_view *v = ctx;
+    json_member(v, key);
+    json_put_char(v->out, '{');
+    if (v->depth < JSON_DEPTH)
+        v->more[++v->depth] = false;
+}
+
+static void json_end(void *ctx)
+{
+    json_view *v = ctx;
+    json_put_char(v->out, '}');
+    if (v->depth > 0)
+        v->depth--;
+}
+
+static void json_number(void *ctx, const char *key, store_number value)
+{
+    json_view *v = ctx;
+    json_member(v, key);
+    put_number(v->out, value);
+}
+
+static void json_boolean(void *ctx, const char *key, bool value)
+{
+    json_view *v = ctx;
+    json_member(v, key);
+    json_put_bool(v->out, value);
+}
+
+static void json_string(void *ctx, const char *key, const char *value, size_t len)
+{
+    json_view *v = ctx;
+    json_member(v, key);
+    json_put_str(v->out, value, len);
+}
+
+static void json_null(void *ctx, const char *key)
+{
+    json_view *v = ctx;
+    json_member(v, key);
+    json_put_lit(v->out, "null");
+}
+
+/* The store's members of "server" (after at least one of the server's own);
+ * an engine that fails to report leaves what it wrote, closed. */
+static void put_store_json(api__req *req)
+{
+    store_t *store = req->store;
+    if (!store->ops->metrics)
+        return;
+    json_view view = {.out = req->out, .more = {true}};
+    store_emitter e = {
+        .ctx = &view,
+        .object = json_object,
+        .end = json_end,
+        .number = json_number,
+        .boolean = json_boolean,
+        .string = json_string,
+        .null = json_null,
+    };
+    store->ops->metrics(store, &e);
+    while (view.depth > 0)
+        json_end(&view);
 }
 
 /* "server": process-wide figures, before the pools. */
@@ -171,7 +246,7 @@ static void put_server_json(api__req *req)
     json_buf *out = req->out;
     api__server_figures fig;
     api__get_server_figures(req->api, &fig);
-    int64_t now = wall_ms(), started = api__started_ms(req->api);
+    int64_t now = hf_clock_wall_ms(), started = api__started_ms(req->api);
     char reason[256];
     bool healthy = store_healthy(req->store, reason, sizeof reason);
     json_put_lit(out, "\"server\":{\"started_at\":");
@@ -189,12 +264,8 @@ static void put_server_json(api__req *req)
     json_put_uint(out, fig.connections_open);
     put_counter(out, "total", fig.connections_total);
     put_counter(out, "refused", fig.connections_refused);
-    json_put_lit(out, "},\"persistence\":");
-    store_persistence persistence;
-    if (get_persistence(req->store, &persistence))
-        put_persistence_json(out, &persistence, now);
-    else
-        json_put_lit(out, "null");
+    json_put_char(out, '}');
+    put_store_json(req);
     json_put_char(out, '}');
 }
 
@@ -419,69 +490,104 @@ static void put_server_metrics(api__req *req, size_t npools)
                npools);
 }
 
-static void put_sync_histogram(json_buf *out, const store_persistence *p)
+/* The Prometheus view of the store's figures. */
+typedef struct prom_view {
+    json_buf *out;
+    const char *family; /* the current family's name */
+} prom_view;
+
+static const char *const metric_types[] = {
+    [STORE_METRIC_COUNTER] = "counter",
+    [STORE_METRIC_GAUGE] = "gauge",
+    [STORE_METRIC_HISTOGRAM] = "histogram",
+};
+
+static void prom_family(void *ctx, const char *name, store_metric_type type, const char *help)
 {
-    static const char name[] = "hf3fs_metad_log_sync_duration_seconds";
-    put_family(out, name, "histogram", "Time one sync (fdatasync) of the log took.");
-    uint64_t cumulative = 0;
-    for (unsigned b = 0; b < STORE_SYNC_BUCKETS; b++) {
-        cumulative += p->sync_buckets[b];
-        char le[32];
-        if (b < STORE_SYNC_BUCKETS - 1)
-            snprintf(le, sizeof le, "%" PRIu64 ".%06" PRIu64, store_sync_bounds_us[b] / 1000000,
-                     store_sync_bounds_us[b] % 1000000);
-        else
-            snprintf(le, sizeof le, "+Inf");
-        json_put_lit(out, "hf3fs_metad_log_sync_duration_seconds_bucket{le=\"");
-        json_put_raw(out, le, strlen(le));
-        json_put_lit(out, "\"} ");
-        json_put_uint(out, cumulative);
-        json_put_char(out, '\n');
-    }
-    char sum[32];
-    int n = snprintf(sum, sizeof sum, "%" PRIu64 ".%06" PRIu64, p->sync_us_sum / 1000000,
-                     p->sync_us_sum % 1000000);
-    json_put_lit(out, "hf3fs_metad_log_sync_duration_seconds_sum ");
-    json_put_raw(out, sum, (size_t)n);
-    json_put_lit(out, "\nhf3fs_metad_log_sync_duration_seconds_count ");
-    json_put_uint(out, cumulative);
-    json_put_char(out, '\n');
+    prom_view *v = ctx;
+    v->family = name;
+    put_family(v->out, name, (unsigned)type <= STORE_METRIC_HISTOGRAM ? metric_types[type] : "untyped",
+               help);
 }
 
-/* The persistence families: only hf3fs_metad_persistence_enabled 0 when
- * the store keeps nothing on disk. */
-static void put_persistence_metrics(api__req *req)
+/* family+suffix{labels[,le="le"]} with nothing between the braces left out. */
+static void put_series(json_buf *out, const char *name, const char *suffix,
+                       const store_label *labels, size_t nlabels, const char *le)
 {
-    json_buf *out = req->out;
-    store_persistence p;
-    bool enabled = get_persistence(req->store, &p);
-    put_single(out, "hf3fs_metad_persistence_enabled", "gauge",
-               "1 if the state is logged to the data directory, 0 if in memory only.", enabled);
-    if (!enabled)
-        return;
-    put_single(out, "hf3fs_metad_log_bytes_total", "counter",
-               "Bytes of log records produced (the log sequence number).", p.log_bytes);
-    put_single(out, "hf3fs_metad_log_written_bytes_total", "counter",
-               "Bytes of log records written to the log files.", p.log_written_bytes);
-    put_single(out, "hf3fs_metad_log_synced_bytes_total", "counter",
-               "Bytes of log records synced to disk.", p.log_synced_bytes);
-    put_single(out, "hf3fs_metad_log_records_total", "counter",
-               "Log records produced by this process.", p.records);
-    put_single(out, "hf3fs_metad_log_syncs_total", "counter", "Syncs of the log.", p.syncs);
-    put_sync_histogram(out, &p);
-    put_single(out, "hf3fs_metad_log_failures_total", "counter",
-               "Log write or sync failures.", p.failures);
-    put_single(out, "hf3fs_metad_snapshots_total", "counter",
-               "Snapshots completed by this process.", p.snapshots);
-    put_single(out, "hf3fs_metad_snapshot_bytes", "gauge", "Size of the newest snapshot.",
-               p.snapshot_bytes);
-    if (p.snapshot_time_ms > 0) {
-        put_family(out, "hf3fs_metad_snapshot_age_seconds", "gauge",
-                   "Seconds since the newest snapshot completed.");
-        json_put_lit(out, "hf3fs_metad_snapshot_age_seconds ");
-        put_ms_as_seconds(out, wall_ms() - p.snapshot_time_ms);
-        json_put_char(out, '\n');
+    json_put_raw(out, name, strlen(name));
+    json_put_raw(out, suffix, strlen(suffix));
+    if (nlabels || le) {
+        json_put_char(out, '{');
+        for (size_t i = 0; i < nlabels; i++) {
+            if (i)
+                json_put_char(out, ',');
+            json_put_raw(out, labels[i].name, strlen(labels[i].name));
+            json_put_lit(out, "=\"");
+            put_label_value(out, hf_slice_from_cstr(labels[i].value));
+            json_put_char(out, '"');
+        }
+        if (le) {
+            if (nlabels)
+                json_put_char(out, ',');
+            json_put_lit(out, "le=\"");
+            json_put_raw(out, le, strlen(le));
+            json_put_char(out, '"');
+        }
+        json_put_char(out, '}');
     }
+    json_put_char(out, ' ');
+}
+
+static void prom_sample(void *ctx, const store_label *labels, size_t nlabels, store_number value)
+{
+    prom_view *v = ctx;
+    if (!v->family)
+        return;
+    put_series(v->out, v->family, "", labels, nlabels, NULL);
+    put_number(v->out, value);
+    json_put_char(v->out, '\n');
+}
+
+static void prom_histogram(void *ctx, const store_label *labels, size_t nlabels,
+                           const store_histogram *h)
+{
+    prom_view *v = ctx;
+    if (!v->family || h->nbuckets == 0)
+        return;
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b < h->nbuckets; b++) {
+        cumulative += h->counts[b];
+        char le[48];
+        if (b < h->nbuckets - 1)
+            format_number(le, sizeof le, (store_number){h->bounds[b], h->decimals});
+        else
+            snprintf(le, sizeof le, "+Inf");
+        put_series(v->out, v->family, "_bucket", labels, nlabels, le);
+        json_put_uint(v->out, cumulative);
+        json_put_char(v->out, '\n');
+    }
+    put_series(v->out, v->family, "_sum", labels, nlabels, NULL);
+    put_number(v->out, (store_number){h->sum, h->decimals});
+    json_put_char(v->out, '\n');
+    put_series(v->out, v->family, "_count", labels, nlabels, NULL);
+    json_put_uint(v->out, cumulative);
+    json_put_char(v->out, '\n');
+}
+
+/* The store's own families, as the engine reports them. */
+static void put_store_metrics(api__req *req)
+{
+    store_t *store = req->store;
+    if (!store->ops->metrics)
+        return;
+    prom_view view = {.out = req->out, .family = NULL};
+    store_emitter e = {
+        .ctx = &view,
+        .family = prom_family,
+        .sample = prom_sample,
+        .histogram = prom_histogram,
+    };
+    store->ops->metrics(store, &e);
 }
 
 static void metrics(api__req *req)
@@ -500,7 +606,7 @@ static void metrics(api__req *req)
     req->resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
     api__write_request_metrics(req);
     put_server_metrics(req, npools);
-    put_persistence_metrics(req);
+    put_store_metrics(req);
     put_page_states(req->out, pools.head);
     for (size_t i = 0; i < sizeof pool_metrics / sizeof pool_metrics[0]; i++)
         put_pool_metric(req->out, &pool_metrics[i], pools.head);

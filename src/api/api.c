@@ -26,7 +26,8 @@
 
 #include "api/auth.h"
 #include "api/metrics.h"
-#include "server/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 #include "util/xalloc.h"
 
 #define JSON_DEPTH_LIMIT 32
@@ -72,9 +73,7 @@ api_t *api_new(store_t *store, const api_config *config)
         token[config->auth_token_len] = '\0';
         api->config.auth_token = token;
     }
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    api->started_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    api->started_ms = hf_clock_wall_ms();
     return api;
 }
 
@@ -259,24 +258,24 @@ void api__store_failed(api__req *req, int err)
 {
     switch (err) {
     case STORE_EUNAVAILABLE:
-        api__fail(req, 503, "Service unavailable: %s", store_strerror(err));
+        api__fail(req, 503, "Service unavailable: %s", store_describe(req->store, err));
         return;
     case STORE_EUNCERTAIN:
         /* 507, not 503: the stock clients resend a POST on 500/502/503/504,
          * and this change may already have taken effect. */
-        api__fail(req, 507, "Outcome unknown: %s", store_strerror(err));
+        api__fail(req, 507, "Outcome unknown: %s", store_describe(req->store, err));
         return;
     case STORE_ENOMEM:
         api__fail(req, 503, "Service unavailable: out of memory");
         return;
     case STORE_EINVAL:
-        api__fail(req, 400, "Invalid argument: %s", store_strerror(err));
+        api__fail(req, 400, "Invalid argument: %s", store_describe(req->store, err));
         return;
     default:
         /* Never expected: worth an error line of its own. */
         log_msg(LOG_ERROR, "%s: store error %d (%s)", req->route ? req->route->pattern : "?", err,
-                store_strerror(err));
-        api__fail(req, 500, "Internal error: %s (%d)", store_strerror(err), err);
+                store_describe(req->store, err));
+        api__fail(req, 500, "Internal error: %s (%d)", store_describe(req->store, err), err);
         return;
     }
 }
@@ -615,13 +614,6 @@ static void dispatch(api__req *req, hf_slice rank_seg, const char *body, size_t 
     }
 }
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* With a token configured, everything but /health needs it (auth.h). */
 static bool authorized(api__req *req, hf_slice path, const char *authorization)
 {
@@ -646,7 +638,7 @@ static bool authorized(api__req *req, hf_slice path, const char *authorization)
 void api_handle(api_t *api, const char *method, hf_slice path, const char *authorization,
                 const char *body, size_t len, api_response *resp)
 {
-    uint64_t start = monotonic_ns();
+    uint64_t start = hf_clock_mono_ns();
     json_doc_reset(&resp->doc);
     resp->body.len = 0;
     resp->body.overflow = false;
@@ -670,5 +662,5 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *autho
         req.route = api->routes[index];
         dispatch(&req, rank_seg, body, len);
     }
-    api__metrics_observe(api->metrics, index, resp->status, monotonic_ns() - start);
+    api__metrics_observe(api->metrics, index, resp->status, hf_clock_mono_ns() - start);
 }

@@ -20,7 +20,7 @@
 #include <inttypes.h>
 
 #include "api/api_internal.h"
-#include "server/log.h"
+#include "util/log.h"
 
 static void fail_store(api__req *req, int err, hf_slice ns)
 {

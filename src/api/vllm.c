@@ -16,7 +16,7 @@
 #include <inttypes.h>
 
 #include "api/api_internal.h"
-#include "server/log.h"
+#include "util/log.h"
 
 #define INIT_INVALID "Invalid initialization parameters"
 

@@ -88,7 +88,8 @@
 
 #include <http_parser.h>
 
-#include "server/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 #include "util/fmt.h"
 #include "util/xalloc.h"
 
@@ -182,20 +183,6 @@ struct http_server {
 
 /* ---- time ---- */
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t monotonic_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec;
-}
-
 static const char *http_date(loop *lp)
 {
     time_t now = time(NULL);
@@ -257,7 +244,7 @@ static void list_append(loop *lp, conn *c)
 
 static void touch(conn *c)
 {
-    c->active_s = monotonic_s();
+    c->active_s = hf_clock_mono_coarse_s();
     if (c->loop->tail != c) {
         list_unlink(c->loop, c);
         list_append(c->loop, c);
@@ -338,7 +325,7 @@ static void log_access(const conn *c, int status, size_t bytes)
     char client[96], path[300];
     client_address(c->fd, client, sizeof client);
     loggable(c->url, c->url_len, path, sizeof path);
-    uint64_t ns = monotonic_ns() - c->started_ns;
+    uint64_t ns = hf_clock_mono_ns() - c->started_ns;
     log_line("access", "%s \"%s %s HTTP/%u.%u\" %d %zu %" PRIu64 ".%06" PRIu64, client,
              http_method_str((enum http_method)c->parser.method), path, c->parser.http_major,
              c->parser.http_minor, status, bytes, ns / 1000000000u, ns % 1000000000u / 1000u);
@@ -530,7 +517,7 @@ static int on_message_begin(http_parser *p)
     c->too_large = false;
     c->complete = false;
     if (c->loop->server->config.access_log)
-        c->started_ns = monotonic_ns();
+        c->started_ns = hf_clock_mono_ns();
     return 0;
 }
 
@@ -872,7 +859,7 @@ static void conn_open(loop *lp, int fd)
         return;
     }
     c->events = EPOLLIN;
-    c->active_s = monotonic_s();
+    c->active_s = hf_clock_mono_coarse_s();
     list_append(lp, c);
 }
 
@@ -1013,7 +1000,7 @@ static void *loop_run(void *arg)
             c->flush_queued = false;
             flush(c);
         }
-        uint64_t now = monotonic_s();
+        uint64_t now = hf_clock_mono_coarse_s();
         if (now != lp->swept_s) {
             lp->swept_s = now;
             sweep(lp, now);

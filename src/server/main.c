@@ -30,8 +30,8 @@
 #include "api/api.h"
 #include "core/core.h"
 #include "http/http.h"
-#include "server/log.h"
-#include "store/store.h"
+#include "util/log.h"
+#include "store/mem.h"
 #include "wal/wal.h"
 
 #define EXIT_USAGE 2
@@ -502,12 +502,24 @@ static void log_settings(const server_options *o, uint16_t port)
                 o->salvage ? "on" : "off");
 }
 
+/* The exit code of a store that could not be opened. */
+static int exit_code_of(int store_error)
+{
+    switch (store_error) {
+    case STORE_EDAMAGED: return EXIT_DAMAGED;
+    case STORE_EUNREACHABLE:
+    case STORE_EAUTH:
+    case STORE_ECONFIG: return EXIT_FAILURE;
+    default: return EXIT_DATA_DIR; /* the data directory: foreign, locked, unreadable */
+    }
+}
+
 /* The in-memory engine, or the engine with its log recovered from the data
  * directory (exits with a message if that fails). */
 static store_t *open_store(const server_options *o, const core_config *core)
 {
     if (o->in_memory)
-        return store_mem_new(core);
+        return store_mem_new(core, &store_wall_clock);
     wal_options log = {
         .dir = o->data_dir,
         .fsync = o->fsync,
@@ -517,11 +529,12 @@ static store_t *open_store(const server_options *o, const core_config *core)
     };
     store_t *store = NULL;
     char err[1024];
-    int rc = store_mem_open(core, &log, &store, err, sizeof err);
-    if (rc == 0)
+    err[0] = '\0';
+    int rc = store_mem_open(core, &store_wall_clock, &log, &store, err, sizeof err);
+    if (rc == STORE_OK)
         return store;
-    log_msg(LOG_ERROR, "%s", err);
-    exit(rc == WAL_EDAMAGED ? EXIT_DAMAGED : EXIT_DATA_DIR);
+    log_msg(LOG_ERROR, "%s", err[0] ? err : store_strerror(rc));
+    exit(exit_code_of(rc));
 }
 
 /* Wait for SIGINT or SIGTERM; meanwhile log the summary line every

@@ -7,14 +7,15 @@
  * of a namespace at once. A finer scheme would buy little on the machines
  * this runs on and would make the invariant harder to keep.
  *
- * The clock is CLOCK_REALTIME in milliseconds so that deadlines keep their
- * meaning across a restart once the state is persisted.
+ * The clock is the caller's (store_clock): the server gives wall-clock
+ * milliseconds, so that deadlines keep their meaning across a restart once
+ * the state is persisted; tests and fuzzers give a fake clock.
  */
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
-#include "store/store.h"
+#include "store/mem.h"
+#include "util/clock.h"
 #include "util/xalloc.h"
 #include "wal/wal.h"
 
@@ -22,15 +23,9 @@ typedef struct store_mem {
     store_t base;
     pthread_mutex_t lock;
     core_t *core;
+    store_clock clock;
     wal_t *wal; /* NULL: in memory only */
 } store_mem;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static store_mem *mem_of(store_t *s)
 {
@@ -73,7 +68,7 @@ static int op_end(store_mem *m, bool change, int rc)
         if (rc != STORE_OK)                                                                    \
             break;                                                                             \
         core_t *core = m_->core;                                                               \
-        int64_t now = now_ms();                                                                \
+        int64_t now = m_->clock.now_ms(m_->clock.ctx);                                         \
         (void)now;                                                                             \
         (void)core;                                                                            \
         body;                                                                                  \
@@ -194,29 +189,90 @@ static int mem_health(store_t *s, char *reason, size_t len)
     return STORE_EUNAVAILABLE;
 }
 
-static int mem_persistence(store_t *s, store_persistence *out)
+/* A gauge or counter of one unlabelled sample. */
+static void emit(const store_emitter *e, const char *name, store_metric_type type,
+                 const char *help, uint64_t value)
+{
+    store_emit_metric(e, name, type, help, store_int(value));
+}
+
+/* The log's figures: /metrics families and the "persistence" member of
+ * /v1/stats (docs/operations.md has the table). */
+static int mem_metrics(store_t *s, const store_emitter *e)
 {
     store_mem *m = mem_of(s);
-    if (!m->wal)
-        return STORE_EINVAL;
+    emit(e, "hf3fs_metad_persistence_enabled", STORE_METRIC_GAUGE,
+         "1 if the state is logged to the data directory, 0 if in memory only.", m->wal != NULL);
+    if (!m->wal) {
+        store_emit_null(e, "persistence");
+        return STORE_OK;
+    }
     wal_stats st;
     wal_get_stats(m->wal, &st);
-    *out = (store_persistence){
-        .log_bytes = st.lsn,
-        .log_written_bytes = st.written_lsn,
-        .log_synced_bytes = st.synced_lsn,
-        .records = st.records,
-        .syncs = st.syncs,
-        .sync_us_sum = st.sync_us_sum,
-        .failures = st.failures,
-        .snapshots = st.snapshots,
-        .snapshot_bytes = st.snapshot_bytes,
-        .snapshot_time_ms = st.snapshot_time_ms,
-        .refusing = st.refusing,
+    const store_metric_type counter = STORE_METRIC_COUNTER, gauge = STORE_METRIC_GAUGE;
+    emit(e, "hf3fs_metad_log_bytes_total", counter,
+         "Bytes of log records produced (the log sequence number).", st.lsn);
+    emit(e, "hf3fs_metad_log_written_bytes_total", counter,
+         "Bytes of log records written to the log files.", st.written_lsn);
+    emit(e, "hf3fs_metad_log_synced_bytes_total", counter, "Bytes of log records synced to disk.",
+         st.synced_lsn);
+    emit(e, "hf3fs_metad_log_records_total", counter, "Log records produced by this process.",
+         st.records);
+    emit(e, "hf3fs_metad_log_syncs_total", counter, "Syncs of the log.", st.syncs);
+    store_emit_family(e, "hf3fs_metad_log_sync_duration_seconds", STORE_METRIC_HISTOGRAM,
+                      "Time one sync (fdatasync) of the log took.");
+    store_histogram syncs = {
+        .nbuckets = WAL_SYNC_BUCKETS,
+        .bounds = wal_sync_bounds_us,
+        .counts = st.sync_buckets,
+        .sum = st.sync_us_sum,
+        .decimals = 6,
     };
-    for (unsigned i = 0; i < STORE_SYNC_BUCKETS; i++)
-        out->sync_buckets[i] = st.sync_buckets[i];
+    store_emit_histogram(e, NULL, 0, &syncs);
+    emit(e, "hf3fs_metad_log_failures_total", counter, "Log write or sync failures.", st.failures);
+    emit(e, "hf3fs_metad_snapshots_total", counter, "Snapshots completed by this process.",
+         st.snapshots);
+    emit(e, "hf3fs_metad_snapshot_bytes", gauge, "Size of the newest snapshot.",
+         st.snapshot_bytes);
+    /* The snapshot time is the log's wall clock, whatever clock the state runs on. */
+    int64_t age_ms = st.snapshot_time_ms > 0 ? hf_clock_wall_ms() - st.snapshot_time_ms : 0;
+    if (age_ms < 0)
+        age_ms = 0;
+    if (st.snapshot_time_ms > 0)
+        store_emit_metric(e, "hf3fs_metad_snapshot_age_seconds", gauge,
+                          "Seconds since the newest snapshot completed.",
+                          (store_number){(uint64_t)age_ms, 3});
+
+    store_emit_object(e, "persistence");
+    store_emit_number(e, "log_bytes", store_int(st.lsn));
+    store_emit_number(e, "log_written_bytes", store_int(st.written_lsn));
+    store_emit_number(e, "log_synced_bytes", store_int(st.synced_lsn));
+    store_emit_number(e, "log_records", store_int(st.records));
+    store_emit_number(e, "log_syncs", store_int(st.syncs));
+    store_emit_number(e, "log_failures", store_int(st.failures));
+    store_emit_number(e, "snapshots", store_int(st.snapshots));
+    store_emit_number(e, "snapshot_bytes", store_int(st.snapshot_bytes));
+    if (st.snapshot_time_ms > 0)
+        store_emit_number(e, "snapshot_age_seconds", store_int((uint64_t)age_ms / 1000));
+    else
+        store_emit_null(e, "snapshot_age_seconds");
+    store_emit_bool(e, "refusing_changes", st.refusing);
+    store_emit_end(e);
     return STORE_OK;
+}
+
+static const char *mem_describe(store_t *s, int err)
+{
+    if (err == STORE_EUNCERTAIN)
+        return "the write-ahead log failed while this change was being made durable (disk full "
+               "or I/O error: see GET /health and the server log): the change may or may not "
+               "survive a restart, and changes are refused until the log is repaired; check the "
+               "state before repeating it";
+    if (err != STORE_EUNAVAILABLE)
+        return NULL;
+    return "the write-ahead log failed (disk full or I/O error: see GET /health and the server "
+           "log), so this change was not acknowledged and changes are refused until the log is "
+           "repaired; reads still work";
 }
 
 static void mem_destroy(store_t *s)
@@ -244,16 +300,32 @@ static const struct store_ops mem_ops = {
     .check = mem_check,
     .destroy = mem_destroy,
     .health = mem_health,
-    .persistence = mem_persistence,
+    .metrics = mem_metrics,
+    .describe = mem_describe,
 };
 
-store_t *store_mem_new(const core_config *config)
+store_t *store_mem_new(const core_config *config, const store_clock *clock)
 {
     store_mem *m = hf_xcalloc(1, sizeof *m);
     m->base.ops = &mem_ops;
     m->core = core_new(config);
+    if (!m->core)
+        abort(); /* out of memory: see util/xalloc.h */
+    m->clock = *clock;
     pthread_mutex_init(&m->lock, NULL);
     return &m->base;
+}
+
+/* The engine-neutral code of a WAL_E* code of opening. */
+static int store_error_of_wal(int rc)
+{
+    switch (rc) {
+    case WAL_EFOREIGN: return STORE_EFOREIGN;
+    case WAL_EDAMAGED: return STORE_EDAMAGED;
+    case WAL_ELOCKED: return STORE_ELOCKED;
+    case WAL_EUNAVAILABLE: return STORE_EUNAVAILABLE;
+    default: return STORE_EIO;
+    }
 }
 
 static void host_lock(void *ctx)
@@ -266,36 +338,21 @@ static void host_unlock(void *ctx)
     pthread_mutex_unlock(&((store_mem *)ctx)->lock);
 }
 
-int store_mem_open(const core_config *config, const struct wal_options *log, store_t **out,
-                   char *err, size_t errlen)
+core_t *store_mem_core(store_t *s)
 {
-    store_mem *m = mem_of(store_mem_new(config));
+    return mem_of(s)->core;
+}
+
+int store_mem_open(const core_config *config, const store_clock *clock,
+                   const struct wal_options *log, store_t **out, char *err, size_t errlen)
+{
+    store_mem *m = mem_of(store_mem_new(config, clock));
     wal_host host = {host_lock, host_unlock, m};
     int rc = wal_open(log, m->core, &host, &m->wal, err, errlen);
     if (rc != WAL_OK) {
         mem_destroy(&m->base);
-        return rc;
+        return store_error_of_wal(rc);
     }
     *out = &m->base;
-    return 0;
-}
-
-const char *store_strerror(int err)
-{
-    switch (err) {
-    case STORE_OK: return "success";
-    case STORE_ENOPOOL: return "pool not initialized";
-    case STORE_EINVAL: return "argument out of range";
-    case STORE_ENOMEM: return "out of memory";
-    case STORE_EUNAVAILABLE:
-        return "the write-ahead log failed (disk full or I/O error: see GET /health and the "
-               "server log), so this change was not acknowledged and changes are refused until "
-               "the log is repaired; reads still work";
-    case STORE_EUNCERTAIN:
-        return "the write-ahead log failed while this change was being made durable (disk full "
-               "or I/O error: see GET /health and the server log): the change may or may not "
-               "survive a restart, and changes are refused until the log is repaired; check the "
-               "state before repeating it";
-    default: return "unknown store error";
-    }
+    return STORE_OK;
 }

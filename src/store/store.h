@@ -1,14 +1,17 @@
 /*
  * store.h: what the dialects may ask of the state, as a table of functions.
  *
- * An engine implements struct store_ops. The embedded engine (store_mem_new)
- * keeps the state in this process; a Redis engine will implement the same
- * table. Nothing here assumes memory: every call names its pool by
- * (namespace, rank), takes whole batches, and writes its answers into arrays
- * the caller owns (sized n by the caller). Engines are thread-safe: any
- * thread may call any operation at any time. Engines read their own clock.
+ * An engine implements struct store_ops; nothing above this header knows
+ * which engine runs (each engine's constructor and options are in its own
+ * header: store/mem.h for the embedded engine). Nothing here assumes
+ * memory: every call names its pool by (namespace, rank), takes whole
+ * batches, and writes its answers into arrays the caller owns (sized n by
+ * the caller). Engines are thread-safe: any thread may call any operation
+ * at any time.
  *
  * Errors: 0 on success or a negative STORE_E* code; then nothing changed.
+ * The codes from STORE_EIO on are those of opening an engine (its
+ * constructor); the operations return the first four.
  */
 #ifndef HF_STORE_H
 #define HF_STORE_H
@@ -25,51 +28,130 @@ enum {
     STORE_ENOPOOL = -1,      /* pool not initialized */
     STORE_EINVAL = -2,       /* argument out of range (num_pages, rank) */
     STORE_ENOMEM = -3,
-    STORE_EUNAVAILABLE = -4, /* the engine cannot accept changes now (e.g. its log failed);
-                              * nothing changed, so the request may be sent again */
-    STORE_EUNCERTAIN = -5,   /* the change may have taken effect but was not made durable
-                              * (its log failed meanwhile, or its reply was lost): it must
-                              * not be answered with a status that clients retry */
+    STORE_EUNAVAILABLE = -4, /* the engine cannot accept changes now (its log failed,
+                                its server is unreachable...): nothing was acknowledged */
+    /* Opening an engine. */
+    STORE_EIO = -5,          /* the engine's files cannot be read or written */
+    STORE_EFOREIGN = -6,     /* the engine's place holds data hf3fs-metad did not write */
+    STORE_EDAMAGED = -7,     /* the stored state is damaged (the embedded log: see --salvage) */
+    STORE_ELOCKED = -8,      /* another process holds the state */
+    STORE_EUNREACHABLE = -9, /* the engine's server cannot be reached */
+    STORE_EAUTH = -10,       /* the engine's server refused the credentials */
+    STORE_ECONFIG = -11,     /* the engine's settings are invalid (e.g. a malformed address) */
+    /* A change whose outcome is unknown: it may have taken effect but was not
+     * made durable (its log failed meanwhile, or its reply was lost). It must
+     * not be answered with a status the stock clients resend (api: 507). */
+    STORE_EUNCERTAIN = -12,
 };
 
+/* A sentence for the code, naming no engine. */
 const char *store_strerror(int err);
 
 typedef struct store store_t;
 
 /*
- * The figures of an engine's log and snapshots, for /metrics. Sync latency
- * is a histogram: sync_buckets[i] counts the syncs that took at most
- * store_sync_bounds_us[i] microseconds and more than the bound before it
- * (not cumulative); the last bucket is everything slower.
+ * A clock an engine may be given instead of its own (an option of the
+ * engine's constructor): now_ms(ctx) is the time in milliseconds of every
+ * lease and reservation deadline. The server gives store_wall_clock
+ * (milliseconds since the Unix epoch, so that deadlines keep their meaning
+ * across a restart); tests and fuzzers give a fake clock that they move, so
+ * that leases expire exactly when they say. Called under the engine's
+ * locks: it must be cheap and take no lock of the engine.
  */
-#define STORE_SYNC_BUCKETS 13
-static const uint64_t store_sync_bounds_us[STORE_SYNC_BUCKETS - 1] = {
-    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 100000, 250000, 1000000,
-};
+typedef struct store_clock {
+    int64_t (*now_ms)(void *ctx);
+    void *ctx;
+} store_clock;
 
-/* The bucket of a sync that took `us` microseconds. */
-static inline unsigned store_sync_bucket(uint64_t us)
+extern const store_clock store_wall_clock;
+
+/* ---- what an engine reports about itself: store_ops.metrics ---- */
+
+typedef enum store_metric_type {
+    STORE_METRIC_COUNTER,
+    STORE_METRIC_GAUGE,
+    STORE_METRIC_HISTOGRAM,
+} store_metric_type;
+
+/* A label of a sample. name: [a-zA-Z_][a-zA-Z0-9_]*; value: any bytes (the
+ * writer escapes them). */
+typedef struct store_label {
+    const char *name;
+    const char *value;
+} store_label;
+
+/* A non-negative decimal written exactly: units * 10^-decimals, so
+ * {5003080, 6} is 5.003080 and {7, 0} is 7. decimals <= 9. */
+typedef struct store_number {
+    uint64_t units;
+    unsigned decimals;
+} store_number;
+
+static inline store_number store_int(uint64_t value)
 {
-    unsigned i = 0;
-    while (i < STORE_SYNC_BUCKETS - 1 && us > store_sync_bounds_us[i])
-        i++;
-    return i;
+    return (store_number){value, 0};
 }
 
-typedef struct store_persistence {
-    uint64_t log_bytes;         /* bytes of log records produced (the LSN) */
-    uint64_t log_written_bytes; /* ... of which written to the log files */
-    uint64_t log_synced_bytes;  /* ... of which synced (durable) */
-    uint64_t records;           /* log records produced by this process */
-    uint64_t syncs;             /* fdatasync calls of the log */
-    uint64_t sync_buckets[STORE_SYNC_BUCKETS];
-    uint64_t sync_us_sum;       /* total time spent in those syncs */
-    uint64_t failures;          /* log write or sync failures */
-    uint64_t snapshots;         /* snapshots completed by this process */
-    uint64_t snapshot_bytes;    /* size of the newest snapshot, 0 if none */
-    int64_t snapshot_time_ms;   /* wall clock (ms) when it completed, 0 if none */
-    bool refusing;              /* changes are refused (the log failed) */
-} store_persistence;
+/* One series of a histogram family. bounds[i] and sum are in units of
+ * 10^-decimals (microseconds of a "_seconds" family: decimals 6). counts[i]
+ * is the number of observations at most bounds[i] and above bounds[i-1]
+ * (not cumulative: the writer sums them); counts[nbuckets-1] is those above
+ * every bound. */
+typedef struct store_histogram {
+    size_t nbuckets;        /* >= 1 */
+    const uint64_t *bounds; /* nbuckets - 1 ascending upper bounds */
+    const uint64_t *counts; /* nbuckets counts */
+    uint64_t sum;
+    unsigned decimals;
+} store_histogram;
+
+/*
+ * Where an engine writes its figures, for two views at once; the caller
+ * (src/api/admin.c) sets the callbacks of the view it writes and leaves the
+ * others NULL. An engine calls the store_emit_* helpers below (which skip a
+ * NULL callback), never the callbacks directly, and writes both views in
+ * the same call:
+ *   /metrics    Prometheus families: store_emit_family(), then every sample
+ *               of the family (store_emit_sample() or store_emit_histogram())
+ *               before the next family. Names carry the product's prefix
+ *               ("hf3fs_metad_") and Prometheus suffixes ("_total",
+ *               "_seconds", "_bytes"); help is one line of plain text.
+ *   /v1/stats   members of the "server" object, after the server's own:
+ *               store_emit_object() ... store_emit_end() nest an object;
+ *               store_emit_number/_bool/_string/_null() add a member.
+ * Strings passed in are borrowed for the call only.
+ */
+typedef struct store_emitter {
+    void *ctx;
+    void (*family)(void *ctx, const char *name, store_metric_type type, const char *help);
+    void (*sample)(void *ctx, const store_label *labels, size_t nlabels, store_number value);
+    void (*histogram)(void *ctx, const store_label *labels, size_t nlabels,
+                      const store_histogram *h);
+    void (*object)(void *ctx, const char *key);
+    void (*end)(void *ctx);
+    void (*number)(void *ctx, const char *key, store_number value);
+    void (*boolean)(void *ctx, const char *key, bool value);
+    void (*string)(void *ctx, const char *key, const char *value, size_t len);
+    void (*null)(void *ctx, const char *key);
+} store_emitter;
+
+void store_emit_family(const store_emitter *e, const char *name, store_metric_type type,
+                       const char *help);
+void store_emit_sample(const store_emitter *e, const store_label *labels, size_t nlabels,
+                       store_number value);
+void store_emit_histogram(const store_emitter *e, const store_label *labels, size_t nlabels,
+                          const store_histogram *h);
+/* A family of one unlabelled sample. */
+void store_emit_metric(const store_emitter *e, const char *name, store_metric_type type,
+                       const char *help, store_number value);
+void store_emit_object(const store_emitter *e, const char *key);
+void store_emit_end(const store_emitter *e);
+void store_emit_number(const store_emitter *e, const char *key, store_number value);
+void store_emit_bool(const store_emitter *e, const char *key, bool value);
+void store_emit_string(const store_emitter *e, const char *key, const char *value, size_t len);
+void store_emit_null(const store_emitter *e, const char *key);
+
+/* ---- the operations ---- */
 
 /* One pool's figures, handed to a stats visitor. Valid during the call only. */
 typedef void (*store_stats_visitor)(void *ctx, hf_slice ns, uint32_t rank,
@@ -104,23 +186,22 @@ struct store_ops {
      * NUL-terminated sentence, e.g. "the log failed: No space left on
      * device"). Cheap and lock-free enough for a probe every second. */
     int (*health)(store_t *s, char *reason, size_t len);
-    /* Optional (NULL: the engine keeps nothing on disk). The persistence
-     * figures of /metrics; STORE_OK and *out filled, or an error. */
-    int (*persistence)(store_t *s, store_persistence *out);
+    /* Optional (NULL: the engine reports nothing of its own). The engine's
+     * own figures (its log, its round trips...) through the emitter, for
+     * /metrics and /v1/stats; called on every scrape, from any thread.
+     * STORE_OK, or an error (then the caller ignores what was written). */
+    int (*metrics)(store_t *s, const store_emitter *e);
+    /* Optional (NULL: store_strerror). The engine's own sentence for an
+     * error one of its operations returned (e.g. what STORE_EUNAVAILABLE
+     * means for it and what to do); a static string. */
+    const char *(*describe)(store_t *s, int err);
 };
 
 struct store {
     const struct store_ops *ops;
 };
 
-/* The embedded in-memory engine. Returns NULL on out-of-memory. */
-store_t *store_mem_new(const core_config *config);
-
-/* The embedded engine with its write-ahead log (src/wal/wal.h): recovers the
- * state of log->dir first. 0, or a negative WAL_E* code with a message in
- * err. destroy() writes a final snapshot. */
-struct wal_options;
-int store_mem_open(const core_config *config, const struct wal_options *log, store_t **out,
-                   char *err, size_t errlen);
+/* The engine's sentence for err (ops->describe, else store_strerror). */
+const char *store_describe(store_t *s, int err);
 
 #endif

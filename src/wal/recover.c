@@ -22,7 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "server/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 #include "util/xalloc.h"
 
 typedef struct dir_file {
@@ -555,7 +556,7 @@ static void count_pool(void *ctx, hf_slice ns, uint32_t rank, const core_pool_st
 static int begin_segment(recovery *R, uint64_t seq)
 {
     wal_t *w = R->w;
-    int64_t base = wal__wall_ms();
+    int64_t base = hf_clock_wall_ms();
     uint32_t salt = wal__new_salt();
     int fd = wal__segment_create(w, seq, R->end_lsn, base, salt, 0);
     if (fd < 0)
@@ -617,7 +618,7 @@ static int recover_existing(recovery *R)
             return rc;
         /* A fresh snapshot makes the damaged chain unnecessary. */
         next = R->max_seq + 1;
-        w->enc.time_base = wal__wall_ms();
+        w->enc.time_base = hf_clock_wall_ms();
         wal__pools_copy(&w->enc.pools, &R->dec.pools);
         if (wal__snapshot_write(w, next, R->end_lsn, w->enc.time_base, NULL) != 0)
             return fail(R, WAL_EIO, "salvage: cannot write a snapshot in %s", w->dir);
@@ -635,7 +636,7 @@ static int recover_fresh(recovery *R)
     wal_t *w = R->w;
     R->fresh = true;
     R->snap_seq = 1;
-    if (wal__snapshot_write(w, 1, 0, wal__wall_ms(), NULL) != 0)
+    if (wal__snapshot_write(w, 1, 0, hf_clock_wall_ms(), NULL) != 0)
         return fail(R, WAL_EIO, "cannot write the first snapshot in %s", w->dir);
     return begin_segment(R, 1);
 }
@@ -661,7 +662,7 @@ static void log_start(recovery *R, int64_t ms)
 
 int wal__recover(wal_t *w, char *err, size_t errlen)
 {
-    int64_t t0 = wal__mono_ms();
+    int64_t t0 = hf_clock_mono_ms();
     recovery R = {.w = w, .err = err, .errlen = errlen};
     wal__dec_init(&R.dec);
     int rc = open_dir(&R);
@@ -684,7 +685,7 @@ int wal__recover(wal_t *w, char *err, size_t errlen)
         w->snapshot_seq = R.snap_seq;
         w->snapshot_lsn = R.snap_lsn;
         if (!w->opt.quiet)
-            log_start(&R, wal__mono_ms() - t0);
+            log_start(&R, hf_clock_mono_ms() - t0);
     }
     wal__dec_free(&R.dec);
     free(R.files);

@@ -190,7 +190,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/log.h"
+#include "util/clock.h"
+#include "util/log.h"
 #include "util/xalloc.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -203,20 +204,6 @@
 #define KEEPER_TICK_MS 100
 
 /* ------------------------------------------------------------- helpers */
-
-int64_t wal__wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t wal__mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void deadline_after(struct timespec *ts, int64_t ms)
 {
@@ -233,7 +220,7 @@ uint32_t wal__new_salt(void)
 {
     uint32_t salt;
     if (getrandom(&salt, sizeof salt, GRND_NONBLOCK) != (ssize_t)sizeof salt)
-        salt = (uint32_t)(wal__wall_ms() * 2654435761u) ^ (uint32_t)getpid();
+        salt = (uint32_t)(hf_clock_wall_ms() * 2654435761u) ^ (uint32_t)getpid();
     return salt;
 }
 
@@ -543,30 +530,23 @@ static void fail_locked(wal_t *w, const char *what, int err)
     w->failures++;
     repair_settle_locked(w);
     if (!w->repairing)
-        w->next_repair_ms = wal__mono_ms() + w->repair_delay_ms;
+        w->next_repair_ms = hf_clock_mono_ms() + w->repair_delay_ms;
     pthread_cond_broadcast(&w->durable_cv);
     pthread_cond_signal(&w->keeper_cv);
 }
 
 /* ---------------------------------------------------------------- writer */
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* fdatasync the current segment, counting its latency. Writer only. */
 static int timed_sync(wal_t *w)
 {
-    int64_t t0 = mono_us();
+    int64_t t0 = hf_clock_mono_us();
     int rc = wal__datasync(w, WAL_IO_LOG, w->seg_fd);
-    uint64_t us = (uint64_t)(mono_us() - t0);
+    uint64_t us = (uint64_t)(hf_clock_mono_us() - t0);
     pthread_mutex_lock(&w->mu);
     w->syncs++;
     w->sync_us_sum += us;
-    w->sync_buckets[store_sync_bucket(us)]++;
+    w->sync_buckets[wal_sync_bucket(us)]++;
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
@@ -588,7 +568,7 @@ static bool gather_more(wal_t *w)
         w->gather_since_us = 0;
         return false;
     }
-    int64_t now = mono_us();
+    int64_t now = hf_clock_mono_us();
     if (w->gather_since_us == 0)
         w->gather_since_us = now;
     int64_t limit = w->gather_since_us + w->gather_max_us;
@@ -676,7 +656,7 @@ static void *writer_main(void *arg)
     wal_t *w = arg;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        int64_t now = wal__mono_ms();
+        int64_t now = hf_clock_mono_ms();
         bool unsynced = w->opt.fsync != WAL_FSYNC_NO && !w->broken && w->written > w->synced;
         bool timed = unsynced && now - w->last_sync_ms >= 1000;
         bool asked = w->opt.fsync == WAL_FSYNC_ALWAYS && !w->broken && w->sync_wanted > w->synced;
@@ -705,9 +685,9 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&w->mu);
 
         const char *what = "write";
-        int64_t t0 = mono_us();
+        int64_t t0 = hf_clock_mono_us();
         int rc = write_batch(w, &rot, broken, sync, &what);
-        int64_t took_us = mono_us() - t0;
+        int64_t took_us = hf_clock_mono_us() - t0;
 
         pthread_mutex_lock(&w->mu);
         w->writer_busy = false;
@@ -837,7 +817,7 @@ static void start_snapshot(wal_t *w, bool repair)
      * process): give the encoder its whole chunk now. */
     wal__buf_reserve(&w->enc.out, WAL_SNAPSHOT_CHUNK + (64u << 10));
     uint64_t seq = w->next_seq++;
-    int64_t base = wal__wall_ms();
+    int64_t base = hf_clock_wall_ms();
     uint32_t salt = wal__new_salt();
     pthread_mutex_lock(&w->mu);
     uint64_t lsn = w->appended;
@@ -855,7 +835,7 @@ static void start_snapshot(wal_t *w, bool repair)
     w->enc.time_base = base;
     w->enc.salt = salt;
     pid_t parent = getpid();
-    int64_t started = wal__mono_ms();
+    int64_t started = hf_clock_mono_ms();
     pid_t pid = fork();
     if (pid == 0)
         child_main(w, parent, seq, lsn, base);
@@ -870,9 +850,9 @@ static void start_snapshot(wal_t *w, bool repair)
             w->accepting = false;
             w->broken = true;
             w->pending.len = 0;
-            w->next_repair_ms = wal__mono_ms() + w->repair_delay_ms;
+            w->next_repair_ms = hf_clock_mono_ms() + w->repair_delay_ms;
         }
-        w->hold_until_ms = wal__mono_ms() + SNAPSHOT_RETRY_MS;
+        w->hold_until_ms = hf_clock_mono_ms() + SNAPSHOT_RETRY_MS;
     } else {
         w->child = pid;
         w->child_seq = seq;
@@ -902,7 +882,7 @@ static void finish_snapshot(wal_t *w, int status)
             log_msg(LOG_ERROR, "snapshot %016" PRIx64 ": the child died of signal %d",
                     w->child_seq, WTERMSIG(status));
     }
-    int64_t now = wal__mono_ms();
+    int64_t now = hf_clock_mono_ms();
     pthread_mutex_lock(&w->mu);
     if (ok) {
         if (w->child_lsn > w->synced)
@@ -911,7 +891,7 @@ static void finish_snapshot(wal_t *w, int status)
             w->written = w->child_lsn;
         w->snapshots++;
         w->snapshot_bytes = bytes;
-        w->snapshot_time_ms = wal__wall_ms();
+        w->snapshot_time_ms = hf_clock_wall_ms();
         w->snapshot_lsn = w->child_lsn;
         w->snapshot_seq = w->child_seq;
         w->next_save_ms = now + w->opt.save_interval_ms;
@@ -958,7 +938,7 @@ static void *keeper_main(void *arg)
     wal_t *w = arg;
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        int64_t now = wal__mono_ms();
+        int64_t now = hf_clock_mono_ms();
         if (w->child > 0) {
             int status;
             pid_t r = waitpid(w->child, &status, WNOHANG);
@@ -1037,7 +1017,7 @@ int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t *
     pthread_cond_init(&w->keeper_cv, &attr);
     pthread_condattr_destroy(&attr);
     faults_parse(&w->faults, getenv("HF3FS_METAD_FAULT"));
-    wal__enc_init(&w->enc, wal__wall_ms());
+    wal__enc_init(&w->enc, hf_clock_wall_ms());
     w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
     w->gather_target = 1;
     w->gather_max_us = 100;
@@ -1048,8 +1028,8 @@ int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t *
         return rc;
     }
     w->accepting = true;
-    w->last_sync_ms = wal__mono_ms();
-    w->next_save_ms = wal__mono_ms() + opt->save_interval_ms;
+    w->last_sync_ms = hf_clock_mono_ms();
+    w->next_save_ms = hf_clock_mono_ms() + opt->save_interval_ms;
     core_set_observer(core, wal__enc_event, &w->enc);
     if (pthread_create(&w->writer_thread, NULL, writer_main, w) != 0 ||
         pthread_create(&w->keeper_thread, NULL, keeper_main, w) != 0) {
@@ -1075,7 +1055,7 @@ void wal_close(wal_t *w, bool final_snapshot)
     core_set_observer(w->core, NULL, NULL);
     if (final_snapshot) {
         uint64_t seq = w->next_seq++, bytes = 0;
-        if (wal__snapshot_write(w, seq, w->appended, wal__wall_ms(), &bytes) == 0) {
+        if (wal__snapshot_write(w, seq, w->appended, hf_clock_wall_ms(), &bytes) == 0) {
             wal__delete_covered(w, seq);
             log_msg(LOG_INFO, "final snapshot %s/snapshot-%016" PRIx64 ".snap: %" PRIu64
                     " bytes", w->dir, seq, bytes);

@@ -22,7 +22,6 @@
 #include <stdint.h>
 
 #include "core/core.h"
-#include "store/store.h"
 
 enum {
     WAL_OK = 0,
@@ -32,6 +31,24 @@ enum {
     WAL_ELOCKED = -4,      /* another process uses the directory */
     WAL_EUNAVAILABLE = -5, /* the log failed: the change may not be durable */
 };
+
+/*
+ * Sync latency buckets: a sync that took `us` microseconds falls in bucket
+ * wal_sync_bucket(us), the first whose bound (wal_sync_bounds_us) is at
+ * least us; the last bucket is everything slower than every bound.
+ */
+#define WAL_SYNC_BUCKETS 13
+static const uint64_t wal_sync_bounds_us[WAL_SYNC_BUCKETS - 1] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 100000, 250000, 1000000,
+};
+
+static inline unsigned wal_sync_bucket(uint64_t us)
+{
+    unsigned i = 0;
+    while (i < WAL_SYNC_BUCKETS - 1 && us > wal_sync_bounds_us[i])
+        i++;
+    return i;
+}
 
 typedef enum wal_fsync_policy {
     WAL_FSYNC_ALWAYS = 0, /* a change is acknowledged once fdatasync'ed (group commit) */
@@ -91,7 +108,7 @@ typedef struct wal_stats {
     uint64_t written_lsn, synced_lsn;
     uint64_t records;          /* records produced by this process */
     uint64_t syncs;            /* fdatasync calls of the writer */
-    uint64_t sync_buckets[STORE_SYNC_BUCKETS]; /* their latency (store.h's buckets) */
+    uint64_t sync_buckets[WAL_SYNC_BUCKETS]; /* their latency (not cumulative) */
     uint64_t sync_us_sum;
     uint64_t snapshots;        /* snapshots completed by this process */
     uint64_t snapshot_bytes;   /* size of the newest snapshot */

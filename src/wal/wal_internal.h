@@ -80,7 +80,7 @@ struct wal {
     bool stop;
     uint64_t records_published;
     uint64_t syncs;
-    uint64_t sync_buckets[STORE_SYNC_BUCKETS];
+    uint64_t sync_buckets[WAL_SYNC_BUCKETS];
     uint64_t sync_us_sum;
     int64_t snapshot_time_ms;
     uint64_t snapshots, snapshot_bytes, snapshot_lsn, snapshot_seq;
@@ -105,8 +105,6 @@ struct wal {
     bool threads_started;
 };
 
-int64_t wal__wall_ms(void);
-int64_t wal__mono_ms(void);
 
 void wal__seg_name(char out[WAL_NAME_MAX], uint64_t seq);
 void wal__snap_name(char out[WAL_NAME_MAX], uint64_t seq);

@@ -1,5 +1,5 @@
 /*
- * test_model.c: the core against a deliberately simple reference model.
+ * test_model.c: a store engine against a deliberately simple reference model.
  *
  * Long random sequences of every operation (allocate in both modes,
  * confirm with right and wrong pages, release, exists, lookup, delete, pool
@@ -9,15 +9,22 @@
  *
  * The model is arrays and linear scans: each page has a state, a key, a
  * deadline and a "last use" number; LRU = smallest last use. The free page
- * the core picks is not specified by the contract, so the model accepts any
- * page it holds FREE; everything else (hits, -1, which page is evicted,
+ * the engine picks is not specified by the contract, so the model accepts
+ * any page it holds FREE; everything else (hits, -1, which page is evicted,
  * refusals, presence, completeness) must match exactly. After every step
- * the whole page table of every pool is compared and core_check() runs.
+ * the engine's invariant check runs, every pool's size and key count are
+ * compared and, when the engine can show its pages, the whole page table.
+ *
+ * The engine under test is driven only through store_t (store->ops) on a
+ * fake clock (the global `now`), so that the same model checks every
+ * engine: HF3FS_TEST_ENGINE names it (tests/engines.h; default: the
+ * embedded engine).
  */
 #include <stdlib.h>
 
 #include "check.h"
 #include "core/core.h"
+#include "engines.h"
 
 enum { NNS = 2, NRANKS = 3, MAXP = 6, NKEYS = 14, STEPS = 200000 };
 
@@ -49,7 +56,7 @@ static bool m_evict;
 static struct {
     long evictions, no_page, hits, refusals, drains, expiries;
 } seen;
-static core_t *core;
+static test_engine engine;
 static uint64_t rng = 88172645463325252ull;
 
 static uint64_t rnd(void)
@@ -156,38 +163,175 @@ static void m_disown(mpool *p, int page)
     pg->key = -1;
 }
 
-/* ------------------------------------------------------- the comparison */
+/* ----------------------------------- the driver: the engine under test */
 
-static core_pool_t *pool_of(int ns, int rank)
+/* A pool of the engine: (namespace, rank). */
+typedef struct pool_ref {
+    hf_slice ns;
+    uint32_t rank;
+} pool_ref;
+
+static pool_ref pool_of(int ns, int rank)
 {
-    return core_pool_find(core, NS[ns], (uint32_t)rank);
+    return (pool_ref){NS[ns], (uint32_t)rank};
 }
+
+/* The engine's clock: the model's. */
+static int64_t model_now_ms(void *ctx)
+{
+    return now;
+}
+
+static void expect_ok(int rc, const char *op)
+{
+    if (rc != STORE_OK)
+        TEST_FAIL("%s answered %d (%s)", op, rc, store_strerror(rc));
+}
+
+/* The figures the engine reports for each pool of the model's namespaces. */
+typedef struct engine_pools {
+    bool exists[NNS][NRANKS];
+    core_pool_stats stats[NNS][NRANKS];
+} engine_pools;
+
+static void note_pool(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *stats)
+{
+    engine_pools *pools = ctx;
+    for (int i = 0; i < NNS; i++) {
+        if (hf_slice_eq(ns, NS[i]) && rank < NRANKS) {
+            pools->exists[i][rank] = true;
+            pools->stats[i][rank] = *stats;
+        }
+    }
+}
+
+static void engine_pools_read(engine_pools *pools)
+{
+    memset(pools, 0, sizeof *pools);
+    expect_ok(engine.store->ops->stats(engine.store, note_pool, pools), "stats");
+}
+
+/* Refusals the engine counted in a pool so far (confirmations and releases). */
+static uint64_t refusals_of(pool_ref pool)
+{
+    engine_pools pools;
+    engine_pools_read(&pools);
+    for (int i = 0; i < NNS; i++) {
+        if (!hf_slice_eq(pool.ns, NS[i]) || !pools.exists[i][pool.rank])
+            continue;
+        uint64_t n = 0;
+        for (int r = 0; r < CORE_REFUSE_COUNT; r++)
+            n += pools.stats[i][pool.rank].refused_confirms[r] +
+                 pools.stats[i][pool.rank].refused_releases[r];
+        return n;
+    }
+    return 0;
+}
+
+static void e_allocate(pool_ref pool, const hf_slice *keys, size_t n, core_alloc_mode mode,
+                       int64_t *pages, bool *existed)
+{
+    expect_ok(engine.store->ops->allocate(engine.store, pool.ns, pool.rank, keys, n, mode, pages,
+                                          existed), "allocate");
+}
+
+/* *refused: how many confirmations and releases of the call were refused. */
+static void e_confirm(pool_ref pool, const hf_slice *keys, const int64_t *pages, size_t n,
+                      const int64_t *release, size_t nrel, size_t *refused)
+{
+    uint64_t before = refusals_of(pool);
+    expect_ok(engine.store->ops->confirm(engine.store, pool.ns, pool.rank, keys, pages, n, release,
+                                         nrel), "confirm");
+    *refused = (size_t)(refusals_of(pool) - before);
+}
+
+static void e_exists(pool_ref pool, const hf_slice *keys, size_t n, bool *present)
+{
+    expect_ok(engine.store->ops->exists(engine.store, pool.ns, pool.rank, keys, n, present),
+              "exists");
+}
+
+static void e_lookup(pool_ref pool, const hf_slice *keys, size_t n, int64_t *pages)
+{
+    expect_ok(engine.store->ops->lookup(engine.store, pool.ns, pool.rank, keys, n, pages),
+              "lookup");
+}
+
+static void e_delete(pool_ref pool, const hf_slice *keys, size_t n)
+{
+    expect_ok(engine.store->ops->delete_keys(engine.store, pool.ns, pool.rank, keys, n),
+              "delete_keys");
+}
+
+static void e_pool_clear(pool_ref pool)
+{
+    expect_ok(engine.store->ops->clear_pool(engine.store, pool.ns, pool.rank), "clear_pool");
+}
+
+static void e_clear_all(void)
+{
+    expect_ok(engine.store->ops->clear_all(engine.store), "clear_all");
+}
+
+static void e_complete_exists(hf_slice ns, const hf_slice *keys, size_t n, bool *present)
+{
+    expect_ok(engine.store->ops->complete_exists(engine.store, ns, keys, n, present),
+              "complete_exists");
+}
+
+static int e_complete_locations(hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
+                                int64_t *pages)
+{
+    return engine.store->ops->complete_locations(engine.store, ns, rank, keys, n, pages);
+}
+
+/* 1 if the pool was created, 0 if it existed, else the engine's error. */
+static int e_pool_init(hf_slice ns, uint32_t rank, uint64_t num_pages, uint64_t *existing)
+{
+    bool created = false;
+    int rc = engine.store->ops->init_pool(engine.store, ns, rank, num_pages, &created, existing);
+    return rc != STORE_OK ? rc : created;
+}
+
+/* ------------------------------------------------------- the comparison */
 
 static void compare_all(long step)
 {
     char err[256];
-    if (core_check(core, err, sizeof err) != 0)
+    if (engine.store->ops->check(engine.store, err, sizeof err) != 0)
         TEST_FAIL("step %ld: invariant broken: %s", step, err);
+    engine_pools pools;
+    engine_pools_read(&pools);
     for (int ns = 0; ns < NNS; ns++) {
         for (int r = 0; r < NRANKS; r++) {
             mpool *m = &model[ns][r];
-            core_pool_t *pool = pool_of(ns, r);
             if (!m->exists) {
-                if (pool)
-                    TEST_FAIL("step %ld: pool %d/%d exists in the core only", step, ns, r);
+                if (pools.exists[ns][r])
+                    TEST_FAIL("step %ld: pool %d/%d exists in the engine only", step, ns, r);
                 continue;
             }
-            if (!pool)
-                TEST_FAIL("step %ld: pool %d/%d missing in the core", step, ns, r);
+            if (!pools.exists[ns][r])
+                TEST_FAIL("step %ld: pool %d/%d missing in the engine", step, ns, r);
             m_expire(m);
-            core_pool_expire(pool, now);
+            uint64_t owned = 0;
+            for (int i = 0; i < m->num_pages; i++)
+                owned += m->pages[i].state == CORE_PAGE_OWNED;
+            if (pools.stats[ns][r].num_pages != (uint64_t)m->num_pages ||
+                pools.stats[ns][r].owned != owned)
+                TEST_FAIL("step %ld: pool %d/%d: engine %" PRIu64 " pages %" PRIu64 " keys, "
+                          "model %d pages %" PRIu64 " keys", step, ns, r,
+                          pools.stats[ns][r].num_pages, pools.stats[ns][r].owned, m->num_pages,
+                          owned);
+            if (!engine.page)
+                continue;
             for (int i = 0; i < m->num_pages; i++) {
                 hf_slice key;
                 char buf[64];
-                core_page_state st = core_page_get(pool, (uint64_t)i, &key, buf, NULL);
+                core_page_state st = engine.page(&engine, NS[ns], (uint32_t)r, (uint64_t)i, now,
+                                                 &key, buf);
                 if (st != m->pages[i].state)
-                    TEST_FAIL("step %ld: pool %d/%d page %d: core state %d, model %d", step, ns,
-                              r, i, st, m->pages[i].state);
+                    TEST_FAIL("step %ld: pool %d/%d page %d: engine state %d, model %d", step,
+                              ns, r, i, st, m->pages[i].state);
                 if ((st == CORE_PAGE_OWNED || st == CORE_PAGE_RESERVED) &&
                     !hf_slice_eq(key, key_slices[m->pages[i].key]))
                     TEST_FAIL("step %ld: pool %d/%d page %d holds another key", step, ns, r, i);
@@ -198,7 +342,7 @@ static void compare_all(long step)
 
 /* ------------------------------------------------------- the operations */
 
-static void op_allocate(long step, int ns, int rank, mpool *m, core_pool_t *pool)
+static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
 {
     int n = 1 + pick(5);
     int keys[5];
@@ -210,7 +354,7 @@ static void op_allocate(long step, int ns, int rank, mpool *m, core_pool_t *pool
         keys[i] = pick(NKEYS);
         slices[i] = key_slices[keys[i]];
     }
-    core_allocate(pool, slices, (size_t)n, mode, now, pages, existed);
+    e_allocate(pool, slices, (size_t)n, mode, pages, existed);
 
     m_expire(m);
     bool protected[MAXP] = {false};
@@ -278,7 +422,7 @@ static void op_allocate(long step, int ns, int rank, mpool *m, core_pool_t *pool
     }
 }
 
-static void op_confirm(long step, mpool *m, core_pool_t *pool)
+static void op_confirm(long step, mpool *m, pool_ref pool)
 {
     int n = 1 + pick(3), nrel = pick(3);
     int keys[4];
@@ -302,7 +446,7 @@ static void op_confirm(long step, mpool *m, core_pool_t *pool)
     for (int i = 0; i < nrel; i++)
         release[i] = pick(m->num_pages + 2) - 1;
     size_t refused = 0, expect_refused = 0;
-    core_confirm(pool, slices, pages, (size_t)n, release, (size_t)nrel, now, &refused);
+    e_confirm(pool, slices, pages, (size_t)n, release, (size_t)nrel, &refused);
 
     for (int i = 0; i < n; i++) {
         int64_t p = pages[i];
@@ -337,7 +481,7 @@ static void op_confirm(long step, mpool *m, core_pool_t *pool)
         TEST_FAIL("step %ld: confirm refused %zu, model %zu", step, refused, expect_refused);
 }
 
-static void op_read(long step, mpool *m, core_pool_t *pool, bool as_exists)
+static void op_read(long step, mpool *m, pool_ref pool, bool as_exists)
 {
     int n = 1 + pick(4);
     hf_slice slices[4];
@@ -349,9 +493,9 @@ static void op_read(long step, mpool *m, core_pool_t *pool, bool as_exists)
         slices[i] = key_slices[keys[i]];
     }
     if (as_exists)
-        core_exists(pool, slices, (size_t)n, now, present);
+        e_exists(pool, slices, (size_t)n, present);
     else
-        core_lookup(pool, slices, (size_t)n, now, pages);
+        e_lookup(pool, slices, (size_t)n, pages);
     m_expire(m);
     for (int i = 0; i < n; i++) {
         int page = m_owned(m, keys[i]);
@@ -362,7 +506,7 @@ static void op_read(long step, mpool *m, core_pool_t *pool, bool as_exists)
     }
 }
 
-static void op_delete(int ns, int rank, mpool *m, core_pool_t *pool)
+static void op_delete(int ns, int rank, mpool *m, pool_ref pool)
 {
     int n = 1 + pick(3);
     hf_slice slices[3];
@@ -371,7 +515,7 @@ static void op_delete(int ns, int rank, mpool *m, core_pool_t *pool)
         keys[i] = pick(NKEYS);
         slices[i] = key_slices[keys[i]];
     }
-    core_delete(pool, slices, (size_t)n, now);
+    e_delete(pool, slices, (size_t)n);
     m_expire(m);
     for (int i = 0; i < n; i++) {
         int page = m_owned(m, keys[i]);
@@ -382,9 +526,9 @@ static void op_delete(int ns, int rank, mpool *m, core_pool_t *pool)
     }
 }
 
-static void op_clear_pool(mpool *m, core_pool_t *pool)
+static void op_clear_pool(mpool *m, pool_ref pool)
 {
-    core_pool_clear(pool, now);
+    e_pool_clear(pool);
     m_expire(m);
     for (int i = 0; i < m->num_pages; i++) {
         if (m->pages[i].state == CORE_PAGE_OWNED)
@@ -408,9 +552,9 @@ static void op_complete(long step, int ns, int rank)
         slices[i] = key_slices[keys[i]];
     }
     if (locations)
-        CHECK_EQ(core_complete_locations(core, NS[ns], (uint32_t)rank, slices, (size_t)n, now, pages), 0);
+        CHECK_EQ(e_complete_locations(NS[ns], (uint32_t)rank, slices, (size_t)n, pages), 0);
     else
-        core_complete_exists(core, NS[ns], slices, (size_t)n, now, present);
+        e_complete_exists(NS[ns], slices, (size_t)n, present);
     int npools = 0;
     for (int r = 0; r < NRANKS; r++)
         if (model[ns][r].exists) {
@@ -439,7 +583,7 @@ static void op_init(int ns, int rank)
 {
     int size = 1 + pick(MAXP);
     uint64_t existing = 0;
-    int rc = core_pool_init(core, NS[ns], (uint32_t)rank, (uint64_t)size, &existing);
+    int rc = e_pool_init(NS[ns], (uint32_t)rank, (uint64_t)size, &existing);
     mpool *m = &model[ns][rank];
     if (m->exists) {
         CHECK_EQ(rc, 0);
@@ -459,7 +603,7 @@ static void step_once(long step)
     now += pick(10) < 7 ? pick(60) : pick(700);
     int ns = pick(NNS), rank = pick(NRANKS);
     mpool *m = &model[ns][rank];
-    core_pool_t *pool = pool_of(ns, rank);
+    pool_ref pool = pool_of(ns, rank);
     int op = pick(100);
     if (op < 3 || !m->exists) {
         op_init(ns, rank);
@@ -478,7 +622,7 @@ static void step_once(long step)
     else if (op < 97)
         op_complete(step, ns, rank);
     else if (op == 97 && pick(50) == 0) {
-        core_clear_all(core);
+        e_clear_all();
         memset(model, 0, sizeof model);
     } else {
         op_read(step, m, pool, true);
@@ -490,7 +634,10 @@ static void run_model(bool evict, uint64_t seed)
     core_config cfg = {.reservation_ms = RESERVE_MS, .read_lease_ms = LEASE_MS,
                        .evict_lru = evict, .max_pages = 1000, .max_ranks = NRANKS,
                        .hash_seed = seed};
-    core = core_new(&cfg);
+    store_clock clock = {model_now_ms, NULL};
+    char err[256];
+    if (test_engine_open(&engine, test_engine_name(), &cfg, &clock, err, sizeof err) != 0)
+        TEST_FAIL("%s", err);
     m_evict = evict;
     memset(&seen, 0, sizeof seen);
     memset(model, 0, sizeof model);
@@ -500,8 +647,7 @@ static void run_model(bool evict, uint64_t seed)
         step_once(step);
         compare_all(step);
     }
-    core_free(core);
-    core = NULL;
+    test_engine_close(&engine);
     printf("  seen: %ld evictions, %ld keys without a page, %ld hits, %ld refusals, "
            "%ld drains, %ld expired reservations\n", seen.evictions, seen.no_page, seen.hits,
            seen.refusals, seen.drains, seen.expiries);
@@ -528,10 +674,11 @@ TEST(random_operations_with_another_seed_match_the_reference_model)
 int main(void)
 {
     make_keys();
+    printf("engine under test: %s\n", test_engine_name());
     RUN(random_operations_with_lru_eviction_match_the_reference_model);
     RUN(random_operations_without_eviction_match_the_reference_model);
     RUN(random_operations_with_another_seed_match_the_reference_model);
-    if (core)
-        core_free(core);
+    if (engine.store)
+        test_engine_close(&engine);
     return TEST_SUMMARY();
 }

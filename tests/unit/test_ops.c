@@ -1,12 +1,13 @@
 /*
  * test_ops.c: the operations side of the api without HTTP: the token check
- * of --auth-token-file, /health's 503 when the store refuses changes,
- * the persistence families of /metrics (through a store whose health and
- * persistence ops are stand-ins, since the in-memory engine has none), and
- * the request counters under concurrent threads.
+ * of --auth-token-file, /health's 503 when the store refuses changes, an
+ * engine's own figures in /metrics and /v1/stats (through a store whose
+ * health and metrics ops are stand-ins, and through the embedded engine
+ * with a real log in a temporary directory), and the request counters
+ * under concurrent threads.
  *
- * When promtool is on PATH, the /metrics text with the persistence families
- * is also piped through `promtool check metrics`.
+ * When promtool is on PATH, the /metrics texts are also piped through
+ * `promtool check metrics`.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -17,7 +18,9 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "check.h"
-#include "store/store.h"
+#include "store/mem.h"
+#include "util/log.h"
+#include "wal/wal.h"
 
 static const char TOKEN[] = "s3cr3t-Token_42";
 
@@ -82,7 +85,6 @@ TEST(secret_comparison_depends_on_every_byte_and_the_length)
 /* ---- the api with stand-in store ops ---- */
 
 static bool refusing;
-static store_persistence figures;
 
 static int stand_in_health(store_t *s, char *reason, size_t len)
 {
@@ -92,9 +94,36 @@ static int stand_in_health(store_t *s, char *reason, size_t len)
     return STORE_EUNAVAILABLE;
 }
 
-static int stand_in_persistence(store_t *s, store_persistence *out)
+/* Figures of every kind an engine may report, with labels to escape. */
+static int stand_in_metrics(store_t *s, const store_emitter *e)
 {
-    *out = figures;
+    store_emit_metric(e, "hf3fs_metad_engine_round_trips_total", STORE_METRIC_COUNTER,
+                      "Round trips to the engine's server.", store_int(123456));
+    store_emit_family(e, "hf3fs_metad_engine_connected", STORE_METRIC_GAUGE,
+                      "1 per server the engine is connected to.");
+    store_label node[] = {{"node", "a\"b\\c\nd"}, {"role", "primary"}};
+    store_emit_sample(e, node, 2, store_int(1));
+    store_emit_family(e, "hf3fs_metad_engine_call_duration_seconds", STORE_METRIC_HISTOGRAM,
+                      "Time one call took.");
+    static const uint64_t bounds_us[] = {50, 100, 5000};
+    uint64_t counts[] = {0, 1, 1, 1}; /* 80 us, 3 ms, 5 s */
+    store_histogram h = {.nbuckets = 4, .bounds = bounds_us, .counts = counts,
+                         .sum = 80 + 3000 + 5000000, .decimals = 6};
+    store_label call[] = {{"call", "allocate"}};
+    store_emit_histogram(e, call, 1, &h);
+    store_emit_histogram(e, NULL, 0, &h);
+    store_emit_metric(e, "hf3fs_metad_engine_age_seconds", STORE_METRIC_GAUGE,
+                      "Seconds since the engine connected.", (store_number){30012, 3});
+    store_emit_object(e, "engine");
+    store_emit_number(e, "round_trips", store_int(123456));
+    store_emit_number(e, "age_seconds", (store_number){30012, 3});
+    store_emit_bool(e, "connected", true);
+    store_emit_string(e, "address", "host:6379", 9);
+    store_emit_object(e, "last_error");
+    store_emit_null(e, "text");
+    store_emit_end(e);
+    store_emit_end(e);
+    store_emit_null(e, "replica");
     return STORE_OK;
 }
 
@@ -130,11 +159,11 @@ typedef struct fixture {
 static void fixture_open(fixture *f, const char *token, bool stand_ins)
 {
     core_config core = test_core_config();
-    f->store = store_mem_new(&core);
+    f->store = store_mem_new(&core, &store_wall_clock);
     if (stand_ins) {
         f->ops = *f->store->ops;
         f->ops.health = stand_in_health;
-        f->ops.persistence = stand_in_persistence;
+        f->ops.metrics = stand_in_metrics;
         f->store->ops = &f->ops;
     }
     api_config config = test_api_config(token);
@@ -202,49 +231,82 @@ static int promtool_check(const char *text, size_t len)
     return rc == 0 ? 0 : 1;
 }
 
-TEST(metrics_show_the_persistence_figures_of_a_store_that_has_them)
+TEST(metrics_and_stats_show_every_kind_of_figure_an_engine_reports)
 {
     fixture f;
     fixture_open(&f, NULL, true);
     refusing = false;
-    memset(&figures, 0, sizeof figures);
-    figures.log_bytes = 123456;
-    figures.log_written_bytes = 123000;
-    figures.log_synced_bytes = 120000;
-    figures.records = 789;
-    figures.syncs = 3;
-    figures.sync_buckets[store_sync_bucket(80)] = 1;      /* 80 us */
-    figures.sync_buckets[store_sync_bucket(3000)] = 1;    /* 3 ms */
-    figures.sync_buckets[store_sync_bucket(5000000)] = 1; /* 5 s: the +Inf bucket */
-    figures.sync_us_sum = 80 + 3000 + 5000000;
-    figures.snapshots = 2;
-    figures.snapshot_bytes = 4096;
-    figures.snapshot_time_ms = (int64_t)time(NULL) * 1000 - 30000;
-    CHECK_EQ(store_sync_bucket(5000000), STORE_SYNC_BUCKETS - 1);
-    CHECK_EQ(store_sync_bucket(50), 0);
-    CHECK_EQ(store_sync_bucket(51), 1);
     CHECK_EQ(request(&f, "GET", "/metrics", NULL, NULL), 200);
     const char *m = body_of(&f);
-    CHECK(strstr(m, "\nhf3fs_metad_persistence_enabled 1\n") != NULL);
-    CHECK(strstr(m, "\nhf3fs_metad_log_bytes_total 123456\n") != NULL);
-    CHECK(strstr(m, "\nhf3fs_metad_log_records_total 789\n") != NULL);
-    CHECK(strstr(m, "\nhf3fs_metad_log_sync_duration_seconds_bucket{le=\"0.000100\"} 1\n"));
-    CHECK(strstr(m, "\nhf3fs_metad_log_sync_duration_seconds_bucket{le=\"0.005000\"} 2\n"));
-    CHECK(strstr(m, "\nhf3fs_metad_log_sync_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
-    CHECK(strstr(m, "\nhf3fs_metad_log_sync_duration_seconds_sum 5.003080\n"));
-    CHECK(strstr(m, "\nhf3fs_metad_log_sync_duration_seconds_count 3\n"));
-    CHECK(strstr(m, "\nhf3fs_metad_snapshot_bytes 4096\n") != NULL);
-    const char *age = strstr(m, "\nhf3fs_metad_snapshot_age_seconds ");
-    CHECK(age != NULL);
-    double seconds = atof(age + strlen("\nhf3fs_metad_snapshot_age_seconds "));
-    CHECK(seconds >= 29 && seconds < 120);
+    CHECK(strstr(m, "\n# TYPE hf3fs_metad_engine_round_trips_total counter\n"
+                    "hf3fs_metad_engine_round_trips_total 123456\n") != NULL);
+    CHECK(strstr(m, "\nhf3fs_metad_engine_connected{node=\"a\\\"b\\\\c\\nd\","
+                    "role=\"primary\"} 1\n") != NULL);
+    CHECK(strstr(m, "\n# TYPE hf3fs_metad_engine_call_duration_seconds histogram\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_engine_call_duration_seconds_bucket{call=\"allocate\","
+                    "le=\"0.000050\"} 0\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_engine_call_duration_seconds_bucket{le=\"0.000100\"} 1\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_engine_call_duration_seconds_bucket{le=\"0.005000\"} 2\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_engine_call_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_engine_call_duration_seconds_sum{call=\"allocate\"} "
+                    "5.003080\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_engine_call_duration_seconds_sum 5.003080\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_engine_call_duration_seconds_count 3\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_engine_age_seconds 30.012\n"));
     int rc = promtool_check(f.resp.body.ptr, f.resp.body.len);
     if (rc < 0)
         printf("  (promtool not installed: the text format was not checked by it)\n");
     CHECK_EQ(rc <= 0, 1);
     CHECK_EQ(request(&f, "GET", "/v1/stats", NULL, NULL), 200);
-    CHECK(strstr(body_of(&f), "\"persistence\":{\"log_bytes\":123456,") != NULL);
+    CHECK(strstr(body_of(&f), "\"refused\":0},\"engine\":{\"round_trips\":123456,"
+                              "\"age_seconds\":30.012,\"connected\":true,"
+                              "\"address\":\"host:6379\",\"last_error\":{\"text\":null}},"
+                              "\"replica\":null},\"pools\":[") != NULL);
     fixture_close(&f);
+}
+
+TEST(the_embedded_engine_with_a_log_reports_its_log_and_snapshot_figures)
+{
+    char dir[] = "/tmp/hf3fs-test-ops-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char data[sizeof dir + 8];
+    snprintf(data, sizeof data, "%s/data", dir);
+    core_config core = test_core_config();
+    wal_options log = {.dir = data, .fsync = WAL_FSYNC_ALWAYS, .quiet = true};
+    fixture f;
+    char err[512];
+    log_set_level(LOG_WARN); /* no start-up and snapshot lines */
+    CHECK_EQ(store_mem_open(&core, &store_wall_clock, &log, &f.store, err, sizeof err), STORE_OK);
+    api_config config = test_api_config(NULL);
+    f.api = api_new(f.store, &config);
+    api_response_init(&f.resp, f.api);
+    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", NULL,
+                     "{\"role\":\"worker\",\"num_pages\":8}"), 200);
+    CHECK_EQ(request(&f, "GET", "/metrics", NULL, NULL), 200);
+    const char *m = body_of(&f);
+    CHECK(strstr(m, "\nhf3fs_metad_persistence_enabled 1\n") != NULL);
+    const char *bytes = strstr(m, "\nhf3fs_metad_log_bytes_total ");
+    CHECK(bytes != NULL && atol(bytes + strlen("\nhf3fs_metad_log_bytes_total ")) > 0);
+    const char *syncs = strstr(m, "\nhf3fs_metad_log_syncs_total ");
+    CHECK(syncs != NULL);
+    long nsyncs = syncs ? atol(syncs + strlen("\nhf3fs_metad_log_syncs_total ")) : -1;
+    CHECK(nsyncs >= 1); /* fsync always: the initialization was synced */
+    char want[128];
+    snprintf(want, sizeof want, "\nhf3fs_metad_log_sync_duration_seconds_bucket{le=\"+Inf\"} %ld\n",
+             nsyncs);
+    CHECK(strstr(m, want) != NULL);
+    CHECK(strstr(m, "\nhf3fs_metad_log_sync_duration_seconds_bucket{le=\"0.000050\"} ") != NULL);
+    CHECK(strstr(m, "\nhf3fs_metad_log_failures_total 0\n") != NULL);
+    CHECK(strstr(m, "\n# TYPE hf3fs_metad_snapshot_bytes gauge\n") != NULL);
+    CHECK_EQ(promtool_check(f.resp.body.ptr, f.resp.body.len) <= 0, 1);
+    CHECK_EQ(request(&f, "GET", "/v1/stats", NULL, NULL), 200);
+    CHECK(strstr(body_of(&f), "\"persistence\":{\"log_bytes\":") != NULL);
+    CHECK(strstr(body_of(&f), "\"refusing_changes\":false}},\"pools\":[") != NULL);
+    fixture_close(&f);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    CHECK_EQ(system(rm), 0);
+    log_set_level(LOG_INFO);
 }
 
 TEST(metrics_without_persistence_say_so_and_pass_promtool)
@@ -330,7 +392,8 @@ int main(void)
     RUN(malformed_or_missing_credentials_are_refused);
     RUN(secret_comparison_depends_on_every_byte_and_the_length);
     RUN(health_answers_503_with_the_reason_while_the_store_refuses_changes);
-    RUN(metrics_show_the_persistence_figures_of_a_store_that_has_them);
+    RUN(metrics_and_stats_show_every_kind_of_figure_an_engine_reports);
+    RUN(the_embedded_engine_with_a_log_reports_its_log_and_snapshot_figures);
     RUN(metrics_without_persistence_say_so_and_pass_promtool);
     RUN(with_a_token_every_route_but_health_answers_401_with_a_challenge);
     RUN(request_counters_lose_nothing_under_concurrent_threads);

@@ -16,7 +16,7 @@
 
 #include "check.h"
 #include "core/core.h"
-#include "server/log.h"
+#include "util/log.h"
 #include "wal/format.h"
 #include "wal/wal.h"
 #include "wal/wal_internal.h"
@@ -169,6 +169,16 @@ static int collect(void *ctx, const core_event *ev)
     e->ns.ptr = l->nss[l->n];
     l->n++;
     return 0;
+}
+
+TEST(sync_latencies_fall_in_the_first_bucket_whose_bound_they_do_not_exceed)
+{
+    CHECK_EQ(wal_sync_bucket(0), 0);
+    CHECK_EQ(wal_sync_bucket(50), 0);
+    CHECK_EQ(wal_sync_bucket(51), 1);
+    CHECK_EQ(wal_sync_bucket(3000), 6);
+    CHECK_EQ(wal_sync_bucket(1000000), WAL_SYNC_BUCKETS - 2);
+    CHECK_EQ(wal_sync_bucket(5000000), WAL_SYNC_BUCKETS - 1);
 }
 
 TEST(every_event_type_round_trips_through_the_record_encoding)
@@ -901,6 +911,7 @@ int main(void)
         return 1;
     }
     make_keys();
+    RUN(sync_latencies_fall_in_the_first_bucket_whose_bound_they_do_not_exceed);
     RUN(every_event_type_round_trips_through_the_record_encoding);
     RUN(use_events_of_a_batch_read_are_gathered_into_one_record_per_pool);
     RUN(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state);

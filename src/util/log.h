@@ -4,11 +4,11 @@
  * One line per message: "2024-05-01T12:00:00.123Z warn: text". Each line is
  * written with a single write(2), so lines of concurrent threads never
  * interleave. Messages above the level set with log_set_level() are dropped
- * before formatting. Thread-safe. Used by main, http and api; it lives with
- * the server because the server owns stderr (it may move to util/ later).
+ * before formatting. Thread-safe. Used by every layer of the server (main,
+ * http, api, store, wal); the level is set once by main.
  */
-#ifndef HF_SERVER_LOG_H
-#define HF_SERVER_LOG_H
+#ifndef HF_UTIL_LOG_H
+#define HF_UTIL_LOG_H
 
 #include <stdarg.h>
 #include <stdbool.h>

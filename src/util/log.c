@@ -1,7 +1,7 @@
 /*
  * log.c: see log.h. Lines longer than LINE_MAX_BYTES are cut with "...".
  */
-#include "server/log.h"
+#include "util/log.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

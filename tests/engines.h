@@ -1,0 +1,90 @@
+/*
+ * engines.h: the store engines that the engine-neutral checks run against,
+ * chosen by name, so that one reference model (tests/unit/test_model.c) and
+ * one sequence fuzzer (fuzz/fuzz_sequence.c) check every engine answer by
+ * answer instead of being copied per engine.
+ *
+ *   HF3FS_TEST_ENGINE=mem   (the default) the embedded engine, in memory
+ *
+ * Every engine runs on the caller's fake clock (store_clock), so that
+ * leases expire exactly when the test says. An engine is added here once:
+ * a case in test_engine_open(), with whatever it needs from the environment
+ * (a server address...), and its page reader if it can offer one.
+ *
+ * Header-only (static functions) so that the unit tests and the fuzzers,
+ * which are built by different rules, share it without a library.
+ */
+#ifndef HF_TESTS_ENGINES_H
+#define HF_TESTS_ENGINES_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "store/mem.h"
+#include "store/store.h"
+
+typedef struct test_engine test_engine;
+
+struct test_engine {
+    const char *name;
+    store_t *store;
+    /*
+     * Optional (NULL: the engine cannot show its pages; tests then compare
+     * answers and per-pool figures only). The state of page `page` of the
+     * pool (ns, rank) as of `now` (expired reservations and ended drains
+     * read FREE), and its key (OWNED and RESERVED; it points into keybuf or
+     * into the engine, valid until its next operation). The pool exists.
+     */
+    core_page_state (*page)(test_engine *e, hf_slice ns, uint32_t rank, uint64_t page,
+                            int64_t now, hf_slice *key, char keybuf[64]);
+    /* The embedded engine's core, for checks of the embedded engine only
+     * (its log codec); NULL for every other engine. */
+    core_t *core;
+};
+
+/* The engine named by HF3FS_TEST_ENGINE, "mem" if unset or empty. */
+static inline const char *test_engine_name(void)
+{
+    const char *name = getenv("HF3FS_TEST_ENGINE");
+    return name && *name ? name : "mem";
+}
+
+static inline core_page_state test_engine_mem_page(test_engine *e, hf_slice ns, uint32_t rank,
+                                                   uint64_t page, int64_t now, hf_slice *key,
+                                                   char keybuf[64])
+{
+    core_pool_t *pool = core_pool_find(e->core, ns, rank);
+    core_pool_expire(pool, now);
+    return core_page_get(pool, page, key, keybuf, NULL);
+}
+
+/*
+ * A new, empty store of the engine `name` with `config` on `clock` (copied;
+ * its ctx must outlive the store). 0, or -1 with why in err (an unknown
+ * name, an engine that cannot be opened).
+ */
+static inline int test_engine_open(test_engine *e, const char *name, const core_config *config,
+                                   const store_clock *clock, char *err, size_t errlen)
+{
+    memset(e, 0, sizeof *e);
+    e->name = name;
+    if (strcmp(name, "mem") == 0) {
+        e->store = store_mem_new(config, clock);
+        e->core = store_mem_core(e->store);
+        e->page = test_engine_mem_page;
+        return 0;
+    }
+    snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no such engine (known: mem)", name);
+    return -1;
+}
+
+static inline void test_engine_close(test_engine *e)
+{
+    if (e->store)
+        e->store->ops->destroy(e->store);
+    memset(e, 0, sizeof *e);
+}
+
+#endif
