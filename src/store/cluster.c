@@ -599,6 +599,8 @@ static int map_refresh(cluster_t *c, int64_t deadline)
     static const char *argv[2] = {"CLUSTER", "SLOTS"};
     static const size_t argvlen[2] = {7, 5};
     int64_t now = now_ms();
+    if (now >= deadline) /* no time to ask: the refresh stays due */
+        return CLUSTER_ETIMEOUT;
     c->want_refresh = false;
     c->refresh_not_before = now + c->refresh_wait_ms;
     c->refresh_wait_ms = min_int(2 * c->refresh_wait_ms, REFRESH_MAX_MS);
@@ -863,9 +865,12 @@ int cluster_exec(cluster_t *c, cluster_cmd *cmds, size_t n)
             rq->ready = false;
         }
         trouble |= wait;
-        if (wait) {
+        if (wait) { /* until the pause ends, or a refresh is due */
             now = now_ms();
-            sleep_ms(deadline - now < pause ? deadline - now : pause);
+            int64_t wake = now + pause;
+            if (c->want_refresh && c->refresh_not_before > now && c->refresh_not_before < wake)
+                wake = c->refresh_not_before;
+            sleep_ms((wake < deadline ? wake : deadline) - now);
             pause = min_int(2 * pause, PAUSE_MAX_MS);
         }
     }

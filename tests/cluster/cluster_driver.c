@@ -9,7 +9,7 @@
  *   open seeds=H:P,H:P [user=U] [password=P] [connect=MS] [timeout=MS]
  *                               -> {"ok":true} | ERROR
  *   close                       -> {"ok":true}
- *   slot KEY                    -> {"slot":N}
+ *   slot [KEY]                  -> {"slot":N} (no KEY: the empty key)
  *   run KEY ARG...              -> RESULT    (routed by the slot of KEY)
  *   runi KEY ARG...             -> RESULT    (the same, CLUSTER_CMD_IDEMPOTENT)
  *   node INDEX ARG...           -> RESULT    (sent as is to known node INDEX)
@@ -275,8 +275,9 @@ static bool dispatch(tokens *t)
         cluster_close(cluster);
         cluster = NULL;
         printf("{\"ok\":true}");
-    } else if (!strcmp(verb, "slot") && t->n == 2) {
-        printf("{\"slot\":%d}", cluster_key_slot(t->argv[1], t->len[1]));
+    } else if (!strcmp(verb, "slot") && t->n <= 2) { /* no KEY: the empty key */
+        printf("{\"slot\":%d}", t->n == 2 ? cluster_key_slot(t->argv[1], t->len[1])
+                                            : cluster_key_slot("", 0));
     } else if ((!strcmp(verb, "run") || !strcmp(verb, "runi")) && t->n >= 3) {
         cmd_one(t, cluster_key_slot(t->argv[1], t->len[1]), -1,
                 verb[3] == 'i' ? CLUSTER_CMD_IDEMPOTENT : 0);
