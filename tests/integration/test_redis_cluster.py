@@ -341,6 +341,75 @@ def test_ask_during_a_migration_is_followed_for_one_command():
         assert d.node_of_slot(slot).endswith(":%d" % dst)
 
 
+def later(seconds, fn, *args):
+    """Run fn(*args) in a thread after `seconds`; join() it."""
+    def body():
+        time.sleep(seconds)
+        fn(*args)
+    t = threading.Thread(target=body)
+    t.start()
+    return t
+
+
+def test_tryagain_is_retried_until_the_deadline_then_fails_as_try_again():
+    """MGET of two keys of a migrating slot, one moved, one not: the source
+    answers TRYAGAIN until both are on one side."""
+    rc = cluster()
+    tags = tags_per_primary(rc, "again")
+    src, dst = sorted(tags)[:2]
+    tag = tags[src][0]
+    a, b = tag + ":a", tag + ":b"
+    slot = rc.keyslot(tag)
+    with opened(timeout=300) as quick, opened(timeout=5000) as patient:
+        for k in (a, b):
+            assert reply(quick.run(k, "SET", k, "v-" + k)) == {"status": "OK"}
+        rc.begin_migration(slot, src, dst)
+        try:
+            rc.move_keys(slot, src, dst, keys=[a])
+            r = quick.run(a, "MGET", a, b)
+            assert r.get("name") == "try again" and "TRYAGAIN" in r["detail"], r
+            assert node_figures(quick)[src]["retries"] >= 2, node_figures(quick)[src]
+            # The other key follows while the call retries: then it succeeds.
+            mover = later(0.3, rc.move_keys, slot, src, dst, [b])
+            r = patient.run(a, "MGET", a, b)
+            mover.join()
+            assert reply(r) == ["v-" + a, "v-" + b], r
+            assert node_figures(patient)[src]["retries"] >= 1
+        finally:
+            rc.move_keys(slot, src, dst)
+            rc.end_migration(slot, dst)
+            rc.wait_ok()
+
+
+def test_clusterdown_is_retried_until_the_deadline_then_fails_as_cluster_down():
+    """A slot that no node serves puts the cluster down: every node answers
+    CLUSTERDOWN until the slot is served again."""
+    rc = cluster()
+    tags = tags_per_primary(rc, "down")
+    owner, other = sorted(tags)[:2]
+    key, elsewhere = tags[owner][0] + ":k", tags[other][0] + ":k"
+    slot = rc.keyslot(key)
+    with opened(timeout=300) as quick, opened(timeout=5000) as patient:
+        assert reply(quick.run(key, "SET", key, "kept")) == {"status": "OK"}
+        for p in rc.ports():
+            rc.call(p, "CLUSTER", "DELSLOTS", slot)
+        try:
+            deadline = time.monotonic() + 10
+            while "cluster_state:fail" not in rc.call(other, "CLUSTER", "INFO"):
+                assert time.monotonic() < deadline, "the cluster did not go down"
+                time.sleep(0.01)
+            r = quick.run(elsewhere, "GET", elsewhere)
+            assert r.get("name") == "cluster down" and "CLUSTERDOWN" in r["detail"], r
+            assert node_figures(quick)[other]["retries"] >= 2
+            adder = later(0.3, rc.call, owner, "CLUSTER", "ADDSLOTS", slot)
+            r = patient.run(key, "GET", key)
+            adder.join()
+            assert reply(r) == "kept", r
+        finally:
+            rc.call(owner, "CLUSTER", "ADDSLOTS", slot, errors=True)  # if not done yet
+            rc.wait_ok()
+
+
 # ---- authentication and refusals ----
 
 def test_acl_user_and_password_authenticate_every_connection():
