@@ -266,6 +266,7 @@ static bool node_connect(cluster_t *c, node *nd, int64_t now)
         node_mark_down(c, nd, now);
         return false;
     }
+    redisEnableKeepAlive(ctx); /* idle connections to a vanished host fail in the background */
     nd->ctx = ctx;
     nd->fresh = true;
     nd->connecting = true;

@@ -12,6 +12,7 @@ promotion.
 """
 
 import hashlib
+import json
 import os
 import random
 import select
@@ -20,7 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-import json
 
 import harness
 from redis_cluster import Conn, RedisCluster, ReplyError, pick_port
@@ -180,15 +180,14 @@ def test_key_slot_equals_cluster_keyslot_for_tags_and_binary_keys():
     alphabet = b"ab{} \x00\xff%"
     keys += [bytes(rnd.choice(alphabet) for _ in range(rnd.randrange(0, 12))) for _ in range(300)]
     c = Conn(rc.ports()[0])
-    d = Driver()
     try:
-        for k in keys:
-            want = c.call("CLUSTER", "KEYSLOT", k)
-            got = d.slot(k)
-            assert got == want, "key %r: slot %d, Redis says %d" % (k, got, want)
+        with Driver() as d:
+            for k in keys:
+                want = c.call("CLUSTER", "KEYSLOT", k)
+                got = d.slot(k)
+                assert got == want, "key %r: slot %d, Redis says %d" % (k, got, want)
     finally:
         c.close()
-    d.quit()
 
 
 def test_keys_go_to_the_primary_of_their_slot_without_redirects():
