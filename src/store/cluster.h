@@ -49,13 +49,15 @@
  *     reached the node and got no answer may have run: it is not resent
  *     (CLUSTER_ECONN), unless flagged CLUSTER_CMD_IDEMPOTENT.
  *   - The deadline passes with a reply outstanding: CLUSTER_ETIMEOUT (the
- *     command may have run) and that node's connection is closed.
+ *     command may have run); that node's connection is closed and a map
+ *     refresh is asked for.
  *   Every other reply, error replies included (NOSCRIPT, WRONGTYPE, a
  *   script's error), is the command's answer.
  *
  * Map refresh, with backoff
- *   A refresh asks CLUSTER SLOTS of a known node: nodes that are not down
- *   first, starting after the one asked last time, then the others. It runs
+ *   A refresh asks CLUSTER SLOTS of the known nodes in turn until one
+ *   answers: those not down first, starting after the one that answered
+ *   last time, then the down ones whose reconnect wait is over. It runs
  *   when one was asked for and the backoff allows: a refresh waits 50 ms
  *   after the previous one, doubling up to 1 s while refreshes keep being
  *   needed; a batch answered without redirect or node error resets the wait
