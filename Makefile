@@ -14,11 +14,12 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
             -Wmissing-prototypes -Wformat=2 -Wvla -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread
-LDLIBS   := -lhttp_parser -lyajl -pthread
+LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread
 
 # Debian packages the build and the tests need (checked by `make deps`).
-BUILD_DEPS := gcc make libhttp-parser-dev libyajl-dev pkg-config
-TEST_DEPS  := python3 python3-requests curl prometheus clang libclang-rt-14-dev
+BUILD_DEPS := gcc make libhttp-parser-dev libyajl-dev libhiredis-dev pkg-config
+TEST_DEPS  := python3 python3-requests curl prometheus clang libclang-rt-14-dev redis-server \
+              redis-tools
 
 SERVER_MAIN := src/server/main.c
 LIB_SRC     := $(filter-out $(SERVER_MAIN),$(wildcard src/*/*.c))

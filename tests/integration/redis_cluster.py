@@ -1,0 +1,417 @@
+"""redis_cluster.py: a local Redis Cluster for tests (stdlib only).
+
+    from redis_cluster import RedisCluster
+
+    with RedisCluster() as rc:            # 3 primaries + 3 replicas, cluster_state:ok
+        rc.seeds()                        # "127.0.0.1:p1,127.0.0.1:p2,..."
+        port = rc.slot_owner(rc.call(rc.ports()[0], "CLUSTER", "KEYSLOT", "k"))
+        rc.kill9(port)                    # SIGKILL one node
+        new, t = rc.wait_failover(port)   # its replica promoted (and when)
+        rc.migrate_slot(slot, src, dst)   # SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE
+
+Each node is a redis-server (Debian's, found on PATH) in its own directory
+of one temporary directory, bound to 127.0.0.1 on a port p such that p and
+its cluster bus port p + 10000 were both free; `redis-cli --cluster create
+--cluster-replicas 1` forms the cluster. Leaving the `with` block (or the
+process exiting) kills every node and removes the directory.
+
+call() is a tiny RESP client: it returns str for bulk strings, int, None,
+lists, and raises ReplyError for error replies (or returns it with
+errors=True).
+"""
+
+import atexit
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+
+_live = set()
+
+
+def _kill_all():
+    for cluster in list(_live):
+        cluster.stop()
+
+
+atexit.register(_kill_all)
+
+
+class ReplyError(Exception):
+    """An error reply of Redis (its text is str(e))."""
+
+
+class ClusterError(AssertionError):
+    """The cluster did not start or did not reach the state waited for."""
+
+
+def _port_free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(taken=()):
+    """A port p where p and p + 10000 (its cluster bus) are free now. The
+    range stays below Linux's ephemeral ports, which other tests' servers
+    get from binding port 0."""
+    for _ in range(1000):
+        p = random.randrange(20000, 22700)
+        if p not in taken and _port_free(p) and _port_free(p + 10000):
+            return p
+    raise ClusterError("no free port pair (p, p + 10000)")
+
+
+def _encode(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, int):
+            a = str(a)
+        if isinstance(a, str):
+            a = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Conn:
+    """One connection to one node."""
+
+    def __init__(self, port, password=None, timeout=5.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+        if password:
+            self.call("AUTH", password)
+
+    def close(self):
+        self.sock.close()
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("connection closed")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def _reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return ReplyError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n).decode("latin-1")
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        raise ConnectionError("bad reply line %r" % line)
+
+    def call(self, *args, errors=False):
+        self.sock.sendall(_encode(*args))
+        r = self._reply()
+        if isinstance(r, ReplyError) and not errors:
+            raise r
+        return r
+
+
+class Node:
+    def __init__(self, port, directory):
+        self.port = port
+        self.dir = directory
+        self.proc = None
+
+
+class RedisCluster:
+    """primaries primaries with replicas replicas each; node_timeout_ms is
+    cluster-node-timeout (failure detection: a failover takes about that
+    plus one second)."""
+
+    def __init__(self, primaries=3, replicas=1, node_timeout_ms=2000, password=None):
+        self.primaries = primaries
+        self.replicas = replicas
+        self.node_timeout_ms = node_timeout_ms
+        self.password = password
+        self.dir = None
+        self.nodes = {}
+
+    # ---- life ----
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def start(self):
+        self.dir = tempfile.mkdtemp(prefix="hf3fs-cluster-")
+        _live.add(self)
+        try:
+            for _ in range(self.primaries * (1 + self.replicas)):
+                self._start_new_node()
+            self._create()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        for node in self.nodes.values():
+            if node.proc and node.proc.poll() is None:
+                node.proc.kill()
+                node.proc.wait()
+        self.nodes = {}
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        _live.discard(self)
+
+    def _config(self, node):
+        lines = [
+            "port %d" % node.port,
+            "bind 127.0.0.1",
+            "dir %s" % node.dir,
+            "logfile %s" % os.path.join(node.dir, "redis.log"),
+            "daemonize no",
+            "cluster-enabled yes",
+            "cluster-config-file nodes.conf",
+            "cluster-node-timeout %d" % self.node_timeout_ms,
+            "appendonly no",
+            'save ""',
+            "repl-diskless-sync-delay 0",
+        ]
+        if self.password:
+            lines += ["requirepass %s" % self.password, "masterauth %s" % self.password]
+        path = os.path.join(node.dir, "redis.conf")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+
+    def _spawn(self, node):
+        node.proc = subprocess.Popen([REDIS_SERVER, self._config(node)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if node.proc.poll() is not None:
+                return False
+            try:
+                self.call(node.port, "PING")
+                return True
+            except (OSError, ReplyError):
+                time.sleep(0.02)
+        node.proc.kill()
+        node.proc.wait()
+        return False
+
+    def _start_new_node(self):
+        for _ in range(5):  # a port taken meanwhile: another one
+            port = pick_port(self.nodes)
+            node = Node(port, os.path.join(self.dir, str(port)))
+            os.makedirs(node.dir, exist_ok=True)
+            if self._spawn(node):
+                self.nodes[port] = node
+                return node
+            shutil.rmtree(node.dir, ignore_errors=True)
+        raise ClusterError("redis-server did not start (see %s)" % self.dir)
+
+    def _create(self):
+        cmd = [REDIS_CLI, "--cluster", "create"]
+        cmd += ["127.0.0.1:%d" % p for p in self.nodes]
+        cmd += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
+        if self.password:
+            cmd += ["-a", self.password, "--no-auth-warning"]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        if r.returncode != 0:
+            raise ClusterError("redis-cli --cluster create failed:\n%s" % r.stdout.decode())
+        self.wait_ok()
+
+    # ---- talking to nodes ----
+
+    def call(self, port, *args, errors=False):
+        """One command on one node (a connection per call)."""
+        c = Conn(port, self.password)
+        try:
+            return c.call(*args, errors=errors)
+        finally:
+            c.close()
+
+    def ports(self):
+        """The ports of the nodes that run."""
+        return [p for p, n in self.nodes.items() if n.proc and n.proc.poll() is None]
+
+    def seeds(self):
+        return ",".join("127.0.0.1:%d" % p for p in self.nodes)
+
+    def node_id(self, port):
+        return self.call(port, "CLUSTER", "MYID")
+
+    def role(self, port):
+        """"master" or "slave" (ROLE's first word), None if unreachable."""
+        try:
+            return self.call(port, "ROLE")[0]
+        except (OSError, ReplyError):
+            return None
+
+    def slot_map(self, port=None):
+        """{slot: primary port} from CLUSTER SLOTS of one node that runs."""
+        ports = [port] if port else self.ports()
+        for p in ports:
+            try:
+                ranges = self.call(p, "CLUSTER", "SLOTS")
+            except (OSError, ReplyError):
+                continue
+            out = {}
+            for r in ranges:
+                for s in range(r[0], r[1] + 1):
+                    out[s] = r[2][1]
+            return out
+        raise ClusterError("no node answers CLUSTER SLOTS")
+
+    def slot_owner(self, slot):
+        return self.slot_map()[slot]
+
+    def primaries_ports(self):
+        return sorted(set(self.slot_map().values()))
+
+    def replicas_of(self, port):
+        """The ports of the replicas of primary `port` (CLUSTER REPLICAS)."""
+        lines = self.call(self._live_other(port), "CLUSTER", "REPLICAS", self.node_id(port))
+        return [int(line.split()[1].split("@")[0].rsplit(":", 1)[1]) for line in lines]
+
+    def _live_other(self, port):
+        for p in self.ports():
+            if p != port:
+                return p
+        raise ClusterError("no other node runs")
+
+    def keyslot(self, key):
+        return self.call(self.ports()[0], "CLUSTER", "KEYSLOT", key)
+
+    # ---- waiting ----
+
+    def _agreed(self):
+        """Every running node says cluster_state:ok, sees every slot served,
+        and they agree on who serves each slot."""
+        maps = []
+        for p in self.ports():
+            info = self.call(p, "CLUSTER", "INFO")
+            if "cluster_state:ok" not in info:
+                return False
+            m = self.slot_map(p)
+            if len(m) != 16384:
+                return False
+            maps.append(m)
+        return all(m == maps[0] for m in maps)
+
+    def wait_ok(self, timeout=30):
+        """Until the cluster is ok and every replica's link is up."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                if self._agreed() and self._replicas_linked():
+                    return
+            except (OSError, ReplyError) as e:
+                last = e
+            time.sleep(0.05)
+        raise ClusterError("cluster not ok after %ss (%s)" % (timeout, last))
+
+    def _replicas_linked(self):
+        for p in self.ports():
+            info = self.call(p, "INFO", "replication")
+            if "role:slave" in info and "master_link_status:up" not in info:
+                return False
+        return True
+
+    # ---- faults ----
+
+    def kill9(self, port):
+        """SIGKILL the node; returns time.monotonic() of the kill."""
+        node = self.nodes[port]
+        node.proc.send_signal(signal.SIGKILL)
+        t = time.monotonic()
+        node.proc.wait()
+        return t
+
+    def restart(self, port):
+        """Start a killed node again on its port and directory (it rejoins
+        with its nodes.conf: a former primary comes back as a replica)."""
+        node = self.nodes[port]
+        if not self._spawn(node):
+            raise ClusterError("node %d did not restart" % port)
+
+    def wait_failover(self, dead_port, timeout=30):
+        """Until a replica of dead_port (a killed primary) is a primary.
+        Returns (its port, time.monotonic() when it was first seen so,
+        polled every 10 ms)."""
+        replicas = [p for p in self.ports() if p != dead_port and
+                    self.call(p, "ROLE")[0] == "slave" and
+                    self.call(p, "ROLE")[2] == dead_port]
+        if not replicas:
+            raise ClusterError("primary %d has no running replica" % dead_port)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in replicas:
+                if self.role(p) == "master":
+                    return p, time.monotonic()
+            time.sleep(0.01)
+        raise ClusterError("no replica of %d promoted after %ss" % (dead_port, timeout))
+
+    # ---- resharding ----
+
+    def begin_migration(self, slot, src, dst):
+        """Mark slot IMPORTING on dst and MIGRATING on src: from now on src
+        answers ASK for the keys of the slot it no longer has."""
+        self.call(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", self.node_id(src))
+        self.call(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", self.node_id(dst))
+
+    def move_keys(self, slot, src, dst, keys=None):
+        """MIGRATE keys (default: all that src holds in the slot) to dst."""
+        auth = ["AUTH", self.password] if self.password else []
+        while True:
+            batch = keys if keys is not None else \
+                self.call(src, "CLUSTER", "GETKEYSINSLOT", slot, 100)
+            if not batch:
+                return
+            self.call(src, "MIGRATE", "127.0.0.1", dst, "", 0, 5000, *auth, "KEYS", *batch)
+            if keys is not None:
+                return
+
+    def end_migration(self, slot, dst):
+        """Give the slot to dst on every primary: src answers MOVED from now on."""
+        dst_id = self.node_id(dst)
+        self.call(dst, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        for p in self.primaries_ports():
+            if p != dst:
+                self.call(p, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+    def migrate_slot(self, slot, src, dst):
+        """The whole move of one slot with its keys, then waits for every
+        node to agree."""
+        self.begin_migration(slot, src, dst)
+        self.move_keys(slot, src, dst)
+        self.end_migration(slot, dst)
+        self.wait_ok()
