@@ -29,7 +29,7 @@
 enum { NNS = 2, NRANKS = 3, MAXP = 6, NKEYS = 14, STEPS = 200000 };
 
 static const hf_slice NS[NNS] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns2")};
-static const int64_t RESERVE_MS = 1000, LEASE_MS = 500;
+static const int64_t RESERVE_MS = 1000, LEASE_MS = 500, WRITE_LEASE_MS = 700, GRACE_MS = 300;
 
 static char key_names[NKEYS][80];
 static hf_slice key_slices[NKEYS];
@@ -37,8 +37,10 @@ static hf_slice key_slices[NKEYS];
 typedef struct mpage {
     core_page_state state;
     int key;
-    int64_t deadline;
+    int64_t deadline; /* reservation end, lease end (read or write), drain end */
     int64_t use;
+    int writers;      /* write lease (PROTOCOL "Write protection"): writers not done, */
+    int64_t wend;     /* until wend; none once wend <= now */
 } mpage;
 
 typedef struct mpool {
@@ -54,7 +56,7 @@ static bool m_evict;
 /* What the run exercised: a run that never evicted or never ran dry would
  * prove little, so the tests assert these are all non-zero. */
 static struct {
-    long evictions, no_page, hits, refusals, drains, expiries;
+    long evictions, no_page, hits, refusals, drains, expiries, write_leases;
 } seen;
 static test_engine engine;
 static uint64_t rng = 88172645463325252ull;
@@ -155,9 +157,35 @@ static void m_demote_others(int ns, int rank, int key)
     }
 }
 
+/* One more writer of a hit of a vLLM allocation that got all its pages. */
+static void m_write_lease(mpool *p, int page)
+{
+    mpage *pg = &p->pages[page];
+    pg->writers = (pg->wend > now ? pg->writers : 0) + 1;
+    if (now + WRITE_LEASE_MS > pg->wend)
+        pg->wend = now + WRITE_LEASE_MS;
+    if (pg->wend > pg->deadline)
+        pg->deadline = pg->wend;
+    seen.write_leases++;
+}
+
+/* A writer of the owned page confirmed it; the last one leaves at most a
+ * read lease from now. */
+static void m_write_done(mpool *p, int page)
+{
+    mpage *pg = &p->pages[page];
+    if (pg->wend <= now || pg->writers == 0 || --pg->writers > 0)
+        return;
+    pg->wend = 0;
+    if (now + LEASE_MS < pg->deadline)
+        pg->deadline = now + LEASE_MS;
+}
+
 static void m_disown(mpool *p, int page)
 {
     mpage *pg = &p->pages[page];
+    pg->writers = 0;
+    pg->wend = 0;
     pg->state = pg->deadline > now ? CORE_PAGE_DRAINING : CORE_PAGE_FREE;
     seen.drains += pg->state == CORE_PAGE_DRAINING;
     pg->key = -1;
@@ -384,6 +412,7 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
                      !protected[i];
         give = avail >= need;
     }
+    bool lease_hits = mode == CORE_ALLOC_ALL_OR_NOTHING && give;
     for (int i = 0; i < n; i++) {
         if (first[i] != i) {
             if (pages[i] != pages[first[i]] || existed[i] != existed[first[i]])
@@ -392,6 +421,8 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
         }
         if (expect[i] >= 0) {
             seen.hits++;
+            if (lease_hits)
+                m_write_lease(m, expect[i]);
             if (pages[i] != expect[i] || !existed[i])
                 TEST_FAIL("step %ld: hit key %d: core page %lld, model %d", step, keys[i],
                           (long long)pages[i], expect[i]);
@@ -418,7 +449,7 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
             TEST_FAIL("step %ld: new key %d: core page %lld, model %d (mode %d)", step, keys[i],
                       (long long)pages[i], page, mode);
         if (page >= 0)
-            m->pages[page] = (mpage){CORE_PAGE_RESERVED, keys[i], now + RESERVE_MS, 0};
+            m->pages[page] = (mpage){CORE_PAGE_RESERVED, keys[i], now + RESERVE_MS, 0, 0, 0};
     }
 }
 
@@ -456,6 +487,7 @@ static void op_confirm(long step, mpool *m, pool_ref pool)
         }
         mpage *pg = &m->pages[p];
         if (pg->state == CORE_PAGE_OWNED && pg->key == keys[i]) {
+            m_write_done(m, (int)p);
             m_touch(m, (int)p);
         } else if (pg->state == CORE_PAGE_RESERVED && pg->key == keys[i]) {
             int owned = m_owned(m, keys[i]);
@@ -463,7 +495,7 @@ static void op_confirm(long step, mpool *m, pool_ref pool)
                 pg->state = CORE_PAGE_FREE;
                 m_touch(m, owned);
             } else {
-                *pg = (mpage){CORE_PAGE_OWNED, keys[i], 0, use_seq++};
+                *pg = (mpage){CORE_PAGE_OWNED, keys[i], 0, use_seq++, 0, 0};
             }
         } else {
             expect_refused++;
@@ -472,7 +504,7 @@ static void op_confirm(long step, mpool *m, pool_ref pool)
     for (int i = 0; i < nrel; i++) {
         int64_t p = release[i];
         if (p >= 0 && p < m->num_pages && m->pages[p].state == CORE_PAGE_RESERVED)
-            m->pages[p].state = CORE_PAGE_FREE;
+            m->pages[p] = (mpage){CORE_PAGE_DRAINING, -1, now + GRACE_MS, 0, 0, 0};
         else
             expect_refused++;
     }
@@ -632,6 +664,7 @@ static void step_once(long step)
 static void run_model(bool evict, uint64_t seed)
 {
     core_config cfg = {.reservation_ms = RESERVE_MS, .read_lease_ms = LEASE_MS,
+                       .write_lease_ms = WRITE_LEASE_MS, .release_grace_ms = GRACE_MS,
                        .evict_lru = evict, .max_pages = 1000, .max_ranks = NRANKS,
                        .hash_seed = seed};
     store_clock clock = {model_now_ms, NULL};
@@ -649,11 +682,11 @@ static void run_model(bool evict, uint64_t seed)
     }
     test_engine_close(&engine);
     printf("  seen: %ld evictions, %ld keys without a page, %ld hits, %ld refusals, "
-           "%ld drains, %ld expired reservations\n", seen.evictions, seen.no_page, seen.hits,
-           seen.refusals, seen.drains, seen.expiries);
+           "%ld drains, %ld expired reservations, %ld write leases\n", seen.evictions,
+           seen.no_page, seen.hits, seen.refusals, seen.drains, seen.expiries, seen.write_leases);
     CHECK(evict ? seen.evictions > 1000 : seen.evictions == 0);
     CHECK(seen.no_page > 1000 && seen.hits > 1000 && seen.refusals > 1000);
-    CHECK(seen.drains > 30 && seen.expiries > 1000);
+    CHECK(seen.drains > 30 && seen.expiries > 1000 && seen.write_leases > 1000);
 }
 
 TEST(random_operations_with_lru_eviction_match_the_reference_model)
