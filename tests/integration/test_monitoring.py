@@ -41,8 +41,6 @@ NOT_YET_EXPORTED = {
     "hf3fs_metad_store_up": "Redis engine",
     "hf3fs_metad_store_round_trip_seconds_bucket": "Redis engine",
     "hf3fs_metad_store_errors_total": "Redis engine",
-    # Page write protection (issue 11), not on main yet.
-    "hf3fs_metad_pool_write_leased_pages": "issue 11 (write leases)",
 }
 # Series that Prometheus makes itself for every target.
 PROMETHEUS_OWN = {"up"}
