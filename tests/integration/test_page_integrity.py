@@ -76,6 +76,7 @@ class Files:
         self.content = {}   # (ns, rank, page) -> key last written there
         self.writing = {}   # (ns, rank, page) -> {key: writers now}
         self.breaches = []
+        self.evictions_before_restart = 0
         self.counts = {"pages written": 0, "pages read": 0, "hits rewritten": 0,
                        "saves given up": 0, "requests failed": 0}
 
@@ -257,6 +258,9 @@ def run_engines(srv_holder, seconds, restart_at=None, extra_flags=()):
     t0 = time.monotonic()
     if restart_at is not None:
         time.sleep(restart_at)
+        # pool counters start again at 0 after a restart: keep the first half's
+        files.evictions_before_restart = sum(p["evictions"]
+                                             for p in srv_holder[0].stats().values())
         srv_holder[0] = restart(srv_holder[0], extra_flags)
     time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
     stop.set()
@@ -291,7 +295,7 @@ def initialize(srv):
 
 
 def report(name, files, stats):
-    evictions = sum(p["evictions"] for p in stats.values())
+    evictions = files.evictions_before_restart + sum(p["evictions"] for p in stats.values())
     print("# %s: %s, evictions %d, breaches %d"
           % (name, ", ".join("%s %d" % kv for kv in files.counts.items()), evictions,
              len(files.breaches)), flush=True)
