@@ -257,7 +257,8 @@ static void send_exact(session *s, const char *method, const char *path, const c
 }
 
 /* A copy the exact size of the body, so that ASan sees any over-read. */
-static void send(session *s, const char *method, const char *path, const char *body, size_t len)
+static void send_request(session *s, const char *method, const char *path, const char *body,
+                         size_t len)
 {
     char *copy = malloc(len ? len : 1);
     if (len)
@@ -270,7 +271,7 @@ static void send(session *s, const char *method, const char *path, const char *b
 static void send_body(session *s, const char *path)
 {
     json_put_char(&s->body, '}');
-    send(s, "POST", path, s->body.ptr, s->body.len);
+    send_request(s, "POST", path, s->body.ptr, s->body.len);
 }
 
 static void begin_body(session *s)
@@ -408,7 +409,7 @@ static void run_op(session *s, unsigned op)
         const fuzz_route *route = &fuzz_routes[fuzz_byte(&s->in) % fuzz_route_count];
         const uint8_t *bytes;
         size_t len = fuzz_bytes(&s->in, fuzz_byte(&s->in), &bytes);
-        send(s, route->method, route->path, (const char *)bytes, len);
+        send_request(s, route->method, route->path, (const char *)bytes, len);
         return;
     }
     case OP_V_INIT: {
@@ -455,7 +456,7 @@ static void run_op(session *s, unsigned op)
         send_body(s, "/keys/get_locations");
         return;
     case OP_V_CLEAR:
-        send(s, "POST", "/clear", "", 0);
+        send_request(s, "POST", "/clear", "", 0);
         return;
     case OP_S_INIT:
         sglang_path(s, "initialize");
@@ -492,7 +493,7 @@ static void run_op(session *s, unsigned op)
     case OP_S_CLEAR:
         sglang_path(s, "clear");
         if (fuzz_byte(&s->in) & 1) {
-            send(s, "POST", s->path, "", 0);
+            send_request(s, "POST", s->path, "", 0);
             return;
         }
         json_put_lit(&s->body, "\"x\":0");

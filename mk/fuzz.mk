@@ -18,7 +18,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_ARGS    ?=
 FUZZ_DIR     := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -Ifuzz $(WARN) -pthread \
+FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -Isrc -Ibuild/gen -Iinclude -Ifuzz $(WARN) -pthread \
                 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_TARGETS := $(patsubst fuzz/fuzz_%.c,%,$(filter-out fuzz/fuzz_common.c,$(wildcard fuzz/fuzz_*.c)))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
@@ -76,7 +76,7 @@ $(FUZZ_DIR)/libfuzzclient.a: $(FUZZ_CLIENT_OBJ)
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_HELP_OBJ) $(FUZZ_DIR)/libfuzzmetad.a \
                     $(FUZZ_DIR)/libfuzzclient.a
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lhttp_parser -lyajl -pthread -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lhttp_parser -lyajl -lhiredis -pthread -lm
 
 fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 
@@ -87,3 +87,5 @@ $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: $(FUZZ_DIR)/fuzz_%
 	./$(FUZZ_DIR)/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAX_LEN) \
 	  -dict=fuzz/fuzz.dict -artifact_prefix=$(FUZZ_DIR)/crashes/$*- -print_final_stats=1 \
 	  $(FUZZ_ARGS_$*) $(FUZZ_ARGS) $(FUZZ_DIR)/corpus/$* fuzz/corpus/$*
+
+$(FUZZ_DIR)/obj/src/store/redis.o: $(REDIS_LUA_H)

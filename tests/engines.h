@@ -5,6 +5,9 @@
  * answer instead of being copied per engine.
  *
  *   HF3FS_TEST_ENGINE=mem   (the default) the embedded engine, in memory
+ *   HF3FS_TEST_ENGINE=redis the Redis engine over the redis-server at
+ *                           $HF3FS_TEST_REDIS_URL, or over one of its own
+ *                           (tests/redis_test.h), emptied at each open
  *
  * Every engine runs on the caller's fake clock (store_clock), so that
  * leases expire exactly when the test says. An engine is added here once:
@@ -22,7 +25,9 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "redis_test.h"
 #include "store/mem.h"
+#include "store/redis.h"
 #include "store/store.h"
 
 typedef struct test_engine test_engine;
@@ -42,6 +47,13 @@ struct test_engine {
     /* The embedded engine's core, for checks of the embedded engine only
      * (its log codec); NULL for every other engine. */
     core_t *core;
+    /* How many steps a long random test should run on this engine (each
+     * step of an engine over the network costs a few round trips); 0: the
+     * test's own count. */
+    long steps;
+    /* The Redis engine's page table of one pool, read once per pool and step
+     * (page 0 reads it). */
+    store_redis_page cache[8];
 };
 
 /* The engine named by HF3FS_TEST_ENGINE, "mem" if unset or empty. */
@@ -60,6 +72,31 @@ static inline core_page_state test_engine_mem_page(test_engine *e, hf_slice ns, 
     return core_page_get(pool, page, key, keybuf, NULL);
 }
 
+static inline core_page_state test_engine_redis_page(test_engine *e, hf_slice ns, uint32_t rank,
+                                                     uint64_t page, int64_t now, hf_slice *key,
+                                                     char keybuf[64])
+{
+    (void)now; /* the engine runs on the test's clock already */
+    const size_t cap = sizeof e->cache / sizeof e->cache[0];
+    if (page == 0 && store_redis_pages(e->store, ns, rank, e->cache, cap) != STORE_OK)
+        memset(e->cache, 0, sizeof e->cache);
+    if (page >= cap) {
+        *key = (hf_slice){"", 0};
+        return CORE_PAGE_FREE;
+    }
+    (void)keybuf;
+    const store_redis_page *p = &e->cache[page];
+    *key = (hf_slice){p->key, p->key_len};
+    return (core_page_state)p->state;
+}
+
+static inline void test_engine_close(test_engine *e)
+{
+    if (e->store)
+        e->store->ops->destroy(e->store);
+    memset(e, 0, sizeof *e);
+}
+
 /*
  * A new, empty store of the engine `name` with `config` on `clock` (copied;
  * its ctx must outlive the store). 0, or -1 with why in err (an unknown
@@ -76,15 +113,32 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
         e->page = test_engine_mem_page;
         return 0;
     }
-    snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no such engine (known: mem)", name);
+    if (strcmp(name, "redis") == 0) {
+        const char *url = getenv("HF3FS_TEST_REDIS_URL");
+        if (!url || !*url)
+            url = redis_test_url[0] ? redis_test_url : redis_test_start();
+        if (!url) {
+            snprintf(err, errlen, "HF3FS_TEST_ENGINE=redis: no redis-server could be started "
+                     "(is it installed? make deps)");
+            return -1;
+        }
+        store_redis_options o = {.url = url, .clock = clock};
+        /* the clock's ctx outlives the store; the options are copied */
+        int rc = store_redis_open(config, &o, &e->store, err, errlen);
+        if (rc != STORE_OK)
+            return -1;
+        if (e->store->ops->clear_all(e->store) != STORE_OK) {
+            snprintf(err, errlen, "HF3FS_TEST_ENGINE=redis: clearing %s failed", url);
+            test_engine_close(e);
+            return -1;
+        }
+        e->page = test_engine_redis_page;
+        e->steps = 20000;
+        return 0;
+    }
+    snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no such engine (known: mem, redis)", name);
     return -1;
 }
 
-static inline void test_engine_close(test_engine *e)
-{
-    if (e->store)
-        e->store->ops->destroy(e->store);
-    memset(e, 0, sizeof *e);
-}
 
 #endif

@@ -23,6 +23,21 @@ done
 for t in tests/integration/test_*.py; do
     [ -f "$t" ] && run "$(basename "$t")" env HF3FS_METAD_BIN="$BUILD/hf3fs-metad" "$PYTHON" "$t"
 done
+# The suites about the state and the routes again, over the Redis engine
+# (harness.py: HF3FS_TEST_ENGINE=redis starts a redis-server of their own).
+# Not again: the HTTP layer, auth and abuse (the engine plays no part), the
+# embedded engine's files (durability, fuzz corpora) and the bench. test_crash
+# over Redis kills the front end: Redis must have every acknowledged change.
+REDIS_SUITES="test_vllm test_sglang test_leases test_concurrency test_malformed test_metrics
+              test_ops test_load test_cli test_client_lib test_crash test_page_integrity
+              test_retries"
+# The reference model over Redis (tests/engines.h starts its redis-server).
+run "test_model[redis]" env HF3FS_TEST_ENGINE=redis "$BUILD/tests/test_model"
+for name in $REDIS_SUITES; do
+    t=tests/integration/$name.py
+    run "$name.py[redis]" env HF3FS_TEST_ENGINE=redis HF3FS_METAD_BIN="$BUILD/hf3fs-metad" \
+        "$PYTHON" "$t"
+done
 echo
 [ -n "$failures" ] && echo "failed suites:$failures"
 echo "suites in $BUILD"

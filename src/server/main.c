@@ -32,11 +32,13 @@
 #include "http/http.h"
 #include "util/log.h"
 #include "store/mem.h"
+#include "store/redis.h"
 #include "wal/wal.h"
 
 #define EXIT_USAGE 2
 #define EXIT_DAMAGED 3  /* the log is damaged before its tail (see --salvage) */
 #define EXIT_DATA_DIR 4 /* the data directory is foreign, locked or unreadable */
+#define EXIT_STORE 5    /* --store: the shared store cannot be reached or refused us */
 
 typedef struct server_options {
     const char *host;
@@ -68,6 +70,13 @@ typedef struct server_options {
     const char *auth_token_file;
     bool access_log;
     double log_summary_interval_s; /* 0: no summary lines */
+    const char *store;              /* NULL: the embedded engine */
+    const char *redis_password_file;
+    double redis_connect_timeout_s;
+    double redis_timeout_s;
+    uint64_t redis_wait;
+    double redis_wait_timeout_s;
+    uint64_t redis_use_log_bytes;
 } server_options;
 
 static const server_options defaults = {
@@ -93,6 +102,10 @@ static const server_options defaults = {
     .snapshot_log_bytes = 64u << 20,
     .log_level = LOG_INFO,
     .log_summary_interval_s = 60,
+    .redis_connect_timeout_s = 1,
+    .redis_timeout_s = 2,
+    .redis_wait_timeout_s = 1,
+    .redis_use_log_bytes = 32u << 10,
 };
 
 enum {
@@ -101,7 +114,9 @@ enum {
     OPT_RESERVATION_TIMEOUT, OPT_READ_LEASE, OPT_EVICTION, OPT_DEBUG_API, OPT_PERSISTENCE_PATH,
     OPT_SAVE_INTERVAL, OPT_IN_MEMORY, OPT_LOG_LEVEL, OPT_AUTH_TOKEN_FILE, OPT_ACCESS_LOG,
     OPT_LOG_SUMMARY_INTERVAL, OPT_DATA_DIR, OPT_FSYNC, OPT_SNAPSHOT_LOG_BYTES, OPT_SALVAGE,
-    OPT_WRITE_LEASE, OPT_RELEASE_GRACE, OPT_HELP,
+    OPT_WRITE_LEASE, OPT_RELEASE_GRACE, OPT_STORE, OPT_REDIS_PASSWORD_FILE,
+    OPT_REDIS_CONNECT_TIMEOUT, OPT_REDIS_TIMEOUT, OPT_REDIS_WAIT, OPT_REDIS_WAIT_TIMEOUT,
+    OPT_REDIS_USE_LOG_BYTES, OPT_HELP,
 };
 
 static const struct option long_options[] = {
@@ -133,6 +148,13 @@ static const struct option long_options[] = {
     {"fsync", required_argument, NULL, OPT_FSYNC},
     {"snapshot-log-bytes", required_argument, NULL, OPT_SNAPSHOT_LOG_BYTES},
     {"salvage", no_argument, NULL, OPT_SALVAGE},
+    {"store", required_argument, NULL, OPT_STORE},
+    {"redis-password-file", required_argument, NULL, OPT_REDIS_PASSWORD_FILE},
+    {"redis-connect-timeout", required_argument, NULL, OPT_REDIS_CONNECT_TIMEOUT},
+    {"redis-timeout", required_argument, NULL, OPT_REDIS_TIMEOUT},
+    {"redis-wait", required_argument, NULL, OPT_REDIS_WAIT},
+    {"redis-wait-timeout", required_argument, NULL, OPT_REDIS_WAIT_TIMEOUT},
+    {"redis-use-log-bytes", required_argument, NULL, OPT_REDIS_USE_LOG_BYTES},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -185,6 +207,20 @@ static void usage(FILE *out)
         "  --access-log                log one line per request (default off)\n"
         "  --log-summary-interval SECS log evictions, expired reservations and refusals at\n"
         "                              most this often, when they moved; 0 never (default 60)\n"
+        "  --store URL                 keep the state in Redis, shared by every front end:\n"
+        "                              redis://[user:password@]host:port[/db] or\n"
+        "                              unix:///path/redis.sock (default: the embedded engine;\n"
+        "                              --data-dir, --fsync... then do not apply)\n"
+        "  --redis-password-file PATH  Redis password from this file (replaces the URL's)\n"
+        "  --redis-connect-timeout SECS  connecting to Redis, at most (default 1)\n"
+        "  --redis-timeout SECS        one Redis call, at most; then 503, or 507 for a change\n"
+        "                              whose outcome is unknown (default 2)\n"
+        "  --redis-wait N              acknowledge a change once N replicas have it (WAIT;\n"
+        "                              default 0: once the Redis primary applied it)\n"
+        "  --redis-wait-timeout SECS   how long WAIT waits for them (default 1)\n"
+        "  --redis-use-log-bytes N     reads record their LRU uses and leases in a log per\n"
+        "                              pool, applied by the next change or by the read that\n"
+        "                              takes it past N bytes, K/M allowed (default 32K)\n"
         "  --help                      this text\n",
         (unsigned long long)CORE_MAX_PAGES_LIMIT);
 }
@@ -271,6 +307,23 @@ static void parse_flag(server_options *o, int id, const char *arg)
         o->snapshot_log_bytes = parse_count(flag, arg, 0, UINT64_C(1) << 40, true);
         break;
     case OPT_SALVAGE: o->salvage = true; break;
+    case OPT_STORE:
+        if (strncmp(arg, "redis://", 8) != 0 && strncmp(arg, "unix://", 7) != 0)
+            bad_flag(flag, arg, "redis://[user:password@]host:port[/db] or unix:///path");
+        o->store = arg;
+        break;
+    case OPT_REDIS_PASSWORD_FILE: o->redis_password_file = arg; break;
+    case OPT_REDIS_CONNECT_TIMEOUT:
+        o->redis_connect_timeout_s = parse_seconds(flag, arg, 0.001, 3600);
+        break;
+    case OPT_REDIS_TIMEOUT: o->redis_timeout_s = parse_seconds(flag, arg, 0.001, 3600); break;
+    case OPT_REDIS_WAIT: o->redis_wait = parse_count(flag, arg, 0, 1000, false); break;
+    case OPT_REDIS_WAIT_TIMEOUT:
+        o->redis_wait_timeout_s = parse_seconds(flag, arg, 0.001, 3600);
+        break;
+    case OPT_REDIS_USE_LOG_BYTES:
+        o->redis_use_log_bytes = parse_count(flag, arg, 64, 64u << 20, true);
+        break;
     case OPT_SAVE_INTERVAL:
         o->save_interval_s = parse_seconds(flag, arg, 0, 1e9);
         o->save_interval_given = true;
@@ -320,6 +373,9 @@ static void parse_options(int argc, char **argv, server_options *o)
          * clients on 2 CPUs: 2 threads 614 cycles/s, 16 threads 2757). */
         if (!o->in_memory && o->fsync == WAL_FSYNC_ALWAYS && o->threads < 16)
             o->threads = 16;
+        /* The same with Redis: a call holds its thread for a round trip. */
+        if (o->store && o->threads < 16)
+            o->threads = 16;
     }
     /* Every thread needs a share of the connections. */
     if (o->threads > o->max_connections)
@@ -327,6 +383,20 @@ static void parse_options(int argc, char **argv, server_options *o)
 }
 
 /* ---- start-up ---- */
+
+/* The --store URL for the log, its password replaced by "***". */
+static const char *redact_url(const char *url)
+{
+    static char buf[512];
+    const char *at = strrchr(url, '@');
+    const char *scheme = strstr(url, "://");
+    if (!at || !scheme || at < scheme)
+        return url;
+    const char *colon = memchr(scheme + 3, ':', (size_t)(at - scheme - 3));
+    const char *cut = colon ? colon + 1 : scheme + 3;
+    snprintf(buf, sizeof buf, "%.*s***%s", (int)(cut - url), url, at);
+    return buf;
+}
 
 static uint64_t random_seed(void)
 {
@@ -393,9 +463,11 @@ static http_config http_config_from(const server_options *o)
 
 #define TOKEN_MAX_BYTES 1024
 
+static const char *token_flag = "auth-token-file";
+
 static void bad_token_file(const char *path, const char *problem)
 {
-    fprintf(stderr, "hf3fs-metad: --auth-token-file: '%s' %s\n", path, problem);
+    fprintf(stderr, "hf3fs-metad: --%s: '%s' %s\n", token_flag, path, problem);
     exit(EXIT_USAGE);
 }
 
@@ -415,8 +487,8 @@ static void read_token_file(const char *path, char **token, size_t *len)
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         bad_token_file(path, "is not a regular file");
     if (st.st_mode & (S_IRWXG | S_IRWXO))
-        log_msg(LOG_WARN, "--auth-token-file '%s' is readable or writable by other users "
-                "(mode %03o); chmod 600 it", path, (unsigned)(st.st_mode & 0777));
+        log_msg(LOG_WARN, "--%s '%s' is readable or writable by other users "
+                "(mode %03o); chmod 600 it", token_flag, path, (unsigned)(st.st_mode & 0777));
     char buf[TOKEN_MAX_BYTES + 3];
     size_t n = 0;
     while (n < sizeof buf) {
@@ -492,6 +564,19 @@ static void log_settings(const server_options *o, uint16_t port)
             log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
             o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
             o->access_log ? "on" : "off", o->log_summary_interval_s);
+    if (o->store) {
+        log_msg(LOG_INFO, "state is kept in Redis (store %s, redis-password-file %s, "
+                "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %" PRIu64
+                ", redis-wait-timeout %g s, redis-use-log-bytes %" PRIu64 "): this process is a stateless front end; data-dir, "
+                "fsync, save-interval, snapshot-log-bytes and salvage do not apply",
+                redact_url(o->store), o->redis_password_file ? o->redis_password_file : "none",
+                o->redis_connect_timeout_s, o->redis_timeout_s, o->redis_wait,
+                o->redis_wait_timeout_s, o->redis_use_log_bytes);
+        return;
+    }
+    log_msg(LOG_INFO, "store: the embedded engine (no --store; redis-password-file, "
+            "redis-connect-timeout, redis-timeout, redis-wait, redis-wait-timeout and "
+            "redis-use-log-bytes apply to --store only)");
     if (o->in_memory)
         log_msg(LOG_INFO, "state is kept in memory only (--in-memory): a restart forgets every "
                 "pool");
@@ -508,8 +593,8 @@ static int exit_code_of(int store_error)
     switch (store_error) {
     case STORE_EDAMAGED: return EXIT_DAMAGED;
     case STORE_EUNREACHABLE:
-    case STORE_EAUTH:
-    case STORE_ECONFIG: return EXIT_FAILURE;
+    case STORE_EAUTH: return EXIT_STORE;
+    case STORE_ECONFIG: return EXIT_USAGE;
     default: return EXIT_DATA_DIR; /* the data directory: foreign, locked, unreadable */
     }
 }
@@ -518,6 +603,34 @@ static int exit_code_of(int store_error)
  * directory (exits with a message if that fails). */
 static store_t *open_store(const server_options *o, const core_config *core)
 {
+    if (o->store) {
+        char *password = NULL;
+        size_t password_len = 0;
+        if (o->redis_password_file) {
+            token_flag = "redis-password-file";
+            read_token_file(o->redis_password_file, &password, &password_len);
+        }
+        store_redis_options ro = {
+            .url = o->store,
+            .password = password,
+            .connect_timeout_ms = seconds_to_ms(o->redis_connect_timeout_s),
+            .command_timeout_ms = seconds_to_ms(o->redis_timeout_s),
+            .wait_replicas = (unsigned)o->redis_wait,
+            .wait_timeout_ms = seconds_to_ms(o->redis_wait_timeout_s),
+            .use_log_bound = (size_t)o->redis_use_log_bytes,
+        };
+        store_t *store = NULL;
+        char err[1024];
+        int rc = store_redis_open(core, &ro, &store, err, sizeof err);
+        if (password) {
+            explicit_bzero(password, password_len);
+            free(password);
+        }
+        if (rc == STORE_OK)
+            return store;
+        log_msg(LOG_ERROR, "--store: %s", err);
+        exit(rc == STORE_EUNAVAILABLE ? EXIT_STORE : exit_code_of(rc));
+    }
     if (o->in_memory)
         return store_mem_new(core, &store_wall_clock);
     wal_options log = {

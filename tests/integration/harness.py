@@ -21,6 +21,16 @@ answer 200. Leaving the `with` block sends SIGTERM and fails the test unless the
 server exits 0 within a few seconds: a clean shutdown is required, and under
 AddressSanitizer a leak makes the exit status non-zero, so this catches leaks.
 
+Engines: HF3FS_TEST_ENGINE=mem (the default) runs the embedded engine (as the
+unit tests do: tests/engines.h); with HF3FS_TEST_ENGINE=redis every Server runs over Redis (--store):
+one redis-server per test process (tests/integration/redis_server.py, started
+on first use, killed at exit), one Redis database per Server object, emptied
+when that Server first starts, so that a Server restarted with stop()/start()
+finds its state again, as it does in its data directory with the embedded
+engine. Server(..., store=URL) puts one server on a given Redis whatever the
+variable says (several front ends over one Redis). A test that only makes
+sense for one engine says so with @embedded_only or @redis_only.
+
 Timeouts are multiplied by SLOWDOWN ($HF3FS_TEST_SLOWDOWN, default 3 when the
 binary path contains "asan", else 1).
 """
@@ -47,6 +57,43 @@ SLOWDOWN = float(os.environ.get("HF3FS_TEST_SLOWDOWN", "3" if "asan" in BIN else
 STARTUP_TIMEOUT = 5.0 * SLOWDOWN
 SHUTDOWN_TIMEOUT = 5.0 * SLOWDOWN
 REQUEST_TIMEOUT = 10.0 * SLOWDOWN
+
+ENGINE = os.environ.get("HF3FS_TEST_ENGINE") or "mem"
+if ENGINE not in ("mem", "redis"):
+    raise SystemExit("HF3FS_TEST_ENGINE must be mem (the embedded engine) or redis, not %r"
+                     % ENGINE)
+
+_shared_redis = None
+_next_db = [0]
+
+
+def shared_redis():
+    """The test process's redis-server (started on first use)."""
+    global _shared_redis
+    if _shared_redis is None:
+        from redis_server import RedisServer
+        _shared_redis = RedisServer(extra=["--databases", "100000"]).start()
+        atexit.register(_shared_redis.__exit__)
+    return _shared_redis
+
+
+def new_redis_db():
+    """A Redis URL of a database no other Server of this process uses."""
+    r = shared_redis()
+    _next_db[0] += 1
+    return "%s/%d" % (r.url, _next_db[0])
+
+
+def embedded_only(fn):
+    """Run this test only with the embedded engine (it is about its files)."""
+    fn.engines = ("mem",)
+    return fn
+
+
+def redis_only(fn):
+    fn.engines = ("redis",)
+    return fn
+
 
 _live_servers = set()
 _live_lock = threading.Lock()
@@ -83,10 +130,15 @@ def _tail(text, limit=4000):
 class Server:
     """One hf3fs-metad process. Use as a context manager, or start()/stop()."""
 
-    def __init__(self, *flags, debug_api=True, persistence=True, port=None):
+    def __init__(self, *flags, debug_api=True, persistence=True, port=None, store=None):
         self.flags = [str(f) for f in flags]
         self.debug_api = debug_api
         self.persistence = persistence
+        self.store = store or None  # store="": the embedded engine whatever ENGINE says
+        self._flush_store = False
+        if store is None and ENGINE == "redis":
+            self.store = new_redis_db()
+            self._flush_store = True
         self.proc = None
         self.port = None
         self.fixed_port = port  # a restart on the port of an earlier server
@@ -102,7 +154,16 @@ class Server:
             self.workdir = tempfile.mkdtemp(prefix="hf3fs-metad-test-")
             self.port = self.fixed_port or free_port()
             args = WRAPPER + [os.path.abspath(BIN), "--host", "127.0.0.1", "--port", str(self.port)]
-            if self.persistence:
+            if self.store:
+                args += ["--store", self.store]
+                if self._flush_store:
+                    self._flush_store = False
+                    r = shared_redis()
+                    c = r.connect()
+                    c.cmd("SELECT", self.store.rsplit("/", 1)[1])
+                    c.cmd("FLUSHDB")
+                    c.close()
+            elif self.persistence:
                 args += ["--persistence-path", os.path.join(self.workdir, "data")]
             if self.debug_api:
                 args.append("--debug-api")
@@ -700,6 +761,7 @@ def main(namespace):
     wanted = sys.argv[1:]
     tests = [(name, fn) for name, fn in namespace.items()
              if name.startswith("test_") and callable(fn)
+             and ENGINE in getattr(fn, "engines", ("mem", "redis"))
              and (not wanted or any(w in name for w in wanted))]
     if not os.path.exists(BIN):
         print("FAIL setup: server binary %s does not exist (set HF3FS_METAD_BIN)" % BIN)
@@ -726,6 +788,7 @@ def main(namespace):
             passed += 1
             print("PASS %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
     _kill_leftovers()
-    print("# %s: %.1f s" % (os.path.basename(sys.argv[0]), time.monotonic() - t_all))
+    print("# %s (%s engine): %.1f s" % (os.path.basename(sys.argv[0]), ENGINE,
+                                        time.monotonic() - t_all))
     print("%d passed, %d failed" % (passed, failed))
     sys.exit(0 if failed == 0 and passed > 0 else 1)

@@ -280,7 +280,9 @@ def restart(srv, extra_flags):
     srv.proc.send_signal(signal.SIGKILL)
     srv.proc.wait()
     srv._reap()
-    new = Server("--data-dir", data, *LEASE_FLAGS, *extra_flags, persistence=False, port=port)
+    # over Redis (HF3FS_TEST_ENGINE=redis): the same database, the front end restarted
+    new = Server("--data-dir", data, *LEASE_FLAGS, *extra_flags, persistence=False, port=port,
+                 store=srv.store)
     new.start()
     new.extra_dir = keep
     return new

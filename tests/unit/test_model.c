@@ -676,17 +676,20 @@ static void run_model(bool evict, uint64_t seed)
     memset(model, 0, sizeof model);
     rng = seed;
     now = 1000000;
-    for (long step = 0; step < STEPS; step++) {
+    /* engines over the network run fewer steps; the thresholds scale */
+    long steps = engine.steps ? engine.steps : STEPS, k = steps / 200;
+    for (long step = 0; step < steps; step++) {
         step_once(step);
         compare_all(step);
     }
+    printf("  %s: %ld steps\n", engine.name, steps);
     test_engine_close(&engine);
     printf("  seen: %ld evictions, %ld keys without a page, %ld hits, %ld refusals, "
            "%ld drains, %ld expired reservations, %ld write leases\n", seen.evictions,
            seen.no_page, seen.hits, seen.refusals, seen.drains, seen.expiries, seen.write_leases);
-    CHECK(evict ? seen.evictions > 1000 : seen.evictions == 0);
-    CHECK(seen.no_page > 1000 && seen.hits > 1000 && seen.refusals > 1000);
-    CHECK(seen.drains > 30 && seen.expiries > 1000 && seen.write_leases > 1000);
+    CHECK(evict ? seen.evictions > k : seen.evictions == 0);
+    CHECK(seen.no_page > k && seen.hits > k && seen.refusals > k);
+    CHECK(seen.drains > 3 * k / 100 && seen.expiries > k && seen.write_leases > k);
 }
 
 TEST(random_operations_with_lru_eviction_match_the_reference_model)

@@ -1,0 +1,225 @@
+"""redis_server.py: a real redis-server for the tests, and a tiny RESP client (stdlib only).
+
+    with RedisServer() as r:            # redis-server on a free port in a temp dir
+        r.url                           # "redis://127.0.0.1:PORT"
+        r.cmd("DBSIZE")                 # one command, its reply
+        r.kill9(); r.start()            # SIGKILL, then start again on the same port and dir
+
+The server binds 127.0.0.1 only, keeps its files in its own temporary directory
+and is killed when the `with` block ends (or at exit, whatever happened).
+appendonly=True starts it with `appendonly yes` and `appendfsync always`.
+"""
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+REDIS_SERVER = os.environ.get("HF3FS_REDIS_SERVER", "redis-server")
+_live = set()
+
+
+def _kill_all():
+    for proc in list(_live):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+atexit.register(_kill_all)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisError(Exception):
+    pass
+
+
+class Resp:
+    """A blocking RESP2 connection: cmd(*args) -> reply (bytes, int, list, None)."""
+
+    def __init__(self, host="127.0.0.1", port=6379, unix=None, timeout=10.0):
+        if unix:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(unix)
+        else:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+
+    @staticmethod
+    def encode(args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if isinstance(a, str):
+                a = a.encode()
+            elif isinstance(a, int):
+                a = str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("redis closed the connection")
+            self.buf += data
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("redis closed the connection")
+            self.buf += data
+        out, self.buf = self.buf[:n], self.buf[n + 2:]
+        return out
+
+    def read(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            return RedisError(rest.decode(errors="replace"))
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n)
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise RedisError("bad reply %r" % line)
+
+    def cmd(self, *args):
+        self.sock.sendall(self.encode(args))
+        reply = self.read()
+        if isinstance(reply, RedisError):
+            raise reply
+        return reply
+
+    def pipeline(self, commands):
+        self.sock.sendall(b"".join(self.encode(c) for c in commands))
+        return [self.read() for _ in commands]
+
+    def close(self):
+        self.sock.close()
+
+
+class RedisServer:
+    """redis-server on a free port (its bus port + 10000 free too) in a temp dir."""
+
+    def __init__(self, appendonly=False, password=None, extra=()):
+        self.dir = tempfile.mkdtemp(prefix="hf3fs-redis.")
+        self.port = self._pick_port()
+        self.appendonly = appendonly
+        self.password = password
+        self.extra = list(extra)
+        self.proc = None
+        self.unix = os.path.join(self.dir, "redis.sock")
+        self._conn = None
+
+    @staticmethod
+    def _pick_port():
+        for _ in range(50):
+            port = free_port()
+            if port + 10000 < 65536:
+                try:
+                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                        s.bind(("127.0.0.1", port + 10000))
+                    return port
+                except OSError:
+                    pass
+        raise RuntimeError("no free port pair for redis")
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d" % self.port
+
+    @property
+    def unix_url(self):
+        return "unix://" + self.unix
+
+    def start(self, timeout=10.0):
+        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", self.dir, "--save", "", "--unixsocket", self.unix,
+                "--unixsocketperm", "700", "--protected-mode", "no", "--daemonize", "no",
+                "--logfile", os.path.join(self.dir, "redis.log")]
+        if self.appendonly:
+            args += ["--appendonly", "yes", "--appendfsync", "always"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        args += self.extra
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _live.add(self.proc)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                c = self.connect()
+                c.cmd("PING")
+                c.close()
+                return self
+            except RedisError as e:
+                if "NOAUTH" in str(e) or "LOADING" not in str(e):
+                    return self
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start: " + self.log())
+            time.sleep(0.02)
+
+    def log(self):
+        try:
+            with open(os.path.join(self.dir, "redis.log")) as f:
+                return f.read()[-3000:]
+        except OSError:
+            return ""
+
+    def connect(self):
+        c = Resp(port=self.port)
+        if self.password:
+            c.cmd("AUTH", self.password)
+        return c
+
+    def cmd(self, *args):
+        if self._conn is None:
+            self._conn = self.connect()
+        try:
+            return self._conn.cmd(*args)
+        except (OSError, ConnectionError):
+            self._conn = None
+            raise
+
+    def kill9(self):
+        self._conn = None
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        _live.discard(self.proc)
+
+    def stop(self):
+        self._conn = None
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        _live.discard(self.proc)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.kill9()
+        shutil.rmtree(self.dir, ignore_errors=True)

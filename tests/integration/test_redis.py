@@ -1,0 +1,319 @@
+"""test_redis.py: the Redis engine's own promises (--store), over real redis-servers.
+
+- start-up: a wrong password, an unknown host, a malformed URL each stop the
+  start with a clear message; a unix socket and a password file work;
+- two front ends over one Redis serve one state: a key written through one is
+  read through the other, stock-client-like workers split across both never
+  make two keys share a page;
+- faults: Redis killed (SIGKILL, appendfsync always) under load and started
+  again: every acknowledged confirmation is there; Redis stopped: 503 at once
+  and /health says why, started again: service comes back by itself; Redis
+  frozen (SIGSTOP): an answer within the command timeout, never a hang, never
+  a status the stock clients retry after a change was sent;
+- --redis-wait N: a change is acknowledged once N replicas have it, and is
+  answered 507 (outcome unknown) when they do not confirm it.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import harness
+from harness import (Server, expect_eq, expect_error, expect_json, expect_true, s_alloc,
+                     s_confirm, s_init, s_pages, v_alloc, v_confirm, v_exists, v_init,
+                     v_locations, wait_for)
+from redis_server import RedisServer
+
+BIN = os.path.abspath(harness.BIN)
+
+
+def start_fails(args, timeout=10.0):
+    """Run the server with args; it must exit non-zero. -> (status, stderr)."""
+    p = subprocess.run(harness.WRAPPER + [BIN, "--port", "0"] + args, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=timeout * harness.SLOWDOWN)
+    expect_true(p.returncode != 0, "server should not start with %r" % (args,))
+    return p.returncode, p.stderr.decode(errors="replace")
+
+
+# -- start-up ---------------------------------------------------------------
+
+def test_wrong_password_stops_the_start_with_a_clear_message():
+    with RedisServer(password="right") as r:
+        rc, err = start_fails(["--store", "redis://:wrong@127.0.0.1:%d" % r.port])
+        expect_eq(rc, 5, "exit status of a store that refuses us")
+        expect_true("refused the credentials" in err and "WRONGPASS" in err, err)
+        rc, err = start_fails(["--store", r.url])
+        expect_eq(rc, 5, "exit status without the password")
+        expect_true("password is needed" in err, err)
+
+
+def test_unknown_host_and_refused_port_stop_the_start_with_a_clear_message():
+    rc, err = start_fails(["--store", "redis://no-such-host.invalid:6379"])
+    expect_eq(rc, 5, "exit status")
+    expect_true("cannot connect to Redis at no-such-host.invalid:6379" in err, err)
+    port = harness.free_port()
+    rc, err = start_fails(["--store", "redis://127.0.0.1:%d" % port,
+                           "--redis-connect-timeout", "0.5"])
+    expect_true("cannot connect to Redis" in err and "refused" in err, err)
+
+
+def test_malformed_store_urls_are_usage_errors():
+    for url in ("http://127.0.0.1:6379", "redis://127.0.0.1:0", "redis://127.0.0.1:x",
+                "redis://127.0.0.1:6379/db", "unix://relative/path", "redis://:a%zz@h:1"):
+        rc, err = start_fails(["--store", url])
+        expect_eq(rc, 2, "exit status for %s (%s)" % (url, err))
+        expect_true("--store" in err, err)
+
+
+def test_unix_socket_and_password_file_work():
+    with RedisServer(password="pa ss") as r, tempfile.TemporaryDirectory() as d:
+        # a space in the password cannot be in a token file: use %-escapes
+        with Server(store="redis://:pa%%20ss@127.0.0.1:%d/3" % r.port) as srv:
+            v_init(srv.client(), 0, 8)
+        expect_eq(r.cmd("SELECT", "3"), b"OK", "select")
+    with RedisServer(password="s3cret") as r, tempfile.TemporaryDirectory() as d:
+        pw = os.path.join(d, "pw")
+        with open(pw, "w") as f:
+            f.write("s3cret\n")
+        os.chmod(pw, 0o600)
+        with Server("--redis-password-file", pw, store=r.unix_url) as srv:
+            c = srv.client()
+            v_init(c, 0, 8)
+            pages = v_alloc(c, 0, ["k"])
+            v_confirm(c, 0, [("k", pages[0])])
+            expect_eq(v_exists(c, ["k"]), [True], "key through the unix socket")
+            expect_true("s3cret" not in srv.stderr(), "the password must never be logged")
+
+
+# -- two front ends -----------------------------------------------------------
+
+def test_a_key_written_through_one_front_end_is_read_through_the_other():
+    with RedisServer() as r, Server(store=r.url) as a, Server(store=r.url) as b:
+        ca, cb = a.client(), b.client()
+        v_init(ca, 0, 64)
+        v_init(cb, 1, 64)
+        key = "9f2c4e1ab03d5c7e8f9a0b1c2d3e4f509f2c4e1ab03d5c7e8f9a0b1c2d3e4f50"
+        p0 = v_alloc(ca, 0, [key])
+        v_confirm(ca, 0, [(key, p0[0])])
+        expect_eq(v_exists(cb, [key]), [False], "complete only once rank 1 has it too")
+        p1 = v_alloc(cb, 1, [key])
+        v_confirm(cb, 1, [(key, p1[0])])
+        expect_eq(v_exists(ca, [key]), [True], "exists through the other front end")
+        expect_eq(v_locations(cb, 0, [key]), [p0[0]], "location of rank 0 through b")
+        # the same pool through both: a hit answers the page the other handed out
+        expect_eq(v_alloc(cb, 0, [key]), p0, "hit through the other front end")
+        s_init(ca, 0, 16, ns="sg")
+        got = s_alloc(cb, 0, ["x"], ns="sg")
+        s_confirm(ca, 0, [("x", got[0][1])], ns="sg")
+        expect_eq(s_pages(cb, 0, ["x"], ns="sg"), [got[0][1]], "SGLang through both")
+        a.check()
+
+
+def _worker(srv_ports, rank, stop, errors, acked, seed):
+    """A vLLM-like worker: allocate a batch (some prefixes shared with the other
+    workers), write, confirm, read back; it alternates between front ends."""
+    rng = random.Random(seed)
+    clients = [harness.Client(p) for p in srv_ports]
+    n = 0
+    try:
+        while not stop.is_set():
+            c = clients[n % len(clients)]
+            n += 1
+            keys = ["doc%d-%d" % (rng.randrange(40), i) for i in range(rng.randrange(1, 9))]
+            r = c.post("/keys/batch_allocate", {"rank": rank, "keys": keys})
+            if r.status != 200:
+                errors.append("allocate %d %r" % (r.status, r.body[:200]))
+                return
+            pages = [p for _, p in r.json()["results"]]
+            if -1 in pages:
+                continue
+            conf = [[k, p] for k, p in zip(keys, pages)]
+            r = clients[n % len(clients)].post("/keys/confirm_write",
+                                              {"rank": rank, "confirmations": conf})
+            if r.status != 204:
+                errors.append("confirm %d %r" % (r.status, r.body[:200]))
+                return
+            acked.append((rank, conf))
+            r = c.post("/keys/get_locations", {"rank": rank, "keys": keys})
+            if r.status != 200:
+                errors.append("locations %d" % r.status)
+                return
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_workers_split_across_two_front_ends_never_share_a_page():
+    with RedisServer() as r, Server("--read-lease", "0.05", store=r.url) as a, \
+            Server("--read-lease", "0.05", store=r.url) as b:
+        c = a.client()
+        for rank in range(2):
+            v_init(c, rank, 48)  # small pools: evictions all the time
+        stop, errors, acked = threading.Event(), [], []
+        threads = [threading.Thread(target=_worker, args=([a.port, b.port], rank % 2, stop,
+                                                          errors, acked, rank))
+                   for rank in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(3 * harness.SLOWDOWN)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        expect_eq(errors, [], "errors of the workers")
+        expect_true(len(acked) > 50, "workers made progress: %d batches" % len(acked))
+        a.check()
+        stats = a.stats()
+        for rank in range(2):
+            p = stats[("kv", rank)]
+            expect_true(p["evictions"] > 0, "rank %d evicted (small pool)" % rank)
+
+
+# -- faults -------------------------------------------------------------------
+
+def test_redis_killed_under_load_keeps_every_acknowledged_confirmation():
+    with RedisServer(appendonly=True) as r, Server(store=r.url) as a, Server(store=r.url) as b:
+        c = a.client()
+        s_init(c, 0, 1 << 20, ns="crash")
+        acked = {}  # key -> page
+        lock = threading.Lock()
+        stop = threading.Event()
+        statuses = {}
+
+        def load(tid, port):
+            cl = harness.Client(port, timeout=10)
+            i = 0
+            try:
+                while not stop.is_set():
+                    i += 1
+                    keys = ["t%d-%d-%d" % (tid, i, j) for j in range(4)]
+                    try:
+                        r1 = cl.post("/0/reserve_and_allocate_page_indices",
+                                     {"keys": [[k, ""] for k in keys], "namespace": "crash"})
+                        statuses[r1.status] = statuses.get(r1.status, 0) + 1
+                        if r1.status != 200:
+                            time.sleep(0.02)
+                            continue
+                        got = [p for _, p in r1.json()["indices"]]
+                        r2 = cl.post("/0/confirm_write",
+                                     {"written_keys_to_confirm": [[k, p] for k, p in
+                                                                  zip(keys, got)],
+                                      "namespace": "crash"})
+                        statuses[r2.status] = statuses.get(r2.status, 0) + 1
+                        if r2.status == 204:
+                            with lock:
+                                acked.update(zip(keys, got))
+                        else:
+                            expect_true(r2.status in (503, 507), "confirm: %r" % r2)
+                    except (OSError, harness.http.client.HTTPException):
+                        cl.close()
+                        cl = harness.Client(port, timeout=10)
+            finally:
+                cl.close()
+
+        threads = [threading.Thread(target=load, args=(t, (a.port, b.port)[t % 2]))
+                   for t in range(6)]
+        for t in threads:
+            t.start()
+        for _ in range(3):
+            time.sleep(0.7 * harness.SLOWDOWN)
+            with lock:
+                before = len(acked)
+            r.kill9()
+            time.sleep(0.3)
+            r.start()
+            wait_for(lambda: a.client().get("/health").status == 200, 10 * harness.SLOWDOWN,
+                     what="front end a healthy again")
+            wait_for(lambda: b.client().get("/health").status == 200, 10 * harness.SLOWDOWN,
+                     what="front end b healthy again")
+            time.sleep(0.3)
+            with lock:
+                expect_true(len(acked) > before, "load goes on after Redis came back")
+        stop.set()
+        for t in threads:
+            t.join(30)
+        keys = sorted(acked)
+        expect_true(len(keys) > 100, "acknowledged confirmations: %d" % len(keys))
+        cb = b.client()
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            expect_eq(s_pages(cb, 0, chunk, ns="crash"), [acked[k] for k in chunk],
+                      "pages of acknowledged keys after Redis was killed")
+        a.check()
+        expect_true(statuses.get(500, 0) == 0 and statuses.get(502, 0) == 0
+                    and statuses.get(504, 0) == 0, "never 500/502/504: %r" % statuses)
+
+
+def test_redis_stopped_answers_503_at_once_and_service_comes_back_by_itself():
+    with RedisServer() as r, Server("--redis-timeout", "5", store=r.url) as srv:
+        c = srv.client()
+        v_init(c, 0, 8)
+        r.stop()
+        for path, body in (("/keys/batch_exists", {"keys": ["a"]}),
+                           ("/keys/batch_allocate", {"rank": 0, "keys": ["a"]}),
+                           ("/rank/1/initialize", {"role": "worker", "num_pages": 4}),
+                           ("/0/exists", {"keys": ["a"]})):
+            t0 = time.monotonic()
+            resp = c.post(path, body)
+            took = time.monotonic() - t0
+            expect_error(resp, 503)
+            expect_true(took < 1.0 * harness.SLOWDOWN,
+                        "%s answered in %.2f s, not at once" % (path, took))
+        h = c.get("/health")
+        expect_eq(h.status, 503, "/health while Redis is down")
+        expect_true("Redis" in h.json()["detail"] and "refused" in h.json()["detail"],
+                    "/health says why: %r" % h.json())
+        r.start()
+        wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
+                 what="/health 200 once Redis is back")
+        v_init(c, 0, 8)  # Redis without persistence came back empty
+        expect_eq(v_alloc(c, 0, ["a"]), [0], "service is back")
+
+
+def test_redis_frozen_answers_within_the_command_timeout_never_a_retried_status():
+    with RedisServer() as r, Server("--redis-timeout", "0.5", store=r.url) as srv:
+        c = srv.client()
+        v_init(c, 0, 8)
+        os.kill(r.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            resp = c.post("/keys/batch_allocate", {"rank": 0, "keys": ["a"]})
+            took = time.monotonic() - t0
+            expect_error(resp, 507)
+            expect_true("unknown" in resp.json()["detail"], resp.json()["detail"])
+            expect_true(took < 2.0 * harness.SLOWDOWN, "answered in %.2f s" % took)
+            t0 = time.monotonic()
+            expect_error(c.post("/keys/batch_exists", {"keys": ["a"]}), 503)
+            expect_true(time.monotonic() - t0 < 1.0 * harness.SLOWDOWN, "503 at once once down")
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
+        wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
+                 what="/health 200 once Redis answers again")
+        pages = v_alloc(c, 0, ["a", "b"])
+        expect_true(pages[1] >= 0, "service back: %r" % pages)
+        srv.check()
+
+
+def test_redis_wait_acknowledges_once_replicas_have_the_change():
+    with RedisServer() as primary, \
+            RedisServer(extra=[]) as replica, \
+            Server("--redis-wait", "1", "--redis-wait-timeout", "0.3",
+                   store=primary.url) as srv:
+        c = srv.client()
+        # no replica yet: the change is applied on the primary but unconfirmed
+        resp = c.post("/rank/0/initialize", {"role": "worker", "num_pages": 8})
+        expect_error(resp, 507)
+        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
+        wait_for(lambda: b"master_link_status:up" in replica.cmd("INFO", "replication"),
+                 10 * harness.SLOWDOWN, what="replica in sync")
+        v_init(c, 0, 8)
+        pages = v_alloc(c, 0, ["k"])
+        v_confirm(c, 0, [("k", pages[0])])
+        wait_for(lambda: replica.cmd("EXISTS", "hfm:{6b76:0}:k") == 1, 5, what="on the replica")
+
+
+if __name__ == "__main__":
+    harness.main(globals())
