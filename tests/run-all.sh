@@ -30,7 +30,7 @@ done
 # over Redis kills the front end: Redis must have every acknowledged change.
 REDIS_SUITES="test_vllm test_sglang test_leases test_concurrency test_malformed test_metrics
               test_ops test_load test_cli test_client_lib test_crash test_page_integrity
-              test_retries"
+              test_retries test_fuzz_corpus"
 # The reference model over Redis (tests/engines.h starts its redis-server).
 run "test_model[redis]" env HF3FS_TEST_ENGINE=redis "$BUILD/tests/test_model"
 for name in $REDIS_SUITES; do

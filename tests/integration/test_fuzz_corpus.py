@@ -4,6 +4,9 @@ regress-* files), then fuzzes for a few seconds from it. Any crash, sanitizer
 report or broken oracle fails the test; the input that caused it is written to
 build/fuzz/crashes/.
 
+With HF3FS_TEST_ENGINE=redis (run-all.sh) only fuzz_sequence's corpus is
+replayed, against the Redis engine (tests/engines.h).
+
 The targets are built by `make units` (mk/fuzz.mk, clang with libFuzzer, ASan
 and UBSan) into $HF3FS_FUZZ_DIR (default build/fuzz). Seconds of fuzzing per
 target: $HF3FS_FUZZ_TEST_SECONDS (default 4). The long form is `make fuzz`.
@@ -62,6 +65,8 @@ def corpus(target):
 
 
 def replay(target):
+    if harness.ENGINE == "redis":
+        os.environ["HF3FS_TEST_REDIS_URL"] = harness.new_redis_db()
     out = run(target, ["-runs=0", corpus(target)], timeout=300 * harness.SLOWDOWN)
     harness.expect_true("INITED" in out or "Done" in out,
                         "fuzz_%s did not run its corpus:\n%s" % (target, out[-2000:]))
@@ -84,6 +89,12 @@ def _make_tests():
 
         def short_test(t=target):
             short_run(t)
+        # With HF3FS_TEST_ENGINE=redis only the sequence fuzzer (tests/engines.h:
+        # it drives the engine the variable names) replays its corpus, over
+        # this process's redis-server.
+        if target != "sequence":
+            replay_test = harness.embedded_only(replay_test)
+        short_test = harness.embedded_only(short_test)
         tests["test_fuzz_%s_replays_its_seed_corpus_without_a_finding" % target] = replay_test
         tests["test_fuzz_%s_finds_nothing_in_a_short_run" % target] = short_test
     return tests
