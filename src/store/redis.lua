@@ -143,22 +143,12 @@ local function ckey(P, page)
     return P.pfx .. 'r' .. math.floor(page / CHUNK)
 end
 
--- The whole record into the cache; fields written in this run win.
-local function load(P, page)
-    local c = P.rc[page]
-    if c and c.full then
-        return c
+-- A record's bytes into the cache entry c; fields written in this run win.
+local function parse_into(c, rec)
+    if #rec < RS then
+        rec = rec .. string.rep('\0', RS - #rec)
     end
-    local off = (page % CHUNK) * RS
-    local s = redis.call('GETRANGE', ckey(P, page), off, off + RS - 1)
-    if #s < RS then
-        s = s .. string.rep('\0', RS - #s)
-    end
-    local st, kind, _, prev, nxt, w, dl, wdl = struct.unpack('>BBHI4I4I4i8i8', s)
-    if not c then
-        c = {}
-        P.rc[page] = c
-    end
+    local st, kind, _, prev, nxt, w, dl, wdl = struct.unpack('>BBHI4I4I4i8i8', rec)
     if c.st == nil then c.st = st end
     if c.kind == nil then c.kind = kind end
     if c.w == nil then c.w = w end
@@ -166,9 +156,69 @@ local function load(P, page)
     if c.next == nil then c.next = nxt end
     if c.dl == nil then c.dl = dl end
     if c.wdl == nil then c.wdl = wdl end
-    if c.key == nil then c.key = string.sub(s, 33, 64) end
+    if c.key == nil then c.key = string.sub(rec, 33, 64) end
     c.full = true
+end
+
+-- The whole record into the cache.
+local function load(P, page)
+    local c = P.rc[page]
+    if c and c.full then
+        return c
+    end
+    local off = (page % CHUNK) * RS
+    local rec = redis.call('GETRANGE', ckey(P, page), off, off + RS - 1)
+    if not c then
+        c = {}
+        P.rc[page] = c
+    end
+    parse_into(c, rec)
     return c
+end
+
+-- Many records into the cache: pages close to each other (a fresh
+-- allocation's are consecutive) come in one GETRANGE of their span.
+local function load_many(P, pages)
+    local by_chunk = {}
+    for i = 1, #pages do
+        local p = pages[i]
+        local c = P.rc[p]
+        if not (c and c.full) then
+            local k = math.floor(p / CHUNK)
+            local l = by_chunk[k]
+            if not l then
+                l = {}
+                by_chunk[k] = l
+            end
+            l[#l + 1] = p
+        end
+    end
+    for k, list in pairs(by_chunk) do
+        table.sort(list)
+        local key = P.pfx .. 'r' .. k
+        local i, n = 1, #list
+        while i <= n do
+            local j = i
+            while j < n and list[j + 1] - list[j] <= 4 do
+                j = j + 1
+            end
+            local first = list[i] % CHUNK
+            local span = redis.call('GETRANGE', key, first * RS, (list[j] % CHUNK) * RS + RS - 1)
+            for q = i, j do
+                local p = list[q]
+                if not (P.rc[p] and P.rc[p].full) then
+                    local o = ((p % CHUNK) - first) * RS
+                    local c = P.rc[p]
+                    if not c then
+                        c = {}
+                        P.rc[p] = c
+                    end
+                    parse_into(c, string.sub(span, o + 1, o + RS))
+                end
+            end
+            i = j + 1
+        end
+    end
 end
 
 local function get(P, page, f)
@@ -195,50 +245,6 @@ local function set(P, page, f, v)
         P.rd[page] = d
     end
     d[f] = true
-end
-
--- prev, next and deadline of many pages in one command per chunk.
-local function preload(P, pages)
-    local by_chunk = {}
-    for i = 1, #pages do
-        local p = pages[i]
-        local c = P.rc[p]
-        if not (c and c.prev ~= nil and c.next ~= nil and c.dl ~= nil) then
-            local k = math.floor(p / CHUNK)
-            local l = by_chunk[k]
-            if not l then
-                l = {}
-                by_chunk[k] = l
-            end
-            l[#l + 1] = p
-        end
-    end
-    for k, list in pairs(by_chunk) do
-        local key = P.pfx .. 'r' .. k
-        for s = 1, #list, 500 do
-            local ops = {}
-            local e = math.min(s + 499, #list)
-            for i = s, e do
-                local b = (list[i] % CHUNK) * 512
-                ops[#ops + 1] = 'GET'; ops[#ops + 1] = 'u32'; ops[#ops + 1] = b + 32
-                ops[#ops + 1] = 'GET'; ops[#ops + 1] = 'u32'; ops[#ops + 1] = b + 64
-                ops[#ops + 1] = 'GET'; ops[#ops + 1] = 'i64'; ops[#ops + 1] = b + 128
-            end
-            local v = redis.call('BITFIELD', key, unpack(ops))
-            for i = s, e do
-                local p = list[i]
-                local j = (i - s) * 3
-                local c = P.rc[p]
-                if not c then
-                    c = {}
-                    P.rc[p] = c
-                end
-                if c.prev == nil then c.prev = v[j + 1] end
-                if c.next == nil then c.next = v[j + 2] end
-                if c.dl == nil then c.dl = v[j + 3] end
-            end
-        end
-    end
 end
 
 -- The index field of the key a record holds.
@@ -338,40 +344,6 @@ end
 
 -- ---------------------------------------------------------- use log
 
--- Write fields of many records: W[page] = {field = value}, one BITFIELD per
--- chunk, and keep the cache in step.
-local function write_fields(P, W)
-    local by_chunk = {}
-    for page, fields in pairs(W) do
-        local k = math.floor(page / CHUNK)
-        local ops = by_chunk[k]
-        if not ops then
-            ops = {}
-            by_chunk[k] = ops
-        end
-        local b = (page % CHUNK) * 512
-        local c = P.rc[page]
-        if not c then
-            c = {}
-            P.rc[page] = c
-        end
-        for f, v in pairs(fields) do
-            local spec = FIELDS[f]
-            local n = #ops
-            ops[n + 1] = 'SET'
-            ops[n + 2] = spec[2]
-            ops[n + 3] = b + spec[1]
-            ops[n + 4] = v
-            c[f] = v
-        end
-    end
-    for k, ops in pairs(by_chunk) do
-        for s = 1, #ops, 4000 do
-            redis.call('BITFIELD', P.pfx .. 'r' .. k, unpack(ops, s, math.min(s + 3999, #ops)))
-        end
-    end
-end
-
 -- Apply the use log: the used pages move, in the order of their last use,
 -- to the most recently used end, their leases extended. Done in bulk: the
 -- runs of used pages are cut out of the list (two link writes a run), then
@@ -417,15 +389,10 @@ local function apply_log(P)
             used[p] = true
         end
     end
-    preload(P, order)
-    local rc, W = P.rc, {}
+    load_many(P, order)
+    local rc = P.rc
     local function w(page, f, v)
-        local t = W[page]
-        if not t then
-            t = {}
-            W[page] = t
-        end
-        t[f] = v
+        set(P, page, f, v)
     end
     -- cut each run of used pages out: its outer neighbours link to each other
     for i = 1, #order do
@@ -453,7 +420,6 @@ local function apply_log(P)
         end
     end
     P.tail = order[#order]
-    write_fields(P, W)
 end
 
 -- Open a pool for a change: its uses applied first.
@@ -555,10 +521,18 @@ local function take_free(P)
     return nil
 end
 
+-- A reservation writes every field of the record: it need not be read.
+-- (A page comes FREE from the free list or the mark, or evicted: its key
+-- was dropped already.)
 local function reserve(P, page, field, deadline)
     rec_setkey(P, page, field)
     set(P, page, 'st', 1)
     set(P, page, 'dl', deadline)
+    set(P, page, 'prev', NIL)
+    set(P, page, 'next', NIL)
+    set(P, page, 'w', 0)
+    set(P, page, 'wdl', 0)
+    P.rc[page].full = true
     P.ze[page] = deadline
     P.res = P.res + 1
     count(P, 'reservations')
@@ -670,27 +644,54 @@ end
 -- ------------------------------------------------------------ flush
 
 local function flush_pool(P)
-    -- records
-    local ops_by_chunk = {}
+    -- records: a record known whole is written whole (runs of consecutive
+    -- ones in one SETRANGE); a record of which only some fields are known
+    -- (an LRU neighbour) gets those fields (BITFIELD SET, one per chunk)
+    local ops_by_chunk, whole_by_chunk = {}, {}
     for page, d in pairs(P.rd) do
         local c = P.rc[page]
         local k = math.floor(page / CHUNK)
-        local ops = ops_by_chunk[k]
-        if not ops then
-            ops = {}
-            ops_by_chunk[k] = ops
-        end
-        local b = (page % CHUNK) * 512
-        for f in pairs(d) do
-            if f == 'key' then
-                redis.call('SETRANGE', P.pfx .. 'r' .. k, (page % CHUNK) * RS + 32, c.key)
-            else
-                local spec = FIELDS[f]
-                ops[#ops + 1] = 'SET'
-                ops[#ops + 1] = spec[2]
-                ops[#ops + 1] = b + spec[1]
-                ops[#ops + 1] = fmt(c[f])
+        if c.full then
+            local l = whole_by_chunk[k]
+            if not l then
+                l = {}
+                whole_by_chunk[k] = l
             end
+            l[#l + 1] = page
+        else
+            local ops = ops_by_chunk[k]
+            if not ops then
+                ops = {}
+                ops_by_chunk[k] = ops
+            end
+            local b = (page % CHUNK) * 512
+            for f in pairs(d) do
+                local spec = FIELDS[f]
+                local n = #ops
+                ops[n + 1] = 'SET'
+                ops[n + 2] = spec[2]
+                ops[n + 3] = b + spec[1]
+                ops[n + 4] = c[f]
+            end
+        end
+    end
+    for k, list in pairs(whole_by_chunk) do
+        table.sort(list)
+        local key = P.pfx .. 'r' .. k
+        local i, n = 1, #list
+        while i <= n do
+            local j = i
+            while j < n and list[j + 1] == list[j] + 1 do
+                j = j + 1
+            end
+            local parts = {}
+            for q = i, j do
+                local c = P.rc[list[q]]
+                parts[#parts + 1] = struct.pack('>BBHI4I4I4i8i8', c.st, c.kind, 0, c.prev, c.next,
+                                                c.w, c.dl, c.wdl) .. c.key
+            end
+            redis.call('SETRANGE', key, (list[i] % CHUNK) * RS, table.concat(parts))
+            i = j + 1
         end
     end
     for k, ops in pairs(ops_by_chunk) do
@@ -885,7 +886,7 @@ local function op_allocate()
             end
         end
     end
-    preload(P, hitpages)
+    load_many(P, hitpages)
     local hits, need = 0, 0
     for i = 1, n do
         if not dup[i] then
@@ -939,6 +940,33 @@ local function op_confirm()
     expire(P)
     local n = tonumber(ARGV[A + 2])
     local refused = 0
+    -- the keys' pages and the records named, each in one call
+    local fields, named = {}, {}
+    for i = 0, n - 1 do
+        local f = ARGV[A + 3 + 2 * i]
+        if P.idx[f] == nil then
+            fields[#fields + 1] = f
+        end
+        local page = tonumber(ARGV[A + 4 + 2 * i])
+        if page >= 0 and page < P.t then
+            named[#named + 1] = page
+        end
+    end
+    for i = A + 3 + 2 * n, #ARGV do
+        local page = tonumber(ARGV[i])
+        if page >= 0 and page < P.t then
+            named[#named + 1] = page
+        end
+    end
+    if #fields > 0 then
+        local v = hmget(P.pfx .. 'k', fields, 1)
+        for i = 1, #fields do
+            if P.idx[fields[i]] == nil then
+                P.idx[fields[i]] = v[i] and tonumber(v[i]) or false
+            end
+        end
+    end
+    load_many(P, named)
     local function refuse(kind, why)
         count(P, kind .. why)
         refused = refused + 1
