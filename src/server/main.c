@@ -270,9 +270,18 @@ static double parse_seconds(const char *flag, const char *value, double min, dou
     return s;
 }
 
+/* The name of the flag with this id (long_options is not in enum order). */
+static const char *flag_name(int id)
+{
+    for (const struct option *opt = long_options; opt->name; opt++)
+        if (opt->val == id)
+            return opt->name;
+    return "?";
+}
+
 static void parse_flag(server_options *o, int id, const char *arg)
 {
-    const char *flag = long_options[id - OPT_HOST].name;
+    const char *flag = flag_name(id);
     switch (id) {
     case OPT_HOST: o->host = arg; break;
     case OPT_PORT: o->port = parse_count(flag, arg, 0, 65535, false); break;

@@ -66,6 +66,28 @@ def test_start_up_line_lists_every_effective_setting():
     expect_true("secret" not in log, "the token itself must never be logged")
 
 
+def test_a_bad_value_is_refused_with_the_name_of_its_own_flag():
+    # A value no flag taking one accepts ("" is not a number, a level, a
+    # path that exists...). The message must name the flag given, whatever
+    # the order of the flag table.
+    checked = 0
+    for flag in help_flags():
+        # --port last: a flag that takes any string then fails on it instead of starting
+        with tempfile.TemporaryDirectory(prefix="hf3fs-metad-flags-") as cwd:
+            p = subprocess.run([os.path.abspath(harness.BIN), "--" + flag, "\x01bad", "--port",
+                                "nope"], stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=10, cwd=cwd)
+        err = p.stderr.decode("utf-8", "replace")
+        if flag != "port" and err.startswith("hf3fs-metad: --port:"):
+            continue  # a flag that takes any string
+        if p.returncode == 0 or "is not" not in err:
+            continue  # a flag without a value
+        checked += 1
+        expect_true(err.startswith("hf3fs-metad: --%s:" % flag),
+                    "--%s with a bad value: the message names another flag: %r" % (flag, err))
+    expect_true(checked >= 15, "only %d flags refused a bad value" % checked)
+
+
 def test_no_line_is_logged_per_request_by_default():
     with LoggedServer() as srv:
         c = srv.client()
