@@ -9,7 +9,7 @@
         new, t = rc.wait_failover(port)   # its replica promoted (and when)
         rc.migrate_slot(slot, src, dst)   # SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE
 
-Each node is a redis-server (Debian's, found on PATH) in its own directory
+Each node is a redis-server (redis_server.spawn) in its own directory
 of one temporary directory, bound to 127.0.0.1 on a port p such that p and
 its cluster bus port p + 10000 were both free; `redis-cli --cluster create
 --cluster-replicas 1` forms the cluster. Leaving the `with` block (or the
@@ -22,7 +22,6 @@ errors=True).
 
 import atexit
 import os
-import random
 import shutil
 import signal
 import socket
@@ -30,7 +29,8 @@ import subprocess
 import tempfile
 import time
 
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+from redis_server import kill, pick_port, spawn
+
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
 _live = set()
@@ -50,26 +50,6 @@ class ReplyError(Exception):
 
 class ClusterError(AssertionError):
     """The cluster did not start or did not reach the state waited for."""
-
-
-def _port_free(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def pick_port(taken=()):
-    """A port p where p and p + 10000 (its cluster bus) are free now. The
-    range stays below Linux's ephemeral ports, which other tests' servers
-    get from binding port 0."""
-    for _ in range(1000):
-        p = random.randrange(20000, 22700)
-        if p not in taken and _port_free(p) and _port_free(p + 10000):
-            return p
-    raise ClusterError("no free port pair (p, p + 10000)")
 
 
 def _encode(*args):
@@ -180,9 +160,7 @@ class RedisCluster:
 
     def stop(self):
         for node in self.nodes.values():
-            if node.proc and node.proc.poll() is None:
-                node.proc.kill()
-                node.proc.wait()
+            kill(node.proc)
         self.nodes = {}
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -211,20 +189,8 @@ class RedisCluster:
         return path
 
     def _spawn(self, node):
-        node.proc = subprocess.Popen([REDIS_SERVER, self._config(node)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if node.proc.poll() is not None:
-                return False
-            try:
-                self.call(node.port, "PING")
-                return True
-            except (OSError, ReplyError):
-                time.sleep(0.02)
-        node.proc.kill()
-        node.proc.wait()
-        return False
+        node.proc = spawn([self._config(node)], node.port, self.password)
+        return node.proc is not None
 
     def _start_new_node(self):
         for _ in range(5):  # a port taken meanwhile: another one

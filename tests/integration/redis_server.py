@@ -12,6 +12,7 @@ appendonly=True starts it with `appendonly yes` and `appendfsync always`.
 
 import atexit
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -24,18 +25,67 @@ _live = set()
 
 def _kill_all():
     for proc in list(_live):
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill(proc)
 
 
 atexit.register(_kill_all)
 
 
-def free_port():
+def _port_free(port):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(taken=()):
+    """A port p where p and p + 10000 (its cluster bus) are free now. The
+    range stays below Linux's ephemeral ports, which other tests' servers
+    get from binding port 0."""
+    for _ in range(1000):
+        p = random.randrange(20000, 22700)
+        if p not in taken and _port_free(p) and _port_free(p + 10000):
+            return p
+    raise RuntimeError("no free port pair (p, p + 10000) for redis")
+
+
+def spawn(args, port, password=None, timeout=10.0):
+    """redis-server with args (flags or a config file), once it answers PING
+    on 127.0.0.1:port (AUTH first with password). None if it exited or did
+    not answer within timeout (then it is killed)."""
+    proc = subprocess.Popen([REDIS_SERVER] + list(args),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _live.add(proc)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            c = Resp(port=port)
+            try:
+                if password:
+                    c.cmd("AUTH", password)
+                c.cmd("PING")
+            finally:
+                c.close()
+            return proc
+        except RedisError as e:
+            if "LOADING" not in str(e):
+                return proc
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            kill(proc)
+            return None
+        time.sleep(0.02)
+
+
+def kill(proc):
+    """SIGKILL proc (a spawn()ed redis-server) if it runs, and wait for it."""
+    if proc and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    _live.discard(proc)
 
 
 class RedisError(Exception):
@@ -120,26 +170,13 @@ class RedisServer:
 
     def __init__(self, appendonly=False, password=None, extra=()):
         self.dir = tempfile.mkdtemp(prefix="hf3fs-redis.")
-        self.port = self._pick_port()
+        self.port = pick_port()
         self.appendonly = appendonly
         self.password = password
         self.extra = list(extra)
         self.proc = None
         self.unix = os.path.join(self.dir, "redis.sock")
         self._conn = None
-
-    @staticmethod
-    def _pick_port():
-        for _ in range(50):
-            port = free_port()
-            if port + 10000 < 65536:
-                try:
-                    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                        s.bind(("127.0.0.1", port + 10000))
-                    return port
-                except OSError:
-                    pass
-        raise RuntimeError("no free port pair for redis")
 
     @property
     def url(self):
@@ -150,7 +187,7 @@ class RedisServer:
         return "unix://" + self.unix
 
     def start(self, timeout=10.0):
-        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+        args = ["--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", self.dir, "--save", "", "--unixsocket", self.unix,
                 "--unixsocketperm", "700", "--protected-mode", "no", "--daemonize", "no",
                 "--logfile", os.path.join(self.dir, "redis.log")]
@@ -159,23 +196,10 @@ class RedisServer:
         if self.password:
             args += ["--requirepass", self.password]
         args += self.extra
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _live.add(self.proc)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                c = self.connect()
-                c.cmd("PING")
-                c.close()
-                return self
-            except RedisError as e:
-                if "NOAUTH" in str(e) or "LOADING" not in str(e):
-                    return self
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start: " + self.log())
-            time.sleep(0.02)
+        self.proc = spawn(args, self.port, self.password, timeout)
+        if self.proc is None:
+            raise RuntimeError("redis-server did not start: " + self.log())
+        return self
 
     def log(self):
         try:
@@ -201,10 +225,7 @@ class RedisServer:
 
     def kill9(self):
         self._conn = None
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        _live.discard(self.proc)
+        kill(self.proc)
 
     def stop(self):
         self._conn = None
