@@ -857,45 +857,61 @@ static int rd_confirm(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *ke
     return STORE_OK;
 }
 
-/* exists / lookup: pages[i] or -1. */
+/* Runs a read-only op whose reply's element 1 holds one entry per key, nil
+ * for a key not there: pages[i] = its page or -1, present[i] = not nil
+ * (either may be NULL). */
+static int call_pages(store_redis *r, args *a, size_t n, int64_t *pages, bool *present)
+{
+    redisReply *rep;
+    int rc = call(r, a, false, &rep);
+    if (rc != STORE_OK)
+        return rc;
+    const redisReply *v = n ? array_at(rep, 1, n) : NULL;
+    if (n && !v)
+        return malformed(rep);
+    for (size_t i = 0; i < n; i++) {
+        bool nil = v->element[i]->type == REDIS_REPLY_NIL;
+        if (pages)
+            pages[i] = nil ? -1 : int_of(v->element[i]);
+        if (present)
+            present[i] = !nil;
+    }
+    freeReplyObject(rep);
+    return STORE_OK;
+}
+
+/* exists / lookup in one pool. */
 static int rd_read(store_redis *r, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
-                   int64_t *pages)
+                   int64_t *pages, bool *present)
 {
     args a;
     args_begin(r, &a, "read");
     args_pool(&a, ns, rank);
     for (size_t i = 0; i < n; i++)
         args_key(&a, keys[i]);
-    redisReply *rep;
-    int rc = call(r, &a, false, &rep);
-    if (rc != STORE_OK)
-        return rc;
-    const redisReply *v = n ? array_at(rep, 1, n) : NULL;
-    if (n && !v)
-        return malformed(rep);
-    for (size_t i = 0; i < n; i++)
-        pages[i] = v->element[i]->type == REDIS_REPLY_NIL ? -1 : int_of(v->element[i]);
-    freeReplyObject(rep);
-    return STORE_OK;
+    return call_pages(r, &a, n, pages, present);
 }
 
 static int rd_exists(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                      bool *present)
 {
-    int64_t buf[64];
-    int64_t *pages = n <= 64 ? buf : hf_xreallocarray(NULL, n, sizeof *pages);
-    int rc = rd_read(R(s), ns, rank, keys, n, pages);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++)
-        present[i] = pages[i] >= 0;
-    if (pages != buf)
-        free(pages);
-    return rc;
+    return rd_read(R(s), ns, rank, keys, n, NULL, present);
 }
 
 static int rd_lookup(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                      int64_t *pages)
 {
-    return rd_read(R(s), ns, rank, keys, n, pages);
+    return rd_read(R(s), ns, rank, keys, n, pages, NULL);
+}
+
+/* A change whose reply carries nothing more than success. */
+static int call_change(store_redis *r, args *a)
+{
+    redisReply *rep;
+    int rc = call(r, a, true, &rep);
+    if (rc == STORE_OK)
+        freeReplyObject(rep);
+    return rc;
 }
 
 static int rd_simple(store_redis *r, const char *op, hf_slice ns, uint32_t rank,
@@ -906,11 +922,7 @@ static int rd_simple(store_redis *r, const char *op, hf_slice ns, uint32_t rank,
     args_pool(&a, ns, rank);
     for (size_t i = 0; i < n; i++)
         args_key(&a, keys[i]);
-    redisReply *rep;
-    int rc = call(r, &a, true, &rep);
-    if (rc == STORE_OK)
-        freeReplyObject(rep);
-    return rc;
+    return call_change(r, &a);
 }
 
 static int rd_delete_keys(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n)
@@ -928,17 +940,13 @@ static int rd_clear_all(store_t *s)
     store_redis *r = R(s);
     args a;
     args_begin(r, &a, "clear_all");
-    redisReply *rep;
-    int rc = call(r, &a, true, &rep);
-    if (rc == STORE_OK)
-        freeReplyObject(rep);
-    return rc;
+    return call_change(r, &a);
 }
 
-/* Completeness over every pool of ns: answer[i] = page in `rank` (rank -1:
- * 0 for present) or -1. */
+/* Completeness over every pool of ns: pages[i] = the page in `rank` or -1,
+ * present[i] = in every pool (either may be NULL; rank -1: no pages). */
 static int rd_complete(store_redis *r, hf_slice ns, int64_t rank, const hf_slice *keys, size_t n,
-                       int64_t *answer)
+                       int64_t *pages, bool *present)
 {
     args a;
     args_begin(r, &a, "complete");
@@ -946,38 +954,19 @@ static int rd_complete(store_redis *r, hf_slice ns, int64_t rank, const hf_slice
     args_int(&a, rank);
     for (size_t i = 0; i < n; i++)
         args_key(&a, keys[i]);
-    redisReply *rep;
-    int rc = call(r, &a, false, &rep);
-    if (rc != STORE_OK)
-        return rc;
-    const redisReply *v = array_at(rep, 1, n);
-    if (!v && n)
-        return malformed(rep);
-    for (size_t i = 0; i < n; i++) {
-        const redisReply *e = v->element[i];
-        answer[i] = e->type == REDIS_REPLY_NIL ? -1 : rank < 0 ? 0 : int_of(e);
-    }
-    freeReplyObject(rep);
-    return STORE_OK;
+    return call_pages(r, &a, n, pages, present);
 }
 
 static int rd_complete_exists(store_t *s, hf_slice ns, const hf_slice *keys, size_t n,
                               bool *present)
 {
-    int64_t buf[64];
-    int64_t *ans = n <= 64 ? buf : hf_xreallocarray(NULL, n, sizeof *ans);
-    int rc = rd_complete(R(s), ns, -1, keys, n, ans);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++)
-        present[i] = ans[i] >= 0;
-    if (ans != buf)
-        free(ans);
-    return rc;
+    return rd_complete(R(s), ns, -1, keys, n, NULL, present);
 }
 
 static int rd_complete_locations(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys,
                                  size_t n, int64_t *pages)
 {
-    return rd_complete(R(s), ns, rank, keys, n, pages);
+    return rd_complete(R(s), ns, rank, keys, n, pages, NULL);
 }
 
 static int unhex(const char *p, size_t len, char *out)
