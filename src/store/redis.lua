@@ -847,14 +847,23 @@ local function op_init()
     return {0, 1, tonumber(n)}
 end
 
+-- The pool of the op's nsx rank (ARGV[A], ARGV[A + 1]) for a change, its
+-- expiries applied; nil if there is no such pool.
+local function arg_pool()
+    local P = pool_change(ARGV[A], ARGV[A + 1])
+    if P then
+        expire(P)
+    end
+    return P
+end
+
 -- allocate nsx rank mode(0 partial, 1 all or nothing) field...
 local function op_allocate()
-    local P = pool_change(ARGV[A], ARGV[A + 1])
+    local P = arg_pool()
     if not P then
         return {1}
     end
     local whole = ARGV[A + 2] == '1'
-    expire(P)
     local n = #ARGV - A - 2
     local fields, dup, first, uniq = {}, {}, {}, {}
     for i = 1, n do
@@ -933,11 +942,10 @@ local R_RANGE, R_NOTRES, R_OTHER, R_OWNED = 0, 1, 2, 3
 
 -- confirm nsx rank nconf field page ... release...
 local function op_confirm()
-    local P = pool_change(ARGV[A], ARGV[A + 1])
+    local P = arg_pool()
     if not P then
         return {1}
     end
-    expire(P)
     local n = tonumber(ARGV[A + 2])
     local refused = 0
     -- the keys' pages and the records named, each in one call
@@ -1103,11 +1111,10 @@ end
 
 -- delete nsx rank field...
 local function op_delete()
-    local P = pool_change(ARGV[A], ARGV[A + 1])
+    local P = arg_pool()
     if not P then
         return {1}
     end
-    expire(P)
     for i = A + 2, #ARGV do
         local field = ARGV[i]
         local p = idx_find(P, field)
@@ -1122,11 +1129,10 @@ end
 
 -- clear_pool nsx rank
 local function op_clear_pool()
-    local P = pool_change(ARGV[A], ARGV[A + 1])
+    local P = arg_pool()
     if not P then
         return {1}
     end
-    expire(P)
     while P.head ~= NIL do
         local p = P.head
         disown(P, p, rec_field(P, p))
@@ -1203,11 +1209,10 @@ end
 
 -- pages nsx rank: {state, field, deadline} of every page (tests), after expiry
 local function op_pages()
-    local P = pool_change(ARGV[A], ARGV[A + 1])
+    local P = arg_pool()
     if not P then
         return {1}
     end
-    expire(P)
     local out = {}
     for p = 0, P.n - 1 do
         if p < P.t then
