@@ -15,7 +15,7 @@ its cluster bus port p + 10000 were both free; `redis-cli --cluster create
 --cluster-replicas 1` forms the cluster. Leaving the `with` block (or the
 process exiting) kills every node and removes the directory.
 
-call() is a tiny RESP client: it returns str for bulk strings, int, None,
+call() uses redis_server.Resp: it returns str for bulk strings, int, None,
 lists, and raises ReplyError for error replies (or returns it with
 errors=True).
 """
@@ -24,12 +24,11 @@ import atexit
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 
-from redis_server import kill, pick_port, spawn
+from redis_server import RedisError, Resp, kill, pick_port, spawn
 
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
@@ -44,75 +43,33 @@ def _kill_all():
 atexit.register(_kill_all)
 
 
-class ReplyError(Exception):
-    """An error reply of Redis (its text is str(e))."""
+ReplyError = RedisError  # an error reply of Redis (its text is str(e))
 
 
 class ClusterError(AssertionError):
     """The cluster did not start or did not reach the state waited for."""
 
 
-def _encode(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, int):
-            a = str(a)
-        if isinstance(a, str):
-            a = a.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
+def _text(reply):
+    """A Resp reply with its strings as str (bulk strings as latin-1)."""
+    if isinstance(reply, bytes):
+        return reply.decode("latin-1")
+    if isinstance(reply, list):
+        return [_text(e) for e in reply]
+    return reply
 
 
-class Conn:
-    """One connection to one node."""
+class Conn(Resp):
+    """One connection to one node; call() answers with str, not bytes."""
 
     def __init__(self, port, password=None, timeout=5.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.buf = b""
+        super().__init__(port=port, timeout=timeout)
         if password:
             self.call("AUTH", password)
 
-    def close(self):
-        self.sock.close()
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def _exact(self, n):
-        while len(self.buf) < n + 2:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n + 2:]
-        return data
-
-    def _reply(self):
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            return ReplyError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self._exact(n).decode("latin-1")
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self._reply() for _ in range(n)]
-        raise ConnectionError("bad reply line %r" % line)
-
     def call(self, *args, errors=False):
-        self.sock.sendall(_encode(*args))
-        r = self._reply()
+        self.sock.sendall(self.encode(args))
+        r = _text(self.read())
         if isinstance(r, ReplyError) and not errors:
             raise r
         return r
