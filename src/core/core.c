@@ -521,12 +521,13 @@ static core_wlease *wlease_find(const core_pool_t *pool, uint32_t page)
     }
 }
 
-static void wlease_place(core_pool_t *pool, core_wlease e)
+static core_wlease *wlease_place(core_pool_t *pool, core_wlease e)
 {
     size_t s = wlease_home(pool, e.page);
     while (pool->wleases[s].page != CORE_NIL)
         s = (s + 1) & pool->wlease_mask;
     pool->wleases[s] = e;
+    return &pool->wleases[s];
 }
 
 static core_wlease *wlease_get(core_pool_t *pool, uint32_t page)
@@ -548,8 +549,7 @@ static core_wlease *wlease_get(core_pool_t *pool, uint32_t page)
         free(old);
     }
     pool->nwleases++;
-    wlease_place(pool, (core_wlease){page, 0, 0});
-    return wlease_find(pool, page);
+    return wlease_place(pool, (core_wlease){page, 0, 0});
 }
 
 /* Backward-shift deletion, as in the key index. */
@@ -723,21 +723,26 @@ static void page_own(core_pool_t *pool, uint32_t page)
     page_own_indexed(pool, page, false);
 }
 
-/* An OWNED page loses its key: FREE now, or DRAINING while read-leased. */
-static void page_disown(core_pool_t *pool, uint32_t page, int64_t now)
+/* The page, off every list, loses its key and drains until its deadline. */
+static void page_drain(core_pool_t *pool, uint32_t page)
 {
     core_page_rec *rec = core__rec(pool, page);
+    rec_drop_key(rec);
+    rec->state = CORE_PAGE_DRAINING;
+    list_insert_by_deadline(pool, &pool->draining, page);
+    emit(pool, CORE_EV_DRAIN, page, rec->deadline);
+}
+
+/* An OWNED page loses its key: FREE now, or DRAINING while leased. */
+static void page_disown(core_pool_t *pool, uint32_t page, int64_t now)
+{
     index_remove(pool, page);
     list_remove(pool, &pool->lru, page);
     wlease_drop(pool, page);
-    if (rec->deadline > now) {
-        rec_drop_key(rec);
-        rec->state = CORE_PAGE_DRAINING;
-        list_insert_by_deadline(pool, &pool->draining, page);
-        emit(pool, CORE_EV_DRAIN, page, rec->deadline);
-    } else {
+    if (core__rec(pool, page)->deadline > now)
+        page_drain(pool, page);
+    else
         page_free(pool, page);
-    }
 }
 
 static void page_unreserve(core_pool_t *pool, uint32_t page)
@@ -756,14 +761,10 @@ static void page_release(core_pool_t *pool, uint32_t page, int64_t now)
         page_unreserve(pool, page);
         return;
     }
-    core_page_rec *rec = core__rec(pool, page);
     list_remove(pool, &pool->reserved, page);
-    emit(pool, CORE_EV_FREE, page, 0);
-    rec_drop_key(rec);
-    rec->state = CORE_PAGE_DRAINING;
-    rec->deadline = now + grace;
-    list_insert_by_deadline(pool, &pool->draining, page);
-    emit(pool, CORE_EV_DRAIN, page, rec->deadline);
+    emit(pool, CORE_EV_FREE, page, 0); /* the log has no RESERVED -> DRAINING */
+    core__rec(pool, page)->deadline = now + grace;
+    page_drain(pool, page);
 }
 
 /* A use: the key moves to the most recently used end. */

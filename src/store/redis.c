@@ -754,12 +754,18 @@ static int64_t int_of(const redisReply *e)
 }
 
 /* The reply's element i if it is an array of n elements, else NULL. */
+/* Element i of the reply if it is an array (of n elements), else NULL. */
+static const redisReply *list_at(const redisReply *rep, size_t i)
+{
+    if (rep->elements <= i || rep->element[i]->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    return rep->element[i];
+}
+
 static const redisReply *array_at(const redisReply *rep, size_t i, size_t n)
 {
-    if (rep->elements <= i)
-        return NULL;
-    const redisReply *e = rep->element[i];
-    return e->type == REDIS_REPLY_ARRAY && e->elements == n ? e : NULL;
+    const redisReply *e = list_at(rep, i);
+    return e && e->elements == n ? e : NULL;
 }
 
 static int malformed(redisReply *rep)
@@ -991,9 +997,9 @@ static int rd_stats(store_t *s, store_stats_visitor fn, void *ctx)
     int rc = call(r, &a, true, &rep);
     if (rc != STORE_OK)
         return rc;
-    if (rep->elements < 2 || rep->element[1]->type != REDIS_REPLY_ARRAY)
+    const redisReply *rows = list_at(rep, 1);
+    if (!rows)
         return malformed(rep);
-    const redisReply *rows = rep->element[1];
     for (size_t i = 0; i < rows->elements; i++) {
         const redisReply *row = rows->element[i];
         if (row->type != REDIS_REPLY_ARRAY || row->elements != 8 + NCOUNTERS ||
@@ -1067,9 +1073,9 @@ int store_redis_pages(store_t *s, hf_slice ns, uint32_t rank, store_redis_page *
     int rc = call(r, &a, true, &rep);
     if (rc != STORE_OK)
         return rc;
-    if (rep->elements < 2 || rep->element[1]->type != REDIS_REPLY_ARRAY)
+    const redisReply *list = list_at(rep, 1);
+    if (!list)
         return malformed(rep);
-    const redisReply *list = rep->element[1];
     for (size_t i = 0; i < npages; i++) {
         store_redis_page *p = &pages[i];
         memset(p, 0, sizeof *p);
