@@ -323,6 +323,8 @@ def test_no_page_is_written_for_two_keys_nor_read_stale_under_both_engines_write
         initialize(holder[0])
         files, stats = run_engines(holder, SECONDS)
         check_run("in memory and log", files, stats)
+        expect_true(files.counts["requests failed"] == 0,
+                    "requests failed without a restart: %r" % files.counts)
         holder[0].check()
     finally:
         holder[0].stop()
