@@ -510,9 +510,12 @@ local function take_free(P)
         P.fpush[n] = nil
         return p
     end
-    local v = redis.call('LPOP', P.pfx .. 'f')
-    if v then
-        return tonumber(v)
+    if not P.fempty then
+        local v = redis.call('LPOP', P.pfx .. 'f')
+        if v then
+            return tonumber(v)
+        end
+        P.fempty = true -- pages freed later in this run go to fpush
     end
     if P.t < P.n then
         P.t = P.t + 1
