@@ -665,14 +665,22 @@ static int args_last_slot(const args *a)
 
 static void args_pool(args *a, hf_slice ns, uint32_t rank);
 
-/* EVALSHA sha 1 hfm:{nsx:rank}:m op ... nsx rank: an op on one pool, which
- * names the pool's :m key so that a Redis Cluster routes and checks it */
+/*
+ * EVALSHA sha 2 hfm:{nsx:rank}:m hfm:{nsx:rank}:guard op ... nsx rank: an op
+ * on one pool. It names the pool's :m key, so that a Redis Cluster routes
+ * it, and :guard, a key that never exists: while the pool's slot migrates
+ * (resharding), Redis runs a script only where all its named keys are, so
+ * with a key that is nowhere the run is refused (ASK, then TRYAGAIN, which
+ * cluster.c retries within the timeout) until the slot has moved whole; a
+ * run never sees a pool whose keys are half here, half there.
+ */
 static void args_begin_pool(store_redis *r, args *a, const char *op, hf_slice ns, uint32_t rank)
 {
     args_sha(r, a);
-    args_str(a, "1");
+    args_str(a, "2");
     args_pool_key(a, ns, rank, "m");
     a->slot = args_last_slot(a);
+    args_pool_key(a, ns, rank, "guard");
     args_header(r, a, op);
     args_pool(a, ns, rank);
 }

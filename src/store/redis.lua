@@ -8,7 +8,10 @@
 -- read_lease_ms, evict (1/0), write_lease_ms, release_grace_ms, use-log bound
 -- (bytes), cluster (1/0), then the op's own arguments (see the op functions
 -- at the end). KEYS: the :m key of the op's pool (so that a Redis Cluster
--- routes and checks the run), or none for the ops over every pool.
+-- routes and checks the run) and its :guard key (never written: while the
+-- pool's slot migrates, a run that names a missing key is refused with
+-- TRYAGAIN, so no run sees the pool half moved), or none for the ops over
+-- every pool.
 --
 -- Over a Redis Cluster (cluster 1) a run touches the keys of one pool only
 -- (one hash tag, one slot): init leaves the registry to the caller,
