@@ -93,7 +93,7 @@ def main():
                 bodies.append(json.loads(line.split("\t", 1)[1])["keys"])
         nsx = "kv".encode().hex()
         # op, now, reservation, read lease, evict, write lease, grace, bound, ns, rank (-1: exists)
-        head = ["EVALSHA", sha, 0, "complete", "", 600000, 5000, 1, 600000, 10000, 1 << 40, nsx,
+        head = ["EVALSHA", sha, 0, "complete", "", 600000, 5000, 1, 600000, 10000, 1 << 40, 0, nsx,
                 -1]
         c.cmd("CONFIG", "RESETSTAT")
         uses = 0
@@ -102,7 +102,7 @@ def main():
             uses += 2 * sum(1 for x in reply[1] if x is not None)
         read = stats(c, ("evalsha",))["evalsha"]
         c.cmd("CONFIG", "RESETSTAT")
-        c.cmd("EVALSHA", sha, 0, "stats", "", 600000, 5000, 1, 600000, 10000, 1 << 40)
+        c.cmd("EVALSHA", sha, 0, "stats", "", 600000, 5000, 1, 600000, 10000, 1 << 40, 0)
         apply = stats(c, ("evalsha",))["evalsha"]
         print("calls=%d usec_per_call=%.2f uses=%d apply_usec=%d usec_per_use=%.2f"
               % (read[0], read[1] / read[0], uses, apply[1], apply[1] / max(uses, 1)))

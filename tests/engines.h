@@ -8,6 +8,12 @@
  *   HF3FS_TEST_ENGINE=redis the Redis engine over the redis-server at
  *                           $HF3FS_TEST_REDIS_URL, or over one of its own
  *                           (tests/redis_test.h), emptied at each open
+ *   HF3FS_TEST_ENGINE=redis-cluster
+ *                           the Redis engine over the Redis Cluster at
+ *                           $HF3FS_TEST_REDIS_URL (redis-cluster://...), or
+ *                           over one of its own (3 primaries + 3 replicas,
+ *                           tests/integration/redis_cluster.py), emptied at
+ *                           each open
  *
  * Every engine runs on the caller's fake clock (store_clock), so that
  * leases expire exactly when the test says. An engine is added here once:
@@ -20,9 +26,12 @@
 #ifndef HF_TESTS_ENGINES_H
 #define HF_TESTS_ENGINES_H
 
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "redis_test.h"
@@ -90,6 +99,40 @@ static inline core_page_state test_engine_redis_page(test_engine *e, hf_slice ns
     return (core_page_state)p->state;
 }
 
+/* A local cluster for this process: tests/integration/redis_cluster.py
+ * started with a pipe as its stdin, which it watches: when this process
+ * exits, the pipe closes and the launcher stops every node. */
+static char test_cluster_url[4096];
+
+static inline const char *test_cluster_start(void)
+{
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0)
+        return NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        return NULL;
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        const char *py = getenv("PYTHON");
+        if (!py || !*py)
+            py = "/usr/bin/python3";
+        execl(py, py, "tests/integration/redis_cluster.py", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    fcntl(in[1], F_SETFD, FD_CLOEXEC); /* held open until this process exits */
+    FILE *f = fdopen(out[0], "r");
+    if (!f || !fgets(test_cluster_url, sizeof test_cluster_url, f))
+        return NULL;
+    test_cluster_url[strcspn(test_cluster_url, "\n")] = '\0';
+    return strncmp(test_cluster_url, "redis-cluster://", 16) == 0 ? test_cluster_url : NULL;
+}
+
 static inline void test_engine_close(test_engine *e)
 {
     if (e->store)
@@ -113,13 +156,16 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
         e->page = test_engine_mem_page;
         return 0;
     }
-    if (strcmp(name, "redis") == 0) {
+    bool cluster = strcmp(name, "redis-cluster") == 0;
+    if (strcmp(name, "redis") == 0 || cluster) {
         const char *url = getenv("HF3FS_TEST_REDIS_URL");
-        if (!url || !*url)
+        if ((!url || !*url) && cluster)
+            url = test_cluster_url[0] ? test_cluster_url : test_cluster_start();
+        else if (!url || !*url)
             url = redis_test_url[0] ? redis_test_url : redis_test_start();
         if (!url) {
-            snprintf(err, errlen, "HF3FS_TEST_ENGINE=redis: no redis-server could be started "
-                     "(is it installed? make deps)");
+            snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no redis-server could be started "
+                     "(is it installed? make deps)", name);
             return -1;
         }
         /* a small use-log bound: reads apply the log too, not only changes */
@@ -129,7 +175,7 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
         if (rc != STORE_OK)
             return -1;
         if (e->store->ops->clear_all(e->store) != STORE_OK) {
-            snprintf(err, errlen, "HF3FS_TEST_ENGINE=redis: clearing %s failed", url);
+            snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: clearing %.100s failed", name, url);
             test_engine_close(e);
             return -1;
         }
@@ -137,7 +183,7 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
         e->steps = 20000;
         return 0;
     }
-    snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no such engine (known: mem, redis)", name);
+    snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no such engine (known: mem, redis, redis-cluster)", name);
     return -1;
 }
 

@@ -38,6 +38,15 @@ for name in $REDIS_SUITES; do
     run "$name.py[redis]" env HF3FS_TEST_ENGINE=redis HF3FS_METAD_BIN="$BUILD/hf3fs-metad" \
         "$PYTHON" "$t"
 done
+# The same over a local Redis Cluster (3 primaries + 3 replicas, each process
+# starts its own: tests/engines.h, harness.py): every store call goes to the
+# node of its pool's slot, and what spans pools runs per pool.
+run "test_model[redis-cluster]" env HF3FS_TEST_ENGINE=redis-cluster "$BUILD/tests/test_model"
+for name in $REDIS_SUITES; do
+    t=tests/integration/$name.py
+    run "$name.py[redis-cluster]" env HF3FS_TEST_ENGINE=redis-cluster \
+        HF3FS_METAD_BIN="$BUILD/hf3fs-metad" "$PYTHON" "$t"
+done
 echo
 [ -n "$failures" ] && echo "failed suites:$failures"
 echo "suites in $BUILD"

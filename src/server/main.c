@@ -208,7 +208,9 @@ static void usage(FILE *out)
         "  --log-summary-interval SECS log evictions, expired reservations and refusals at\n"
         "                              most this often, when they moved; 0 never (default 60)\n"
         "  --store URL                 keep the state in Redis, shared by every front end:\n"
-        "                              redis://[user:password@]host:port[/db] or\n"
+        "                              redis://[user:password@]host:port[/db],\n"
+        "                              redis-cluster://[user:password@]host:port[,host:port...]\n"
+        "                              (seed nodes of a Redis Cluster) or\n"
         "                              unix:///path/redis.sock (default: the embedded engine;\n"
         "                              --data-dir, --fsync... then do not apply)\n"
         "  --redis-password-file PATH  Redis password from this file (replaces the URL's)\n"
@@ -317,8 +319,11 @@ static void parse_flag(server_options *o, int id, const char *arg)
         break;
     case OPT_SALVAGE: o->salvage = true; break;
     case OPT_STORE:
-        if (strncmp(arg, "redis://", 8) != 0 && strncmp(arg, "unix://", 7) != 0)
-            bad_flag(flag, arg, "redis://[user:password@]host:port[/db] or unix:///path");
+        if (strncmp(arg, "redis://", 8) != 0 && strncmp(arg, "unix://", 7) != 0 &&
+            strncmp(arg, "redis-cluster://", 16) != 0)
+            bad_flag(flag, arg,
+                     "redis://[user:password@]host:port[/db], "
+                     "redis-cluster://[user:password@]host:port[,host:port...] or unix:///path");
         o->store = arg;
         break;
     case OPT_REDIS_PASSWORD_FILE: o->redis_password_file = arg; break;

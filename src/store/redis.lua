@@ -6,7 +6,19 @@
 --
 -- ARGV: op, now (milliseconds; empty: Redis's TIME), reservation_ms,
 -- read_lease_ms, evict (1/0), write_lease_ms, release_grace_ms, use-log bound
--- (bytes), then the op's own arguments (see the op functions at the end).
+-- (bytes), cluster (1/0), then the op's own arguments (see the op functions
+-- at the end). KEYS: the :m key of the op's pool (so that a Redis Cluster
+-- routes and checks the run) and its :guard key (never written: while the
+-- pool's slot migrates, a run that names a missing key is refused with
+-- TRYAGAIN, so no run sees the pool half moved), or none for the ops over
+-- every pool.
+--
+-- Over a Redis Cluster (cluster 1) a run touches the keys of one pool only
+-- (one hash tag, one slot): init leaves the registry to the caller,
+-- allocate and delete return the keys that left the pool instead of
+-- demoting them in the other ranks (the caller runs demote there), and the
+-- ops over many pools (complete, stats, check, clear_all) are run by the
+-- caller pool by pool (use, pool_stats, pool_check, drop).
 -- Namespaces arrive hex-encoded (nsx), so any bytes are safe in key names.
 -- Keys arrive as index fields: "\0" + 32 packed bytes for a 64-hex key,
 -- "\1" + the raw bytes for any other key.
@@ -63,7 +75,11 @@ local EVICT = ARGV[5] == '1'
 local WLEASE_MS = tonumber(ARGV[6])
 local GRACE_MS = tonumber(ARGV[7])
 local LOG_BOUND = tonumber(ARGV[8])
-local A = 9 -- first argument of the op
+-- 1: the pools are spread over a Redis Cluster: a run touches one pool (one
+-- slot) only, and what crosses pools (the namespace registry, demotions in
+-- the other ranks) is left to redis.c, which runs it per slot
+local CLUSTER = ARGV[9] == '1'
+local A = 10 -- first argument of the op
 
 local function fmt(x)
     return string.format('%d', x)
@@ -625,7 +641,12 @@ end
 
 -- When a key leaves one rank, its pages on the other ranks go to the
 -- eviction end (unless leased).
+local LEFT = {} -- over a cluster: the keys that left their pool, in order
 local function demote_in_other_ranks(P, field)
+    if CLUSTER then
+        LEFT[#LEFT + 1] = field
+        return
+    end
     local ranks = ns_ranks(P.nsx)
     if #ranks < 2 then
         return
@@ -836,6 +857,9 @@ end
 
 -- ---------------------------------------------------------- the ops
 
+-- init nsx rank num_pages: {0, created, num_pages}. Over a cluster the
+-- caller then registers the pool (HSET hfm:ns:{nsx}, SADD hfm:nss), also
+-- when it existed already (so a registration lost to a crash is redone).
 local function op_init()
     local nsx, rank, n = ARGV[A], ARGV[A + 1], ARGV[A + 2]
     local pfx = pfx_of(nsx, rank)
@@ -845,8 +869,10 @@ local function op_init()
     end
     redis.call('HSET', pfx .. 'm', 'n', n, 't', 0, 'h', NIL, 'l', NIL, 'own', 0, 'res', 0,
                'dr', 0, 'wl', 0)
-    redis.call('HSET', 'hfm:ns:{' .. nsx .. '}', rank, n)
-    redis.call('SADD', 'hfm:nss', nsx)
+    if not CLUSTER then
+        redis.call('HSET', 'hfm:ns:{' .. nsx .. '}', rank, n)
+        redis.call('SADD', 'hfm:nss', nsx)
+    end
     return {0, 1, tonumber(n)}
 end
 
@@ -938,7 +964,7 @@ local function op_allocate()
         end
     end
     flush_all()
-    return {0, pages, existed}
+    return {0, pages, existed, LEFT}
 end
 
 local R_RANGE, R_NOTRES, R_OTHER, R_OWNED = 0, 1, 2, 3
@@ -1127,7 +1153,7 @@ local function op_delete()
         end
     end
     flush_all()
-    return {0}
+    return {0, LEFT}
 end
 
 -- clear_pool nsx rank
@@ -1176,8 +1202,27 @@ local COUNTERS = {'hits', 'misses', 'reservations', 'confirmations', 'releases',
                   'expired', 'dups', 'rc0', 'rc1', 'rc2', 'rc3', 'rr0', 'rr1', 'rr2', 'rr3',
                   'wleases', 'wended', 'wexpired'}
 
--- stats: per pool {nsx, rank, n, t, own, res, dr, write leased, counters...},
--- uses applied and leases expired first
+-- The stats row of a pool {nsx, rank, n, t, own, res, dr, write leased,
+-- counters...}, uses applied and leases expired first; nil: no pool.
+local function stats_row(nsx, rank)
+    local P = pool_change(nsx, rank)
+    if not P then
+        return nil
+    end
+    expire(P)
+    local m = redis.call('HMGET', P.pfx .. 'm', unpack(COUNTERS))
+    local wl = redis.call('ZCARD', P.pfx .. 'w')
+    for _, e in pairs(P.zw) do
+        wl = wl + (e and 1 or 0) -- not flushed yet: none, after expire()
+    end
+    local row = {nsx, P.rank, P.n, P.t, P.own, P.res, P.dr, wl}
+    for c = 1, #COUNTERS do
+        row[#row + 1] = tonumber(m[c] or '0') + (P.cnt[COUNTERS[c]] or 0)
+    end
+    return row
+end
+
+-- stats: every pool's row, by namespace then rank
 local function op_stats()
     local out = {}
     local nss = redis.call('SMEMBERS', 'hfm:nss')
@@ -1190,24 +1235,21 @@ local function op_stats()
         end
         table.sort(nums)
         for r = 1, #nums do
-            local P = pool_change(nss[i], nums[r])
-            if P then
-                expire(P)
-                local m = redis.call('HMGET', P.pfx .. 'm', unpack(COUNTERS))
-                local wl = redis.call('ZCARD', P.pfx .. 'w')
-                for _, e in pairs(P.zw) do
-                    wl = wl + (e and 1 or 0) -- not flushed yet: none, after expire()
-                end
-                local row = {nss[i], P.rank, P.n, P.t, P.own, P.res, P.dr, wl}
-                for c = 1, #COUNTERS do
-                    row[#row + 1] = tonumber(m[c] or '0') + (P.cnt[COUNTERS[c]] or 0)
-                end
+            local row = stats_row(nss[i], nums[r])
+            if row then
                 out[#out + 1] = row
             end
         end
     end
     flush_all()
     return {0, out}
+end
+
+-- pool_stats nsx rank (over a cluster): {0, row} or {0} (no pool)
+local function op_pool_stats()
+    local row = stats_row(ARGV[A], ARGV[A + 1])
+    flush_all()
+    return row and {0, row} or {0}
 end
 
 -- pages nsx rank: {state, field, deadline} of every page (tests), after expiry
@@ -1233,6 +1275,95 @@ local function op_pages()
     return {0, out}
 end
 
+-- Verify one pool (its uses applied first): nil, or what is wrong.
+local function check_pool(nsx, rank)
+    local pfx = pfx_of(nsx, rank)
+    local m = redis.call('HMGET', pfx .. 'm', 'n', 't', 'h', 'l', 'own', 'res', 'dr')
+    local n, t, head, tail = tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), tonumber(m[4])
+    local own, res, dr = tonumber(m[5]), tonumber(m[6]), tonumber(m[7])
+    local where = 'pool ' .. nsx .. '/' .. rank .. ': '
+    if t > n then return where .. 'mark above num_pages' end
+    local st, dl, prev, nxt, keys, writers, wend = {}, {}, {}, {}, {}, {}, {}
+    local counts = {[0] = 0, 0, 0, 0}
+    local P = {pfx = pfx, rc = {}, rd = {}, xo = {}}
+    for c = 0, math.floor((t - 1) / CHUNK) do
+        local s = redis.call('GET', pfx .. 'r' .. c) or ''
+        local last = math.min(t - 1, c * CHUNK + CHUNK - 1)
+        for p = c * CHUNK, last do
+            local off = (p - c * CHUNK) * RS + 1
+            local rec = string.sub(s, off, off + RS - 1)
+            if #rec < RS then rec = rec .. string.rep('\0', RS - #rec) end
+            local a, kind, _, pv, nx, w, d, we = struct.unpack('>BBHI4I4I4i8i8', rec)
+            st[p], dl[p], prev[p], nxt[p], writers[p], wend[p] = a, d, pv, nx, w, we
+            if w ~= 0 and (a ~= 2 or we <= 0 or d < we) then
+                return where .. 'page ' .. p .. ' has writers but is not owned and protected'
+            end
+            if a > 3 then return where .. 'page ' .. p .. ' in state ' .. a end
+            counts[a] = counts[a] + 1
+            if a == 1 or a == 2 then
+                keys[p] = rec_field(P, p)
+                if kind == 0 then return where .. 'page ' .. p .. ' without a key' end
+            elseif kind ~= 0 then
+                return where .. 'free or draining page ' .. p .. ' holds a key'
+            end
+        end
+    end
+    if counts[2] ~= own or counts[1] ~= res or counts[3] ~= dr then
+        return where .. 'state counts disagree: owned ' .. counts[2] .. '/' .. own ..
+            ', reserved ' .. counts[1] .. '/' .. res .. ', draining ' .. counts[3] .. '/' .. dr
+    end
+    local idx = redis.call('HGETALL', pfx .. 'k')
+    if #idx / 2 ~= own then return where .. 'index holds ' .. (#idx / 2) .. ' keys, owned ' .. own end
+    for j = 1, #idx, 2 do
+        local p = tonumber(idx[j + 1])
+        if not p or p >= t or st[p] ~= 2 or keys[p] ~= idx[j] then
+            return where .. 'index entry for page ' .. idx[j + 1] .. ' disagrees with its record'
+        end
+    end
+    local seen, p, back = 0, head, NIL
+    while p ~= NIL do
+        if p >= t or st[p] ~= 2 or prev[p] ~= back then return where .. 'LRU broken at page ' .. p end
+        seen = seen + 1
+        if seen > own then return where .. 'LRU longer than the owned count' end
+        back = p
+        p = nxt[p]
+    end
+    if seen ~= own or back ~= tail then return where .. 'LRU length or tail wrong' end
+    local e = redis.call('ZRANGE', pfx .. 'e', 0, -1, 'WITHSCORES')
+    if #e / 2 ~= res then return where .. 'reservation set size wrong' end
+    for j = 1, #e, 2 do
+        local q = tonumber(e[j])
+        if st[q] ~= 1 or dl[q] ~= tonumber(e[j + 1]) then return where .. 'reservation of page ' .. q .. ' wrong' end
+    end
+    local d = redis.call('ZRANGE', pfx .. 'd', 0, -1, 'WITHSCORES')
+    if #d / 2 ~= dr then return where .. 'draining set size wrong' end
+    for j = 1, #d, 2 do
+        local q = tonumber(d[j])
+        if st[q] ~= 3 or dl[q] ~= tonumber(d[j + 1]) then return where .. 'drain of page ' .. q .. ' wrong' end
+    end
+    local wz = redis.call('ZRANGE', pfx .. 'w', 0, -1, 'WITHSCORES')
+    local nw = 0
+    for p = 0, t - 1 do
+        if writers[p] ~= 0 then nw = nw + 1 end
+    end
+    if #wz / 2 ~= nw then return where .. 'write lease set size wrong' end
+    for j = 1, #wz, 2 do
+        local q = tonumber(wz[j])
+        if writers[q] == 0 or wend[q] ~= tonumber(wz[j + 1]) then
+            return where .. 'write lease of page ' .. q .. ' wrong'
+        end
+    end
+    local f = redis.call('LRANGE', pfx .. 'f', 0, -1)
+    if #f ~= counts[0] then return where .. 'free list holds ' .. #f .. ' pages, ' .. counts[0] .. ' free below the mark' end
+    local onlist = {}
+    for j = 1, #f do
+        local q = tonumber(f[j])
+        if q >= t or st[q] ~= 0 or onlist[q] then return where .. 'free list entry ' .. q .. ' wrong' end
+        onlist[q] = true
+    end
+    return nil
+end
+
 -- check: verify every pool; {0, ''} or {0, description}
 local function op_check()
     local nss = redis.call('SMEMBERS', 'hfm:nss')
@@ -1249,98 +1380,85 @@ local function op_check()
     for i = 1, #nss do
         local ranks = ns_ranks(nss[i])
         for r = 1, #ranks do
-            local pfx = pfx_of(nss[i], ranks[r])
-            local m = redis.call('HMGET', pfx .. 'm', 'n', 't', 'h', 'l', 'own', 'res', 'dr')
-            local n, t, head, tail = tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), tonumber(m[4])
-            local own, res, dr = tonumber(m[5]), tonumber(m[6]), tonumber(m[7])
-            local where = 'pool ' .. nss[i] .. '/' .. ranks[r] .. ': '
-            if t > n then return {0, where .. 'mark above num_pages'} end
-            local st, dl, prev, nxt, keys, writers, wend = {}, {}, {}, {}, {}, {}, {}
-            local counts = {[0] = 0, 0, 0, 0}
-            local P = {pfx = pfx, rc = {}, rd = {}, xo = {}}
-            for c = 0, math.floor((t - 1) / CHUNK) do
-                local s = redis.call('GET', pfx .. 'r' .. c) or ''
-                local last = math.min(t - 1, c * CHUNK + CHUNK - 1)
-                for p = c * CHUNK, last do
-                    local off = (p - c * CHUNK) * RS + 1
-                    local rec = string.sub(s, off, off + RS - 1)
-                    if #rec < RS then rec = rec .. string.rep('\0', RS - #rec) end
-                    local a, kind, _, pv, nx, w, d, we = struct.unpack('>BBHI4I4I4i8i8', rec)
-                    st[p], dl[p], prev[p], nxt[p], writers[p], wend[p] = a, d, pv, nx, w, we
-                    if w ~= 0 and (a ~= 2 or we <= 0 or d < we) then
-                        return {0, where .. 'page ' .. p .. ' has writers but is not owned and protected'}
-                    end
-                    if a > 3 then return {0, where .. 'page ' .. p .. ' in state ' .. a} end
-                    counts[a] = counts[a] + 1
-                    if a == 1 or a == 2 then
-                        keys[p] = rec_field(P, p)
-                        if kind == 0 then return {0, where .. 'page ' .. p .. ' without a key'} end
-                    elseif kind ~= 0 then
-                        return {0, where .. 'free or draining page ' .. p .. ' holds a key'}
-                    end
-                end
-            end
-            if counts[2] ~= own or counts[1] ~= res or counts[3] ~= dr then
-                return {0, where .. 'state counts disagree: owned ' .. counts[2] .. '/' .. own ..
-                        ', reserved ' .. counts[1] .. '/' .. res .. ', draining ' .. counts[3] .. '/' .. dr}
-            end
-            local idx = redis.call('HGETALL', pfx .. 'k')
-            if #idx / 2 ~= own then return {0, where .. 'index holds ' .. (#idx / 2) .. ' keys, owned ' .. own} end
-            for j = 1, #idx, 2 do
-                local p = tonumber(idx[j + 1])
-                if not p or p >= t or st[p] ~= 2 or keys[p] ~= idx[j] then
-                    return {0, where .. 'index entry for page ' .. idx[j + 1] .. ' disagrees with its record'}
-                end
-            end
-            local seen, p, back = 0, head, NIL
-            while p ~= NIL do
-                if p >= t or st[p] ~= 2 or prev[p] ~= back then return {0, where .. 'LRU broken at page ' .. p} end
-                seen = seen + 1
-                if seen > own then return {0, where .. 'LRU longer than the owned count'} end
-                back = p
-                p = nxt[p]
-            end
-            if seen ~= own or back ~= tail then return {0, where .. 'LRU length or tail wrong'} end
-            local e = redis.call('ZRANGE', pfx .. 'e', 0, -1, 'WITHSCORES')
-            if #e / 2 ~= res then return {0, where .. 'reservation set size wrong'} end
-            for j = 1, #e, 2 do
-                local q = tonumber(e[j])
-                if st[q] ~= 1 or dl[q] ~= tonumber(e[j + 1]) then return {0, where .. 'reservation of page ' .. q .. ' wrong'} end
-            end
-            local d = redis.call('ZRANGE', pfx .. 'd', 0, -1, 'WITHSCORES')
-            if #d / 2 ~= dr then return {0, where .. 'draining set size wrong'} end
-            for j = 1, #d, 2 do
-                local q = tonumber(d[j])
-                if st[q] ~= 3 or dl[q] ~= tonumber(d[j + 1]) then return {0, where .. 'drain of page ' .. q .. ' wrong'} end
-            end
-            local wz = redis.call('ZRANGE', pfx .. 'w', 0, -1, 'WITHSCORES')
-            local nw = 0
-            for p = 0, t - 1 do
-                if writers[p] ~= 0 then nw = nw + 1 end
-            end
-            if #wz / 2 ~= nw then return {0, where .. 'write lease set size wrong'} end
-            for j = 1, #wz, 2 do
-                local q = tonumber(wz[j])
-                if writers[q] == 0 or wend[q] ~= tonumber(wz[j + 1]) then
-                    return {0, where .. 'write lease of page ' .. q .. ' wrong'}
-                end
-            end
-            local f = redis.call('LRANGE', pfx .. 'f', 0, -1)
-            if #f ~= counts[0] then return {0, where .. 'free list holds ' .. #f .. ' pages, ' .. counts[0] .. ' free below the mark'} end
-            local onlist = {}
-            for j = 1, #f do
-                local q = tonumber(f[j])
-                if q >= t or st[q] ~= 0 or onlist[q] then return {0, where .. 'free list entry ' .. q .. ' wrong'} end
-                onlist[q] = true
+            local bad = check_pool(nss[i], ranks[r])
+            if bad then
+                return {0, bad}
             end
         end
     end
     return {0, ''}
 end
 
+-- pool_check nsx rank (over a cluster, for each pool the registry lists)
+local function op_pool_check()
+    local nsx, rank = ARGV[A], ARGV[A + 1]
+    if not pool_change(nsx, rank) then
+        return {0, 'namespace ' .. nsx .. ' lists rank ' .. rank .. ' without a pool'}
+    end
+    flush_all()
+    return {0, check_pool(nsx, rank) or ''}
+end
+
+-- use nsx rank misses field page... (over a cluster: the second half of a
+-- completeness read, whose first half read each pool's index): the uses of
+-- the keys found complete, for those keys that still own the page read
+-- (a change may have run between the two halves), and the misses:
+-- {0, {1 if the key still owns its page, else 0, ...}}; the caller answers
+-- a key complete only if every rank still has it (so every page it answers
+-- is leased)
+local function op_use()
+    local nsx, rank = ARGV[A], ARGV[A + 1]
+    local pfx = pfx_of(nsx, rank)
+    if redis.call('EXISTS', pfx .. 'm') == 0 then
+        return {0, {}}
+    end
+    local fields = {}
+    for i = A + 3, #ARGV, 2 do
+        fields[#fields + 1] = ARGV[i]
+    end
+    local v = hmget(pfx .. 'k', fields, 1)
+    local used, still = {}, {}
+    for i = 1, #fields do
+        local page = ARGV[A + 2 + 2 * i]
+        still[i] = v[i] == page and 1 or 0
+        if v[i] == page then
+            used[#used + 1] = page
+        end
+    end
+    log_uses(nsx, rank, tonumber(ARGV[A + 2]), used)
+    flush_all()
+    return {0, still}
+end
+
+-- demote nsx rank field... (over a cluster: keys that left another rank of
+-- nsx, in the order they left)
+local function op_demote()
+    local P = pool_change(ARGV[A], ARGV[A + 1])
+    if not P then
+        return {0}
+    end
+    for i = A + 2, #ARGV do
+        local q = idx_find(P, ARGV[i])
+        if q and get(P, q, 'dl') <= now then
+            lru_remove(P, q)
+            lru_push_head(P, q)
+        end
+    end
+    flush_all()
+    return {0}
+end
+
+-- drop nsx rank (over a cluster, clear_all pool by pool): the pool's keys
+local function op_drop()
+    redis.call('UNLINK', unpack(pool_keys(ARGV[A], ARGV[A + 1])))
+    return {0}
+end
+
 local OPS = {init = op_init, allocate = op_allocate, confirm = op_confirm, read = op_read,
              complete = op_complete, delete = op_delete, clear_pool = op_clear_pool,
-             clear_all = op_clear_all, stats = op_stats, pages = op_pages, check = op_check}
+             clear_all = op_clear_all, stats = op_stats, pages = op_pages, check = op_check,
+             use = op_use, demote = op_demote, pool_stats = op_pool_stats,
+             pool_check = op_pool_check, drop = op_drop}
 
 local f = OPS[op]
 if not f then

@@ -27,9 +27,13 @@ one redis-server per test process (tests/integration/redis_server.py, started
 on first use, killed at exit), one Redis database per Server object, emptied
 when that Server first starts, so that a Server restarted with stop()/start()
 finds its state again, as it does in its data directory with the embedded
-engine. Server(..., store=URL) puts one server on a given Redis whatever the
-variable says (several front ends over one Redis). A test that only makes
-sense for one engine says so with @embedded_only or @redis_only.
+engine. HF3FS_TEST_ENGINE=redis-cluster: the same over a local Redis Cluster
+(tests/integration/redis_cluster.py: 3 primaries + 3 replicas, started on
+first use), which has one database only: each new Server object empties it
+(FLUSHALL on every primary). Server(..., store=URL) puts one server on a given
+Redis whatever the variable says (several front ends over one Redis). A test
+that only makes sense for one engine says so with @embedded_only or
+@redis_only (both Redis engines).
 
 Timeouts are multiplied by SLOWDOWN ($HF3FS_TEST_SLOWDOWN, default 3 when the
 binary path contains "asan", else 1).
@@ -59,9 +63,13 @@ SHUTDOWN_TIMEOUT = 5.0 * SLOWDOWN
 REQUEST_TIMEOUT = 10.0 * SLOWDOWN
 
 ENGINE = os.environ.get("HF3FS_TEST_ENGINE") or "mem"
-if ENGINE not in ("mem", "redis"):
-    raise SystemExit("HF3FS_TEST_ENGINE must be mem (the embedded engine) or redis, not %r"
-                     % ENGINE)
+if ENGINE not in ("mem", "redis", "redis-cluster"):
+    raise SystemExit("HF3FS_TEST_ENGINE must be mem (the embedded engine), redis or "
+                     "redis-cluster, not %r" % ENGINE)
+# Both run the Redis engine: over one redis-server, or over a local Redis
+# Cluster (3 primaries + 3 replicas, redis_cluster.py) shared by the tests
+# of the process and emptied (FLUSHALL on every primary) for each new store.
+REDIS_ENGINES = ("redis", "redis-cluster")
 
 _shared_redis = None
 _next_db = [0]
@@ -77,8 +85,28 @@ def shared_redis():
     return _shared_redis
 
 
+_shared_cluster = None
+
+
+def shared_cluster():
+    """The test process's Redis Cluster (started on first use)."""
+    global _shared_cluster
+    if _shared_cluster is None:
+        from redis_cluster import RedisCluster
+        rc = RedisCluster()
+        rc.start()  # stopped at exit by redis_cluster.py
+        _shared_cluster = rc
+    return _shared_cluster
+
+
 def new_redis_db():
-    """A Redis URL of a database no other Server of this process uses."""
+    """A Redis URL of a database no other Server of this process uses; over
+    the cluster (one database only), the cluster emptied."""
+    if ENGINE == "redis-cluster":
+        from redis_cluster import flush
+        rc = shared_cluster()
+        flush(rc)
+        return "redis-cluster://" + rc.seeds()
     r = shared_redis()
     _next_db[0] += 1
     return "%s/%d" % (r.url, _next_db[0])
@@ -91,7 +119,7 @@ def embedded_only(fn):
 
 
 def redis_only(fn):
-    fn.engines = ("redis",)
+    fn.engines = REDIS_ENGINES
     return fn
 
 
@@ -136,9 +164,9 @@ class Server:
         self.persistence = persistence
         self.store = store or None  # store="": the embedded engine whatever ENGINE says
         self._flush_store = False
-        if store is None and ENGINE == "redis":
+        if store is None and ENGINE in REDIS_ENGINES:
             self.store = new_redis_db()
-            self._flush_store = True
+            self._flush_store = ENGINE == "redis"
         self.proc = None
         self.port = None
         self.fixed_port = port  # a restart on the port of an earlier server
@@ -761,7 +789,7 @@ def main(namespace):
     wanted = sys.argv[1:]
     tests = [(name, fn) for name, fn in namespace.items()
              if name.startswith("test_") and callable(fn)
-             and ENGINE in getattr(fn, "engines", ("mem", "redis"))
+             and ENGINE in getattr(fn, "engines", ("mem",) + REDIS_ENGINES)
              and (not wanted or any(w in name for w in wanted))]
     if not os.path.exists(BIN):
         print("FAIL setup: server binary %s does not exist (set HF3FS_METAD_BIN)" % BIN)

@@ -338,3 +338,22 @@ class RedisCluster:
         self.move_keys(slot, src, dst)
         self.end_migration(slot, dst)
         self.wait_ok()
+
+
+def flush(rc):
+    """Empty every primary of the cluster rc (FLUSHALL), for a test that
+    wants a clean state on a cluster that other tests used."""
+    for port in rc.primaries_ports():
+        rc.call(port, "FLUSHALL")
+
+
+if __name__ == "__main__":
+    # For tests in C (tests/engines.h, HF3FS_TEST_ENGINE=redis-cluster):
+    # start a cluster, print "redis-cluster://SEEDS" on a line, and keep it
+    # until stdin closes (the test process ended), then stop it.
+    import sys
+
+    with RedisCluster() as rc:
+        sys.stdout.write("redis-cluster://%s\n" % rc.seeds())
+        sys.stdout.flush()
+        sys.stdin.read()

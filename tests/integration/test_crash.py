@@ -228,7 +228,7 @@ def test_kill_9_at_random_moments_loses_no_acknowledged_change():
     models = [Worker(n, d, r, rng.randrange(1 << 30)) for n, d, r in specs]
     # Over Redis the front end is what gets killed: every restart finds the
     # same Redis database (the data-dir flags do not apply).
-    store = {"store": harness.new_redis_db()} if harness.ENGINE == "redis" else {}
+    store = {"store": harness.new_redis_db()} if harness.ENGINE in harness.REDIS_ENGINES else {}
     total_acks = 0
     try:
         srv = Server(*flags, persistence=False, **store).start()

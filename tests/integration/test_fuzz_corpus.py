@@ -65,7 +65,7 @@ def corpus(target):
 
 
 def replay(target):
-    if harness.ENGINE == "redis":
+    if harness.ENGINE in harness.REDIS_ENGINES:
         os.environ["HF3FS_TEST_REDIS_URL"] = harness.new_redis_db()
     out = run(target, ["-runs=0", corpus(target)], timeout=300 * harness.SLOWDOWN)
     harness.expect_true("INITED" in out or "Done" in out,

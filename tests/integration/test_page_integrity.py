@@ -249,10 +249,13 @@ def run_engines(srv_holder, seconds, restart_at=None, extra_flags=()):
     same port and data directory. Returns (files, pool stats)."""
     files = Files()
     stop = threading.Event()
-    base = lambda: "http://127.0.0.1:%d" % srv_holder[0].port  # noqa: E731
     kinds = [VllmSaver] * VLLM_WORKERS + [VllmLoader] * 2 + \
             [SglangSaver] * SGLANG_WORKERS + [SglangLoader] * 2
-    workers = [kind(files, base, stop, seed) for seed, kind in enumerate(kinds)]
+
+    def base_of(i):  # worker i talks to front end i % len(srv_holder)
+        return lambda: "http://127.0.0.1:%d" % srv_holder[i % len(srv_holder)].port
+
+    workers = [kind(files, base_of(seed), stop, seed) for seed, kind in enumerate(kinds)]
     for w in workers:
         w.start()
     t0 = time.monotonic()
@@ -328,6 +331,27 @@ def test_no_page_is_written_for_two_keys_nor_read_stale_under_both_engines_write
         holder[0].check()
     finally:
         holder[0].stop()
+
+
+@harness.redis_only
+def test_no_page_is_written_for_two_keys_with_workers_split_across_two_front_ends():
+    """Over Redis (or a Redis Cluster) two front ends serve one state: the
+    workers of every kind alternate between them."""
+    if requests is None:
+        raise AssertionError("python3-requests is missing (make deps installs it)")
+    first = Server(*LEASE_FLAGS).start()
+    holder = [first]
+    try:
+        holder.append(Server(*LEASE_FLAGS, store=first.store).start())
+        initialize(first)
+        files, stats = run_engines(holder, SECONDS)
+        check_run("two front ends", files, stats)
+        expect_true(files.counts["requests failed"] == 0,
+                    "requests failed without a fault: %r" % files.counts)
+        first.check()
+    finally:
+        for srv in holder:
+            srv.stop()
 
 
 def test_write_leases_survive_a_kill_9_restart_in_the_middle_of_the_writes():

@@ -1,0 +1,261 @@
+"""The Redis engine over a Redis Cluster: a primary's death and a slot's move
+under load.
+
+A local cluster of 3 primaries + 3 replicas (redis_cluster.py,
+cluster-node-timeout 2 s) is started once and shared by the tests, in
+definition order (the failover test kills a primary, then restarts it as a
+replica). A front end runs with --store redis-cluster://SEEDS; a load
+generator allocates and confirms fresh keys in one pool (vLLM dialect, one
+worker rank) and records every confirmation that was acknowledged (204).
+
+After the fault, each test checks:
+  - every acknowledged confirmation is there with its page (get_locations);
+  - no page is owned by two keys, and GET /v1/check (each pool's invariants)
+    holds;
+  - the service came back (the bound: 5 s after the promotion).
+and prints the figures: seconds of 5xx answers, kill -> promotion,
+promotion -> first success.
+
+HF3FS_CLUSTER_LONG=1: three failovers in a row, and three slot moves.
+These tests run whatever HF3FS_TEST_ENGINE says (they start their own cluster).
+"""
+
+import os
+import random
+import threading
+import time
+
+import harness
+from harness import Server, expect_eq, expect_true
+from redis_cluster import RedisCluster
+
+LONG = os.environ.get("HF3FS_CLUSTER_LONG") == "1"
+RANK = 0
+PAGES = 1 << 20
+FAILOVER_BOUND_S = 5.0
+
+_cluster = None
+
+
+def cluster():
+    global _cluster
+    if _cluster is None:
+        _cluster = RedisCluster(node_timeout_ms=2000)
+        _cluster.start()
+    return _cluster
+
+
+def pool_slot(rc, ns="kv", rank=RANK):
+    key = "hfm:{%s:%d}:m" % (ns.encode().hex(), rank)
+    return rc.call(rc.ports()[0], "CLUSTER", "KEYSLOT", key)
+
+
+def front_end(rc, *flags):
+    from redis_cluster import flush
+    rc.wait_ok()
+    flush(rc)
+    return Server("--redis-wait", "1", "--redis-timeout", "1", *flags,
+                  store="redis-cluster://" + rc.seeds()).start()
+
+
+def init_pool(srv):
+    """v_init, once every shard acknowledges with a replica again (a node
+    restarted by the previous test may still be syncing)."""
+    c = srv.client()
+    deadline = time.monotonic() + 30
+    while True:
+        r = c.post("/rank/%d/initialize" % RANK, {"role": "worker", "num_pages": PAGES})
+        if r.status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    expect_eq(r.status, 200, "initialize status")
+
+
+class Load(threading.Thread):
+    """Allocates 8 fresh keys and confirms them, again and again; records
+    (time, status) of every request and key -> page of every acknowledged
+    confirmation."""
+
+    def __init__(self, srv, seed):
+        super().__init__(daemon=True)
+        self.srv = srv
+        self.rng = random.Random(seed)
+        self.acked = {}
+        self.log = []  # (monotonic, status or 0 for a broken connection)
+        self.stop_flag = threading.Event()
+        self.error = None
+
+    def post(self, c, path, body):
+        try:
+            r = c.post(path, body)
+        except OSError:
+            self.log.append((time.monotonic(), 0))
+            return None
+        self.log.append((time.monotonic(), r.status))
+        return r
+
+    def run(self):
+        c = self.srv.client(timeout=10)
+        try:
+            while not self.stop_flag.is_set():
+                keys = ["%064x" % self.rng.getrandbits(256) for _ in range(8)]
+                r = self.post(c, "/keys/batch_allocate", {"rank": RANK, "keys": keys})
+                if r is None:
+                    c = self.srv.client(timeout=10)
+                    continue
+                if r.status != 200:
+                    time.sleep(0.02)
+                    continue
+                res = r.json()["results"]
+                if any(p == -1 for _, p in res):
+                    continue
+                r = self.post(c, "/keys/confirm_write",
+                              {"rank": RANK, "confirmations": res})
+                if r is None:
+                    c = self.srv.client(timeout=10)
+                    continue
+                if r.status == 204:
+                    for k, p in res:
+                        self.acked[k] = p
+        except Exception as e:  # reported by the test
+            self.error = e
+
+    def finish(self):
+        self.stop_flag.set()
+        self.join(30)
+        if self.error:
+            raise self.error
+
+    def first_success_after(self, t):
+        for when, status in self.log:
+            if when >= t and status in (200, 204):
+                return when
+        return None
+
+    def failure_span(self, t0):
+        """Seconds from the first failed answer at or after t0 to the last
+        failed answer before the service came back for good."""
+        fails = [w for w, s in self.log if w >= t0 and s not in (200, 204)]
+        return (fails[-1] - fails[0]) if fails else 0.0
+
+
+def verify(srv, acked):
+    """Every acknowledged key owns its page; no page has two keys."""
+    c = srv.client(timeout=30)
+    keys = list(acked)
+    for i in range(0, len(keys), 500):
+        part = keys[i:i + 500]
+        r = c.post("/keys/get_locations", {"rank": RANK, "keys": part})
+        expect_eq(r.status, 200, "get_locations status")
+        locs = r.json()["locations"]
+        for k, p in zip(part, locs):
+            expect_eq(p, acked[k], "page of acknowledged key %s" % k)
+    pages = list(acked.values())
+    expect_eq(len(set(pages)), len(pages), "distinct pages of distinct acknowledged keys")
+    srv.check()
+
+
+def wait_until_serving(srv, seconds=30):
+    c = srv.client(timeout=5)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if c.post("/keys/batch_exists", {"keys": ["0" * 64]}).status == 200:
+                return
+        except OSError:
+            c = srv.client(timeout=5)
+        time.sleep(0.05)
+    raise AssertionError("the front end did not serve again within %ss" % seconds)
+
+
+def test_failover_of_the_pool_primary_under_load_loses_no_acknowledged_confirmation():
+    rc = cluster()
+    rounds = 3 if LONG else 1
+    with front_end(rc) as srv:
+        init_pool(srv)
+        total = {}
+        for n in range(rounds):
+            rc.wait_ok()
+            victim = rc.slot_owner(pool_slot(rc))
+            load = Load(srv, seed=n)
+            load.start()
+            time.sleep(1.0)
+            expect_true(load.acked, "the load was acknowledged before the kill")
+            t_kill = rc.kill9(victim)
+            promoted, t_promo = rc.wait_failover(victim)
+            # --redis-wait 1 needs a replica: the killed node comes back as
+            # the promoted one's (as a supervisor would restart it)
+            rc.restart(victim)
+            deadline = t_promo + FAILOVER_BOUND_S + 5
+            while time.monotonic() < deadline and load.first_success_after(t_promo) is None:
+                time.sleep(0.05)
+            time.sleep(1.0)
+            load.finish()
+            back = load.first_success_after(t_promo)
+            expect_true(back is not None, "no success after the promotion")
+            print("  failover %d: primary %d -> %d; kill -> promotion %.2f s, promotion -> "
+                  "first success %.2f s, 5xx/broken answers for %.2f s; %d confirmations "
+                  "acknowledged" % (n + 1, victim, promoted, t_promo - t_kill,
+                                    max(0.0, back - t_promo), load.failure_span(t_kill),
+                                    len(load.acked)))
+            expect_true(back - t_promo <= FAILOVER_BOUND_S,
+                        "service back %.2f s after the promotion (bound %.0f s)"
+                        % (back - t_promo, FAILOVER_BOUND_S))
+            total.update(load.acked)
+            verify(srv, total)
+            rc.wait_ok()
+        # the front end's figures name the nodes and the errors of the dead one
+        stats = srv.client().get("/v1/stats").json()
+        cl = stats["server"]["store"]["cluster"]
+        expect_true(cl["map_refreshes"] >= 2, "map refreshed after the failover: %r" % cl)
+        expect_true(any(n["errors"] > 0 for n in cl["nodes"].values()),
+                    "errors counted on the dead node: %r" % cl["nodes"])
+
+
+def test_moving_the_pool_slot_under_load_loses_no_acknowledged_confirmation():
+    rc = cluster()
+    rounds = 3 if LONG else 1
+    with front_end(rc) as srv:
+        init_pool(srv)
+        total = {}
+        for n in range(rounds):
+            rc.wait_ok()
+            slot = pool_slot(rc)
+            src = rc.slot_owner(slot)
+            dst = [p for p in rc.primaries_ports() if p != src][n % 2]
+            load = Load(srv, seed=100 + n)
+            load.start()
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            rc.begin_migration(slot, src, dst)
+            time.sleep(0.2)  # calls meet the slot half moved
+            rc.move_keys(slot, src, dst)
+            rc.end_migration(slot, dst)
+            t_moved = time.monotonic()
+            rc.wait_ok()
+            time.sleep(1.0)
+            load.finish()
+            back = load.first_success_after(t_moved)
+            expect_true(back is not None, "no success after the move")
+            print("  move %d: slot %d %d -> %d in %.2f s; first success %.2f s after; 5xx "
+                  "answers for %.2f s; %d confirmations acknowledged"
+                  % (n + 1, slot, src, dst, t_moved - t0, back - t_moved,
+                     load.failure_span(t0), len(load.acked)))
+            expect_true(len(load.acked) > 0, "the load was acknowledged")
+            total.update(load.acked)
+            verify(srv, total)
+        stats = srv.client().get("/v1/stats").json()
+        nodes = stats["server"]["store"]["cluster"]["nodes"]
+        expect_true(sum(x["moved"] + x["ask"] for x in nodes.values()) > 0,
+                    "redirects counted: %r" % nodes)
+        text = srv.client().get("/metrics").body.decode()
+        expect_true('hf3fs_metad_store_cluster_redirects_total{node="' in text,
+                    "redirects in /metrics")
+
+
+if __name__ == "__main__":
+    try:
+        harness.main(globals())
+    finally:
+        if _cluster:
+            _cluster.stop()
