@@ -145,16 +145,14 @@ end
 
 -- The record at position pos of the string s (shorter: zeros) as a cache
 -- entry; fields of c written in this run win (c nil: a fresh entry).
-local REC = '>BBHI4I4I4i8i8'
-local REC_KEY = REC .. 'c32'
+local REC = '>BBHI4I4I4i8i8c32' -- a record: state kind spare prev next writers deadline wdl key
 local ZERO_REC = string.rep('\0', 64)
 local function parse_at(c, s, pos)
     if #s < pos + RS - 1 then
         s = string.sub(s, pos) .. string.sub(ZERO_REC, 1, RS - (#s - pos + 1))
         pos = 1
     end
-    local st, kind, _, prev, nxt, w, dl, wdl = struct.unpack(REC, s, pos)
-    local key = string.sub(s, pos + 32, pos + 63)
+    local st, kind, _, prev, nxt, w, dl, wdl, key = struct.unpack(REC, s, pos)
     if c == nil then
         return {st = st, kind = kind, w = w, prev = prev, next = nxt, dl = dl, wdl = wdl, key = key,
                 full = true}
@@ -699,7 +697,7 @@ local function flush_pool(P)
             local parts = {}
             for q = i, j do
                 local c = P.rc[list[q]]
-                parts[#parts + 1] = struct.pack(REC_KEY, c.st, c.kind, 0, c.prev, c.next,
+                parts[#parts + 1] = struct.pack(REC, c.st, c.kind, 0, c.prev, c.next,
                                                 c.w, c.dl, c.wdl, c.key)
             end
             redis.call('SETRANGE', key, (list[i] % CHUNK) * RS, table.concat(parts))
