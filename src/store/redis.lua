@@ -159,12 +159,20 @@ local function ckey(P, page)
     return P.pfx .. 'r' .. math.floor(page / CHUNK)
 end
 
--- A record's bytes into the cache entry c; fields written in this run win.
-local function parse_into(c, rec)
-    if #rec < RS then
-        rec = rec .. string.rep('\0', RS - #rec)
+-- The record at position pos of the string s (shorter: zeros) as a cache
+-- entry; fields of c written in this run win (c nil: a fresh entry).
+local REC = '>BBHI4I4I4i8i8c32' -- a record: state kind spare prev next writers deadline wdl key
+local ZERO_REC = string.rep('\0', 64)
+local function parse_at(c, s, pos)
+    if #s < pos + RS - 1 then
+        s = string.sub(s, pos) .. string.sub(ZERO_REC, 1, RS - (#s - pos + 1))
+        pos = 1
     end
-    local st, kind, _, prev, nxt, w, dl, wdl = struct.unpack('>BBHI4I4I4i8i8', rec)
+    local st, kind, _, prev, nxt, w, dl, wdl, key = struct.unpack(REC, s, pos)
+    if c == nil then
+        return {st = st, kind = kind, w = w, prev = prev, next = nxt, dl = dl, wdl = wdl, key = key,
+                full = true}
+    end
     if c.st == nil then c.st = st end
     if c.kind == nil then c.kind = kind end
     if c.w == nil then c.w = w end
@@ -172,8 +180,9 @@ local function parse_into(c, rec)
     if c.next == nil then c.next = nxt end
     if c.dl == nil then c.dl = dl end
     if c.wdl == nil then c.wdl = wdl end
-    if c.key == nil then c.key = string.sub(rec, 33, 64) end
+    if c.key == nil then c.key = key end
     c.full = true
+    return c
 end
 
 -- The whole record into the cache.
@@ -183,12 +192,8 @@ local function load(P, page)
         return c
     end
     local off = (page % CHUNK) * RS
-    local rec = redis.call('GETRANGE', ckey(P, page), off, off + RS - 1)
-    if not c then
-        c = {}
-        P.rc[page] = c
-    end
-    parse_into(c, rec)
+    c = parse_at(c, redis.call('GETRANGE', ckey(P, page), off, off + RS - 1), 1)
+    P.rc[page] = c
     return c
 end
 
@@ -222,14 +227,9 @@ local function load_many(P, pages)
             local span = redis.call('GETRANGE', key, first * RS, (list[j] % CHUNK) * RS + RS - 1)
             for q = i, j do
                 local p = list[q]
-                if not (P.rc[p] and P.rc[p].full) then
-                    local o = ((p % CHUNK) - first) * RS
-                    local c = P.rc[p]
-                    if not c then
-                        c = {}
-                        P.rc[p] = c
-                    end
-                    parse_into(c, string.sub(span, o + 1, o + RS))
+                local c = P.rc[p]
+                if not (c and c.full) then
+                    P.rc[p] = parse_at(c, span, ((p % CHUNK) - first) * RS + 1)
                 end
             end
             i = j + 1
@@ -248,6 +248,10 @@ local function get(P, page, f)
     return load(P, page)[f]
 end
 
+-- P.rd[page]: the fields written in this run, or WHOLE: the record is
+-- known whole (c.full) and will be written whole.
+local WHOLE = {}
+
 local function set(P, page, f, v)
     local c = P.rc[page]
     if not c then
@@ -256,6 +260,13 @@ local function set(P, page, f, v)
     end
     c[f] = v
     local d = P.rd[page]
+    if d == WHOLE then
+        return
+    end
+    if c.full then
+        P.rd[page] = WHOLE
+        return
+    end
     if not d then
         d = {}
         P.rd[page] = d
@@ -544,14 +555,10 @@ end
 -- (A page comes FREE from the free list or the mark, or evicted: its key
 -- was dropped already.)
 local function reserve(P, page, field, deadline)
+    P.rc[page] = {st = 1, kind = 0, w = 0, prev = NIL, next = NIL, dl = deadline, wdl = 0,
+                  key = ZERO32, full = true}
+    P.rd[page] = WHOLE
     rec_setkey(P, page, field)
-    set(P, page, 'st', 1)
-    set(P, page, 'dl', deadline)
-    set(P, page, 'prev', NIL)
-    set(P, page, 'next', NIL)
-    set(P, page, 'w', 0)
-    set(P, page, 'wdl', 0)
-    P.rc[page].full = true
     P.ze[page] = deadline
     P.res = P.res + 1
     count(P, 'reservations')
@@ -711,8 +718,8 @@ local function flush_pool(P)
             local parts = {}
             for q = i, j do
                 local c = P.rc[list[q]]
-                parts[#parts + 1] = struct.pack('>BBHI4I4I4i8i8', c.st, c.kind, 0, c.prev, c.next,
-                                                c.w, c.dl, c.wdl) .. c.key
+                parts[#parts + 1] = struct.pack(REC, c.st, c.kind, 0, c.prev, c.next,
+                                                c.w, c.dl, c.wdl, c.key)
             end
             redis.call('SETRANGE', key, (list[i] % CHUNK) * RS, table.concat(parts))
             i = j + 1
@@ -755,9 +762,13 @@ local function flush_pool(P)
     -- reservations and drains by deadline
     for _, z in ipairs({{P.ze, 'e'}, {P.zd, 'd'}, {P.zw, 'w'}}) do
         local adds, rems = {}, {}
+        local last, text = nil, nil -- an allocation's pages share one deadline
         for page, score in pairs(z[1]) do
             if score then
-                adds[#adds + 1] = fmt(score)
+                if score ~= last then
+                    last, text = score, fmt(score)
+                end
+                adds[#adds + 1] = text
                 adds[#adds + 1] = page
             else
                 rems[#rems + 1] = page
