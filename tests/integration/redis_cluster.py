@@ -161,6 +161,9 @@ class RedisCluster:
         raise ClusterError("redis-server did not start (see %s)" % self.dir)
 
     def _create(self):
+        if self.primaries < 3:
+            self._create_small()
+            return
         cmd = [REDIS_CLI, "--cluster", "create"]
         cmd += ["127.0.0.1:%d" % p for p in self.nodes]
         cmd += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
@@ -169,6 +172,31 @@ class RedisCluster:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
         if r.returncode != 0:
             raise ClusterError("redis-cli --cluster create failed:\n%s" % r.stdout.decode())
+        self.wait_ok()
+
+    def _create_small(self):
+        """1 or 2 primaries, which `redis-cli --cluster create` refuses (it
+        wants 3): the slots split evenly with CLUSTER ADDSLOTSRANGE, the
+        nodes introduced with CLUSTER MEET, replicas attached with CLUSTER
+        REPLICATE (benchmarks of 1 and 2 shards)."""
+        ports = list(self.nodes)
+        prim, reps = ports[:self.primaries], ports[self.primaries:]
+        per = 16384 // self.primaries
+        for i, p in enumerate(prim):
+            last = 16383 if i == len(prim) - 1 else (i + 1) * per - 1
+            self.call(p, "CLUSTER", "ADDSLOTSRANGE", str(i * per), str(last))
+        for p in ports[1:]:
+            self.call(p, "CLUSTER", "MEET", "127.0.0.1", str(ports[0]))
+        deadline = time.monotonic() + 30
+        while True:
+            known = [len(self.call(p, "CLUSTER", "NODES").strip().splitlines()) for p in ports]
+            if min(known) == len(ports):
+                break
+            if time.monotonic() > deadline:
+                raise ClusterError("nodes did not meet: %s" % known)
+            time.sleep(0.1)
+        for j, p in enumerate(reps):
+            self.call(p, "CLUSTER", "REPLICATE", self.node_id(prim[j % len(prim)]))
         self.wait_ok()
 
     # ---- talking to nodes ----

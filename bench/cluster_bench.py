@@ -1,0 +1,223 @@
+#!/usr/bin/python3
+"""cluster_bench.py: the Redis engine over a Redis Cluster of 1, 2 and 3
+primaries (issue 13): what each call costs each shard, and what one front
+end serves.
+
+    bench/cluster_bench.py [--primaries 1,2,3] [--ranks 4] [--keys 20000]
+                           [--seconds 5] [--runs 3] [--conns 16] [--smoke]
+
+For each primary count: a fresh cluster (no replicas, no persistence: the
+cost of a call, not of durability), one hf3fs-metad --store
+redis-cluster://... (default threads), `loadgen load` of --keys complete
+keys on --ranks worker ranks (namespace kv: one pool per rank, each pool in
+the slot of its hash tag, so the pools spread over the shards), then two
+rows, each the median of --runs runs:
+
+  save    loadgen save: allocate 128 fresh keys + confirm, on every rank
+          (one pool a call: a pair is two calls on one shard)
+  exists  wrk with 256 bodies of 128 random loaded keys (batch_exists:
+          completeness over every rank, so every pool is asked; one call
+          per pool, the pools' shards asked in parallel)
+
+Printed per row: requests/s (and pairs/s), and per shard its share of the
+script calls and Redis's CPU per call (INFO commandstats, EVALSHA), then the
+memory per (key, rank) of each shard after the load (INFO memory's
+used_memory, less an empty node's). The processes share this machine's
+cores (the load generator on CPU 0, the front end and every Redis on CPU 1,
+as bench/run does), so the point is the cost per call per shard and the
+shape, not the absolute rate. docs/cluster-sizing.md turns the figures into
+a sizing table.
+
+--smoke: one run of 1 s, 2,000 keys (tests/integration/test_bench_smoke.py
+checks that the script works, not any figure).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from redis_cluster import RedisCluster  # noqa: E402
+
+BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
+SERVER = os.path.join(BUILD, "hf3fs-metad")
+LOADGEN = os.path.join(BUILD, "bench", "loadgen")
+NCPU = os.cpu_count() or 1
+
+
+def pin(cpu):
+    if NCPU >= 2 and shutil.which("taskset"):
+        return ["taskset", "-c", str(cpu)]
+    return []
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("hf3fs-metad exited with %s" % proc.returncode)
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("hf3fs-metad did not listen on %d" % port)
+
+
+def parse(line):
+    """loadgen/wrk's "requests=.. rps=X ..." line as a dict of floats."""
+    out = {}
+    for k, v in re.findall(r"(\w+)=([0-9.]+)", line):
+        out[k] = float(v)
+    return out
+
+
+def script_stats(rc, port):
+    """(calls, usec) of EVALSHA on one node since its last RESETSTAT."""
+    text = rc.call(port, "INFO", "commandstats")
+    m = re.search(r"cmdstat_evalsha:calls=(\d+),usec=(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def used_memory(rc, port):
+    return int(re.search(r"used_memory:(\d+)", rc.call(port, "INFO", "memory")).group(1))
+
+
+def run_row(kind, port, a, bodies):
+    if kind == "save":
+        cmd = pin(0) + [LOADGEN, "save", str(port), str(a.seconds), str(a.conns), "128",
+                        str(a.ranks)]
+    else:
+        cmd = pin(0) + ["wrk", "-t1", "-c%d" % a.conns, "-d%ds" % a.seconds, "--timeout", "10s",
+                        "-s", os.path.join(ROOT, "bench", "wrk", "bodies.lua"),
+                        "http://127.0.0.1:%d" % port, "--", bodies]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = [x for x in r.stdout.splitlines() if x.startswith("requests=")]
+    if r.returncode != 0 or not line:
+        raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), r.stdout[-2000:]))
+    got = parse(line[0])
+    if got.get("errors", 0):
+        raise RuntimeError("%s: %d errors" % (kind, got["errors"]))
+    return got
+
+
+def bench_primaries(n, a, tmp):
+    out = {"primaries": n}
+    with RedisCluster(primaries=n, replicas=0) as rc:
+        prim = rc.primaries_ports()
+        base = {p: used_memory(rc, p) for p in prim}
+        port = free_port()
+        log = open(os.path.join(tmp, "metad-%d.log" % n), "w")
+        proc = subprocess.Popen(pin(1) + [SERVER, "--store", "redis-cluster://" + rc.seeds(),
+                                          "--host", "127.0.0.1", "--port", str(port),
+                                          "--log-level", "warn"], stdout=log, stderr=log)
+        try:
+            for p in prim:
+                pid = rc.nodes[p].proc.pid
+                if pin(1):
+                    subprocess.run(["taskset", "-cp", "1", str(pid)], stdout=subprocess.DEVNULL)
+            wait_port(port, proc)
+            subprocess.run(pin(0) + [LOADGEN, "load", str(port), str(a.keys), str(a.ranks),
+                                     str(a.pages)], check=True, stdout=subprocess.DEVNULL)
+            # which shard holds which pool: the pools' keys live there
+            pools = {}
+            for p in prim:
+                pools[p] = int(rc.call(p, "DBSIZE"))
+            out["memory"] = {}
+            for p in prim:
+                out["memory"][p] = used_memory(rc, p) - base[p]
+            bodies = os.path.join(tmp, "bodies-%d.txt" % n)
+            with open(bodies, "w") as f:
+                subprocess.run([LOADGEN, "bodies", "exists", str(a.keys), "256", "128"],
+                               stdout=f, check=True)
+            for kind in ("save", "exists"):
+                runs = []
+                for p in prim:
+                    rc.call(p, "CONFIG", "RESETSTAT")
+                for _ in range(a.runs):
+                    runs.append(run_row(kind, port, a, bodies))
+                stats = {p: script_stats(rc, p) for p in prim}
+                out[kind] = {
+                    "rps": statistics.median(r["rps"] for r in runs),
+                    "pairs": statistics.median(r.get("pairs_per_s", 0) for r in runs),
+                    "p99_ms": statistics.median(r.get("p99_us", 0) for r in runs) / 1000,
+                    "shards": stats,
+                }
+            out["pools"] = pools
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            log.close()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--primaries", default="1,2,3")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--keys", type=int, default=20000)
+    ap.add_argument("--pages", type=int, default=1000000)
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--conns", type=int, default=16)
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args()
+    if a.smoke:
+        a.runs, a.seconds, a.keys, a.pages, a.conns = 1, 1, 2000, 100000, 4
+    for tool in (SERVER, LOADGEN):
+        if not os.path.exists(tool):
+            sys.exit("cluster_bench: %s is missing (make all bench-tools)" % tool)
+    if not shutil.which("wrk"):
+        sys.exit("cluster_bench: wrk is missing (bench/run installs it)")
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="hf3fs-cluster-bench-")
+    print("Redis engine over a Redis Cluster: %d worker ranks (pools), %d complete keys, "
+          "%d connection(s), %d run(s) of %d s; loadgen/wrk on CPU 0, the front end and "
+          "every Redis on CPU 1 (of %d)" % (a.ranks, a.keys, a.conns, a.runs, a.seconds, NCPU))
+    print()
+    print("| primaries | row | requests/s | pairs/s | p99 ms | per shard: share of script calls, "
+          "Redis CPU per call (us) |")
+    print("|---|---|---|---|---|---|")
+    results = []
+    for n in [int(x) for x in a.primaries.split(",")]:
+        r = bench_primaries(n, a, tmp)
+        results.append(r)
+        for kind in ("save", "exists"):
+            row = r[kind]
+            total = sum(c for c, _ in row["shards"].values()) or 1
+            shards = "; ".join("%.0f%%, %.0f us" % (100.0 * c / total, (u / c) if c else 0)
+                               for c, u in row["shards"].values())
+            print("| %d | %s | %.0f | %s | %.1f | %s |" % (
+                n, "allocate 128 + confirm" if kind == "save" else "batch_exists 128 keys",
+                row["rps"], "%.0f" % row["pairs"] if kind == "save" else "-", row["p99_ms"], shards))
+        sys.stdout.flush()
+    print()
+    print("Memory per (key, rank) after the load, per shard (used_memory less the empty node's,"
+          " over the keys of the pools it holds):")
+    for r in results:
+        parts = []
+        for p, mem in r["memory"].items():
+            # each pool holds its keys plus a few fixed keys; DBSIZE counts keys, not
+            # (key, rank) pairs: memory over the shard's share of keys * ranks
+            parts.append("%.1f MB" % (mem / 1e6))
+        total = sum(r["memory"].values())
+        print("  %d primaries: %s; all shards: %.0f bytes per (key, rank)" % (
+            r["primaries"], ", ".join(parts), total / float(a.keys * a.ranks)))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
