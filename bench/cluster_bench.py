@@ -11,7 +11,8 @@ cost of a call, not of durability), one hf3fs-metad --store
 redis-cluster://... (default threads), `loadgen load` of --keys complete
 keys on --ranks worker ranks (namespace kv: one pool per rank, each pool in
 the slot of its hash tag, so the pools spread over the shards), then two
-rows, each the median of --runs runs:
+rows (ids c1s, c1e, c2s...: primaries, then s or e), each the median of
+--runs runs:
 
   save    loadgen save: allocate 128 fresh keys + confirm, on every rank
           (one pool a call: a pair is two calls on one shard)
@@ -20,7 +21,10 @@ rows, each the median of --runs runs:
           per pool, the pools' shards asked in parallel)
 
 Printed per row: requests/s (and pairs/s), and per shard its share of the
-script calls and Redis's CPU per call (INFO commandstats, EVALSHA), then the
+script calls (INFO commandstats) and its CPU time per request (user +
+system time of the redis-server process, /proc/PID/stat: commandstats'
+durations would count the time a node waits for the one CPU that the
+nodes share here), then the
 memory per (key, rank) of each shard after the load (INFO memory's
 used_memory, less an empty node's). The processes share this machine's
 cores (the load generator on CPU 0, the front end and every Redis on CPU 1,
@@ -85,11 +89,26 @@ def parse(line):
     return out
 
 
-def script_stats(rc, port):
-    """(calls, usec) of EVALSHA on one node since its last RESETSTAT."""
+def node_stats(rc, port):
+    """(script calls, usec of every command) on one node since its last
+    RESETSTAT (commandstats)."""
     text = rc.call(port, "INFO", "commandstats")
-    m = re.search(r"cmdstat_evalsha:calls=(\d+),usec=(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    calls = usec = 0
+    for name, c, u in re.findall(r"cmdstat_(\w+):calls=(\d+),usec=(\d+)", text):
+        if name in ("evalsha", "eval"):
+            calls += int(c)
+        if name not in ("info", "config", "cluster", "ping", "dbsize"):
+            usec += int(u)
+    return calls, usec
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far (/proc/PID/stat): what the
+    node really spent, where commandstats' durations would also count the
+    time a node waited for the CPU it shares with the others here."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
 
 
 def used_memory(rc, port):
@@ -131,7 +150,8 @@ def bench_primaries(n, a, tmp):
                     subprocess.run(["taskset", "-cp", "1", str(pid)], stdout=subprocess.DEVNULL)
             wait_port(port, proc)
             subprocess.run(pin(0) + [LOADGEN, "load", str(port), str(a.keys), str(a.ranks),
-                                     str(a.pages)], check=True, stdout=subprocess.DEVNULL)
+                                     str(a.pages)], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
             # which shard holds which pool: the pools' keys live there
             pools = {}
             for p in prim:
@@ -147,10 +167,13 @@ def bench_primaries(n, a, tmp):
                 runs = []
                 for p in prim:
                     rc.call(p, "CONFIG", "RESETSTAT")
+                cpu0 = {p: cpu_seconds(rc.nodes[p].proc.pid) for p in prim}
                 for _ in range(a.runs):
                     runs.append(run_row(kind, port, a, bodies))
-                stats = {p: script_stats(rc, p) for p in prim}
+                stats = {p: (node_stats(rc, p)[0],
+                             1e6 * (cpu_seconds(rc.nodes[p].proc.pid) - cpu0[p])) for p in prim}
                 out[kind] = {
+                    "requests": sum(r["requests"] for r in runs),
                     "rps": statistics.median(r["rps"] for r in runs),
                     "pairs": statistics.median(r.get("pairs_per_s", 0) for r in runs),
                     "p99_ms": statistics.median(r.get("p99_us", 0) for r in runs) / 1000,
@@ -188,9 +211,9 @@ def main():
           "%d connection(s), %d run(s) of %d s; loadgen/wrk on CPU 0, the front end and "
           "every Redis on CPU 1 (of %d)" % (a.ranks, a.keys, a.conns, a.runs, a.seconds, NCPU))
     print()
-    print("| primaries | row | requests/s | pairs/s | p99 ms | per shard: share of script calls, "
-          "Redis CPU per call (us) |")
-    print("|---|---|---|---|---|---|")
+    print("| # | primaries | row | requests/s | pairs/s | p99 ms | Redis CPU per request, all shards (us) "
+          "| per shard: share of script calls, Redis CPU per request (us) |")
+    print("|---|---|---|---|---|---|---|---|")
     results = []
     for n in [int(x) for x in a.primaries.split(",")]:
         r = bench_primaries(n, a, tmp)
@@ -198,11 +221,14 @@ def main():
         for kind in ("save", "exists"):
             row = r[kind]
             total = sum(c for c, _ in row["shards"].values()) or 1
-            shards = "; ".join("%.0f%%, %.0f us" % (100.0 * c / total, (u / c) if c else 0)
+            req = row["requests"] or 1
+            shards = "; ".join("%.0f%%, %.0f" % (100.0 * c / total, u / req)
                                for c, u in row["shards"].values())
-            print("| %d | %s | %.0f | %s | %.1f | %s |" % (
-                n, "allocate 128 + confirm" if kind == "save" else "batch_exists 128 keys",
-                row["rps"], "%.0f" % row["pairs"] if kind == "save" else "-", row["p99_ms"], shards))
+            print("| c%d%s | %d | %s | %.0f | %s | %.1f | %.0f | %s |" % (
+                n, kind[0], n, "allocate 128 + confirm (per request: one of the two)" if kind == "save"
+                else "batch_exists 128 keys", row["rps"],
+                "%.0f" % row["pairs"] if kind == "save" else "-", row["p99_ms"],
+                sum(u for _, u in row["shards"].values()) / req, shards))
         sys.stdout.flush()
     print()
     print("Memory per (key, rank) after the load, per shard (used_memory less the empty node's,"

@@ -110,6 +110,24 @@ def test_memory_figures_per_entry_per_free_page_and_fresh_pool_are_printed():
         assert re.search(pattern, out), "missing %r in:\n%s" % (pattern, out[-2000:])
 
 
+def test_cluster_rows_show_every_shard_of_1_2_and_3_primaries_with_its_cpu_per_request():
+    if skipped() or "SKIP cluster rows" in smoke()[1]:
+        return
+    table = rows()
+    for n in (1, 2, 3):
+        for kind in "se":
+            rid = "c%d%s" % (n, kind)
+            assert rid in table, "no cluster row %s in:\n%s" % (rid, smoke()[1][-3000:])
+            cells = table[rid]
+            assert cells[1] == str(n), cells
+            assert NUMBER.match(cells[3]), "row %s requests/s is %r" % (rid, cells[3])
+            assert NUMBER.match(cells[6]), "row %s CPU per request is %r" % (rid, cells[6])
+            shards = cells[7].split("; ")
+            assert len(shards) == n, "row %s names %d shards, not %d: %r" % (rid, len(shards), n, cells[7])
+            for shard in shards:
+                assert re.match(r"^\d+%, \d+$", shard), "row %s shard cell %r" % (rid, shard)
+
+
 def test_no_server_started_by_the_suite_is_left_running():
     if skipped():
         return
