@@ -13,6 +13,18 @@
  * whose clocks disagree still agree on every lease. The same call sequence
  * gives the same answers as the embedded engine (tests/unit/test_model.c).
  *
+ * Over a Redis Cluster (redis-cluster://seeds) each call goes, through
+ * src/store/cluster.c, to the primary that serves its pool's slot (one hash
+ * tag per pool). Every script run touches one slot, so what spans pools
+ * runs pool by pool: completeness reads read every pool's index at once and
+ * then record the uses of the keys that still own the page read; an
+ * eviction or a delete demotes the key in the other ranks right after; an
+ * initialization registers its pool after creating it; stats, check and
+ * clear_all go pool by pool. Answer by answer this is still the reference
+ * model (HF3FS_TEST_ENGINE=redis-cluster). Each script also names a key
+ * that never exists, so that Redis refuses it (TRYAGAIN, retried) while its
+ * pool's slot is migrating rather than run it on a pool half moved.
+ *
  * Faults. A call that cannot reach Redis answers STORE_EUNAVAILABLE at once
  * (Redis known down) or within the command timeout; a change whose reply was
  * lost after it was sent (timeout, broken connection, a script error) may
@@ -30,8 +42,9 @@
 #include "store/store.h"
 
 typedef struct store_redis_options {
-    /* redis://[user:password@]host[:port][/db] or unix:///path/redis.sock
-     * (user and password %-decoded; default port 6379, db 0). */
+    /* redis://[user:password@]host[:port][/db], unix:///path/redis.sock or
+     * redis-cluster://[user:password@]host:port[,host:port...] (seed nodes;
+     * user and password %-decoded; default port 6379, db 0). */
     const char *url;
     const char *password;         /* if set, replaces the URL's password (--redis-password-file) */
     int64_t connect_timeout_ms;   /* 0: 1000 */
