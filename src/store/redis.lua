@@ -31,7 +31,9 @@
 --   hfm:{nsx:rank}:k    hash: index field -> page, OWNED pages only
 --   hfm:{nsx:rank}:r<c> string: 64-byte page records of pages c*2^20 ..
 --   hfm:{nsx:rank}:f    list: FREE pages below the mark (LIFO)
---   hfm:{nsx:rank}:e    zset: RESERVED pages by deadline
+--   hfm:{nsx:rank}:e    zset: reservation batches by deadline (below)
+--   hfm:{nsx:rank}:bn   hash: batch -> how many of its pages are RESERVED
+--   hfm:{nsx:rank}:bp   hash: batch -> its pages ("p1,p2,...")
 --   hfm:{nsx:rank}:d    zset: DRAINING pages by drain end
 --   hfm:{nsx:rank}:w    zset: OWNED pages with a write lease, by its end
 --   hfm:{nsx:rank}:x    hash: page -> raw key, for keys that do not fit 32 bytes
@@ -45,7 +47,16 @@
 -- 34 longer key (in :x). prev/next link the LRU of OWNED pages (NIL ends).
 -- deadline: reservation deadline, lease end (read and write leases) or drain
 -- end, as in core.c. writers / write lease end: the write lease of an OWNED
--- page (core.c's per-pool lease table), also listed in :w for expiry. Pages at or above the mark have no record (all zeros,
+-- page (core.c's per-pool lease table), also listed in :w for expiry; a
+-- RESERVED page keeps its reservation batch in the write lease end.
+--
+-- Reservation batches. The pages one allocation reserves in a pool share
+-- one deadline, so they expire as one batch (numbered by the pool's counter
+-- bq): one member of :e, one field of :bn and :bp, written once, instead of
+-- a sorted-set member added and removed per page. A page leaving RESERVED
+-- (confirmed, released, freed) counts its batch down; a batch at zero is
+-- dropped; a batch whose deadline passes frees the pages still RESERVED in
+-- it (those whose record names the batch). Pages at or above the mark have no record (all zeros,
 -- which reads as FREE): creating a pool of 10^9 pages writes one hash.
 --
 -- The use log. A read (exists, lookup, batch_exists, get_locations) must
@@ -113,6 +124,36 @@ local function pfx_of(nsx, rank)
     return 'hfm:{' .. nsx .. ':' .. rank .. '}:'
 end
 
+-- A pool written before reservation batches (no bq in its hash) had one
+-- member of :e per RESERVED page: its pages become one batch per deadline,
+-- once. Returns the batch counter.
+local function batch_old_reservations(pfx)
+    local e = redis.call('ZRANGE', pfx .. 'e', 0, -1, 'WITHSCORES')
+    redis.call('DEL', pfx .. 'e')
+    local by_dl, order, bq = {}, {}, 0
+    for j = 1, #e, 2 do
+        local dl = e[j + 1]
+        if not by_dl[dl] then
+            bq = bq + 1
+            by_dl[dl] = {id = bq, pages = {}}
+            order[#order + 1] = dl
+        end
+        local page = tonumber(e[j])
+        local pages = by_dl[dl].pages
+        pages[#pages + 1] = page
+        redis.call('SETRANGE', pfx .. 'r' .. math.floor(page / CHUNK),
+                   (page % CHUNK) * 64 + 24, struct.pack('>i8', by_dl[dl].id))
+    end
+    for _, dl in ipairs(order) do
+        local b = by_dl[dl]
+        redis.call('ZADD', pfx .. 'e', dl, b.id)
+        redis.call('HSET', pfx .. 'bn', b.id, #b.pages)
+        redis.call('HSET', pfx .. 'bp', b.id, table.concat(b.pages, ','))
+    end
+    redis.call('HSET', pfx .. 'm', 'bq', bq)
+    return bq
+end
+
 local function pool_get(nsx, rank)
     local id = nsx .. ':' .. rank
     local P = POOLS[id]
@@ -120,15 +161,19 @@ local function pool_get(nsx, rank)
         return P or nil
     end
     local pfx = pfx_of(nsx, rank)
-    local m = redis.call('HMGET', pfx .. 'm', 'n', 't', 'h', 'l', 'own', 'res', 'dr')
+    local m = redis.call('HMGET', pfx .. 'm', 'n', 't', 'h', 'l', 'own', 'res', 'dr', 'bq')
     if not m[1] then
         POOLS[id] = false
         return nil
     end
+    if not m[8] then
+        m[8] = batch_old_reservations(pfx)
+    end
     P = {pfx = pfx, nsx = nsx, rank = tonumber(rank), n = tonumber(m[1]), t = tonumber(m[2]),
          head = tonumber(m[3]), tail = tonumber(m[4]), own = tonumber(m[5]),
-         res = tonumber(m[6]), dr = tonumber(m[7]),
-         cnt = {}, rc = {}, rd = {}, idx = {}, ze = {}, zd = {}, zw = {}, fpush = {}, xo = {},
+         res = tonumber(m[6]), dr = tonumber(m[7]), bq = tonumber(m[8]),
+         bleft = {}, bgone = {},
+         cnt = {}, rc = {}, rd = {}, idx = {}, zd = {}, zw = {}, fpush = {}, xo = {},
          applied = false}
     POOLS[id] = P
     ORDER[#ORDER + 1] = P
@@ -555,18 +600,31 @@ end
 -- (A page comes FREE from the free list or the mark, or evicted: its key
 -- was dropped already.)
 local function reserve(P, page, field, deadline)
-    P.rc[page] = {st = 1, kind = 0, w = 0, prev = NIL, next = NIL, dl = deadline, wdl = 0,
+    local b = P.bnew
+    if not b then
+        P.bq = P.bq + 1
+        b = {id = P.bq, dl = deadline, pages = {}}
+        P.bnew = b
+    end
+    b.pages[#b.pages + 1] = page
+    P.rc[page] = {st = 1, kind = 0, w = 0, prev = NIL, next = NIL, dl = deadline, wdl = b.id,
                   key = ZERO32, full = true}
     P.rd[page] = WHOLE
     rec_setkey(P, page, field)
-    P.ze[page] = deadline
     P.res = P.res + 1
     count(P, 'reservations')
 end
 
-local function unreserve(P, page)
-    P.ze[page] = false
+-- The page leaves RESERVED: its batch counts it down.
+local function res_leave(P, page)
+    local b = get(P, page, 'wdl')
+    P.bleft[b] = (P.bleft[b] or 0) + 1
+    set(P, page, 'wdl', 0)
     P.res = P.res - 1
+end
+
+local function unreserve(P, page)
+    res_leave(P, page)
     page_free(P, page)
 end
 
@@ -578,8 +636,7 @@ local function page_release(P, page)
         unreserve(P, page)
         return
     end
-    P.ze[page] = false
-    P.res = P.res - 1
+    res_leave(P, page)
     rec_dropkey(P, page)
     set(P, page, 'st', 3)
     set(P, page, 'dl', now + GRACE_MS)
@@ -588,12 +645,11 @@ local function page_release(P, page)
 end
 
 local function own(P, page, field)
-    P.ze[page] = false
+    res_leave(P, page)
     set(P, page, 'st', 2)
     set(P, page, 'dl', 0)
     idx_set(P, field, page)
     lru_push_tail(P, page)
-    P.res = P.res - 1
     P.own = P.own + 1
     count(P, 'confirmations')
 end
@@ -619,11 +675,27 @@ local function expire(P)
     local e = redis.call('ZRANGEBYSCORE', P.pfx .. 'e', '-inf', now)
     if #e > 0 then
         redis.call('ZREMRANGEBYSCORE', P.pfx .. 'e', '-inf', now)
+        local lists = hmget(P.pfx .. 'bp', e, 1)
+        redis.call('HDEL', P.pfx .. 'bn', unpack(e))
+        redis.call('HDEL', P.pfx .. 'bp', unpack(e))
+        local expired = 0
         for i = 1, #e do
-            P.res = P.res - 1
-            page_free(P, tonumber(e[i]))
+            local b = tonumber(e[i])
+            P.bgone[b] = true
+            local pages = {}
+            for q in string.gmatch(lists[i] or '', '%d+') do
+                pages[#pages + 1] = tonumber(q)
+            end
+            load_many(P, pages)
+            for j = 1, #pages do
+                local q = pages[j]
+                if get(P, q, 'st') == 1 and get(P, q, 'wdl') == b then
+                    unreserve(P, q)
+                    expired = expired + 1
+                end
+            end
         end
-        count(P, 'expired', #e)
+        count(P, 'expired', expired)
     end
     local d = redis.call('ZRANGEBYSCORE', P.pfx .. 'd', '-inf', now)
     if #d > 0 then
@@ -760,7 +832,26 @@ local function flush_pool(P)
         end
     end
     -- reservations and drains by deadline
-    for _, z in ipairs({{P.ze, 'e'}, {P.zd, 'd'}, {P.zw, 'w'}}) do
+    -- reservation batches: the new one, then the counts of those that lost pages
+    local b = P.bnew
+    if b then
+        local left = #b.pages - (P.bleft[b.id] or 0)
+        if left > 0 then
+            redis.call('ZADD', P.pfx .. 'e', fmt(b.dl), b.id)
+            redis.call('HSET', P.pfx .. 'bn', b.id, left)
+            redis.call('HSET', P.pfx .. 'bp', b.id, table.concat(b.pages, ','))
+        end
+    end
+    for id, n in pairs(P.bleft) do
+        if not P.bgone[id] and not (b and id == b.id) then
+            if redis.call('HINCRBY', P.pfx .. 'bn', id, -n) <= 0 then
+                redis.call('HDEL', P.pfx .. 'bn', id)
+                redis.call('HDEL', P.pfx .. 'bp', id)
+                redis.call('ZREM', P.pfx .. 'e', id)
+            end
+        end
+    end
+    for _, z in ipairs({{P.zd, 'd'}, {P.zw, 'w'}}) do
         local adds, rems = {}, {}
         local last, text = nil, nil -- an allocation's pages share one deadline
         for page, score in pairs(z[1]) do
@@ -786,7 +877,7 @@ local function flush_pool(P)
         redis.call('LPUSH', P.pfx .. 'f', unpack(P.fpush, s, math.min(s + 3999, #P.fpush)))
     end
     -- meta and counters
-    redis.call('HSET', P.pfx .. 'm', 't', P.t, 'h', P.head, 'l', P.tail, 'own', P.own,
+    redis.call('HSET', P.pfx .. 'm', 'bq', P.bq, 't', P.t, 'h', P.head, 'l', P.tail, 'own', P.own,
                'res', P.res, 'dr', P.dr)
     for name, by in pairs(P.cnt) do
         if by ~= 0 then
@@ -879,7 +970,7 @@ local function op_init()
         return {0, 0, tonumber(old)}
     end
     redis.call('HSET', pfx .. 'm', 'n', n, 't', 0, 'h', NIL, 'l', NIL, 'own', 0, 'res', 0,
-               'dr', 0, 'wl', 0)
+               'dr', 0, 'wl', 0, 'bq', 0)
     if not CLUSTER then
         redis.call('HSET', 'hfm:ns:{' .. nsx .. '}', rank, n)
         redis.call('SADD', 'hfm:nss', nsx)
@@ -1177,9 +1268,15 @@ local function op_clear_pool()
         local p = P.head
         disown(P, p, rec_field(P, p))
     end
-    local e = redis.call('ZRANGE', P.pfx .. 'e', 0, -1)
-    for i = 1, #e do
-        unreserve(P, tonumber(e[i]))
+    local bp = redis.call('HGETALL', P.pfx .. 'bp')
+    for i = 1, #bp, 2 do
+        local b = tonumber(bp[i])
+        for q in string.gmatch(bp[i + 1], '%d+') do
+            q = tonumber(q)
+            if get(P, q, 'st') == 1 and get(P, q, 'wdl') == b then
+                unreserve(P, q)
+            end
+        end
     end
     flush_all()
     return {0}
@@ -1187,7 +1284,8 @@ end
 
 local function pool_keys(nsx, rank)
     local pfx = pfx_of(nsx, rank)
-    local keys = {pfx .. 'm', pfx .. 'k', pfx .. 'f', pfx .. 'e', pfx .. 'd', pfx .. 'w', pfx .. 'x',
+    local keys = {pfx .. 'm', pfx .. 'k', pfx .. 'f', pfx .. 'e', pfx .. 'bn', pfx .. 'bp', pfx .. 'd',
+                  pfx .. 'w', pfx .. 'x',
                   pfx .. 'u'}
     local t = tonumber(redis.call('HGET', pfx .. 'm', 't') or '0')
     for c = 0, math.floor((t + CHUNK - 1) / CHUNK) do
@@ -1340,11 +1438,40 @@ local function check_pool(nsx, rank)
         p = nxt[p]
     end
     if seen ~= own or back ~= tail then return where .. 'LRU length or tail wrong' end
+    -- reservation batches: every RESERVED page is in the batch its record
+    -- names, with the batch's deadline; every batch counts its RESERVED pages
     local e = redis.call('ZRANGE', pfx .. 'e', 0, -1, 'WITHSCORES')
-    if #e / 2 ~= res then return where .. 'reservation set size wrong' end
-    for j = 1, #e, 2 do
-        local q = tonumber(e[j])
-        if st[q] ~= 1 or dl[q] ~= tonumber(e[j + 1]) then return where .. 'reservation of page ' .. q .. ' wrong' end
+    local bn = redis.call('HGETALL', pfx .. 'bn')
+    local bp = redis.call('HGETALL', pfx .. 'bp')
+    if #bn ~= #e or #bp ~= #e then return where .. 'reservation batches disagree in number' end
+    local bdl, bcount, inbatch = {}, {}, {}
+    for j = 1, #e, 2 do bdl[tonumber(e[j])] = tonumber(e[j + 1]) end
+    for j = 1, #bn, 2 do bcount[tonumber(bn[j])] = tonumber(bn[j + 1]) end
+    local total = 0
+    for j = 1, #bp, 2 do
+        local b = tonumber(bp[j])
+        if not bdl[b] or not bcount[b] then return where .. 'batch ' .. b .. ' half recorded' end
+        local live = 0
+        for q in string.gmatch(bp[j + 1], '%d+') do
+            q = tonumber(q)
+            if q >= t then return where .. 'batch ' .. b .. ' names page ' .. q .. ' above the mark' end
+            if st[q] == 1 and wend[q] == b then
+                live = live + 1
+                inbatch[q] = true
+                if dl[q] ~= bdl[b] then return where .. 'reservation of page ' .. q .. ' wrong' end
+            end
+        end
+        if live == 0 or live ~= bcount[b] then
+            return where .. 'batch ' .. b .. ' counts ' .. bcount[b] .. ', holds ' .. live
+        end
+        total = total + live
+    end
+    if total ~= res then return where .. 'reservation batches hold ' .. total .. ', reserved ' .. res end
+    for p = 0, t - 1 do
+        if st[p] == 1 and not inbatch[p] then return where .. 'reserved page ' .. p .. ' in no batch' end
+        if st[p] ~= 1 and writers[p] == 0 and wend[p] ~= 0 then
+            return where .. 'page ' .. p .. ' keeps a batch or lease end without writers'
+        end
     end
     local d = redis.call('ZRANGE', pfx .. 'd', 0, -1, 'WITHSCORES')
     if #d / 2 ~= dr then return where .. 'draining set size wrong' end
