@@ -420,6 +420,20 @@ static void give_back(store_redis *r, conn *c, bool ok)
     }
 }
 
+/* The monitors' pause (r->lock held): wait_ms, or less if woken. */
+static void monitor_wait(store_redis *r, int64_t wait_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&r->wake, &r->lock, &until);
+}
+
 /* The monitor: ping every second while up, reconnect with backoff while down. */
 static void *monitor_main(void *arg)
 {
@@ -429,15 +443,7 @@ static void *monitor_main(void *arg)
     pthread_mutex_lock(&r->lock);
     while (!r->stopping) {
         int64_t wait_ms = r->up ? 1000 : backoff_ms;
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += wait_ms / 1000;
-        until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&r->wake, &r->lock, &until);
+        monitor_wait(r, wait_ms);
         if (r->stopping)
             break;
         bool was_up = r->up;
@@ -2106,15 +2112,7 @@ static void *cl_monitor_main(void *arg)
     pthread_mutex_lock(&r->lock);
     while (!r->stopping) {
         int64_t wait_ms = r->up ? 1000 : 200;
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += wait_ms / 1000;
-        until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&r->wake, &r->lock, &until);
+        monitor_wait(r, wait_ms);
         if (r->stopping)
             break;
         pthread_mutex_unlock(&r->lock);

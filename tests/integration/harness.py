@@ -85,18 +85,10 @@ def shared_redis():
     return _shared_redis
 
 
-_shared_cluster = None
-
-
 def shared_cluster():
     """The test process's Redis Cluster (started on first use)."""
-    global _shared_cluster
-    if _shared_cluster is None:
-        from redis_cluster import RedisCluster
-        rc = RedisCluster()
-        rc.start()  # stopped at exit by redis_cluster.py
-        _shared_cluster = rc
-    return _shared_cluster
+    import redis_cluster
+    return redis_cluster.shared()
 
 
 def new_redis_db():

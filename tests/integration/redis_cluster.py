@@ -368,6 +368,21 @@ class RedisCluster:
         self.wait_ok()
 
 
+_shared = None
+
+
+def shared():
+    """The test process's cluster (3 primaries + 3 replicas, node timeout
+    2 s), started on first use and stopped at exit: one per process, for
+    every test of it that needs a cluster."""
+    global _shared
+    if _shared is None:
+        rc = RedisCluster(node_timeout_ms=2000)
+        rc.start()
+        _shared = rc
+    return _shared
+
+
 def flush(rc):
     """Empty every primary of the cluster rc (FLUSHALL), for a test that
     wants a clean state on a cluster that other tests used."""

@@ -27,22 +27,15 @@ import time
 
 import harness
 from harness import Server, expect_eq, expect_true
-from redis_cluster import RedisCluster
+import redis_cluster
 
 LONG = os.environ.get("HF3FS_CLUSTER_LONG") == "1"
 RANK = 0
 PAGES = 1 << 20
 FAILOVER_BOUND_S = 5.0
 
-_cluster = None
-
-
 def cluster():
-    global _cluster
-    if _cluster is None:
-        _cluster = RedisCluster(node_timeout_ms=2000)
-        _cluster.start()
-    return _cluster
+    return redis_cluster.shared()
 
 
 def pool_slot(rc, ns="kv", rank=RANK):
@@ -254,8 +247,4 @@ def test_moving_the_pool_slot_under_load_loses_no_acknowledged_confirmation():
 
 
 if __name__ == "__main__":
-    try:
-        harness.main(globals())
-    finally:
-        if _cluster:
-            _cluster.stop()
+    harness.main(globals())  # the shared cluster is stopped at exit (redis_cluster.py)

@@ -23,23 +23,17 @@ import threading
 import time
 
 import harness
-from redis_cluster import Conn, RedisCluster, ReplyError, pick_port
+import redis_cluster
+from redis_cluster import Conn, ReplyError, pick_port
 
 DRIVER = os.path.join(os.path.dirname(harness.BIN), "cluster-tests", "cluster_driver")
 LONG = os.environ.get("HF3FS_CLUSTER_LONG") == "1"
 TIMEOUT_MS = 1000  # the driver's command timeout
 FAILOVER_BOUND_S = 5.0  # service within this long after the promotion
 
-_cluster = None
-
-
 def cluster():
     """The shared cluster, started on first use."""
-    global _cluster
-    if _cluster is None:
-        _cluster = RedisCluster(node_timeout_ms=2000)
-        _cluster.start()
-    return _cluster
+    return redis_cluster.shared()
 
 
 def _token(arg):
@@ -545,11 +539,7 @@ def test_failover_promoted_replica_serves_within_5s_of_its_promotion():
 
 
 if __name__ == "__main__":
-    try:
-        if not os.path.exists(DRIVER):
-            print("FAIL setup: %s does not exist (make units)" % DRIVER)
-            sys.exit(1)
-        harness.main(globals())
-    finally:
-        if _cluster:
-            _cluster.stop()
+    if not os.path.exists(DRIVER):
+        print("FAIL setup: %s does not exist (make units)" % DRIVER)
+        sys.exit(1)
+    harness.main(globals())  # the shared cluster is stopped at exit (redis_cluster.py)
