@@ -1280,6 +1280,19 @@ static int unhex(const char *p, size_t len, char *out);
 
 /* ------------------------------------------------ cross-pool work, cluster */
 
+/* Over a cluster: one command whose answer is a list. STORE_OK and *rep
+ * (caller frees), or a code (nothing to free). */
+static int cl_list(store_redis *r, args *a, redisReply **rep)
+{
+    int code;
+    cl_run(r, a, 1, false, false, rep, &code);
+    if (code != STORE_OK)
+        return code;
+    if ((*rep)->type != REDIS_REPLY_ARRAY)
+        return malformed(*rep);
+    return STORE_OK;
+}
+
 /* Over a cluster: the ranks of ns that its registry lists, as Redis keeps
  * them (HKEYS order). STORE_OK and *ranks (caller frees) or a code. */
 static int cl_ranks(store_redis *r, hf_slice ns, uint32_t **ranks, size_t *nranks)
@@ -1290,12 +1303,9 @@ static int cl_ranks(store_redis *r, hf_slice ns, uint32_t **ranks, size_t *nrank
     args_raw(&a, "HKEYS");
     args_ns_key(&a, ns);
     redisReply *rep;
-    int code;
-    cl_run(r, &a, 1, false, false, &rep, &code);
+    int code = cl_list(r, &a, &rep);
     if (code != STORE_OK)
         return code;
-    if (rep->type != REDIS_REPLY_ARRAY)
-        return malformed(rep);
     *ranks = hf_xreallocarray(NULL, rep->elements ? rep->elements : 1, sizeof **ranks);
     for (size_t i = 0; i < rep->elements; i++)
         (*ranks)[i] = (uint32_t)int_of(rep->element[i]);
@@ -1345,12 +1355,9 @@ static int cl_pools(store_redis *r, cl_pool **out, size_t *nout, cl_pool **nss, 
     args_str(&a, "hfm:nss");
     a.slot = args_last_slot(&a);
     redisReply *rep;
-    int code;
-    cl_run(r, &a, 1, false, false, &rep, &code);
+    int code = cl_list(r, &a, &rep);
     if (code != STORE_OK)
         return code;
-    if (rep->type != REDIS_REPLY_ARRAY)
-        return malformed(rep);
     size_t n = rep->elements;
     cl_pool *ns = hf_xcalloc(n ? n : 1, sizeof *ns);
     args *as = hf_xcalloc(n ? n : 1, sizeof *as);
