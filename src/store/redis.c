@@ -2025,23 +2025,33 @@ int store_redis_pages(store_t *s, hf_slice ns, uint32_t rank, store_redis_page *
 
 /* ------------------------------------------- cluster: start, monitor, figures */
 
-/* SCRIPT LOAD on every primary of the handle's map (the SHA1 is the
- * script's, the same everywhere). 0 or a STORE_E* code with err. */
-static int cl_load_script(store_redis *r, conn *c, char *err, size_t errlen)
+/* One command for every primary of the handle's map, sent at once; the
+ * commands (caller frees them and their replies), *m of them. */
+static cluster_cmd *cl_to_primaries(conn *c, int argc, const char **argv, const size_t *lens,
+                                    unsigned flags, size_t *m)
 {
     size_t n = cluster_node_count(c->cl);
-    const char *argv[3] = {"SCRIPT", "LOAD", redis_lua};
-    size_t lens[3] = {6, 4, sizeof redis_lua - 1};
     cluster_cmd *cmds = hf_xcalloc(n ? n : 1, sizeof *cmds);
-    size_t m = 0;
+    *m = 0;
     for (size_t i = 0; i < n; i++) {
         cluster_node_stats ns;
         cluster_get_node_stats(c->cl, i, &ns);
         if (ns.primary)
-            cmds[m++] = (cluster_cmd){.argc = 3, .argv = argv, .argvlen = lens, .slot = -1,
-                                      .node = (int)i};
+            cmds[(*m)++] = (cluster_cmd){.argc = argc, .argv = argv, .argvlen = lens,
+                                         .slot = -1, .node = (int)i, .flags = flags};
     }
-    cluster_exec(c->cl, cmds, m);
+    cluster_exec(c->cl, cmds, *m);
+    return cmds;
+}
+
+/* SCRIPT LOAD on every primary of the handle's map (the SHA1 is the
+ * script's, the same everywhere). 0 or a STORE_E* code with err. */
+static int cl_load_script(store_redis *r, conn *c, char *err, size_t errlen)
+{
+    const char *argv[3] = {"SCRIPT", "LOAD", redis_lua};
+    size_t lens[3] = {6, 4, sizeof redis_lua - 1};
+    size_t m;
+    cluster_cmd *cmds = cl_to_primaries(c, 3, argv, lens, 0, &m);
     int rc = m ? STORE_OK : STORE_EUNAVAILABLE;
     if (!m)
         snprintf(err, errlen, "Redis Cluster %s: no primary serves a slot", r->seeds);
@@ -2071,19 +2081,10 @@ static int cl_load_script(store_redis *r, conn *c, char *err, size_t errlen)
  * slot has a primary. true, or false with why. */
 static bool cl_probe(store_redis *r, conn *c, char *err, size_t errlen)
 {
-    size_t n = cluster_node_count(c->cl);
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};
-    cluster_cmd *cmds = hf_xcalloc(n ? n : 1, sizeof *cmds);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        cluster_node_stats ns;
-        cluster_get_node_stats(c->cl, i, &ns);
-        if (ns.primary)
-            cmds[m++] = (cluster_cmd){.argc = 1, .argv = argv, .argvlen = lens, .slot = -1,
-                                      .node = (int)i, .flags = CLUSTER_CMD_IDEMPOTENT};
-    }
-    cluster_exec(c->cl, cmds, m);
+    size_t m;
+    cluster_cmd *cmds = cl_to_primaries(c, 1, argv, lens, CLUSTER_CMD_IDEMPOTENT, &m);
     bool ok = true;
     for (size_t i = 0; i < m; i++) {
         redisReply *rep = cmds[i].reply;
