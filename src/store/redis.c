@@ -898,6 +898,14 @@ static int malformed(redisReply *rep)
     return STORE_EUNAVAILABLE;
 }
 
+/* Free the replies of a batch (NULL where none came); not the array. */
+static void replies_free(redisReply **reps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (reps[i])
+            freeReplyObject(reps[i]);
+}
+
 /* ------------------------------------------------------ Redis Cluster */
 
 /*
@@ -1394,9 +1402,7 @@ static int cl_pools(store_redis *r, cl_pool **out, size_t *nout, cl_pool **nss, 
             }
         qsort(pools, np, sizeof *pools, cl_pool_cmp);
     }
-    for (size_t i = 0; i < n; i++)
-        if (reps[i])
-            freeReplyObject(reps[i]);
+    replies_free(reps, n);
     free(reps);
     free(codes);
     free(as);
@@ -1462,9 +1468,7 @@ static void cl_demote(store_redis *r, hf_slice ns, uint32_t rank, const redisRep
     cl_run(r, as, m, true, true, reps, codes);
     if (cl_first_error(reps, codes, m) != STORE_OK)
         log_msg(LOG_WARN, "Redis Cluster: keys left a pool, their other ranks not demoted");
-    for (size_t j = 0; j < m; j++)
-        if (reps[j])
-            freeReplyObject(reps[j]);
+    replies_free(reps, m);
     free(reps);
     free(codes);
     free(as);
@@ -1592,9 +1596,7 @@ static int cl_register(store_redis *r, hf_slice ns, uint32_t rank, uint64_t num_
     int codes[2];
     cl_run(r, as, 2, true, false, reps, codes);
     int code = cl_first_error(reps, codes, 2);
-    for (int i = 0; i < 2; i++)
-        if (reps[i])
-            freeReplyObject(reps[i]);
+    replies_free(reps, 2);
     return code;
 }
 
@@ -1608,9 +1610,7 @@ static int cl_clear_all(store_redis *r)
         return code;
     redisReply **reps = hf_xcalloc(np + nns + 1, sizeof *reps);
     code = cl_each_pool(r, "drop", pools, np, reps);
-    for (size_t i = 0; i < np; i++)
-        if (reps[i])
-            freeReplyObject(reps[i]);
+    replies_free(reps, np);
     if (code == STORE_OK) {
         args *as = hf_xcalloc(nns + 1, sizeof *as);
         int *codes = hf_xcalloc(nns + 1, sizeof *codes);
@@ -1626,9 +1626,7 @@ static int cl_clear_all(store_redis *r)
         size_t m = nns + (nns > 0);
         cl_run(r, as, m, true, false, reps, codes);
         code = cl_first_error(reps, codes, m);
-        for (size_t i = 0; i < m; i++)
-            if (reps[i])
-                freeReplyObject(reps[i]);
+        replies_free(reps, m);
         if (nns == 0)
             args_free(&as[0]);
         free(as);
