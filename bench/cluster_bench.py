@@ -152,10 +152,6 @@ def bench_primaries(n, a, tmp):
             subprocess.run(pin(0) + [LOADGEN, "load", str(port), str(a.keys), str(a.ranks),
                                      str(a.pages)], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
-            # which shard holds which pool: the pools' keys live there
-            pools = {}
-            for p in prim:
-                pools[p] = int(rc.call(p, "DBSIZE"))
             out["memory"] = {}
             for p in prim:
                 out["memory"][p] = used_memory(rc, p) - base[p]
@@ -179,7 +175,6 @@ def bench_primaries(n, a, tmp):
                     "p99_ms": statistics.median(r.get("p99_us", 0) for r in runs) / 1000,
                     "shards": stats,
                 }
-            out["pools"] = pools
         finally:
             proc.terminate()
             proc.wait(timeout=10)
@@ -231,14 +226,10 @@ def main():
                 sum(u for _, u in row["shards"].values()) / req, shards))
         sys.stdout.flush()
     print()
-    print("Memory per (key, rank) after the load, per shard (used_memory less the empty node's,"
-          " over the keys of the pools it holds):")
+    print("Memory after the load, per shard (used_memory less the empty node's), and per"
+          " (key, rank) over all shards:")
     for r in results:
-        parts = []
-        for p, mem in r["memory"].items():
-            # each pool holds its keys plus a few fixed keys; DBSIZE counts keys, not
-            # (key, rank) pairs: memory over the shard's share of keys * ranks
-            parts.append("%.1f MB" % (mem / 1e6))
+        parts = ["%.1f MB" % (mem / 1e6) for mem in r["memory"].values()]
         total = sum(r["memory"].values())
         print("  %d primaries: %s; all shards: %.0f bytes per (key, rank)" % (
             r["primaries"], ", ".join(parts), total / float(a.keys * a.ranks)))

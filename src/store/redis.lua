@@ -1399,10 +1399,9 @@ local function check_pool(nsx, rank)
         local s = redis.call('GET', pfx .. 'r' .. c) or ''
         local last = math.min(t - 1, c * CHUNK + CHUNK - 1)
         for p = c * CHUNK, last do
-            local off = (p - c * CHUNK) * RS + 1
-            local rec = string.sub(s, off, off + RS - 1)
-            if #rec < RS then rec = rec .. string.rep('\0', RS - #rec) end
-            local a, kind, _, pv, nx, w, d, we = struct.unpack('>BBHI4I4I4i8i8', rec)
+            local r = parse_at(nil, s, (p - c * CHUNK) * RS + 1)
+            P.rc[p] = r -- rec_field below reads it from here, not from Redis again
+            local a, kind, pv, nx, w, d, we = r.st, r.kind, r.prev, r.next, r.w, r.dl, r.wdl
             st[p], dl[p], prev[p], nxt[p], writers[p], wend[p] = a, d, pv, nx, w, we
             if w ~= 0 and (a ~= 2 or we <= 0 or d < we) then
                 return where .. 'page ' .. p .. ' has writers but is not owned and protected'
