@@ -90,7 +90,7 @@ static int check_free_stack(check_ctx *ctx, uint64_t free_records)
         else if (seen[p]++)
             rc = fail(ctx, "page %u is on the free stack twice", p);
     }
-    free(seen);
+    hf_xfree(seen);
     return rc;
 }
 

@@ -221,7 +221,7 @@ static void rec_set_key(core_page_rec *rec, const core_key *key)
 static void rec_drop_key(core_page_rec *rec)
 {
     if (rec->key_kind == CORE_KEY_EXT)
-        free(rec->key.ext.ptr);
+        hf_xfree(rec->key.ext.ptr);
     rec->key_kind = CORE_KEY_NONE;
     memset(rec->key.bytes, 0, sizeof rec->key.bytes);
 }
@@ -338,7 +338,7 @@ static void index_grow(core_pool_t *pool)
         uint32_t page = core__slot_page(pool, old[i]);
         index_place(pool, page, core__rec(pool, page)->hash);
     }
-    free(old);
+    hf_xfree(old);
 }
 
 static void index_insert(core_pool_t *pool, uint32_t page)
@@ -546,7 +546,7 @@ static core_wlease *wlease_get(core_pool_t *pool, uint32_t page)
         for (size_t i = 0; i < old_cap; i++)
             if (old[i].page != CORE_NIL)
                 wlease_place(pool, old[i]);
-        free(old);
+        hf_xfree(old);
     }
     pool->nwleases++;
     return wlease_place(pool, (core_wlease){page, 0, 0});
@@ -677,6 +677,29 @@ static uint32_t take_free_page(core_pool_t *pool)
     return page;
 }
 
+static void free_stack_push(core_pool_t *pool, uint32_t page)
+{
+    if (pool->nfree == pool->free_cap) {
+        pool->free_cap = pool->free_cap ? pool->free_cap * 2 : 64;
+        pool->free_stack = hf_xreallocarray(pool->free_stack, pool->free_cap, sizeof(uint32_t));
+    }
+    pool->free_stack[pool->nfree++] = page;
+}
+
+/* Take a FREE page off the stack (live replay: the primary took it, almost
+ * always from the top). */
+static void free_stack_remove(core_pool_t *pool, uint32_t page)
+{
+    for (size_t i = pool->nfree; i-- > 0;) {
+        if (pool->free_stack[i] == page) {
+            memmove(&pool->free_stack[i], &pool->free_stack[i + 1],
+                    (pool->nfree - i - 1) * sizeof(uint32_t));
+            pool->nfree--;
+            return;
+        }
+    }
+}
+
 static void page_free(core_pool_t *pool, uint32_t page)
 {
     core_page_rec *rec = core__rec(pool, page);
@@ -684,11 +707,7 @@ static void page_free(core_pool_t *pool, uint32_t page)
     rec_drop_key(rec);
     rec->state = CORE_PAGE_FREE;
     rec->deadline = 0;
-    if (pool->nfree == pool->free_cap) {
-        pool->free_cap = pool->free_cap ? pool->free_cap * 2 : 64;
-        pool->free_stack = hf_xreallocarray(pool->free_stack, pool->free_cap, sizeof(uint32_t));
-    }
-    pool->free_stack[pool->nfree++] = page;
+    free_stack_push(pool, page);
 }
 
 /* page was taken from the free stack or the mark, or evicted. */
@@ -813,6 +832,15 @@ core_t *core_new(const core_config *config)
     return core;
 }
 
+void core_set_config(core_t *core, const core_config *config)
+{
+    uint64_t seed = core->config.hash_seed;
+    core->config = *config;
+    core->config.hash_seed = seed;
+    if (core->config.max_pages == 0 || core->config.max_pages > CORE_MAX_PAGES_LIMIT)
+        core->config.max_pages = CORE_MAX_PAGES_LIMIT;
+}
+
 const core_config *core_get_config(const core_t *core)
 {
     return &core->config;
@@ -829,13 +857,13 @@ static void pool_release_memory(core_pool_t *pool)
             used = CORE_CHUNK_PAGES;
         for (uint32_t i = 0; i < used; i++)
             if (pool->chunks[c][i].key_kind == CORE_KEY_EXT)
-                free(pool->chunks[c][i].key.ext.ptr);
-        free(pool->chunks[c]);
+                hf_xfree(pool->chunks[c][i].key.ext.ptr);
+        hf_xfree(pool->chunks[c]);
     }
-    free(pool->chunks);
-    free(pool->free_stack);
-    free(pool->slots);
-    free(pool->wleases);
+    hf_xfree(pool->chunks);
+    hf_xfree(pool->free_stack);
+    hf_xfree(pool->slots);
+    hf_xfree(pool->wleases);
 }
 
 void core_clear_all(core_t *core)
@@ -849,14 +877,14 @@ void core_clear_all(core_t *core)
         for (uint32_t r = 0; r < ns->ranks_cap; r++) {
             if (ns->by_rank[r]) {
                 pool_release_memory(ns->by_rank[r]);
-                free(ns->by_rank[r]);
+                hf_xfree(ns->by_rank[r]);
             }
         }
-        free(ns->by_rank);
-        free(ns->name);
-        free(ns);
+        hf_xfree(ns->by_rank);
+        hf_xfree(ns->name);
+        hf_xfree(ns);
     }
-    free(core->namespaces);
+    hf_xfree(core->namespaces);
     core->namespaces = NULL;
     core->nns = 0;
 }
@@ -866,7 +894,7 @@ void core_free(core_t *core)
     if (!core)
         return;
     core_clear_all(core);
-    free(core);
+    hf_xfree(core);
 }
 
 static core_ns *ns_find(const core_t *core, hf_slice name)
@@ -1094,7 +1122,7 @@ static void find_repeats(const core_key *enc, size_t n, size_t *dup)
         if (dup[i] == i)
             table[s] = i;
     }
-    free(table);
+    hf_xfree(table);
 }
 
 void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc_mode mode,
@@ -1155,8 +1183,8 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
             page_reserve(pool, page, &enc[i], deadline);
         pages[i] = page == CORE_NIL ? -1 : (int64_t)page;
     }
-    free(dup);
-    free(enc);
+    hf_xfree(dup);
+    hf_xfree(enc);
 }
 
 /* ------------------------------------------------- confirm and release */
@@ -1268,7 +1296,7 @@ void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now,
     for (size_t i = 0; i < n; i++)
         present[i] = pages[i] >= 0;
     if (pages != pages_buf)
-        free(pages);
+        hf_xfree(pages);
 }
 
 void core_lookup(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, int64_t *pages)
@@ -1361,7 +1389,7 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
         if (complete)
             answer[i] = rank == CORE_NIL ? 0 : found[rank];
     }
-    free(found);
+    hf_xfree(found);
 }
 
 void core_complete_exists(core_t *core, hf_slice ns, const hf_slice *keys, size_t n, int64_t now,
@@ -1371,7 +1399,7 @@ void core_complete_exists(core_t *core, hf_slice ns, const hf_slice *keys, size_
     complete_walk(core, ns_find(core, ns), CORE_NIL, keys, n, now, answer);
     for (size_t i = 0; i < n; i++)
         present[i] = answer[i] >= 0;
-    free(answer);
+    hf_xfree(answer);
 }
 
 int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_slice *keys,
@@ -1446,7 +1474,14 @@ static core_page_rec *apply_target(core_pool_t *pool, uint64_t page, core_page_s
             rec->state = CORE_PAGE_FREE;
             rec->prev = rec->next = CORE_NIL;
         }
+        uint64_t skipped = pool->touched;
         pool->touched = page + 1;
+        /* live: a primary takes the mark's own page, so nothing is skipped;
+         * if something is, those pages are FREE and must be on the stack */
+        if (pool->core->live_apply)
+            for (uint64_t p = skipped; p < page; p++)
+                free_stack_push(pool, (uint32_t)p);
+        return core__rec(pool, (uint32_t)page);
     }
     core_page_rec *rec = core__rec(pool, (uint32_t)page);
     return rec->state == want ? rec : NULL;
@@ -1480,6 +1515,8 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
     case CORE_EV_RESERVE:
         if (ev->key.len == 0 || !(rec = apply_target(pool, ev->page, CORE_PAGE_FREE)))
             return CORE_EINVAL;
+        if (pool->core->live_apply)
+            free_stack_remove(pool, page);
         core__key_encode(pool->core, ev->key, &key);
         page_reserve(pool, page, &key, ev->deadline);
         return 0;
@@ -1501,6 +1538,8 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
             rec_drop_key(rec);
         } else if (!(rec = apply_target(pool, ev->page, CORE_PAGE_FREE))) {
             return CORE_EINVAL;
+        } else if (pool->core->live_apply) {
+            free_stack_remove(pool, page); /* a release: FREE, then DRAIN */
         }
         rec->state = CORE_PAGE_DRAINING;
         rec->deadline = ev->deadline;
@@ -1552,6 +1591,67 @@ int core_apply(core_t *core, const core_event *ev)
         rc = apply_page_event(core_pool_find(core, ev->ns, ev->rank), ev);
     }
     return rc;
+}
+
+int core_apply_live(core_t *core, const core_event *ev)
+{
+    core->live_apply = true;
+    int rc = core_apply(core, ev);
+    core->live_apply = false;
+    core->replaying = false;
+    return rc;
+}
+
+size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages)
+{
+    *pages = pool->free_stack;
+    return pool->nfree;
+}
+
+int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n)
+{
+    if (n != pool->nfree)
+        return CORE_EINVAL;
+    size_t words = (size_t)(pool->touched + 63) / 64;
+    uint64_t *seen = hf_xcalloc(words ? words : 1, sizeof *seen);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint32_t p = pages[i];
+        if (p >= pool->touched || core__rec(pool, p)->state != CORE_PAGE_FREE ||
+            (seen[p / 64] >> (p % 64) & 1))
+            rc = CORE_EINVAL;
+        else
+            seen[p / 64] |= 1ull << (p % 64);
+    }
+    hf_xfree(seen);
+    if (rc == 0 && n)
+        memcpy(pool->free_stack, pages, n * sizeof *pages);
+    return rc;
+}
+
+size_t core_memory_usage(const core_t *core)
+{
+    size_t total = sizeof *core + core->nns * sizeof(core_ns *);
+    for (size_t n = 0; n < core->nns; n++) {
+        const core_ns *ns = core->namespaces[n];
+        total += sizeof *ns + ns->name_len + ns->ranks_cap * sizeof(core_pool_t *);
+        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
+            const core_pool_t *pool = ns->by_rank[r];
+            if (!pool)
+                continue;
+            total += sizeof *pool + pool->nchunks * CORE_CHUNK_PAGES * sizeof(core_page_rec) +
+                     pool->chunks_cap * sizeof(core_page_rec *) +
+                     pool->free_cap * sizeof(uint32_t) +
+                     (pool->slots ? (pool->slot_mask + 1) * sizeof(uint32_t) : 0) +
+                     (pool->wleases ? (pool->wlease_mask + 1) * sizeof(core_wlease) : 0);
+            for (uint64_t p = 0; p < pool->touched; p++) {
+                const core_page_rec *rec = core__rec(pool, (uint32_t)p);
+                if (rec->key_kind == CORE_KEY_EXT)
+                    total += rec->key.ext.len;
+            }
+        }
+    }
+    return total;
 }
 
 void core_apply_finish(core_t *core)

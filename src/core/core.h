@@ -93,6 +93,10 @@ typedef struct core_pool core_pool_t;
 core_t *core_new(const core_config *config);
 void core_free(core_t *core);
 const core_config *core_get_config(const core_t *core);
+/* Replace the configuration (leases, eviction, limits) for later calls; the
+ * hash seed stays the core's own. For a host whose callers each bring their
+ * settings (the Redis module: every command carries its front end's). */
+void core_set_config(core_t *core, const core_config *config);
 
 /*
  * Create the pool (ns, rank) with num_pages pages, or keep the existing one.
@@ -240,6 +244,29 @@ void core_set_observer(core_t *core, core_observer_fn fn, void *ctx);
  */
 int core_apply(core_t *core, const core_event *ev);
 void core_apply_finish(core_t *core);
+
+/*
+ * Apply one event to a live core, as a replica follows its primary: no
+ * core_apply_finish() is needed, and the free stack follows the events
+ * (FREE pushes; a RESERVE or a DRAIN of a FREE page takes it off), so a
+ * replica whose free stack started as its primary's hands out the pages
+ * the primary would have. Returns as core_apply().
+ */
+int core_apply_live(core_t *core, const core_event *ev);
+
+/* The free stack of a pool, bottom first (the top is handed out next):
+ * core_walk_state does not carry it, so a host that must rebuild a core
+ * that hands out exactly the same pages (a replica) saves it beside the
+ * events. Valid until the next change of the pool. */
+size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages);
+/* After core_apply_finish(): put the free stack in that order. CORE_EINVAL
+ * (nothing changed) unless pages[] is exactly the pool's FREE pages below
+ * its high-water mark. */
+int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n);
+
+/* Bytes held by the core (records, indexes, stacks, key copies), for
+ * MEMORY USAGE; O(pages handed out). */
+size_t core_memory_usage(const core_t *core);
 
 /*
  * Report the whole current state to fn as the events that rebuild it (for

@@ -137,6 +137,7 @@ struct core {
     core_observer_fn observer;
     void *observer_ctx;
     bool replaying;
+    bool live_apply; /* core_apply_live: the free stack follows each event */
     core_ns **namespaces;
     size_t nns;
 };

@@ -3,6 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+static hf_allocator alloc = {malloc, calloc, realloc, free};
+
+void hf_set_allocator(const hf_allocator *a)
+{
+    alloc = *a;
+}
+
 static void out_of_memory(size_t size)
 {
     fprintf(stderr, "hf3fs-metad: fatal: out of memory allocating %zu bytes\n", size);
@@ -11,7 +18,7 @@ static void out_of_memory(size_t size)
 
 void *hf_xmalloc(size_t size)
 {
-    void *p = malloc(size ? size : 1);
+    void *p = alloc.malloc(size ? size : 1);
     if (!p)
         out_of_memory(size);
     return p;
@@ -19,7 +26,7 @@ void *hf_xmalloc(size_t size)
 
 void *hf_xcalloc(size_t count, size_t size)
 {
-    void *p = calloc(count ? count : 1, size ? size : 1);
+    void *p = alloc.calloc(count ? count : 1, size ? size : 1);
     if (!p)
         out_of_memory(count * size);
     return p;
@@ -27,7 +34,7 @@ void *hf_xcalloc(size_t count, size_t size)
 
 void *hf_xrealloc(void *ptr, size_t size)
 {
-    void *p = realloc(ptr, size ? size : 1);
+    void *p = alloc.realloc(ptr, size ? size : 1);
     if (!p)
         out_of_memory(size);
     return p;
@@ -38,4 +45,10 @@ void *hf_xreallocarray(void *ptr, size_t count, size_t size)
     if (size && count > (size_t)-1 / size)
         out_of_memory((size_t)-1);
     return hf_xrealloc(ptr, count * size);
+}
+
+void hf_xfree(void *ptr)
+{
+    if (ptr)
+        alloc.free(ptr);
 }

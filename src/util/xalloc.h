@@ -16,5 +16,24 @@ void *hf_xcalloc(size_t count, size_t size);
 void *hf_xrealloc(void *ptr, size_t size);
 /* realloc of an array of count elements of size bytes, checking the product. */
 void *hf_xreallocarray(void *ptr, size_t count, size_t size);
+/* Frees what the functions above returned. */
+void hf_xfree(void *ptr);
+
+/*
+ * Where the memory comes from: the C library's allocator unless a host
+ * process supplies its own before the first allocation (the Redis module
+ * gives Redis's, so that used_memory and maxmemory count the core). The
+ * functions follow malloc/calloc/realloc/free, and may return NULL only
+ * where those may; every pointer allocated before the change must be freed
+ * by the allocator that made it, so a host sets this once, at load.
+ */
+typedef struct hf_allocator {
+    void *(*malloc)(size_t size);
+    void *(*calloc)(size_t count, size_t size);
+    void *(*realloc)(void *ptr, size_t size);
+    void (*free)(void *ptr);
+} hf_allocator;
+
+void hf_set_allocator(const hf_allocator *a);
 
 #endif

@@ -1,0 +1,244 @@
+#include "module/wire.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/xalloc.h"
+
+static const char hexd[] = "0123456789abcdef";
+
+size_t wire_value_key(hf_slice ns, char *out, size_t cap)
+{
+    size_t need = WIRE_VALUE_KEY_LEN(ns.len), n = 0;
+    char tmp[8];
+#define PUT(c) do { if (n < cap) out[n] = (c); n++; } while (0)
+    memcpy(tmp, "hf3fs:{", 7);
+    for (size_t i = 0; i < 7; i++)
+        PUT(tmp[i]);
+    if (ns.len == 0)
+        PUT('-');
+    for (size_t i = 0; i < ns.len; i++) {
+        PUT(hexd[(unsigned char)ns.ptr[i] >> 4]);
+        PUT(hexd[(unsigned char)ns.ptr[i] & 15]);
+    }
+    PUT('}');
+#undef PUT
+    return need;
+}
+
+void wire_buf_reserve(wire_buf *b, size_t more)
+{
+    if (b->cap - b->len >= more)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < more)
+        cap *= 2;
+    b->p = hf_xrealloc(b->p, cap);
+    b->cap = cap;
+}
+
+void wire_buf_add(wire_buf *b, const void *p, size_t len)
+{
+    wire_buf_reserve(b, len);
+    if (len)
+        memcpy(b->p + b->len, p, len);
+    b->len += len;
+}
+
+void wire_buf_free(wire_buf *b)
+{
+    hf_xfree(b->p);
+    *b = (wire_buf){0};
+}
+
+static void put_u32(char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const char *p)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    return (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
+}
+
+void wire_keys_append(wire_buf *b, const hf_slice *keys, size_t n)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += 4 + keys[i].len;
+    wire_buf_reserve(b, total);
+    for (size_t i = 0; i < n; i++) {
+        put_u32(b->p + b->len, (uint32_t)keys[i].len);
+        if (keys[i].len)
+            memcpy(b->p + b->len + 4, keys[i].ptr, keys[i].len);
+        b->len += 4 + keys[i].len;
+    }
+}
+
+int64_t wire_keys_count(const char *p, size_t len)
+{
+    int64_t n = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        if (len - pos < 4)
+            return -1;
+        uint32_t klen = get_u32(p + pos);
+        pos += 4;
+        if (klen > len - pos)
+            return -1;
+        pos += klen;
+        n++;
+    }
+    return n;
+}
+
+void wire_keys_decode(const char *p, size_t len, hf_slice *out)
+{
+    size_t pos = 0, i = 0;
+    while (pos < len) {
+        uint32_t klen = get_u32(p + pos);
+        out[i++] = (hf_slice){p + pos + 4, klen};
+        pos += 4 + klen;
+    }
+}
+
+void wire_i64_append(wire_buf *b, const int64_t *v, size_t n)
+{
+    wire_buf_reserve(b, 8 * n);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = (uint64_t)v[i];
+        for (int k = 0; k < 8; k++)
+            b->p[b->len + 8 * i + k] = (char)(u >> (8 * k));
+    }
+    b->len += 8 * n;
+}
+
+int64_t wire_i64_at(const char *p, size_t i)
+{
+    const unsigned char *u = (const unsigned char *)p + 8 * i;
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--)
+        v = v << 8 | u[k];
+    return (int64_t)v;
+}
+
+size_t wire_cfg_format(const core_config *cfg, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%d,%" PRIu64 ",%" PRIu32,
+                     cfg->reservation_ms, cfg->read_lease_ms, cfg->write_lease_ms,
+                     cfg->release_grace_ms, cfg->evict_lru ? 1 : 0, cfg->max_pages,
+                     cfg->max_ranks);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+/* One decimal field of p[*pos..len) up to ',' or the end; -1 if malformed. */
+static int cfg_field(const char *p, size_t len, size_t *pos, bool last, int64_t *out)
+{
+    size_t i = *pos;
+    bool neg = i < len && p[i] == '-';
+    if (neg)
+        i++;
+    uint64_t v = 0;
+    size_t digits = 0;
+    while (i < len && p[i] >= '0' && p[i] <= '9') {
+        if (v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(p[i++] - '0');
+        digits++;
+    }
+    if (digits == 0 || v > INT64_MAX)
+        return -1;
+    if (last ? i != len : (i >= len || p[i] != ','))
+        return -1;
+    *pos = last ? i : i + 1;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return 0;
+}
+
+int wire_cfg_parse(const char *p, size_t len, core_config *cfg)
+{
+    int64_t f[7];
+    size_t pos = 0;
+    for (int i = 0; i < 7; i++)
+        if (cfg_field(p, len, &pos, i == 6, &f[i]) != 0)
+            return -1;
+    if (f[0] < 0 || f[1] < 0 || f[2] < 0 || f[3] < 0 || (f[4] != 0 && f[4] != 1) || f[5] < 0 ||
+        f[6] < 0 || f[6] > UINT32_MAX)
+        return -1;
+    cfg->reservation_ms = f[0];
+    cfg->read_lease_ms = f[1];
+    cfg->write_lease_ms = f[2];
+    cfg->release_grace_ms = f[3];
+    cfg->evict_lru = f[4] == 1;
+    cfg->max_pages = (uint64_t)f[5];
+    cfg->max_ranks = (uint32_t)f[6];
+    return 0;
+}
+
+static void put_varint(wire_buf *b, uint64_t v)
+{
+    wire_buf_reserve(b, 10);
+    while (v >= 0x80) {
+        b->p[b->len++] = (char)(v | 0x80);
+        v >>= 7;
+    }
+    b->p[b->len++] = (char)v;
+}
+
+static int get_varint(const char *p, size_t len, size_t *pos, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        if (*pos >= len)
+            return -1;
+        unsigned char c = (unsigned char)p[(*pos)++];
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void wire_event_append(wire_buf *b, const core_event *ev)
+{
+    wire_buf_reserve(b, 1);
+    b->p[b->len++] = (char)ev->type;
+    put_varint(b, ev->rank);
+    put_varint(b, ev->page);
+    put_varint(b, ((uint64_t)ev->deadline << 1) ^ (uint64_t)(ev->deadline >> 63));
+    if (ev->type == CORE_EV_RESERVE) {
+        put_varint(b, ev->key.len);
+        wire_buf_add(b, ev->key.ptr, ev->key.len);
+    }
+}
+
+int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev)
+{
+    if (*pos >= len)
+        return 0;
+    unsigned char type = (unsigned char)p[(*pos)++];
+    if (type < CORE_EV_POOL_INIT || type > CORE_EV_WRITE_DONE)
+        return -1;
+    uint64_t rank, page, zz;
+    if (get_varint(p, len, pos, &rank) || rank > UINT32_MAX || get_varint(p, len, pos, &page) ||
+        get_varint(p, len, pos, &zz))
+        return -1;
+    *ev = (core_event){(core_event_type)type, ns, (uint32_t)rank, page, {"", 0},
+                       (int64_t)(zz >> 1) ^ -(int64_t)(zz & 1)};
+    if (type == CORE_EV_CLEAR_ALL)
+        ev->ns = (hf_slice){"", 0};
+    if (type == CORE_EV_RESERVE) {
+        uint64_t klen;
+        if (get_varint(p, len, pos, &klen) || klen > len - *pos)
+            return -1;
+        ev->key = (hf_slice){p + *pos, (size_t)klen};
+        *pos += klen;
+    }
+    return 1;
+}

@@ -1,0 +1,79 @@
+/*
+ * wire.h: what the front end and the Redis module say to each other
+ * (docs/redis-module.md): names, versions, and the byte encodings of the
+ * HF3FS.* commands' arguments and replies. Used by both sides, so that an
+ * encoding exists once.
+ *
+ * Encodings (all integers little-endian)
+ *   key list   for each key: u32 length, then its bytes
+ *   page list  int64 per item (a page, or -1 for none)
+ *   flag list  one byte per item, 0 or 1
+ *   cfg        decimal fields joined by ',': reservation_ms, read_lease_ms,
+ *              write_lease_ms, release_grace_ms, evict (0/1), max_pages,
+ *              max_ranks
+ *   events     for each core event: u8 type, then varints: rank, page,
+ *              zigzag(deadline); RESERVE adds varint key length and the key.
+ *              The namespace is the value's own and is not repeated.
+ *
+ * Decoders never trust their input: a malformed list or event answers -1
+ * and reads nothing beyond the given length.
+ */
+#ifndef HF_MODULE_WIRE_H
+#define HF_MODULE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "util/slice.h"
+
+#define HF3FS_MODULE_NAME "hf3fsmeta"
+/* Bumped whenever a command, an argument or a reply changes meaning: a
+ * front end talks only to a module of exactly its version. */
+#define HF3FS_MODULE_VERSION 1
+/* The data type's name (exactly 9 characters) and its serialized form's
+ * version; rdb_load keeps reading every older version. */
+#define HF3FS_TYPE_NAME "hf3fsmeta"
+#define HF3FS_TYPE_ENCVER 1
+
+/* The Redis key of namespace ns: "hf3fs:{" hex(ns) "}" ("hf3fs:{-}" for the
+ * empty namespace), so that any namespace is a valid hash tag. Writes at
+ * most cap bytes (no NUL) and returns the full length (6 + 2 len + 1 + ...). */
+size_t wire_value_key(hf_slice ns, char *out, size_t cap);
+#define WIRE_VALUE_KEY_LEN(nslen) (8 + 2 * (nslen) + ((nslen) == 0))
+
+/* A growable byte buffer (hf_xrealloc: aborts on out-of-memory). */
+typedef struct wire_buf {
+    char *p;
+    size_t len, cap;
+} wire_buf;
+
+void wire_buf_reserve(wire_buf *b, size_t more);
+void wire_buf_add(wire_buf *b, const void *p, size_t len);
+void wire_buf_free(wire_buf *b);
+
+/* Key lists. */
+void wire_keys_append(wire_buf *b, const hf_slice *keys, size_t n);
+/* How many keys p[0..len) holds, or -1 if it is not a well-formed key list. */
+int64_t wire_keys_count(const char *p, size_t len);
+/* Fill out[0..count) from a list wire_keys_count accepted (slices point into p). */
+void wire_keys_decode(const char *p, size_t len, hf_slice *out);
+
+/* Page lists. */
+void wire_i64_append(wire_buf *b, const int64_t *v, size_t n);
+/* Item i of a page list (the caller checked len == 8 * count). */
+int64_t wire_i64_at(const char *p, size_t i);
+
+/* cfg: formats the fields listed above into out (NUL-terminated; cap >= 128)
+ * and returns the length; parse sets those fields of *cfg (others unchanged),
+ * 0 or -1 if malformed. */
+size_t wire_cfg_format(const core_config *cfg, char *out, size_t cap);
+int wire_cfg_parse(const char *p, size_t len, core_config *cfg);
+
+/* Events. */
+void wire_event_append(wire_buf *b, const core_event *ev);
+/* Decode the event at *pos of p[0..len) into *ev (ev->ns = ns; ev->key
+ * points into p); advances *pos. 1: an event, 0: the end, -1: malformed. */
+int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev);
+
+#endif
