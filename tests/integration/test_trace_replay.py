@@ -1,4 +1,4 @@
-"""test_replay.py: the trace replay (bench/replay, docs/sizing.md) keeps measuring
+"""test_trace_replay.py: the trace replay (bench/replay, docs/sizing.md) keeps measuring
 what it says.
 
 - the shipped traces are intact (the figures of bench/traces/README.md) and name
@@ -15,7 +15,7 @@ what it says.
 
 No figure depends on time: the replay's server runs without read lease.
 
-    /usr/bin/python3 tests/integration/test_replay.py
+    /usr/bin/python3 tests/integration/test_trace_replay.py
 """
 
 import importlib.machinery
@@ -36,7 +36,7 @@ REPLAY = os.path.join(ROOT, "bench", "replay")
 TRACES = os.path.join(ROOT, "bench", "traces")
 SYNTHETIC = os.path.join(TRACES, "mooncake_synthetic.jsonl")
 CONVERSATION = os.path.join(TRACES, "mooncake_conversation_first6000.jsonl")
-PREFIX = "1500"  # requests of each trace replayed through the server
+PREFIX = "1000"  # requests of each trace replayed through the server
 POOLS = [1.0, 5.0, 10.0, 20.0, 100.0]
 TOLERANCE = 0.005  # 0.5 points
 
