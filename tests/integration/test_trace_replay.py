@@ -85,7 +85,6 @@ def test_shipped_traces_are_intact_and_licensed():
         readme = f.read()
     for needle in ("Apache License 2.0", "kvcache-ai/Mooncake", "FAST25-release/traces/"):
         expect_true(needle in readme, "bench/traces/README.md should name %r" % needle)
-    expect_true("../shared" not in readme, "bench/traces/README.md refers to ../shared")
     with open(os.path.join(TRACES, "LICENSE")) as f:
         expect_true("Version 2.0" in f.read(), "bench/traces/LICENSE is not the Apache 2.0 text")
 
