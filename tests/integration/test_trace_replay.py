@@ -1,0 +1,236 @@
+"""test_trace_replay.py: the trace replay (bench/replay, docs/sizing.md) keeps measuring
+what it says.
+
+- the shipped traces are intact (the figures of bench/traces/README.md) and name
+  their source and licence;
+- its exact-LRU and Belady simulations agree with brute-force versions on random
+  prefix-closed chains, and Belady is never below LRU;
+- on the first requests of both shipped traces, through a server it starts itself
+  (vLLM's and SGLang's call sequences, TP 2): Belady >= server and Belady >= LRU at
+  every pool size, the 100% pool gives the trace's infinite-cache ratio in all three
+  columns, and the server is at least exact LRU minus 0.5 points (the contract's rule
+  for the recency order: PROTOCOL.md, State);
+- through a server of the harness (--connect, TP 3): the state it leaves is sound
+  (GET /v1/check), every page of every rank is owned, none reserved, nothing refused.
+
+No figure depends on time: the replay's server runs without read lease.
+
+    /usr/bin/python3 tests/integration/test_trace_replay.py
+"""
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Server, expect_eq, expect_true  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPLAY = os.path.join(ROOT, "bench", "replay")
+TRACES = os.path.join(ROOT, "bench", "traces")
+SYNTHETIC = os.path.join(TRACES, "mooncake_synthetic.jsonl")
+CONVERSATION = os.path.join(TRACES, "mooncake_conversation_first6000.jsonl")
+PREFIX = "1000"  # requests of each trace replayed through the server
+POOLS = [1.0, 5.0, 10.0, 20.0, 100.0]
+TOLERANCE = 0.005  # 0.5 points
+
+
+def replay_module():
+    loader = importlib.machinery.SourceFileLoader("bench_replay", REPLAY)
+    spec = importlib.util.spec_from_loader("bench_replay", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def run_replay(*args):
+    """bench/replay with args and --tsv; the TSV rows as dicts."""
+    with tempfile.TemporaryDirectory(prefix="hf3fs-replay-test-") as d:
+        tsv = os.path.join(d, "out.tsv")
+        proc = subprocess.run([sys.executable, REPLAY, "--tsv", tsv] + list(args), cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=300 * harness.SLOWDOWN)
+        if proc.returncode != 0:
+            raise AssertionError("bench/replay %s exited %d:\n%s"
+                                 % (" ".join(args), proc.returncode, proc.stdout[-3000:]))
+        with open(tsv) as f:
+            lines = [line.rstrip("\n").split("\t") for line in f]
+    head = lines[0]
+    rows = []
+    for vals in lines[1:]:
+        r = dict(zip(head, vals))
+        for c in ("infinite", "server", "lru", "belady", "pool_pct"):
+            r[c] = None if r[c] == "-" else float(r[c])
+        for c in ("num_pages", "requests", "block_uses", "unique_blocks", "tp"):
+            r[c] = int(r[c])
+        rows.append(r)
+    return rows, proc.stdout
+
+
+def test_shipped_traces_are_intact_and_licensed():
+    mod = replay_module()
+    # bench/traces/README.md's table
+    want = {SYNTHETIC: (3993, 121877, 43924, 0.640), CONVERSATION: (6000, 152537, 99716, 0.346)}
+    for path, (requests, refs, unique, ratio) in want.items():
+        t = mod.Trace(path)
+        expect_eq((len(t.chains), t.refs, t.unique), (requests, refs, unique), t.name)
+        expect_eq(round(t.infinite_hits / t.refs, 3), ratio, t.name + " infinite-cache ratio")
+    with open(os.path.join(TRACES, "README.md")) as f:
+        readme = f.read()
+    for needle in ("Apache License 2.0", "kvcache-ai/Mooncake", "FAST25-release/traces/"):
+        expect_true(needle in readme, "bench/traces/README.md should name %r" % needle)
+    with open(os.path.join(TRACES, "LICENSE")) as f:
+        expect_true("Version 2.0" in f.read(), "bench/traces/LICENSE is not the Apache 2.0 text")
+
+
+def random_chains(rng, requests, depth, fanout_new):
+    """Prefix-closed chains: paths from the root of a random trie."""
+    kids = {}
+    next_id = [0]
+    chains = []
+    for _ in range(requests):
+        chain = []
+        parent = None
+        for _d in range(rng.randint(1, depth)):
+            children = kids.setdefault(parent, [])
+            if children and rng.random() > fanout_new:
+                node = rng.choice(children)
+            else:
+                next_id[0] += 1
+                node = next_id[0]
+                children.append(node)
+            chain.append(node)
+            parent = node
+        chains.append(chain)
+    return chains
+
+
+def brute_lru(chains, cap):
+    order = []  # least recently used first
+    hits = 0
+    for chain in chains:
+        k = 0
+        while k < len(chain) and chain[k] in order:
+            k += 1
+        hits += k
+        for b in chain:
+            if b in order:
+                order.remove(b)
+            elif len(order) >= cap:
+                order.pop(0)
+            order.append(b)
+    return hits
+
+
+def brute_belady(chains, cap):
+    """Optimal: on a miss keep the cap blocks (cached or new) used soonest."""
+    flat = [b for c in chains for b in c]
+
+    def next_use(b, after):
+        for j in range(after, len(flat)):
+            if flat[j] == b:
+                return j
+        return len(flat) + 1
+
+    cache = set()
+    hits = 0
+    pos = 0
+    for chain in chains:
+        prefix = True
+        for b in chain:
+            pos += 1
+            if b in cache:
+                hits += prefix
+                continue
+            prefix = False
+            if len(cache) < cap:
+                cache.add(b)
+                continue
+            victim = max(sorted(cache) + [b], key=lambda x: next_use(x, pos))
+            if victim != b:
+                cache.remove(victim)
+                cache.add(b)
+    return hits
+
+
+def test_simulations_match_brute_force():
+    mod = replay_module()
+    rng = random.Random(19)
+    for trial in range(300):
+        chains = random_chains(rng, rng.randint(3, 40), rng.randint(1, 9), rng.random())
+        cap = rng.randint(1, 20)
+        lru, bel = mod.lru_hits(chains, cap), mod.belady_hits(chains, cap)
+        expect_eq(lru, brute_lru(chains, cap), "LRU hits, trial %d, cap %d, %r" % (trial, cap, chains))
+        expect_eq(bel, brute_belady(chains, cap),
+                  "Belady hits, trial %d, cap %d, %r" % (trial, cap, chains))
+        expect_true(bel >= lru, "Belady below LRU: %d < %d (%r, cap %d)" % (bel, lru, chains, cap))
+    # by hand: a b, c, a b; two pages
+    chains = [[1, 2], [3], [1, 2]]
+    expect_eq(mod.lru_hits(chains, 2), 0, "LRU: c evicts a, the second a b misses")
+    expect_eq(mod.belady_hits(chains, 2), 2, "Belady: c is not kept, a b hit")
+
+
+def check_rows(rows, traces, engines):
+    expect_eq(len(rows), len(traces) * len(engines) * len(POOLS), "rows of the TSV")
+    for r in rows:
+        what = "%s %s %g%% (%d pages)" % (r["trace"], r["engine"], r["pool_pct"], r["num_pages"])
+        server, lru, bel, inf = r["server"], r["lru"], r["belady"], r["infinite"]
+        expect_eq(r["num_pages"], max(1, int(r["pool_pct"] * r["unique_blocks"] / 100 + 0.5)),
+                  what + ": num_pages")
+        expect_true(bel >= lru - 1e-9, "%s: Belady %.4f below LRU %.4f" % (what, bel, lru))
+        expect_true(bel >= server - 1e-9,
+                    "%s: the server %.4f above Belady's optimum %.4f" % (what, server, bel))
+        expect_true(server >= lru - TOLERANCE,
+                    "%s: the server %.4f is more than 0.5 points below exact LRU %.4f"
+                    % (what, server, lru))
+        if r["pool_pct"] >= 100:
+            for name, v in (("server", server), ("LRU", lru), ("Belady", bel)):
+                expect_true(abs(v - inf) < 1e-9, "%s: %s %.6f, not the infinite-cache ratio %.6f"
+                            % (what, name, v, inf))
+
+
+def test_replay_through_its_own_server():
+    rows, out = run_replay("--server", os.path.abspath(harness.BIN), "--engine", "both",
+                           "--tp", "2", "--requests", PREFIX,
+                           "--pools", ",".join("%g" % p for p in POOLS), SYNTHETIC, CONVERSATION)
+    check_rows(rows, [SYNTHETIC, CONVERSATION], ["vllm", "sglang"])
+    for r in rows:
+        expect_eq(r["requests"], int(PREFIX), "requests replayed")
+    expect_true("--read-lease 0" in out, "the server's flags are printed:\n" + out)
+
+
+def test_replay_leaves_a_sound_state():
+    pages = {}
+    with Server("--in-memory", "--read-lease", "0", "--release-grace", "0",
+                persistence=False) as srv:
+        for engine in ("sglang", "vllm"):
+            rows, _ = run_replay("--connect", "127.0.0.1:%d" % srv.port, "--engine", engine,
+                                 "--tp", "3", "--requests", "400", "--pools", "5",
+                                 CONVERSATION)
+            expect_eq(len(rows), 1, "one row")
+            r = rows[0]
+            expect_true(r["server"] >= r["lru"] - TOLERANCE and r["server"] <= r["belady"] + 1e-9,
+                        "%s through --connect: server %.4f, LRU %.4f, Belady %.4f"
+                        % (engine, r["server"], r["lru"], r["belady"]))
+            srv.check()
+            stats = srv.stats()
+            for rank in range(3):
+                p = stats[("kv", rank)]
+                what = "%s, rank %d after the replay: %s" % (engine, rank, json.dumps(p))
+                expect_eq(p["num_pages"], r["num_pages"], what)
+                expect_eq((p["owned"], p["reserved"], p["draining"]), (r["num_pages"], 0, 0), what)
+                expect_eq(sum(p["refused_confirmations"].values()), 0, what)
+                expect_eq(sum(p["refused_releases"].values()), 0, what)
+                pages[(engine, rank)] = p["evictions"]
+            expect_eq(len({pages[(engine, rank)] for rank in range(3)}), 1,
+                      "the ranks evict alike: %r" % pages)
+
+
+if __name__ == "__main__":
+    harness.main(globals())
