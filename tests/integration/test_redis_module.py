@@ -17,20 +17,21 @@ packed with struct), no front end involved. What is protected:
 - malformed arguments answer errors, never a crash.
 
 The module is $HF3FS_REDIS_MODULE, else the .so next to $HF3FS_METAD_BIN
-(build/ or build/asan/; the ASan one runs with the ASan runtime preloaded).
+(build/ or build/asan/). The ASan one runs with the ASan runtime preloaded:
+Debian's redis-server calls malloc from the shared libjemalloc, which the
+preloaded runtime replaces, so ASan watches the whole heap, the core's
+included (docs/redis-module.md, "Sanitizers").
 """
 
 import glob
 import os
 import random
 import struct
-import subprocess
 import threading
-import time
 
 import harness
 from harness import expect_eq, expect_true, wait_for
-from redis_server import RedisError, RedisServer, Resp, module_path
+from redis_server import RedisError, RedisServer, module_path
 
 SLOW = harness.SLOWDOWN
 CFG = "5000,1000,3000,500,1,100000000,64"  # reservation, read, write, grace, evict, pages, ranks
@@ -65,10 +66,24 @@ def vkey(ns):
     return "hf3fs:{%s}" % (ns.hex() if ns else "-")
 
 
+class ModuleServer(RedisServer):
+    """A RedisServer with the module; leaving it fails the test if the
+    sanitized module reported anything."""
+
+    def __exit__(self, *exc):
+        reports = self.sanitizer_reports()
+        super().__exit__(*exc)
+        if reports:
+            if exc[0]:  # the test failed already (redis died): say why
+                print("sanitizer report of the module:\n" + reports[-4000:])
+            else:
+                harness.fail("sanitizer report of the module:\n" + reports[-4000:])
+
+
 def server(**kw):
     extra = ["--enable-debug-command", "yes", "--repl-diskless-sync-delay", "0"] + \
         list(kw.pop("extra", []))
-    return RedisServer(loadmodule=True, extra=extra, **kw)
+    return ModuleServer(loadmodule=True, extra=extra, **kw)
 
 
 def digest(r, key):
