@@ -31,7 +31,7 @@
 #include <time.h>
 
 #include "redis_lua.h"
-#include "store/cluster.h"
+#include "cluster/cluster.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
