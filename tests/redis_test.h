@@ -6,7 +6,10 @@
  *   ...
  *   redis_test_stop();
  *
- * $HF3FS_REDIS_SERVER names the binary (default redis-server on PATH).
+ * $HF3FS_REDIS_SERVER names the binary (default redis-server on PATH). It
+ * loads the hf3fs-metad module (redis_test_module(): $HF3FS_REDIS_MODULE,
+ * else hf3fs_metad_redis.so next to $HF3FS_METAD_BIN, else in the build
+ * directory of the test binary itself: build/tests/x -> build/).
  */
 #ifndef HF_TEST_REDIS_H
 #define HF_TEST_REDIS_H
@@ -53,6 +56,50 @@ static int redis_test_free_port(void)
     return -1;
 }
 
+static char redis_test_module_path[4096];
+
+/* The module's .so for the servers the tests start (see above), or NULL if
+ * none is found. */
+static const char *redis_test_module(void)
+{
+    const char *env = getenv("HF3FS_REDIS_MODULE");
+    if (env && *env)
+        return env;
+    const char *bin = getenv("HF3FS_METAD_BIN");
+    char dir[4096] = "";
+    if (bin && *bin) {
+        snprintf(dir, sizeof dir, "%s", bin);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+    } else {
+        /* build/tests/test_x or build/fuzz/fuzz_x: the module is in build/ */
+        ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+        if (n <= 0)
+            return NULL;
+        dir[n] = '\0';
+        for (int up = 0; up < 2; up++) {
+            char *slash = strrchr(dir, '/');
+            if (!slash)
+                return NULL;
+            *slash = '\0';
+        }
+    }
+    snprintf(redis_test_module_path, sizeof redis_test_module_path, "%s/hf3fs_metad_redis.so",
+             dir);
+    if (redis_test_module_path[0] != '/') { /* redis-server runs in its own --dir */
+        char cwd[2048];
+        if (getcwd(cwd, sizeof cwd)) {
+            char rel[4096];
+            snprintf(rel, sizeof rel, "%s", redis_test_module_path);
+            snprintf(redis_test_module_path, sizeof redis_test_module_path, "%s/%s", cwd, rel);
+        }
+    }
+    return access(redis_test_module_path, R_OK) == 0 ? redis_test_module_path : NULL;
+}
+
 static void redis_test_stop(void)
 {
     if (redis_test_pid > 0) {
@@ -77,6 +124,12 @@ static const char *redis_test_start(void)
     int port = redis_test_free_port();
     if (port < 0)
         return NULL;
+    const char *module = redis_test_module();
+    if (!module) {
+        fprintf(stderr, "redis_test: no hf3fs_metad_redis.so (build it: make; or set "
+                "HF3FS_REDIS_MODULE)\n");
+        return NULL;
+    }
     char portbuf[16];
     snprintf(portbuf, sizeof portbuf, "%d", port);
     pid_t pid = fork();
@@ -88,7 +141,7 @@ static const char *redis_test_start(void)
         }
         execlp(bin, bin, "--port", portbuf, "--bind", "127.0.0.1", "--dir", redis_test_dir,
                "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-               "--logfile", "", (char *)NULL);
+               "--logfile", "", "--loadmodule", module, (char *)NULL);
         _exit(127);
     }
     redis_test_pid = pid;
