@@ -8,6 +8,10 @@
 The server binds 127.0.0.1 only, keeps its files in its own temporary directory
 and is killed when the `with` block ends (or at exit, whatever happened).
 appendonly=True starts it with `appendonly yes` and `appendfsync always`.
+
+It loads the hf3fs-metad module (`--loadmodule`, module_path()) unless
+loadmodule=False (a Redis without it, for the start-up check); loadmodule may
+also name another .so. The cluster's nodes (redis_cluster.py) load the same.
 """
 
 import atexit
@@ -20,7 +24,35 @@ import tempfile
 import time
 
 REDIS_SERVER = os.environ.get("HF3FS_REDIS_SERVER", "redis-server")
+MODULE_FILE = "hf3fs_metad_redis.so"
+_ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 _live = set()
+
+
+def module_path():
+    """The hf3fs-metad Redis module the tests load: $HF3FS_REDIS_MODULE, else
+    the .so next to the server under test ($HF3FS_METAD_BIN, so build/asan's
+    tests load build/asan's module), else build/'s. An absolute path (Redis
+    runs in its own directory); RuntimeError if there is none."""
+    env = os.environ.get("HF3FS_REDIS_MODULE")
+    if env:
+        return os.path.abspath(env)
+    tried = []
+    binary = os.environ.get("HF3FS_METAD_BIN", os.path.join(_ROOT, "build", "hf3fs-metad"))
+    for d in (os.path.dirname(os.path.abspath(binary)), os.path.join(_ROOT, "build")):
+        path = os.path.join(d, MODULE_FILE)
+        if os.path.exists(path):
+            return path
+        tried.append(path)
+    raise RuntimeError("the hf3fs-metad Redis module is not built (%s): run make, or set "
+                       "HF3FS_REDIS_MODULE" % " nor ".join(tried))
+
+
+def module_args(loadmodule=True):
+    """redis-server's flags that load the module (loadmodule: True, False or a path)."""
+    if not loadmodule:
+        return []
+    return ["--loadmodule", module_path() if loadmodule is True else os.path.abspath(loadmodule)]
 
 
 def _kill_all():
@@ -168,8 +200,9 @@ class Resp:
 class RedisServer:
     """redis-server on a free port (its bus port + 10000 free too) in a temp dir."""
 
-    def __init__(self, appendonly=False, password=None, extra=()):
+    def __init__(self, appendonly=False, password=None, extra=(), loadmodule=True):
         self.dir = tempfile.mkdtemp(prefix="hf3fs-redis.")
+        self.loadmodule = loadmodule
         self.port = pick_port()
         self.appendonly = appendonly
         self.password = password
@@ -195,6 +228,7 @@ class RedisServer:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         if self.password:
             args += ["--requirepass", self.password]
+        args += module_args(self.loadmodule)
         args += self.extra
         self.proc = spawn(args, self.port, self.password, timeout)
         if self.proc is None:

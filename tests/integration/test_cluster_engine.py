@@ -39,7 +39,7 @@ def cluster():
 
 
 def pool_slot(rc, ns="kv", rank=RANK):
-    key = "hfm:{%s:%d}:m" % (ns.encode().hex(), rank)
+    key = "hf3fs:{%s}" % ns.encode().hex()  # the namespace's value: all its ranks
     return rc.call(rc.ports()[0], "CLUSTER", "KEYSLOT", key)
 
 
