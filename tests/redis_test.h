@@ -90,14 +90,52 @@ static const char *redis_test_module(void)
     snprintf(redis_test_module_path, sizeof redis_test_module_path, "%s/hf3fs_metad_redis.so",
              dir);
     if (redis_test_module_path[0] != '/') { /* redis-server runs in its own --dir */
-        char cwd[2048];
-        if (getcwd(cwd, sizeof cwd)) {
-            char rel[4096];
-            snprintf(rel, sizeof rel, "%s", redis_test_module_path);
-            snprintf(redis_test_module_path, sizeof redis_test_module_path, "%s/%s", cwd, rel);
+        char *abs = realpath(redis_test_module_path, NULL);
+        if (abs) {
+            snprintf(redis_test_module_path, sizeof redis_test_module_path, "%s", abs);
+            free(abs);
         }
     }
     return access(redis_test_module_path, R_OK) == 0 ? redis_test_module_path : NULL;
+}
+
+/* For a module built with -fsanitize=address: the ASan runtime that must be
+ * preloaded into redis-server (the one this process runs with, from
+ * /proc/self/maps), or NULL. */
+static const char *redis_test_asan_runtime(const char *module)
+{
+    static char lib[4096];
+    FILE *f = fopen(module, "rb");
+    if (!f)
+        return NULL;
+    static char buf[1 << 16];
+    size_t n, carry = 0;
+    int asan = 0;
+    while (!asan && (n = fread(buf + carry, 1, sizeof buf - carry, f)) > 0) {
+        n += carry;
+        for (size_t i = 0; i + 10 <= n && !asan; i++)
+            asan = memcmp(buf + i, "libasan.so", 10) == 0;
+        carry = n < 10 ? n : 10;
+        memmove(buf, buf + n - carry, carry);
+    }
+    fclose(f);
+    if (!asan)
+        return NULL;
+    f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return NULL;
+    char line[4096];
+    const char *found = NULL;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *path = strchr(line, '/');
+        if (path && strstr(path, "/libasan.so")) {
+            path[strcspn(path, "\n")] = '\0';
+            snprintf(lib, sizeof lib, "%s", path);
+            found = lib;
+        }
+    }
+    fclose(f);
+    return found;
 }
 
 static void redis_test_stop(void)
@@ -132,8 +170,13 @@ static const char *redis_test_start(void)
     }
     char portbuf[16];
     snprintf(portbuf, sizeof portbuf, "%d", port);
+    const char *asan = redis_test_asan_runtime(module);
     pid_t pid = fork();
     if (pid == 0) {
+        if (asan) {
+            setenv("LD_PRELOAD", asan, 1);
+            setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
+        }
         int null = open("/dev/null", O_WRONLY);
         if (null >= 0) {
             dup2(null, 1);

@@ -9,9 +9,17 @@ The server binds 127.0.0.1 only, keeps its files in its own temporary directory
 and is killed when the `with` block ends (or at exit, whatever happened).
 appendonly=True starts it with `appendonly yes` and `appendfsync always`.
 
-It loads the hf3fs-metad module (`--loadmodule`, module_path()) unless
-loadmodule=False (a Redis without it, for the start-up check); loadmodule may
-also name another .so. The cluster's nodes (redis_cluster.py) load the same.
+It loads the hf3fs-metad module unless loadmodule=False (a Redis without
+it, for the start-up check):
+
+    with RedisServer() as r:                  # with the hf3fs Redis module
+        r.cmd("MODULE", "LIST")
+
+loadmodule=True (the default) loads module_path() (env HF3FS_REDIS_MODULE,
+else hf3fs_metad_redis.so next to $HF3FS_METAD_BIN: build/ or build/asan/,
+else build/'s); loadmodule="PATH" loads that file. A module built with
+AddressSanitizer runs with the ASan runtime preloaded (module_env()). The
+cluster's nodes (redis_cluster.py) load it the same way.
 """
 
 import atexit
@@ -30,15 +38,15 @@ _live = set()
 
 
 def module_path():
-    """The hf3fs-metad Redis module the tests load: $HF3FS_REDIS_MODULE, else
-    the .so next to the server under test ($HF3FS_METAD_BIN, so build/asan's
-    tests load build/asan's module), else build/'s. An absolute path (Redis
-    runs in its own directory); RuntimeError if there is none."""
-    env = os.environ.get("HF3FS_REDIS_MODULE")
-    if env:
-        return os.path.abspath(env)
-    tried = []
+    """The Redis module the tests load: $HF3FS_REDIS_MODULE, else
+    hf3fs_metad_redis.so in the directory of $HF3FS_METAD_BIN (default
+    build/hf3fs-metad), else build/'s, as an absolute path (Redis runs in its
+    own directory); RuntimeError if there is none."""
+    path = os.environ.get("HF3FS_REDIS_MODULE")
+    if path:
+        return os.path.abspath(path)
     binary = os.environ.get("HF3FS_METAD_BIN", os.path.join(_ROOT, "build", "hf3fs-metad"))
+    tried = []
     for d in (os.path.dirname(os.path.abspath(binary)), os.path.join(_ROOT, "build")):
         path = os.path.join(d, MODULE_FILE)
         if os.path.exists(path):
@@ -48,11 +56,32 @@ def module_path():
                        "HF3FS_REDIS_MODULE" % " nor ".join(tried))
 
 
-def module_args(loadmodule=True):
-    """redis-server's flags that load the module (loadmodule: True, False or a path)."""
+def module_env(path):
+    """The environment for a redis-server that loads the module at path:
+    ours, plus (for a module built with -fsanitize=address) LD_PRELOAD of
+    the ASan runtime, which must come before every other library; leak
+    detection is off (Redis's own allocations are not ours to judge)."""
+    env = dict(os.environ)
+    try:
+        with open(path, "rb") as f:
+            asan = b"libasan.so" in f.read()
+    except OSError:
+        asan = False
+    if asan:
+        cc = os.environ.get("CC", "gcc")
+        lib = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip()
+        env["LD_PRELOAD"] = " ".join(x for x in (lib, env.get("LD_PRELOAD", "")) if x)
+        env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
+        env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+    return env
+
+
+def module_of(loadmodule):
+    """The .so that loadmodule names (True: module_path()), or None."""
     if not loadmodule:
-        return []
-    return ["--loadmodule", module_path() if loadmodule is True else os.path.abspath(loadmodule)]
+        return None
+    return module_path() if loadmodule is True else os.path.abspath(loadmodule)
 
 
 def _kill_all():
@@ -83,11 +112,12 @@ def pick_port(taken=()):
     raise RuntimeError("no free port pair (p, p + 10000) for redis")
 
 
-def spawn(args, port, password=None, timeout=10.0):
+def spawn(args, port, password=None, timeout=10.0, env=None):
     """redis-server with args (flags or a config file), once it answers PING
     on 127.0.0.1:port (AUTH first with password). None if it exited or did
-    not answer within timeout (then it is killed)."""
-    proc = subprocess.Popen([REDIS_SERVER] + list(args),
+    not answer within timeout (then it is killed). env: its environment
+    (default ours)."""
+    proc = subprocess.Popen([REDIS_SERVER] + list(args), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _live.add(proc)
     deadline = time.monotonic() + timeout
@@ -198,15 +228,17 @@ class Resp:
 
 
 class RedisServer:
-    """redis-server on a free port (its bus port + 10000 free too) in a temp dir."""
+    """redis-server on a free port (its bus port + 10000 free too) in a temp dir.
+    loadmodule: True (module_path(), the default), a module's path, or False/None
+    (a Redis without it)."""
 
     def __init__(self, appendonly=False, password=None, extra=(), loadmodule=True):
         self.dir = tempfile.mkdtemp(prefix="hf3fs-redis.")
-        self.loadmodule = loadmodule
         self.port = pick_port()
         self.appendonly = appendonly
         self.password = password
         self.extra = list(extra)
+        self.module = module_of(loadmodule)
         self.proc = None
         self.unix = os.path.join(self.dir, "redis.sock")
         self._conn = None
@@ -228,9 +260,12 @@ class RedisServer:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         if self.password:
             args += ["--requirepass", self.password]
-        args += module_args(self.loadmodule)
+        env = None
+        if self.module:
+            args += ["--loadmodule", self.module]
+            env = module_env(self.module)
         args += self.extra
-        self.proc = spawn(args, self.port, self.password, timeout)
+        self.proc = spawn(args, self.port, self.password, timeout, env)
         if self.proc is None:
             raise RuntimeError("redis-server did not start: " + self.log())
         return self
