@@ -213,7 +213,7 @@ static void usage(FILE *out)
         "                              unix:///path/redis.sock (default: the embedded engine;\n"
         "                              --data-dir, --fsync... then do not apply). Redis must\n"
         "                              have loaded the hf3fs-metad module: redis-server\n"
-        "                              --loadmodule /path/to/hf3fs_metad_redis.so\n"
+        "                              ... --loadmodule /path/to/hf3fs_metad_redis.so\n"
         "  --redis-password-file PATH  Redis password from this file (replaces the URL's)\n"
         "  --redis-connect-timeout SECS  connecting to Redis, at most (default 1)\n"
         "  --redis-timeout SECS        one Redis call, at most; then 503, or 507 for a change\n"
