@@ -218,8 +218,9 @@ typedef enum core_event_type {
     CORE_EV_USE,           /* OWNED page -> most recently used; read lease ends at `deadline` */
     CORE_EV_DEMOTE,        /* OWNED page -> least recently used */
     CORE_EV_WRITE_LEASE,   /* OWNED page: one more writer, protected until `deadline` */
-    CORE_EV_WRITE_DONE,    /* OWNED page: its write lease ended (last writer confirmed, or
-                            * its end passed); protected until `deadline` */
+    CORE_EV_WRITE_DONE,    /* OWNED page: one writer is done (it confirmed, or the lease's
+                            * end passed: one event per writer left); with the last
+                            * one the write lease ends; protected until `deadline` */
 } core_event_type;
 
 typedef struct core_event {

@@ -1110,6 +1110,10 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         return REDISMODULE_ERR;
     if (rm_IsModuleNameBusy(HF3FS_MODULE_NAME))
         return REDISMODULE_ERR;
+    if (argc != 0) {
+        rm_Log(ctx, "warning", "hf3fsmeta: the module takes no arguments");
+        return REDISMODULE_ERR;
+    }
     rm_SetModuleAttribs(ctx, HF3FS_MODULE_NAME, HF3FS_MODULE_VERSION, REDISMODULE_APIVER_1);
     hf_set_allocator(&(hf_allocator){rm_Alloc, rm_Calloc, rm_Realloc, rm_Free});
     RedisModuleTypeMethods tm = {

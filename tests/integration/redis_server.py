@@ -17,9 +17,10 @@ it, for the start-up check):
 
 loadmodule=True (the default) loads module_path() (env HF3FS_REDIS_MODULE,
 else hf3fs_metad_redis.so next to $HF3FS_METAD_BIN: build/ or build/asan/,
-else build/'s); loadmodule="PATH" loads that file. A module built with
-AddressSanitizer runs with the ASan runtime preloaded (module_env()). The
-cluster's nodes (redis_cluster.py) load it the same way.
+else build/'s); loadmodule="PATH" loads that file; module_args are its
+arguments (e.g. ["allocator", "libc"]). A module built with AddressSanitizer
+runs with the ASan runtime preloaded (module_env()). The cluster's nodes
+(redis_cluster.py) load it the same way.
 """
 
 import atexit
@@ -56,18 +57,22 @@ def module_path():
                        "HF3FS_REDIS_MODULE" % " nor ".join(tried))
 
 
+def module_is_sanitized(path):
+    """Whether the module at path was built with -fsanitize=address."""
+    try:
+        with open(path, "rb") as f:
+            return b"libasan.so" in f.read()
+    except OSError:
+        return False
+
+
 def module_env(path):
     """The environment for a redis-server that loads the module at path:
     ours, plus (for a module built with -fsanitize=address) LD_PRELOAD of
     the ASan runtime, which must come before every other library; leak
     detection is off (Redis's own allocations are not ours to judge)."""
     env = dict(os.environ)
-    try:
-        with open(path, "rb") as f:
-            asan = b"libasan.so" in f.read()
-    except OSError:
-        asan = False
-    if asan:
+    if module_is_sanitized(path):
         cc = os.environ.get("CC", "gcc")
         lib = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True,
                              text=True).stdout.strip()
@@ -230,15 +235,17 @@ class Resp:
 class RedisServer:
     """redis-server on a free port (its bus port + 10000 free too) in a temp dir.
     loadmodule: True (module_path(), the default), a module's path, or False/None
-    (a Redis without it)."""
+    (a Redis without it); module_args: the arguments it is loaded with."""
 
-    def __init__(self, appendonly=False, password=None, extra=(), loadmodule=True):
+    def __init__(self, appendonly=False, password=None, extra=(), loadmodule=True,
+                 module_args=()):
         self.dir = tempfile.mkdtemp(prefix="hf3fs-redis.")
         self.port = pick_port()
         self.appendonly = appendonly
         self.password = password
         self.extra = list(extra)
         self.module = module_of(loadmodule)
+        self.module_args = [str(a) for a in module_args]
         self.proc = None
         self.unix = os.path.join(self.dir, "redis.sock")
         self._conn = None
@@ -262,8 +269,11 @@ class RedisServer:
             args += ["--requirepass", self.password]
         env = None
         if self.module:
-            args += ["--loadmodule", self.module]
+            args += ["--loadmodule", self.module] + self.module_args
             env = module_env(self.module)
+            if module_is_sanitized(self.module):  # reports beside redis.log (log())
+                env["ASAN_OPTIONS"] += ":log_path=" + os.path.join(self.dir, "asan")
+                env["UBSAN_OPTIONS"] += ":log_path=" + os.path.join(self.dir, "ubsan")
         args += self.extra
         self.proc = spawn(args, self.port, self.password, timeout, env)
         if self.proc is None:
@@ -271,11 +281,21 @@ class RedisServer:
         return self
 
     def log(self):
-        try:
-            with open(os.path.join(self.dir, "redis.log")) as f:
-                return f.read()[-3000:]
-        except OSError:
-            return ""
+        """The end of redis.log, then any sanitizer report of the module."""
+        out = ""
+        for name in ["redis.log"] + sorted(n for n in os.listdir(self.dir)
+                                           if n.startswith(("asan.", "ubsan."))):
+            try:
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    out += f.read()[-3000:]
+            except OSError:
+                pass
+        return out
+
+    def sanitizer_reports(self):
+        """The module's AddressSanitizer / UBSan reports so far (text)."""
+        return "".join(open(os.path.join(self.dir, n), errors="replace").read()
+                       for n in sorted(os.listdir(self.dir)) if n.startswith(("asan.", "ubsan.")))
 
     def connect(self):
         c = Resp(port=self.port)
