@@ -66,7 +66,7 @@ static const char *redis_test_module(void)
     if (env && *env)
         return env;
     const char *bin = getenv("HF3FS_METAD_BIN");
-    char dir[4096] = "";
+    char dir[2048] = "";
     if (bin && *bin) {
         snprintf(dir, sizeof dir, "%s", bin);
         char *slash = strrchr(dir, '/');
