@@ -13,7 +13,7 @@ BUILD    ?= build
 WARN     := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
             -Wmissing-prototypes -Wformat=2 -Wvla -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
-override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Ibuild/gen -Iinclude $(WARN) -pthread
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread
 LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread
 
 # Debian packages the build and the tests need (checked by `make deps`).
@@ -37,17 +37,6 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/obj/$(SERVER_MAIN:.c=.d)
-
-# The Redis engine's script (src/store/redis.lua) as a C string, shared by
-# every build variant (and the fuzz build): build/gen/redis_lua.h.
-REDIS_LUA_H := build/gen/redis_lua.h
-$(REDIS_LUA_H): src/store/redis.lua
-	@mkdir -p $(dir $@)
-	{ echo '/* generated from src/store/redis.lua by the Makefile: do not edit */'; \
-	  echo 'static const char redis_lua[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/' $<; \
-	  echo '    ;'; } > $@.tmp && mv $@.tmp $@
-$(BUILD)/obj/src/store/redis.o: $(REDIS_LUA_H)
 
 $(BUILD)/libhfmetad.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -21,7 +21,7 @@ rows (ids c1s, c1e, c2s...: primaries, then s or e), each the median of
           per pool, the pools' shards asked in parallel)
 
 Printed per row: requests/s (and pairs/s), and per shard its share of the
-script calls (INFO commandstats) and its CPU time per request (user +
+module command calls (HF3FS.*, INFO commandstats) and its CPU time per request (user +
 system time of the redis-server process, /proc/PID/stat: commandstats'
 durations would count the time a node waits for the one CPU that the
 nodes share here), then the
@@ -90,14 +90,14 @@ def parse(line):
 
 
 def node_stats(rc, port):
-    """(script calls, usec of every command) on one node since its last
-    RESETSTAT (commandstats)."""
+    """(module command calls, usec of every command) on one node since its
+    last RESETSTAT (commandstats)."""
     text = rc.call(port, "INFO", "commandstats")
     calls = usec = 0
-    for name, c, u in re.findall(r"cmdstat_(\w+):calls=(\d+),usec=(\d+)", text):
-        if name in ("evalsha", "eval"):
+    for name, c, u in re.findall(r"cmdstat_([\w.|]+):calls=(\d+),usec=(\d+)", text):
+        if name.startswith("hf3fs."):
             calls += int(c)
-        if name not in ("info", "config", "cluster", "ping", "dbsize"):
+        if name not in ("info", "config", "cluster", "ping", "dbsize", "module"):
             usec += int(u)
     return calls, usec
 
@@ -207,7 +207,7 @@ def main():
           "every Redis on CPU 1 (of %d)" % (a.ranks, a.keys, a.conns, a.runs, a.seconds, NCPU))
     print()
     print("| # | primaries | row | requests/s | pairs/s | p99 ms | Redis CPU per request, all shards (us) "
-          "| per shard: share of script calls, Redis CPU per request (us) |")
+          "| per shard: share of module calls, Redis CPU per request (us) |")
     print("|---|---|---|---|---|---|---|---|")
     results = []
     for n in [int(x) for x in a.primaries.split(",")]:

@@ -7,7 +7,9 @@
  *   HF3FS_TEST_ENGINE=mem   (the default) the embedded engine, in memory
  *   HF3FS_TEST_ENGINE=redis the Redis engine over the redis-server at
  *                           $HF3FS_TEST_REDIS_URL, or over one of its own
- *                           (tests/redis_test.h), emptied at each open
+ *                           (tests/redis_test.h), emptied at each open; the
+ *                           server has loaded the hf3fs-metad module
+ *                           (redis_test_module())
  *   HF3FS_TEST_ENGINE=redis-cluster
  *                           the Redis engine over the Redis Cluster at
  *                           $HF3FS_TEST_REDIS_URL (redis-cluster://...), or
@@ -120,6 +122,9 @@ static inline const char *test_cluster_start(void)
         const char *py = getenv("PYTHON");
         if (!py || !*py)
             py = "/usr/bin/python3";
+        const char *module = redis_test_module();
+        if (module) /* the launcher's nodes load the same .so */
+            setenv("HF3FS_REDIS_MODULE", module, 1);
         execl(py, py, "tests/integration/redis_cluster.py", (char *)NULL);
         _exit(127);
     }
@@ -168,8 +173,7 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
                      "(is it installed? make deps)", name);
             return -1;
         }
-        /* a small use-log bound: reads apply the log too, not only changes */
-        store_redis_options o = {.url = url, .clock = clock, .use_log_bound = 300};
+        store_redis_options o = {.url = url, .clock = clock};
         /* the clock's ctx outlives the store; the options are copied */
         int rc = store_redis_open(config, &o, &e->store, err, errlen);
         if (rc != STORE_OK)

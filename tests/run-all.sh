@@ -24,7 +24,8 @@ for t in tests/integration/test_*.py; do
     [ -f "$t" ] && run "$(basename "$t")" env HF3FS_METAD_BIN="$BUILD/hf3fs-metad" "$PYTHON" "$t"
 done
 # The suites about the state and the routes again, over the Redis engine
-# (harness.py: HF3FS_TEST_ENGINE=redis starts a redis-server of their own).
+# (harness.py: HF3FS_TEST_ENGINE=redis starts a redis-server of their own,
+# with the module $BUILD/hf3fs_metad_redis.so loaded: redis_server.py).
 # Not again: the HTTP layer, auth and abuse (the engine plays no part), the
 # embedded engine's files (durability, fuzz corpora) and the bench. test_crash
 # over Redis kills the front end: Redis must have every acknowledged change.
@@ -40,7 +41,7 @@ for name in $REDIS_SUITES; do
 done
 # The same over a local Redis Cluster (3 primaries + 3 replicas, each process
 # starts its own: tests/engines.h, harness.py): every store call goes to the
-# node of its pool's slot, and what spans pools runs per pool.
+# node of its namespace's slot (one module value per namespace).
 run "test_model[redis-cluster]" env HF3FS_TEST_ENGINE=redis-cluster "$BUILD/tests/test_model"
 for name in $REDIS_SUITES; do
     t=tests/integration/$name.py

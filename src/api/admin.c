@@ -8,7 +8,8 @@
  *   GET /v1/stats  200 {"server":{...},"pools":[{namespace, rank, num_pages,
  *                  pages per state, keys, counters, refused_confirmations{...},
  *                  refused_releases{...}}]}
- *   GET /v1/check  200 {"ok":true} or 500 {"ok":false,"detail":...}; only with
+ *   GET /v1/check  200 {"ok":true} or 500 {"ok":false,"detail":...} (503 when the
+ *                  store could not be asked); only with
  *                  --debug-api (it walks every pool), else 404
  *   GET /metrics   Prometheus text format 0.0.4: requests and latency per
  *                  route and status, connections, server state, the store
@@ -289,9 +290,14 @@ static void stats(api__req *req)
 static void check(api__req *req)
 {
     char err[512] = "";
-    if (req->store->ops->check(req->store, err, sizeof err) == 0) {
+    int rc = req->store->ops->check(req->store, err, sizeof err);
+    if (rc == 0) {
         api__begin(req);
         json_put_lit(req->out, "{\"ok\":true}");
+        return;
+    }
+    if (rc == STORE_EUNAVAILABLE || rc == STORE_EUNCERTAIN) { /* could not look: not a verdict */
+        api__store_failed(req, rc);
         return;
     }
     api__begin(req);

@@ -272,10 +272,12 @@ void api__store_failed(api__req *req, int err)
         api__fail(req, 400, "Invalid argument: %s", store_describe(req->store, err));
         return;
     default:
-        /* Never expected: worth an error line of its own. */
-        log_msg(LOG_ERROR, "%s: store error %d (%s)", req->route ? req->route->pattern : "?", err,
-                store_describe(req->store, err));
-        api__fail(req, 500, "Internal error: %s (%d)", store_describe(req->store, err), err);
+        /* Never expected (store.h lists what an operation may return): worth
+         * an error line of its own, and 503, not 500: nothing was acknowledged,
+         * and the stock clients treat a 500 as the server's fault. */
+        log_msg(LOG_ERROR, "%s: unexpected store error %d (%s)",
+                req->route ? req->route->pattern : "?", err, store_describe(req->store, err));
+        api__fail(req, 503, "Service unavailable: %s (%d)", store_describe(req->store, err), err);
         return;
     }
 }

@@ -39,6 +39,7 @@
 #define EXIT_DAMAGED 3  /* the log is damaged before its tail (see --salvage) */
 #define EXIT_DATA_DIR 4 /* the data directory is foreign, locked or unreadable */
 #define EXIT_STORE 5    /* --store: the shared store cannot be reached or refused us */
+#define EXIT_NOMODULE 6 /* --store: Redis has not loaded the hf3fs-metad module (of this version) */
 
 typedef struct server_options {
     const char *host;
@@ -76,7 +77,6 @@ typedef struct server_options {
     double redis_timeout_s;
     uint64_t redis_wait;
     double redis_wait_timeout_s;
-    uint64_t redis_use_log_bytes;
 } server_options;
 
 static const server_options defaults = {
@@ -105,7 +105,6 @@ static const server_options defaults = {
     .redis_connect_timeout_s = 1,
     .redis_timeout_s = 2,
     .redis_wait_timeout_s = 1,
-    .redis_use_log_bytes = 32u << 10,
 };
 
 enum {
@@ -212,7 +211,9 @@ static void usage(FILE *out)
         "                              redis-cluster://[user:password@]host:port[,host:port...]\n"
         "                              (seed nodes of a Redis Cluster) or\n"
         "                              unix:///path/redis.sock (default: the embedded engine;\n"
-        "                              --data-dir, --fsync... then do not apply)\n"
+        "                              --data-dir, --fsync... then do not apply). Redis must\n"
+        "                              have loaded the hf3fs-metad module: redis-server\n"
+        "                              ... --loadmodule /path/to/hf3fs_metad_redis.so\n"
         "  --redis-password-file PATH  Redis password from this file (replaces the URL's)\n"
         "  --redis-connect-timeout SECS  connecting to Redis, at most (default 1)\n"
         "  --redis-timeout SECS        one Redis call, at most; then 503, or 507 for a change\n"
@@ -220,10 +221,12 @@ static void usage(FILE *out)
         "  --redis-wait N              acknowledge a change once N replicas have it (WAIT;\n"
         "                              default 0: once the Redis primary applied it)\n"
         "  --redis-wait-timeout SECS   how long WAIT waits for them (default 1)\n"
-        "  --redis-use-log-bytes N     reads record their LRU uses and leases in a log per\n"
-        "                              pool, applied by the next change or by the read that\n"
-        "                              takes it past N bytes, K/M allowed (default 32K)\n"
-        "  --help                      this text\n",
+        "  --help                      this text\n"
+        "\n"
+        "Exit status: 0 stopped by SIGTERM/SIGINT; 2 a bad flag or --store address; 3 the log\n"
+        "is damaged before its tail (see --salvage); 4 the data directory is foreign, locked\n"
+        "or unreadable; 5 --store cannot be reached or refused the credentials; 6 --store's\n"
+        "Redis has not loaded the hf3fs-metad module of this version.\n",
         (unsigned long long)CORE_MAX_PAGES_LIMIT);
 }
 
@@ -336,7 +339,11 @@ static void parse_flag(server_options *o, int id, const char *arg)
         o->redis_wait_timeout_s = parse_seconds(flag, arg, 0.001, 3600);
         break;
     case OPT_REDIS_USE_LOG_BYTES:
-        o->redis_use_log_bytes = parse_count(flag, arg, 64, 64u << 20, true);
+        /* The Lua engine's use log is gone (the module applies every use at
+         * once): accepted, so that existing units still start, and ignored. */
+        parse_count(flag, arg, 64, 64u << 20, true);
+        fprintf(stderr, "hf3fs-metad: --redis-use-log-bytes is deprecated and ignored: the "
+                "hf3fs-metad Redis module records every use at once\n");
         break;
     case OPT_SAVE_INTERVAL:
         o->save_interval_s = parse_seconds(flag, arg, 0, 1e9);
@@ -581,16 +588,16 @@ static void log_settings(const server_options *o, uint16_t port)
     if (o->store) {
         log_msg(LOG_INFO, "state is kept in Redis (store %s, redis-password-file %s, "
                 "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %" PRIu64
-                ", redis-wait-timeout %g s, redis-use-log-bytes %" PRIu64 "): this process is a stateless front end; data-dir, "
+                ", redis-wait-timeout %g s): this process is a stateless front end; data-dir, "
                 "fsync, save-interval, snapshot-log-bytes and salvage do not apply",
                 redact_url(o->store), o->redis_password_file ? o->redis_password_file : "none",
                 o->redis_connect_timeout_s, o->redis_timeout_s, o->redis_wait,
-                o->redis_wait_timeout_s, o->redis_use_log_bytes);
+                o->redis_wait_timeout_s);
         return;
     }
     log_msg(LOG_INFO, "store: the embedded engine (no --store; redis-password-file, "
-            "redis-connect-timeout, redis-timeout, redis-wait, redis-wait-timeout and "
-            "redis-use-log-bytes apply to --store only)");
+            "redis-connect-timeout, redis-timeout, redis-wait and redis-wait-timeout apply to "
+            "--store only)");
     if (o->in_memory)
         log_msg(LOG_INFO, "state is kept in memory only (--in-memory): a restart forgets every "
                 "pool");
@@ -609,6 +616,7 @@ static int exit_code_of(int store_error)
     case STORE_EUNREACHABLE:
     case STORE_EAUTH: return EXIT_STORE;
     case STORE_ECONFIG: return EXIT_USAGE;
+    case STORE_ENOMODULE: return EXIT_NOMODULE;
     default: return EXIT_DATA_DIR; /* the data directory: foreign, locked, unreadable */
     }
 }
@@ -631,7 +639,6 @@ static store_t *open_store(const server_options *o, const core_config *core)
             .command_timeout_ms = seconds_to_ms(o->redis_timeout_s),
             .wait_replicas = (unsigned)o->redis_wait,
             .wait_timeout_ms = seconds_to_ms(o->redis_wait_timeout_s),
-            .use_log_bound = (size_t)o->redis_use_log_bytes,
         };
         store_t *store = NULL;
         char err[1024];

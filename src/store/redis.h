@@ -1,37 +1,45 @@
 /*
- * redis.h: the Redis engine: the state lives in one Redis (7.0, Debian's
- * redis-server), and any number of hf3fs-metad front ends serve it.
+ * redis.h: the Redis engine: the state lives in Redis (7.0, Debian's
+ * redis-server) with the hf3fs-metad module loaded (build/hf3fs_metad_redis.so,
+ * docs/redis-module.md), and any number of hf3fs-metad front ends serve it.
+ *
+ * The module is src/core inside Redis: one value per namespace (the key
+ * wire_value_key(ns), src/module/wire.h) holds that namespace's pools, and
+ * every store call is one HF3FS.* command on that value, one atomic step in
+ * Redis that runs one core call. Completeness, cross-rank demotion and
+ * eviction are the core's, as in the embedded engine: this engine encodes
+ * the arguments, sends the one command and decodes its answer; it keeps no
+ * rule of its own. Deadlines come from Redis's clock (the engine sends now
+ * = 0), so front ends whose clocks disagree still agree on every lease; a
+ * test's clock (options.clock) is sent instead. The same call sequence
+ * gives the same answers as the embedded engine (tests/unit/test_model.c).
+ * stats, check and clear_all ask every node that holds values
+ * (HF3FS.NAMESPACES, HF3FS.CLEARALL), then each namespace's value.
+ *
+ * Over a Redis Cluster (redis-cluster://seeds) a namespace's value lives on
+ * the shard of its hash tag: namespaces spread over shards, one namespace's
+ * load goes to one shard. Each call goes to the primary of its namespace's
+ * slot through src/cluster (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, failovers).
+ * A value moves whole with its slot (MIGRATE carries the module's type).
+ *
+ * At open, MODULE LIST on the Redis (on every primary of a cluster) must
+ * show the module "hf3fsmeta" of exactly HF3FS_MODULE_VERSION: otherwise
+ * STORE_ENOMODULE, with a sentence that says how to load it.
+ *
+ * Faults (store/redis_conn.h). A call that cannot reach Redis is refused
+ * (STORE_EUNAVAILABLE) at once (Redis known down) or within the command
+ * timeout; so is one that Redis refuses before running it (LOADING, BUSY,
+ * OOM under maxmemory, READONLY...). A change whose reply was lost after it
+ * was sent (timeout, broken connection), or that fewer replicas than
+ * --redis-wait acknowledged, may have taken effect: STORE_EUNCERTAIN. A
+ * monitor thread probes Redis (MODULE LIST) every second, and while it is
+ * down tries again with backoff (0.1 s doubling to 2 s); health() says why.
  *
  * Its figures (store_ops.metrics): hf3fs_metad_store_up,
  * hf3fs_metad_store_round_trip_seconds and hf3fs_metad_store_errors_total;
  * in /v1/stats the member "store" (address, up, why down, calls, errors,
- * outcomes unknown, calls refused while down, reconnects).
- *
- * Every store call is one run of one Lua script (src/store/redis.lua,
- * loaded once, called by its SHA1, loaded again after NOSCRIPT): one atomic
- * step in Redis, with Redis's clock (TIME) for every deadline, so front ends
- * whose clocks disagree still agree on every lease. The same call sequence
- * gives the same answers as the embedded engine (tests/unit/test_model.c).
- *
- * Over a Redis Cluster (redis-cluster://seeds) each call goes, through
- * src/store/cluster.c, to the primary that serves its pool's slot (one hash
- * tag per pool). Every script run touches one slot, so what spans pools
- * runs pool by pool: completeness reads read every pool's index at once and
- * then record the uses of the keys that still own the page read; an
- * eviction or a delete demotes the key in the other ranks right after; an
- * initialization registers its pool after creating it; stats, check and
- * clear_all go pool by pool. Answer by answer this is still the reference
- * model (HF3FS_TEST_ENGINE=redis-cluster). Each script also names a key
- * that never exists, so that Redis refuses it (TRYAGAIN, retried) while its
- * pool's slot is migrating rather than run it on a pool half moved.
- *
- * Faults. A call that cannot reach Redis answers STORE_EUNAVAILABLE at once
- * (Redis known down) or within the command timeout; a change whose reply was
- * lost after it was sent (timeout, broken connection, a script error) may
- * have been applied: STORE_EUNCERTAIN (the API answers 507, which the stock
- * clients do not retry). A monitor thread pings Redis every second, and
- * while it is down tries again with backoff (0.1 s doubling to 2 s); health()
- * says why it is down.
+ * outcomes unknown, calls refused while down, reconnects; over a cluster
+ * its nodes).
  */
 #ifndef HF_STORE_REDIS_H
 #define HF_STORE_REDIS_H
@@ -51,17 +59,17 @@ typedef struct store_redis_options {
     int64_t command_timeout_ms;   /* 0: 2000 */
     unsigned wait_replicas;       /* > 0: WAIT for that many replicas after every change */
     int64_t wait_timeout_ms;      /* the WAIT's timeout (0: the command timeout) */
-    size_t use_log_bound;         /* bytes of a pool's use log before a read applies it (0: 32K) */
-    /* Tests: the clock of every call (milliseconds), passed to the script;
-     * NULL (the server): Redis's TIME, the one clock of every front end. */
+    /* Tests: the clock of every call (milliseconds), sent with each command;
+     * NULL (the server): Redis's own clock, the one clock of every front end. */
     const store_clock *clock;
 } store_redis_options;
 
 /*
  * Connect (bounded by the connect timeout), authenticate, select the db and
- * load the script. STORE_OK and *out, or STORE_ECONFIG (a malformed URL),
+ * check the module. STORE_OK and *out, or STORE_ECONFIG (a malformed URL),
  * STORE_EUNREACHABLE (cannot connect: unknown host, refused, timeout),
- * STORE_EAUTH (wrong user or password, or one is needed), STORE_EUNAVAILABLE
+ * STORE_EAUTH (wrong user or password, or one is needed), STORE_ENOMODULE
+ * (the module is not loaded, or another version of it), STORE_EUNAVAILABLE
  * (Redis answered but refused, e.g. loading), with a sentence in err.
  */
 int store_redis_open(const core_config *config, const store_redis_options *options,

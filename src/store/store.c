@@ -34,6 +34,8 @@ const char *store_strerror(int err)
     case STORE_EUNCERTAIN:
         return "the change may have taken effect but was not made durable; check the state "
                "before repeating it";
+    case STORE_ENOMODULE:
+        return "the store's server lacks the hf3fs-metad module of this version";
     default: return "unknown store error";
     }
 }

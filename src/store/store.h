@@ -9,9 +9,10 @@
  * the caller). Engines are thread-safe: any thread may call any operation
  * at any time.
  *
- * Errors: 0 on success or a negative STORE_E* code; then nothing changed.
- * The codes from STORE_EIO on are those of opening an engine (its
- * constructor); the operations return the first four.
+ * Errors: 0 on success or a negative STORE_E* code; then nothing changed
+ * (STORE_EUNCERTAIN excepted). The codes from STORE_EIO on are those of
+ * opening an engine (its constructor); the operations return the first
+ * four and STORE_EUNCERTAIN (struct store_ops says which, when).
  */
 #ifndef HF_STORE_H
 #define HF_STORE_H
@@ -40,8 +41,11 @@ enum {
     STORE_ECONFIG = -11,     /* the engine's settings are invalid (e.g. a malformed address) */
     /* A change whose outcome is unknown: it may have taken effect but was not
      * made durable (its log failed meanwhile, or its reply was lost). It must
-     * not be answered with a status the stock clients resend (api: 507). */
+     * not be answered with a status that the stock clients resend. */
     STORE_EUNCERTAIN = -12,
+    /* Opening an engine: its server lacks the extension it needs (Redis
+     * without the hf3fs-metad module, or another version of it). */
+    STORE_ENOMODULE = -13,
 };
 
 /* A sentence for the code, naming no engine. */
@@ -157,43 +161,122 @@ void store_emit_null(const store_emitter *e, const char *key);
 typedef void (*store_stats_visitor)(void *ctx, hf_slice ns, uint32_t rank,
                                     const core_pool_stats *stats);
 
+/*
+ * The operations. What every member may assume and must do; an engine is
+ * correct when the same call sequence gives the answers of the embedded
+ * engine (the reference model, tests/unit/test_model.c, runs every engine).
+ *
+ * Every member may assume:
+ *   - its arguments are valid for the call: s is the engine's own; ns and
+ *     keys are byte strings of any content (NUL included), keys[0..n) and
+ *     the output arrays hold n items (n may be 0; then nothing is read or
+ *     written); rank < UINT32_MAX; the caller checked list sizes and key
+ *     lengths against its own limits;
+ *   - it may be called from any thread, concurrently with any member
+ *     (destroy excepted: no other call runs or follows);
+ *   - the output arrays are the caller's and may hold garbage on entry.
+ * Every member must:
+ *   - run as one atomic step: another caller sees all of it or none of it;
+ *   - on success (STORE_OK) fill every output; on failure change nothing
+ *     that a later call could see (STORE_EUNCERTAIN excepted, below) and
+ *     leave the outputs undefined;
+ *   - answer within a bounded time (the engine's timeouts): never block
+ *     forever on a server that stopped answering;
+ *   - return 0 or one of: STORE_ENOPOOL where a pool is named and does not
+ *     exist; STORE_EINVAL (num_pages or rank beyond the configuration);
+ *     STORE_ENOMEM; STORE_EUNAVAILABLE (refused: nothing was done, the
+ *     call may be repeated as is); and, from a change only,
+ *     STORE_EUNCERTAIN (the outcome is unknown: it may have taken effect).
+ *     Nothing else: the API answers each of these with a status of its own
+ *     and treats any other code as a bug.
+ * "A change" below: init_pool, allocate, confirm, delete_keys, clear_pool,
+ * clear_all. The reads (exists, lookup, complete_*) also record uses (LRU
+ * order) and read leases, as the core does; they never answer
+ * STORE_EUNCERTAIN (a read whose answer was lost is refused: repeating it
+ * is harmless).
+ */
 struct store_ops {
-    /* Create the pool or keep it (idempotent). *created says which;
-     * *existing_pages is the size the pool has after the call. */
+    /* Create the pool (ns, rank) of num_pages pages, or keep the existing
+     * one (idempotent: its state and size stay). *created says which (NULL:
+     * not wanted); *existing_pages (NULL: not wanted) the size the pool has
+     * after the call, so the caller can warn about a mismatch. A pool of 0
+     * pages is valid (it never has a page to give). STORE_EINVAL: num_pages
+     * above the configuration's max_pages or rank >= max_ranks. */
     int (*init_pool)(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
                      bool *created, uint64_t *existing_pages);
+    /* Reserve a page per key of the pool (core_allocate): pages[i] is the
+     * key's page (its own if it already owns one: existed[i] true, may be
+     * NULL) or -1 (none free and nothing evictable; under
+     * CORE_ALLOC_ALL_OR_NOTHING every item is -1 if one would be).
+     * Eviction and the demotion of evicted keys in the other ranks of ns
+     * are part of the one step. STORE_ENOPOOL. */
     int (*allocate)(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                     core_alloc_mode mode, int64_t *pages, bool *existed);
+    /* Make the reservations (keys[i], pages[i]) owned and release the pages
+     * release[0..nrel) (core_confirm); an item that does not hold (not
+     * reserved by that key, expired, out of range) is refused and counted,
+     * never an error. STORE_ENOPOOL. */
     int (*confirm)(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys,
                    const int64_t *pages, size_t n, const int64_t *release, size_t nrel);
+    /* present[i]: whether the key owns a page of the pool (a use and a read
+     * lease when it does). STORE_ENOPOOL. */
     int (*exists)(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                   bool *present);
+    /* pages[i]: the page the key owns in the pool, or -1 (a use and a read
+     * lease when it owns one). STORE_ENOPOOL. */
     int (*lookup)(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                   int64_t *pages);
+    /* The keys leave the pool (their pages drain, then are free); the other
+     * ranks of ns demote them. A key not there is no error. STORE_ENOPOOL. */
     int (*delete_keys)(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n);
+    /* Every key leaves the pool; the pool stays, with its size.
+     * STORE_ENOPOOL. */
     int (*clear_pool)(store_t *s, hf_slice ns, uint32_t rank);
+    /* Forget every pool of every namespace (POST /clear). Over several
+     * servers (shards), each is cleared in its own step: a call running
+     * meanwhile may see some cleared and others not. */
     int (*clear_all)(store_t *s);
+    /* present[i]: the key owns a page in every pool of ns (and ns has one
+     * at least); then a use and a read lease in each. A namespace without
+     * pools answers all false, not STORE_ENOPOOL. */
     int (*complete_exists)(store_t *s, hf_slice ns, const hf_slice *keys, size_t n, bool *present);
+    /* pages[i]: the key's page in pool (ns, rank) if the key owns a page in
+     * every pool of ns, else -1 (uses and leases as complete_exists).
+     * STORE_ENOPOOL: (ns, rank) does not exist. */
     int (*complete_locations)(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys,
                               size_t n, int64_t *pages);
-    /* Visit every pool's figures (a consistent snapshot per pool). */
+    /* Call fn once per pool with its figures, by namespace then rank (each
+     * pool's figures a consistent snapshot; pools need not be taken at one
+     * instant). fn must not call the engine. A failure may come after some
+     * pools were visited: the caller then discards what it was given. */
     int (*stats)(store_t *s, store_stats_visitor fn, void *ctx);
-    /* Verify the ownership invariant; 0 or -1 with a description in err. */
+    /* Verify the ownership invariant (core_check) over the whole state:
+     * 0 if it holds; -1 with a description (NUL-terminated, at most errlen
+     * bytes) in err if not; STORE_EUNAVAILABLE, with why in err, if the
+     * engine could not look (then nothing is known). Slow: for tests and
+     * GET /v1/check. */
     int (*check)(store_t *s, char *err, size_t errlen);
+    /* Release everything (threads joined, connections closed, the log
+     * flushed). No call runs meanwhile or afterwards. */
     void (*destroy)(store_t *s);
     /* Optional (NULL: always healthy). Whether the engine accepts changes
      * now: STORE_OK, or STORE_EUNAVAILABLE with why in reason (a
      * NUL-terminated sentence, e.g. "the log failed: No space left on
-     * device"). Cheap and lock-free enough for a probe every second. */
+     * device"). Cheap and lock-free enough for a probe every second; it may
+     * lag the truth by the engine's monitoring period. */
     int (*health)(store_t *s, char *reason, size_t len);
     /* Optional (NULL: the engine reports nothing of its own). The engine's
      * own figures (its log, its round trips...) through the emitter, for
-     * /metrics and /v1/stats; called on every scrape, from any thread.
-     * STORE_OK, or an error (then the caller ignores what was written). */
+     * /metrics and /v1/stats; called on every scrape, from any thread; it
+     * must not wait on the engine's server. STORE_OK, or an error (then the
+     * caller ignores what was written). */
     int (*metrics)(store_t *s, const store_emitter *e);
     /* Optional (NULL: store_strerror). The engine's own sentence for an
      * error one of its operations returned (e.g. what STORE_EUNAVAILABLE
-     * means for it and what to do); a static string. */
+     * means for it and what to do), or NULL for store_strerror's; a static
+     * string. In the engine's words, not the protocol's: it says "refused"
+     * or "outcome unknown", never an HTTP status, which is the API's
+     * choice. */
     const char *(*describe)(store_t *s, int err);
 };
 

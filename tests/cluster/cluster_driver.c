@@ -1,5 +1,5 @@
 /*
- * cluster_driver: src/store/cluster.c at the command of a test script.
+ * cluster_driver: src/cluster/cluster.c at the command of a test script.
  *
  * tests/integration/test_redis_cluster.py starts a real cluster, runs this
  * program and talks to it one line at a time: a command on stdin, one JSON
@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/cluster.h"
+#include "cluster/cluster.h"
 
 static cluster_t *cluster;
 

@@ -11,7 +11,8 @@
 
 Each node is a redis-server (redis_server.spawn) in its own directory
 of one temporary directory, bound to 127.0.0.1 on a port p such that p and
-its cluster bus port p + 10000 were both free; `redis-cli --cluster create
+its cluster bus port p + 10000 were both free, with the hf3fs-metad module
+loaded (redis_server.module_of(); loadmodule=False: without); `redis-cli --cluster create
 --cluster-replicas 1` forms the cluster. Leaving the `with` block (or the
 process exiting) kills every node and removes the directory.
 
@@ -28,7 +29,7 @@ import subprocess
 import tempfile
 import time
 
-from redis_server import RedisError, Resp, kill, pick_port, spawn
+from redis_server import RedisError, Resp, kill, module_env, module_of, pick_port, spawn
 
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
@@ -87,7 +88,9 @@ class RedisCluster:
     cluster-node-timeout (failure detection: a failover takes about that
     plus one second)."""
 
-    def __init__(self, primaries=3, replicas=1, node_timeout_ms=2000, password=None):
+    def __init__(self, primaries=3, replicas=1, node_timeout_ms=2000, password=None,
+                 loadmodule=True):
+        self.module = module_of(loadmodule)  # as RedisServer's: True, False or a path
         self.primaries = primaries
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
@@ -140,13 +143,16 @@ class RedisCluster:
         ]
         if self.password:
             lines += ["requirepass %s" % self.password, "masterauth %s" % self.password]
+        if self.module:
+            lines.append("loadmodule %s" % self.module)
         path = os.path.join(node.dir, "redis.conf")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         return path
 
     def _spawn(self, node):
-        node.proc = spawn([self._config(node)], node.port, self.password)
+        node.proc = spawn([self._config(node)], node.port, self.password,
+                          env=module_env(self.module) if self.module else None)
         return node.proc is not None
 
     def _start_new_node(self):

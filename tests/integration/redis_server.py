@@ -9,14 +9,18 @@ The server binds 127.0.0.1 only, keeps its files in its own temporary directory
 and is killed when the `with` block ends (or at exit, whatever happened).
 appendonly=True starts it with `appendonly yes` and `appendfsync always`.
 
-    with RedisServer(loadmodule=True) as r:   # with the hf3fs Redis module
+It loads the hf3fs-metad module unless loadmodule=False (a Redis without
+it, for the start-up check):
+
+    with RedisServer() as r:                  # with the hf3fs Redis module
         r.cmd("MODULE", "LIST")
 
-loadmodule=True loads module_path() (env HF3FS_REDIS_MODULE, else
-hf3fs_metad_redis.so next to $HF3FS_METAD_BIN: build/ or build/asan/);
-loadmodule="PATH" loads that file; module_args are its arguments (e.g.
-["allocator", "libc"]). A module built with AddressSanitizer runs with the
-ASan runtime preloaded (module_env()).
+loadmodule=True (the default) loads module_path() (env HF3FS_REDIS_MODULE,
+else hf3fs_metad_redis.so next to $HF3FS_METAD_BIN: build/ or build/asan/,
+else build/'s); loadmodule="PATH" loads that file; module_args are its
+arguments (e.g. ["allocator", "libc"]). A module built with AddressSanitizer
+runs with the ASan runtime preloaded (module_env()). The cluster's nodes
+(redis_cluster.py) load it the same way.
 """
 
 import atexit
@@ -29,18 +33,28 @@ import tempfile
 import time
 
 REDIS_SERVER = os.environ.get("HF3FS_REDIS_SERVER", "redis-server")
+MODULE_FILE = "hf3fs_metad_redis.so"
+_ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 _live = set()
 
 
 def module_path():
     """The Redis module the tests load: $HF3FS_REDIS_MODULE, else
     hf3fs_metad_redis.so in the directory of $HF3FS_METAD_BIN (default
-    build/hf3fs-metad), as an absolute path."""
+    build/hf3fs-metad), else build/'s, as an absolute path (Redis runs in its
+    own directory); RuntimeError if there is none."""
     path = os.environ.get("HF3FS_REDIS_MODULE")
-    if not path:
-        binary = os.environ.get("HF3FS_METAD_BIN", "build/hf3fs-metad")
-        path = os.path.join(os.path.dirname(binary) or ".", "hf3fs_metad_redis.so")
-    return os.path.abspath(path)
+    if path:
+        return os.path.abspath(path)
+    binary = os.environ.get("HF3FS_METAD_BIN", os.path.join(_ROOT, "build", "hf3fs-metad"))
+    tried = []
+    for d in (os.path.dirname(os.path.abspath(binary)), os.path.join(_ROOT, "build")):
+        path = os.path.join(d, MODULE_FILE)
+        if os.path.exists(path):
+            return path
+        tried.append(path)
+    raise RuntimeError("the hf3fs-metad Redis module is not built (%s): run make, or set "
+                       "HF3FS_REDIS_MODULE" % " nor ".join(tried))
 
 
 def module_is_sanitized(path):
@@ -66,6 +80,13 @@ def module_env(path):
         env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
         env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
     return env
+
+
+def module_of(loadmodule):
+    """The .so that loadmodule names (True: module_path()), or None."""
+    if not loadmodule:
+        return None
+    return module_path() if loadmodule is True else os.path.abspath(loadmodule)
 
 
 def _kill_all():
@@ -213,17 +234,17 @@ class Resp:
 
 class RedisServer:
     """redis-server on a free port (its bus port + 10000 free too) in a temp dir.
-    loadmodule: None, True (module_path()) or the path of a module to load;
-    module_args: the arguments it is loaded with."""
+    loadmodule: True (module_path(), the default), a module's path, or False/None
+    (a Redis without it); module_args: the arguments it is loaded with."""
 
-    def __init__(self, appendonly=False, password=None, extra=(), loadmodule=None,
+    def __init__(self, appendonly=False, password=None, extra=(), loadmodule=True,
                  module_args=()):
         self.dir = tempfile.mkdtemp(prefix="hf3fs-redis.")
         self.port = pick_port()
         self.appendonly = appendonly
         self.password = password
         self.extra = list(extra)
-        self.module = module_path() if loadmodule is True else loadmodule
+        self.module = module_of(loadmodule)
         self.module_args = [str(a) for a in module_args]
         self.proc = None
         self.unix = os.path.join(self.dir, "redis.sock")

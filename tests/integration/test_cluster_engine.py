@@ -16,12 +16,15 @@ After the fault, each test checks:
 and prints the figures: seconds of 5xx answers, kill -> promotion,
 promotion -> first success.
 
+A primary starved of CPU (SIGSTOP for a moment) under load: no 500.
+
 HF3FS_CLUSTER_LONG=1: three failovers in a row, and three slot moves.
 These tests run whatever HF3FS_TEST_ENGINE says (they start their own cluster).
 """
 
 import os
 import random
+import signal
 import threading
 import time
 
@@ -39,7 +42,7 @@ def cluster():
 
 
 def pool_slot(rc, ns="kv", rank=RANK):
-    key = "hfm:{%s:%d}:m" % (ns.encode().hex(), rank)
+    key = "hf3fs:{%s}" % ns.encode().hex()  # the namespace's value: all its ranks
     return rc.call(rc.ports()[0], "CLUSTER", "KEYSLOT", key)
 
 
@@ -244,6 +247,75 @@ def test_moving_the_pool_slot_under_load_loses_no_acknowledged_confirmation():
         text = srv.client().get("/metrics").body.decode()
         expect_true('hf3fs_metad_store_cluster_redirects_total{node="' in text,
                     "redirects in /metrics")
+
+
+class Reader(threading.Thread):
+    """The reads and the admin routes that span shards, in a loop: records
+    every status."""
+
+    def __init__(self, srv):
+        super().__init__(daemon=True)
+        self.srv = srv
+        self.statuses = {}
+        self.stop_flag = threading.Event()
+
+    def run(self):
+        c = self.srv.client(timeout=10)
+        rng = random.Random(7)
+        while not self.stop_flag.is_set():
+            keys = ["%064x" % rng.getrandbits(256) for _ in range(16)]
+            for method, path, body in (("POST", "/keys/batch_exists", {"keys": keys}),
+                                       ("POST", "/keys/get_locations",
+                                        {"rank": RANK, "keys": keys}),
+                                       ("GET", "/v1/stats", None), ("GET", "/metrics", None),
+                                       ("GET", "/v1/check", None)):
+                try:
+                    r = c.post(path, body) if method == "POST" else c.get(path)
+                    status = r.status
+                except OSError:
+                    status = 0
+                    c = self.srv.client(timeout=10)
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def finish(self):
+        self.stop_flag.set()
+        self.join(30)
+
+
+def test_a_primary_starved_for_a_moment_under_load_answers_no_500():
+    """SIGSTOP the pool's primary (no CPU for it) for 1.2 s, below the node
+    timeout (no failover), twice, under changes and cross-shard reads: the
+    calls to it time out or are refused (503, 507 for a change), nothing is
+    answered 500, and every acknowledged confirmation is there."""
+    rc = cluster()
+    with front_end(rc) as srv:
+        init_pool(srv)
+        rc.wait_ok()
+        victim = rc.slot_owner(pool_slot(rc))
+        pid = rc.nodes[victim].proc.pid
+        load, reader = Load(srv, seed=300), Reader(srv)
+        load.start()
+        reader.start()
+        try:
+            for _ in range(2):
+                time.sleep(1.0)
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(1.2)
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(1.5)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            load.finish()
+            reader.finish()
+        statuses = dict(reader.statuses)
+        for _, st in load.log:
+            statuses[st] = statuses.get(st, 0) + 1
+        print("  statuses while the primary was starved: %r" % sorted(statuses.items()))
+        bad = {st: n for st, n in statuses.items() if st >= 500 and st not in (503, 507)}
+        expect_eq(bad, {}, "5xx other than 503/507")
+        expect_true(len(load.acked) > 0, "the load was acknowledged")
+        rc.wait_ok()
+        verify(srv, load.acked)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """test_redis.py: the Redis engine's own promises (--store), over real redis-servers.
 
-- start-up: a wrong password, an unknown host, a malformed URL each stop the
-  start with a clear message; a unix socket and a password file work;
+- start-up: a wrong password, an unknown host, a malformed URL, a Redis (or a
+  cluster) without the hf3fs-metad module each stop the start with a clear
+  message and their own exit status; a unix socket and a password file work;
 - two front ends over one Redis serve one state: a key written through one is
   read through the other, stock-client-like workers split across both never
   make two keys share a page;
@@ -9,7 +10,8 @@
   again: every acknowledged confirmation is there; Redis stopped: 503 at once
   and /health says why, started again: service comes back by itself; Redis
   frozen (SIGSTOP): an answer within the command timeout, never a hang, never
-  a status the stock clients retry after a change was sent;
+  a status the stock clients retry after a change was sent; frozen for a
+  moment under load from many clients: never a 500 (503 and 507 only);
 - --redis-wait N: a change is acknowledged once N replicas have it, and is
   answered 507 (outcome unknown) when they do not confirm it.
 """
@@ -59,6 +61,32 @@ def test_unknown_host_and_refused_port_stop_the_start_with_a_clear_message():
     rc, err = start_fails(["--store", "redis://127.0.0.1:%d" % port,
                            "--redis-connect-timeout", "0.5"])
     expect_true("cannot connect to Redis" in err and "refused" in err, err)
+
+
+def test_a_redis_without_the_module_stops_the_start_with_how_to_load_it():
+    with RedisServer(loadmodule=False) as r:
+        rc, err = start_fails(["--store", r.url])
+        expect_eq(rc, 6, "exit status of a Redis without the module (%s)" % err)
+        expect_true("127.0.0.1:%d has not loaded the hf3fs-metad module" % r.port in err, err)
+        expect_true("--loadmodule" in err and "hf3fs_metad_redis.so" in err
+                    and "redis.conf" in err, "says how to load it: %s" % err)
+
+
+def test_a_cluster_without_the_module_stops_the_start_too():
+    from redis_cluster import RedisCluster
+    with RedisCluster(primaries=1, replicas=0, loadmodule=False) as rc:
+        rc_, err = start_fails(["--store", "redis-cluster://" + rc.seeds()])
+        expect_eq(rc_, 6, "exit status (%s)" % err)
+        expect_true("has not loaded the hf3fs-metad module" in err and "--loadmodule" in err, err)
+
+
+def test_help_documents_the_exit_status_of_a_missing_module():
+    p = subprocess.run([BIN, "--help"], capture_output=True, timeout=10)
+    text = p.stdout.decode()
+    expect_true("6 --store's" in text and "module" in text, text[-600:])
+    p = subprocess.run([BIN, "--redis-use-log-bytes", "32K", "--help"], capture_output=True,
+                       timeout=10)
+    expect_true("deprecated and ignored" in p.stderr.decode(), p.stderr.decode())
 
 
 def test_malformed_store_urls_are_usage_errors():
@@ -312,7 +340,80 @@ def test_redis_wait_acknowledges_once_replicas_have_the_change():
         v_init(c, 0, 8)
         pages = v_alloc(c, 0, ["k"])
         v_confirm(c, 0, [("k", pages[0])])
-        wait_for(lambda: replica.cmd("EXISTS", "hfm:{6b76:0}:k") == 1, 5, what="on the replica")
+        wait_for(lambda: replica.cmd("EXISTS", "hf3fs:{6b76}") == 1, 5, what="on the replica")
+
+
+def _mixed_load(port, stop, statuses, lock, seed):
+    """Every kind of call, changes and reads, in a loop; counts the statuses."""
+    rng = random.Random(seed)
+    c = harness.Client(port, timeout=30 * harness.SLOWDOWN)
+
+    def count(status):
+        with lock:
+            statuses[status] = statuses.get(status, 0) + 1
+
+    try:
+        while not stop.is_set():
+            keys = ["s%d-%d" % (rng.randrange(200), i) for i in range(rng.randrange(1, 6))]
+            rank = rng.randrange(2)
+            try:
+                r = c.post("/keys/batch_allocate", {"rank": rank, "keys": keys})
+                count(r.status)
+                if r.status == 200:
+                    pages = [p for _, p in r.json()["results"]]
+                    conf = [[k, p] for k, p in zip(keys, pages) if p >= 0]
+                    count(c.post("/keys/confirm_write",
+                                 {"rank": rank, "confirmations": conf}).status)
+                count(c.post("/keys/batch_exists", {"keys": keys}).status)
+                count(c.post("/keys/get_locations", {"rank": rank, "keys": keys}).status)
+                count(c.post("/0/exists", {"keys": keys}).status)
+                if rng.random() < 0.2:
+                    count(c.get("/v1/stats").status)
+                    count(c.get("/metrics").status)
+                    count(c.get("/v1/check").status)
+            except (OSError, harness.http.client.HTTPException):
+                c.close()
+                c = harness.Client(port, timeout=30 * harness.SLOWDOWN)
+    finally:
+        c.close()
+
+
+def test_redis_starved_for_a_moment_under_load_answers_no_500():
+    """SIGSTOP (Redis gets no CPU) for 1.5 s under load from 8 clients, twice:
+    calls in flight time out (507 for a change, 503 for a read), later ones
+    are refused at once (503) until the monitor sees Redis again; nothing is
+    answered 500, and the state holds afterwards."""
+    with RedisServer() as r, Server("--redis-timeout", "0.5", store=r.url) as srv:
+        c = srv.client()
+        for rank in range(2):
+            v_init(c, rank, 64)
+        s_init(c, 0, 64)
+        stop, lock, statuses = threading.Event(), threading.Lock(), {}
+        threads = [threading.Thread(target=_mixed_load, args=(srv.port, stop, statuses, lock, t))
+                   for t in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(2):
+                time.sleep(1.0 * harness.SLOWDOWN)
+                os.kill(r.proc.pid, signal.SIGSTOP)
+                time.sleep(1.5)
+                os.kill(r.proc.pid, signal.SIGCONT)
+                wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
+                         what="/health 200 once Redis runs again")
+            time.sleep(0.5)
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
+            stop.set()
+            for t in threads:
+                t.join(60)
+        print("# statuses under starvation: %r" % sorted(statuses.items()), flush=True)
+        unexpected = {s: n for s, n in statuses.items() if s not in (200, 204, 404, 503, 507)}
+        expect_eq(unexpected, {}, "statuses other than 200/204/404/503/507")
+        expect_true(statuses.get(503, 0) + statuses.get(507, 0) > 0,
+                    "the starvation was seen: %r" % statuses)
+        expect_true(statuses.get(200, 0) > 50, "load made progress: %r" % statuses)
+        srv.check()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 /*
- * test_cluster.c: the parts of the cluster routing (src/store/cluster.c)
+ * test_cluster.c: the parts of the cluster routing (src/cluster/cluster.c)
  * that need no cluster: key slots, seed parsing, an unreachable seed. The
  * routing itself is tested against a real cluster by
  * tests/integration/test_redis_cluster.py.
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "store/cluster.h"
+#include "cluster/cluster.h"
 
 static int slot_of(const char *key)
 {

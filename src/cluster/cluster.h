@@ -64,11 +64,6 @@
  *   to 50 ms. So after a failover the promoted replica is found within about
  *   1 s of its promotion, with no help from the caller.
  *
- * EVALSHA
- *   Scripts are cached per node. An EVALSHA answered NOSCRIPT is resent by
- *   the caller as EVAL (or SCRIPT LOAD, then EVALSHA) with the same slot: it
- *   goes to the same node, the one whose cache missed.
- *
  * Threads: a cluster_t is used by one thread at a time (cluster_get_node_stats
  * included). A server opens one per thread, or guards one with a lock;
  * handles share nothing. The process must ignore SIGPIPE (hiredis writes
@@ -78,8 +73,8 @@
  * cluster_last_error() tells the last failure of the handle (which node,
  * what happened).
  */
-#ifndef HF_STORE_CLUSTER_H
-#define HF_STORE_CLUSTER_H
+#ifndef HF_CLUSTER_CLUSTER_H
+#define HF_CLUSTER_CLUSTER_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -17,7 +17,7 @@
  * the I/O with redisBufferWrite/redisBufferRead and take replies with
  * redisGetReplyFromReader, so hiredis never blocks and never polls itself.
  */
-#include "store/cluster.h"
+#include "cluster/cluster.h"
 
 #include <errno.h>
 #include <poll.h>

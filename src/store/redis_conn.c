@@ -1,0 +1,1209 @@
+/*
+ * redis_conn.c: the Redis engine's connections (redis_conn.h): the URL, the
+ * pool of connections to one Redis or of routing handles over a cluster,
+ * the monitors, --redis-wait and the figures.
+ */
+#include "store/redis_conn.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster/cluster.h"
+#include "util/log.h"
+#include "util/xalloc.h"
+
+#define RTT_BUCKETS 13
+static const uint64_t rtt_bounds_us[RTT_BUCKETS - 1] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 100000, 250000, 1000000,
+};
+
+typedef struct conn {
+    redisContext *ctx;
+    /* over a Redis Cluster: a routing handle instead of ctx, and the
+     * figures of its nodes already added to the link's */
+    cluster_t *cl;
+    cluster_node_stats *seen;
+    size_t nseen;
+    cluster_stats seen_totals;
+    uint64_t gen;
+    struct conn *next;
+} conn;
+
+typedef struct node_fig {
+    cluster_node_stats s; /* counters summed; flags and slots as the monitor saw them */
+} node_fig;
+
+struct redis_link {
+    redis_link_options opt;
+    size_t probe_lens[4];
+    /* the parsed URL */
+    char *host, *unix_path, *user, *password;
+    int port, db;
+    /* redis-cluster://: the seed nodes, routed by src/cluster */
+    bool cluster;
+    char *seeds;
+    cluster_options copt;
+
+    pthread_mutex_t lock;
+    conn *idle;
+    uint64_t gen;          /* bumped when Redis goes down: older connections are dropped */
+    bool up;
+    char reason[512];      /* why it is down */
+    pthread_cond_t wake;
+    bool stopping;
+    bool monitoring;
+    pthread_t monitor;
+
+    /* figures */
+    atomic_uint_fast64_t calls, errors, unknown, reconnects, refused_down;
+    atomic_uint_fast64_t rtt_buckets[RTT_BUCKETS];
+    atomic_uint_fast64_t rtt_sum_us;
+    atomic_bool up_flag;
+    /* over a cluster (under lock): each node's figures summed over the
+     * routing handles, and the handles' totals */
+    node_fig *figs;
+    size_t nfigs;
+    uint64_t cl_refreshes, cl_refresh_failures, cl_rounds;
+    atomic_uint_fast64_t cl_rewaits;
+};
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static struct timeval tv_of_ms(int64_t ms)
+{
+    return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (long)(ms % 1000) * 1000};
+}
+
+/* ---------------------------------------------------------------- URL */
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static char *dup_n(const char *p, size_t n)
+{
+    char *out = hf_xmalloc(n + 1);
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return out;
+}
+
+/* A %-decoded copy of [p, p + n), or NULL if an escape is malformed. */
+static char *pct_decode(const char *p, size_t n)
+{
+    char *out = hf_xmalloc(n + 1);
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != '%') {
+            out[j++] = p[i];
+            continue;
+        }
+        int hi = i + 1 < n ? hexval(p[i + 1]) : -1;
+        int lo = i + 2 < n ? hexval(p[i + 2]) : -1;
+        if (hi < 0 || lo < 0) {
+            free(out);
+            return NULL;
+        }
+        out[j++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    out[j] = '\0';
+    return out;
+}
+
+static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
+{
+    if (!url || !*url) {
+        snprintf(err, errlen, "--store: empty address");
+        return STORE_ECONFIG;
+    }
+    if (strncmp(url, "unix://", 7) == 0) {
+        const char *path = url + 7;
+        if (path[0] != '/') {
+            snprintf(err, errlen, "--store %s: a unix socket address is unix:///absolute/path",
+                     url);
+            return STORE_ECONFIG;
+        }
+        r->unix_path = dup_n(path, strlen(path));
+        return STORE_OK;
+    }
+    bool cluster = strncmp(url, "redis-cluster://", 16) == 0;
+    if (strncmp(url, "redis://", 8) != 0 && !cluster) {
+        snprintf(err, errlen,
+                 "--store %s: expected redis://[user:password@]host:port[/db], "
+                 "redis-cluster://[user:password@]host:port[,host:port...] or "
+                 "unix:///path/redis.sock",
+                 url);
+        return STORE_ECONFIG;
+    }
+    const char *p = url + (cluster ? 16 : 8);
+    const char *at = strrchr(p, '@');
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            if (colon > p)
+                r->user = pct_decode(p, (size_t)(colon - p));
+            r->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
+            if ((colon > p && !r->user) || !r->password) {
+                snprintf(err, errlen, "--store: malformed %%-escape in the user or password");
+                return STORE_ECONFIG;
+            }
+        } else {
+            /* redis://password@host, as redis-cli -u accepts */
+            r->password = pct_decode(p, (size_t)(at - p));
+            if (!r->password) {
+                snprintf(err, errlen, "--store: malformed %%-escape in the password");
+                return STORE_ECONFIG;
+            }
+        }
+        p = at + 1;
+    }
+    if (cluster) {
+        if (!*p || strchr(p, '/')) {
+            snprintf(err, errlen, "--store %s: a cluster address is "
+                     "redis-cluster://[user:password@]host:port[,host:port...] (no database: "
+                     "a cluster has only 0)", url);
+            return STORE_ECONFIG;
+        }
+        r->cluster = true;
+        r->seeds = dup_n(p, strlen(p));
+        return STORE_OK;
+    }
+    const char *end = p + strcspn(p, "/");
+    const char *hend = end;
+    r->port = 6379;
+    if (*p == '[') { /* [ipv6]:port */
+        const char *close = memchr(p, ']', (size_t)(end - p));
+        if (!close) {
+            snprintf(err, errlen, "--store %s: unclosed [ in the host", url);
+            return STORE_ECONFIG;
+        }
+        r->host = dup_n(p + 1, (size_t)(close - p - 1));
+        hend = close + 1;
+    } else {
+        const char *colon = memchr(p, ':', (size_t)(end - p));
+        hend = colon ? colon : end;
+        r->host = dup_n(p, (size_t)(hend - p));
+    }
+    if (hend < end && *hend == ':') {
+        char *stop;
+        long port = strtol(hend + 1, &stop, 10);
+        if (stop != end || port <= 0 || port > 65535) {
+            snprintf(err, errlen, "--store %s: the port must be 1..65535", url);
+            return STORE_ECONFIG;
+        }
+        r->port = (int)port;
+    } else if (hend != end) {
+        snprintf(err, errlen, "--store %s: malformed host:port", url);
+        return STORE_ECONFIG;
+    }
+    if (!r->host[0]) {
+        snprintf(err, errlen, "--store %s: no host", url);
+        return STORE_ECONFIG;
+    }
+    if (*end == '/' && end[1]) {
+        char *stop;
+        long db = strtol(end + 1, &stop, 10);
+        if (*stop || db < 0 || db > 1000000) {
+            snprintf(err, errlen, "--store %s: the database must be a number", url);
+            return STORE_ECONFIG;
+        }
+        r->db = (int)db;
+    }
+    return STORE_OK;
+}
+
+/* -------------------------------------------------------- connections */
+
+const char *redis_link_where(const redis_link *r, char *buf, size_t len)
+{
+    if (r->cluster)
+        snprintf(buf, len, "cluster %s", r->seeds);
+    else if (r->unix_path)
+        snprintf(buf, len, "unix:%s", r->unix_path);
+    else
+        snprintf(buf, len, "%s:%d", r->host, r->port);
+    return buf;
+}
+
+bool redis_link_is_cluster(const redis_link *l)
+{
+    return l->cluster;
+}
+
+int redis_link_slot(const void *key, size_t len)
+{
+    return cluster_key_slot(key, len);
+}
+
+/* A new connection: connected, authenticated, db selected. NULL and err. */
+static redisContext *connect_one(redis_link *r, int *code, char *err, size_t errlen)
+{
+    struct timeval ct = tv_of_ms(r->opt.connect_timeout_ms);
+    redisContext *c = r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, ct)
+                                   : redisConnectWithTimeout(r->host, r->port, ct);
+    char w[300];
+    if (!c || c->err) {
+        snprintf(err, errlen, "cannot connect to Redis at %s: %s", redis_link_where(r, w, sizeof w),
+                 c ? c->errstr : "out of memory");
+        *code = STORE_EUNREACHABLE;
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv_of_ms(r->opt.command_timeout_ms));
+    redisReply *rep = NULL;
+    if (r->password) {
+        if (r->user)
+            rep = redisCommand(c, "AUTH %s %s", r->user, r->password);
+        else
+            rep = redisCommand(c, "AUTH %s", r->password);
+        if (!rep || rep->type == REDIS_REPLY_ERROR) {
+            bool io = !rep;
+            snprintf(err, errlen, "Redis at %s refused the credentials: %s",
+                     redis_link_where(r, w, sizeof w), io ? c->errstr : rep->str);
+            *code = io ? STORE_EUNREACHABLE : STORE_EAUTH;
+            goto fail;
+        }
+        freeReplyObject(rep);
+    }
+    rep = redisCommand(c, "SELECT %d", r->db);
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        bool io = !rep;
+        const char *why = io ? c->errstr : rep->str;
+        bool auth = !io && (strncmp(why, "NOAUTH", 6) == 0 || strncmp(why, "WRONGPASS", 9) == 0 ||
+                            strncmp(why, "NOPERM", 6) == 0);
+        snprintf(err, errlen, "Redis at %s: SELECT %d: %s%s", redis_link_where(r, w, sizeof w),
+                 r->db, why,
+                 auth ? " (a password is needed: redis://:PASSWORD@host:port or "
+                        "--redis-password-file)"
+                      : "");
+        *code = io ? STORE_EUNREACHABLE : auth ? STORE_EAUTH : STORE_EUNAVAILABLE;
+        goto fail;
+    }
+    freeReplyObject(rep);
+    return c;
+fail:
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(c);
+    return NULL;
+}
+
+/* The probe on one connection: STORE_OK, or a code and why (err). */
+static int probe_one(redis_link *r, redisContext *c, char *err, size_t errlen)
+{
+    redisReply *rep = redisCommandArgv(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens);
+    char w[300];
+    redis_link_where(r, w, sizeof w);
+    if (!rep) {
+        snprintf(err, errlen, "Redis at %s: %s: %s", w, r->opt.probe_argv[0],
+                 c->errstr[0] ? c->errstr : "I/O error");
+        return STORE_EUNREACHABLE;
+    }
+    int rc = r->opt.probe_check(rep, w, err, errlen);
+    freeReplyObject(rep);
+    return rc;
+}
+
+static void mark_down(redis_link *r, const char *why)
+{
+    pthread_mutex_lock(&r->lock);
+    if (r->up) {
+        r->up = false;
+        atomic_store(&r->up_flag, false);
+        r->gen++;
+        snprintf(r->reason, sizeof r->reason, "%s", why);
+        log_msg(LOG_WARN, "Redis unavailable: %s; refusing calls until it answers again", why);
+        pthread_cond_signal(&r->wake);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* An idle connection that Redis closed meanwhile reads as readable (EOF). */
+static bool conn_dead(const conn *c)
+{
+    struct pollfd p = {.fd = c->ctx->fd, .events = POLLIN};
+    return poll(&p, 1, 0) != 0;
+}
+
+/* Borrow a connection, or NULL with *code (Redis down or unreachable). */
+static conn *borrow(redis_link *r, int *code)
+{
+    pthread_mutex_lock(&r->lock);
+    if (!r->up) {
+        pthread_mutex_unlock(&r->lock);
+        atomic_fetch_add(&r->refused_down, 1);
+        *code = STORE_EUNAVAILABLE;
+        return NULL;
+    }
+    uint64_t gen = r->gen;
+    conn *c;
+    while ((c = r->idle) != NULL) {
+        r->idle = c->next;
+        if (c->gen == gen && !conn_dead(c))
+            break;
+        redisFree(c->ctx);
+        free(c);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (c)
+        return c;
+    char err[512];
+    redisContext *ctx = connect_one(r, code, err, sizeof err);
+    if (!ctx) {
+        mark_down(r, err);
+        *code = STORE_EUNAVAILABLE;
+        return NULL;
+    }
+    c = hf_xcalloc(1, sizeof *c);
+    c->ctx = ctx;
+    c->gen = gen;
+    return c;
+}
+
+static void give_back(redis_link *r, conn *c, bool ok)
+{
+    if (!ok) {
+        redisFree(c->ctx);
+        free(c);
+        return;
+    }
+    pthread_mutex_lock(&r->lock);
+    if (c->gen == r->gen) {
+        c->next = r->idle;
+        r->idle = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (c) {
+        redisFree(c->ctx);
+        free(c);
+    }
+}
+
+/* The monitors' pause (r->lock held): wait_ms, or less if woken. */
+static void monitor_wait(redis_link *r, int64_t wait_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&r->wake, &r->lock, &until);
+}
+
+/* The monitor of one Redis: probe every second while up, reconnect with
+ * backoff while down (up again once the probe passes). */
+static void *monitor_main(void *arg)
+{
+    redis_link *r = arg;
+    redisContext *ctx = NULL;
+    int64_t backoff_ms = 100;
+    pthread_mutex_lock(&r->lock);
+    while (!r->stopping) {
+        int64_t wait_ms = r->up ? 1000 : backoff_ms;
+        monitor_wait(r, wait_ms);
+        if (r->stopping)
+            break;
+        bool was_up = r->up;
+        pthread_mutex_unlock(&r->lock);
+
+        char err[512] = "";
+        int code = 0;
+        bool ok = false;
+        if (!was_up && ctx) { /* a connection from before the failure */
+            redisFree(ctx);
+            ctx = NULL;
+        }
+        if (!ctx)
+            ctx = connect_one(r, &code, err, sizeof err);
+        if (ctx) {
+            ok = probe_one(r, ctx, err, sizeof err) == STORE_OK;
+            if (!ok) {
+                redisFree(ctx);
+                ctx = NULL;
+            }
+        }
+        if (ok) {
+            backoff_ms = 100;
+            if (!was_up) {
+                pthread_mutex_lock(&r->lock);
+                r->up = true;
+                atomic_store(&r->up_flag, true);
+                r->reason[0] = '\0';
+                pthread_mutex_unlock(&r->lock);
+                atomic_fetch_add(&r->reconnects, 1);
+                log_msg(LOG_INFO, "Redis answers again: serving");
+            }
+        } else {
+            if (was_up)
+                mark_down(r, err);
+            else if (backoff_ms < 2000)
+                backoff_ms = backoff_ms * 2 > 2000 ? 2000 : backoff_ms * 2;
+            pthread_mutex_lock(&r->lock);
+            if (!r->up)
+                snprintf(r->reason, sizeof r->reason, "%s", err);
+            pthread_mutex_unlock(&r->lock);
+        }
+        pthread_mutex_lock(&r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (ctx)
+        redisFree(ctx);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+static int64_t wait_ms(const redis_link *r)
+{
+    return r->opt.wait_timeout_ms;
+}
+
+/* A change applied, but fewer replicas than --redis-wait acknowledged it. */
+static void wait_short(redis_link *r, long long acked)
+{
+    atomic_fetch_add(&r->errors, 1);
+    atomic_fetch_add(&r->unknown, 1);
+    log_msg(LOG_ERROR, "Redis: a change was applied but only %lld of %u replicas "
+            "acknowledged it within the timeout", acked, r->opt.wait_replicas);
+}
+
+static void count_rtt(redis_link *r, int64_t us)
+{
+    unsigned i = 0;
+    while (i < RTT_BUCKETS - 1 && (uint64_t)us > rtt_bounds_us[i])
+        i++;
+    atomic_fetch_add(&r->rtt_buckets[i], 1);
+    atomic_fetch_add(&r->rtt_sum_us, (uint64_t)us);
+}
+
+void redis_link_count_error(redis_link *l, bool unknown)
+{
+    atomic_fetch_add(&l->errors, 1);
+    if (unknown)
+        atomic_fetch_add(&l->unknown, 1);
+}
+
+void redis_cmds_free(redis_cmd *cmds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (cmds[i].reply)
+            freeReplyObject(cmds[i].reply);
+    free(cmds);
+}
+
+/* One Redis: the n commands as one pipeline on one connection. */
+static void one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
+{
+    int code;
+    conn *c = borrow(r, &code);
+    if (!c) {
+        atomic_fetch_add(&r->errors, n);
+        return;
+    }
+    bool wait = change && r->opt.wait_replicas > 0;
+    int64_t t0 = mono_us();
+    for (size_t i = 0; i < n; i++)
+        redisAppendCommandArgv(c->ctx, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
+    if (wait)
+        redisAppendCommand(c->ctx, "WAIT %u %lld", r->opt.wait_replicas, (long long)wait_ms(r));
+    int rc = REDIS_OK;
+    for (size_t i = 0; i < n && rc == REDIS_OK; i++) {
+        void *v = NULL;
+        rc = redisGetReply(c->ctx, &v);
+        cmds[i].reply = rc == REDIS_OK ? v : NULL;
+    }
+    redisReply *wrep = NULL;
+    if (rc == REDIS_OK && wait) {
+        void *w = NULL;
+        rc = redisGetReply(c->ctx, &w);
+        wrep = rc == REDIS_OK ? w : NULL;
+    }
+    count_rtt(r, mono_us() - t0);
+    if (rc != REDIS_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", c->ctx->errstr[0] ? c->ctx->errstr : "I/O error");
+        give_back(r, c, false);
+        mark_down(r, why);
+        for (size_t i = 0; i < n; i++) {
+            if (cmds[i].reply) { /* answered, but its WAIT was lost */
+                freeReplyObject(cmds[i].reply);
+                cmds[i].reply = NULL;
+            }
+            atomic_fetch_add(&r->errors, 1);
+            if (change) {
+                atomic_fetch_add(&r->unknown, 1);
+                log_msg(LOG_ERROR, "Redis: %s after a change was sent: its outcome is unknown",
+                        why);
+                cmds[i].code = STORE_EUNCERTAIN;
+            }
+        }
+        return;
+    }
+    give_back(r, c, true);
+    long long acked = -1;
+    if (wrep) {
+        acked = wrep->type == REDIS_REPLY_INTEGER ? wrep->integer : -1;
+        freeReplyObject(wrep);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (wait && cmds[i].reply->type != REDIS_REPLY_ERROR &&
+            acked < (long long)r->opt.wait_replicas) {
+            wait_short(r, acked);
+            freeReplyObject(cmds[i].reply);
+            cmds[i].reply = NULL;
+            cmds[i].code = STORE_EUNCERTAIN;
+            continue;
+        }
+        cmds[i].code = STORE_OK;
+    }
+}
+
+/* ------------------------------------------------------ Redis Cluster */
+
+/* What a handle's nodes did since it was last folded, added to the
+ * link's per-node figures (by address: handles number nodes alike only
+ * by chance); the node's flags and slots as this handle sees them. */
+static void cl_fold(redis_link *r, conn *c)
+{
+    size_t n = cluster_node_count(c->cl);
+    if (n > c->nseen) {
+        c->seen = hf_xreallocarray(c->seen, n, sizeof *c->seen);
+        memset(c->seen + c->nseen, 0, (n - c->nseen) * sizeof *c->seen);
+        c->nseen = n;
+    }
+    cluster_stats t;
+    cluster_get_stats(c->cl, &t);
+    pthread_mutex_lock(&r->lock);
+    r->cl_refreshes += t.refreshes - c->seen_totals.refreshes;
+    r->cl_refresh_failures += t.refresh_failures - c->seen_totals.refresh_failures;
+    r->cl_rounds += t.rounds - c->seen_totals.rounds;
+    c->seen_totals = t;
+    for (size_t i = 0; i < n; i++) {
+        cluster_node_stats ns;
+        cluster_get_node_stats(c->cl, i, &ns);
+        node_fig *f = NULL;
+        for (size_t j = 0; j < r->nfigs && !f; j++)
+            if (strcmp(r->figs[j].s.addr, ns.addr) == 0)
+                f = &r->figs[j];
+        if (!f) {
+            r->figs = hf_xreallocarray(r->figs, r->nfigs + 1, sizeof *r->figs);
+            f = &r->figs[r->nfigs++];
+            memset(f, 0, sizeof *f);
+            memcpy(f->s.addr, ns.addr, sizeof ns.addr);
+        }
+        const cluster_node_stats *o = &c->seen[i];
+        f->s.requests += ns.requests - o->requests;
+        f->s.moved += ns.moved - o->moved;
+        f->s.ask += ns.ask - o->ask;
+        f->s.retries += ns.retries - o->retries;
+        f->s.errors += ns.errors - o->errors;
+        f->s.connects += ns.connects - o->connects;
+        f->s.primary = ns.primary;
+        f->s.replica = ns.replica;
+        f->s.down = ns.down;
+        f->s.slots = ns.slots;
+        c->seen[i] = ns;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+static conn *cl_open(redis_link *r, int *code, char *err, size_t errlen)
+{
+    cluster_t *cl;
+    int rc = cluster_open(&r->copt, &cl, err, errlen);
+    if (rc != CLUSTER_OK) {
+        *code = rc == CLUSTER_EAUTH                          ? STORE_EAUTH
+                : rc == CLUSTER_EINVAL || rc == CLUSTER_EPROTO ? STORE_ECONFIG
+                                                              : STORE_EUNREACHABLE;
+        return NULL;
+    }
+    conn *c = hf_xcalloc(1, sizeof *c);
+    c->cl = cl;
+    return c;
+}
+
+static void cl_free(conn *c)
+{
+    cluster_close(c->cl);
+    free(c->seen);
+    free(c);
+}
+
+static conn *cl_borrow(redis_link *r)
+{
+    pthread_mutex_lock(&r->lock);
+    conn *c = r->idle;
+    if (c)
+        r->idle = c->next;
+    pthread_mutex_unlock(&r->lock);
+    if (c)
+        return c;
+    char err[512];
+    int code;
+    c = cl_open(r, &code, err, sizeof err);
+    if (!c)
+        log_msg(LOG_WARN, "Redis Cluster: %s", err);
+    return c;
+}
+
+static void cl_give_back(redis_link *r, conn *c)
+{
+    cl_fold(r, c);
+    pthread_mutex_lock(&r->lock);
+    c->next = r->idle;
+    r->idle = c;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The primaries of the handle's map, as commands of argv to each (*m). */
+static redis_cmd *cl_primaries(conn *c, int argc, const char **argv, const size_t *lens,
+                               size_t *m)
+{
+    size_t n = cluster_node_count(c->cl);
+    redis_cmd *cmds = hf_xcalloc(n ? n : 1, sizeof *cmds);
+    *m = 0;
+    for (size_t i = 0; i < n; i++) {
+        cluster_node_stats ns;
+        cluster_get_node_stats(c->cl, i, &ns);
+        if (!ns.primary)
+            continue;
+        redis_cmd *d = &cmds[(*m)++];
+        *d = (redis_cmd){.argc = argc, .argv = argv, .argvlen = lens, .slot = -1, .node = (int)i,
+                         .code = STORE_EUNAVAILABLE};
+        snprintf(d->addr, sizeof d->addr, "%s", ns.addr);
+    }
+    return cmds;
+}
+
+/* After a redirected batch: WAIT on every primary (the changes ran on the
+ * nodes the redirects named, maybe not where their WAITs went). */
+static bool cl_wait_all(redis_link *r, conn *c)
+{
+    atomic_fetch_add(&r->cl_rewaits, 1);
+    char wn[16], wt[24];
+    snprintf(wn, sizeof wn, "%u", r->opt.wait_replicas);
+    snprintf(wt, sizeof wt, "%lld", (long long)wait_ms(r));
+    const char *argv[3] = {"WAIT", wn, wt};
+    size_t lens[3] = {4, strlen(wn), strlen(wt)};
+    size_t m;
+    redis_cmd *p = cl_primaries(c, 3, argv, lens, &m);
+    cluster_cmd *cmds = hf_xcalloc(m ? m : 1, sizeof *cmds);
+    for (size_t i = 0; i < m; i++)
+        cmds[i] = (cluster_cmd){.argc = 3, .argv = argv, .argvlen = lens, .slot = -1,
+                                .node = p[i].node, .flags = CLUSTER_CMD_IDEMPOTENT};
+    cluster_exec(c->cl, cmds, m);
+    bool ok = true;
+    for (size_t i = 0; i < m; i++) {
+        if (!cmds[i].reply || cmds[i].reply->type != REDIS_REPLY_INTEGER ||
+            cmds[i].reply->integer < (long long)r->opt.wait_replicas)
+            ok = false;
+        if (cmds[i].reply)
+            freeReplyObject(cmds[i].reply);
+    }
+    free(cmds);
+    free(p);
+    return ok;
+}
+
+/*
+ * Run n commands at once on the handle c (one round trip per node, the
+ * nodes in parallel), each to the node of its slot (or its node). For a
+ * change under --redis-wait each command is followed by a WAIT in the same
+ * round trip on its node; when the batch was redirected or retried, its
+ * WAITs may have gone elsewhere than its commands, so a WAIT then goes to
+ * every primary.
+ */
+static void cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool change)
+{
+    bool wait = change && r->opt.wait_replicas > 0;
+    char wn[16], wt[24];
+    snprintf(wn, sizeof wn, "%u", r->opt.wait_replicas);
+    snprintf(wt, sizeof wt, "%lld", (long long)wait_ms(r));
+    const char *wargv[3] = {"WAIT", wn, wt};
+    size_t wlens[3] = {4, strlen(wn), strlen(wt)};
+    cluster_cmd *batch = hf_xcalloc(2 * (n ? n : 1), sizeof *batch);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        batch[m++] = (cluster_cmd){.argc = cmds[i].argc, .argv = cmds[i].argv,
+                                   .argvlen = cmds[i].argvlen, .slot = cmds[i].slot,
+                                   .node = cmds[i].node,
+                                   .flags = change ? 0 : CLUSTER_CMD_IDEMPOTENT};
+        if (wait)
+            batch[m++] = (cluster_cmd){.argc = 3, .argv = wargv, .argvlen = wlens,
+                                       .slot = cmds[i].slot, .node = cmds[i].node,
+                                       .flags = CLUSTER_CMD_IDEMPOTENT};
+    }
+    cluster_stats before, after;
+    cluster_get_stats(c->cl, &before);
+    int64_t t0 = mono_us();
+    cluster_exec(c->cl, batch, m);
+    count_rtt(r, mono_us() - t0);
+    cluster_get_stats(c->cl, &after);
+    bool redirected = after.rounds - before.rounds > 1;
+    bool rewait = false;
+    m = 0;
+    for (size_t i = 0; i < n; i++) {
+        cluster_cmd *b = &batch[m++];
+        cluster_cmd *w = wait ? &batch[m++] : NULL;
+        long long acked = -1;
+        if (w && w->reply) {
+            if (w->reply->type == REDIS_REPLY_INTEGER)
+                acked = w->reply->integer;
+            freeReplyObject(w->reply);
+        }
+        if (!b->reply) {
+            bool sent = b->error == CLUSTER_ETIMEOUT || b->error == CLUSTER_ECONN;
+            atomic_fetch_add(&r->errors, 1);
+            cmds[i].code = change && sent ? STORE_EUNCERTAIN : STORE_EUNAVAILABLE;
+            if (cmds[i].code == STORE_EUNCERTAIN) {
+                atomic_fetch_add(&r->unknown, 1);
+                log_msg(LOG_ERROR, "Redis Cluster: %s after a change was sent: its outcome "
+                        "is unknown", cluster_last_error(c->cl));
+            } else {
+                log_msg(LOG_WARN, "Redis Cluster: %s (%s)", cluster_strerror(b->error),
+                        cluster_last_error(c->cl));
+            }
+            continue;
+        }
+        if (wait && !redirected && b->reply->type != REDIS_REPLY_ERROR &&
+            acked < (long long)r->opt.wait_replicas) {
+            wait_short(r, acked);
+            freeReplyObject(b->reply);
+            cmds[i].code = STORE_EUNCERTAIN;
+            continue;
+        }
+        if (wait && redirected)
+            rewait = true;
+        cmds[i].reply = b->reply;
+        cmds[i].code = STORE_OK;
+    }
+    if (rewait && !cl_wait_all(r, c)) {
+        for (size_t i = 0; i < n; i++)
+            if (cmds[i].reply && cmds[i].reply->type != REDIS_REPLY_ERROR) {
+                wait_short(r, -1);
+                freeReplyObject(cmds[i].reply);
+                cmds[i].reply = NULL;
+                cmds[i].code = STORE_EUNCERTAIN;
+            }
+    }
+    free(batch);
+}
+
+/* The probe on every primary of the handle's map, outside the figures:
+ * the commands with their replies (*m of them; redis_cmds_free). */
+static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m)
+{
+    redis_cmd *cmds = cl_primaries(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens, m);
+    cluster_cmd *batch = hf_xcalloc(*m ? *m : 1, sizeof *batch);
+    for (size_t i = 0; i < *m; i++)
+        batch[i] = (cluster_cmd){.argc = cmds[i].argc, .argv = cmds[i].argv,
+                                 .argvlen = cmds[i].argvlen, .slot = -1, .node = cmds[i].node,
+                                 .flags = CLUSTER_CMD_IDEMPOTENT};
+    cluster_exec(c->cl, batch, *m);
+    for (size_t i = 0; i < *m; i++) {
+        cmds[i].reply = batch[i].reply;
+        cmds[i].code = batch[i].reply ? STORE_OK : STORE_EUNAVAILABLE;
+    }
+    free(batch);
+    return cmds;
+}
+
+/* The monitor's look at the cluster: every primary passes the probe and
+ * every slot has a primary. true, or false with why. */
+static bool cl_probe(redis_link *r, conn *c, char *err, size_t errlen)
+{
+    size_t m;
+    redis_cmd *cmds = cl_probe_all(r, c, &m);
+    bool ok = true;
+    for (size_t i = 0; i < m && ok; i++) {
+        if (!cmds[i].reply) {
+            snprintf(err, errlen, "node %s: %s", cmds[i].addr, cluster_last_error(c->cl));
+            ok = false;
+        } else if (r->opt.probe_check(cmds[i].reply, cmds[i].addr, err, errlen) != STORE_OK) {
+            ok = false;
+        }
+    }
+    redis_cmds_free(cmds, m);
+    int uncovered = -1;
+    for (int s = 0; s < CLUSTER_SLOTS && uncovered < 0; s++)
+        if (cluster_slot_node(c->cl, s) < 0)
+            uncovered = s;
+    if (ok && uncovered >= 0) {
+        snprintf(err, errlen, "slot %d is served by no primary", uncovered);
+        ok = false;
+    }
+    cl_fold(r, c);
+    return ok;
+}
+
+/* Over a cluster the monitor only tells (health, store_up): every second
+ * while all is well, every 200 ms while not; calls never wait for it. */
+static void *cl_monitor_main(void *arg)
+{
+    redis_link *r = arg;
+    conn *m = NULL;
+    pthread_mutex_lock(&r->lock);
+    while (!r->stopping) {
+        int64_t pause_ms = r->up ? 1000 : 200;
+        monitor_wait(r, pause_ms);
+        if (r->stopping)
+            break;
+        pthread_mutex_unlock(&r->lock);
+        char err[512] = "";
+        int code;
+        if (!m)
+            m = cl_open(r, &code, err, sizeof err);
+        bool ok = m && cl_probe(r, m, err, sizeof err);
+        pthread_mutex_lock(&r->lock);
+        if (ok && !r->up) {
+            r->reason[0] = '\0';
+            log_msg(LOG_INFO, "Redis Cluster: every slot served, every primary answers");
+        } else if (!ok) {
+            if (r->up)
+                log_msg(LOG_WARN, "Redis Cluster degraded: %s", err);
+            snprintf(r->reason, sizeof r->reason, "%s", err);
+        }
+        if (ok != r->up)
+            atomic_fetch_add(&r->reconnects, ok);
+        r->up = ok;
+        atomic_store(&r->up_flag, ok);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (m)
+        cl_free(m);
+    return NULL;
+}
+
+/* ------------------------------------------------------------- calls */
+
+void redis_link_exec(redis_link *l, redis_cmd *cmds, size_t n, bool change)
+{
+    for (size_t i = 0; i < n; i++) {
+        cmds[i].reply = NULL;
+        cmds[i].code = STORE_EUNAVAILABLE;
+    }
+    if (n == 0)
+        return;
+    atomic_fetch_add(&l->calls, n);
+    if (!l->cluster) {
+        one_exec(l, cmds, n, change);
+        return;
+    }
+    conn *c = cl_borrow(l);
+    if (!c) {
+        atomic_fetch_add(&l->errors, n);
+        return;
+    }
+    cl_exec(l, c, cmds, n, change);
+    cl_give_back(l, c);
+}
+
+redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
+                                   const size_t *argvlen, bool change, size_t *n)
+{
+    if (!l->cluster) {
+        redis_cmd *cmds = hf_xcalloc(1, sizeof *cmds);
+        *cmds = (redis_cmd){.argc = argc, .argv = argv, .argvlen = argvlen, .slot = -1};
+        redis_link_where(l, cmds->addr, sizeof cmds->addr);
+        *n = 1;
+        redis_link_exec(l, cmds, 1, change);
+        return cmds;
+    }
+    *n = 0;
+    conn *c = cl_borrow(l);
+    if (!c) {
+        atomic_fetch_add(&l->errors, 1);
+        return hf_xcalloc(1, sizeof(redis_cmd));
+    }
+    redis_cmd *cmds = cl_primaries(c, argc, argv, argvlen, n);
+    atomic_fetch_add(&l->calls, *n);
+    cl_exec(l, c, cmds, *n, change);
+    cl_give_back(l, c);
+    return cmds;
+}
+
+/* ----------------------------------------------------- health, figures */
+
+int redis_link_health(redis_link *r, char *reason, size_t len)
+{
+    if (atomic_load(&r->up_flag)) {
+        if (len)
+            reason[0] = '\0';
+        return STORE_OK;
+    }
+    pthread_mutex_lock(&r->lock);
+    char w[300];
+    snprintf(reason, len, "Redis at %s is unavailable: %s", redis_link_where(r, w, sizeof w),
+             r->reason[0] ? r->reason : "not reached yet");
+    pthread_mutex_unlock(&r->lock);
+    return STORE_EUNAVAILABLE;
+}
+
+static void cl_metrics(redis_link *r, const store_emitter *e)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->nfigs;
+    node_fig *figs = hf_xreallocarray(NULL, n ? n : 1, sizeof *figs);
+    if (n)
+        memcpy(figs, r->figs, n * sizeof *figs);
+    uint64_t refreshes = r->cl_refreshes, failures = r->cl_refresh_failures,
+             rounds = r->cl_rounds;
+    pthread_mutex_unlock(&r->lock);
+    const store_metric_type counter = STORE_METRIC_COUNTER, gauge = STORE_METRIC_GAUGE;
+    store_emit_metric(e, "hf3fs_metad_store_cluster_nodes", gauge,
+                      "Redis Cluster nodes known to this front end (primaries and replicas, "
+                      "also those that left the map).",
+                      store_int(n));
+    store_emit_metric(e, "hf3fs_metad_store_cluster_map_refreshes_total", counter,
+                      "Redis Cluster slot maps loaded (CLUSTER SLOTS), by every routing handle.",
+                      store_int(refreshes));
+    store_emit_family(e, "hf3fs_metad_store_cluster_node_slots", gauge,
+                      "Slots a Redis Cluster node serves in the latest map seen (0: a replica "
+                      "or a node that left).");
+    for (size_t i = 0; i < n; i++) {
+        store_label l = {"node", figs[i].s.addr};
+        store_emit_sample(e, &l, 1, store_int(figs[i].s.slots));
+    }
+    store_emit_family(e, "hf3fs_metad_store_cluster_redirects_total", counter,
+                      "MOVED and ASK answers of a Redis Cluster node (kind moved or ask).");
+    for (size_t i = 0; i < n; i++) {
+        store_label l[2] = {{"node", figs[i].s.addr}, {"kind", "moved"}};
+        store_emit_sample(e, l, 2, store_int(figs[i].s.moved));
+        l[1].value = "ask";
+        store_emit_sample(e, l, 2, store_int(figs[i].s.ask));
+    }
+    store_emit_family(e, "hf3fs_metad_store_cluster_node_errors_total", counter,
+                      "Connections to a Redis Cluster node refused, broken or timed out.");
+    for (size_t i = 0; i < n; i++) {
+        store_label l = {"node", figs[i].s.addr};
+        store_emit_sample(e, &l, 1, store_int(figs[i].s.errors));
+    }
+
+    store_emit_object(e, "cluster");
+    store_emit_number(e, "nodes_known", store_int(n));
+    store_emit_number(e, "map_refreshes", store_int(refreshes));
+    store_emit_number(e, "map_refresh_failures", store_int(failures));
+    store_emit_number(e, "rounds", store_int(rounds));
+    store_emit_number(e, "waits_on_every_primary", store_int(atomic_load(&r->cl_rewaits)));
+    store_emit_object(e, "nodes");
+    for (size_t i = 0; i < n; i++) {
+        const cluster_node_stats *s = &figs[i].s;
+        store_emit_object(e, s->addr);
+        store_emit_string(e, "role", s->primary ? "primary" : s->replica ? "replica" : "none",
+                          s->primary ? 7 : s->replica ? 7 : 4);
+        store_emit_bool(e, "down", s->down);
+        store_emit_number(e, "slots", store_int(s->slots));
+        store_emit_number(e, "requests", store_int(s->requests));
+        store_emit_number(e, "moved", store_int(s->moved));
+        store_emit_number(e, "ask", store_int(s->ask));
+        store_emit_number(e, "retries", store_int(s->retries));
+        store_emit_number(e, "errors", store_int(s->errors));
+        store_emit_number(e, "connects", store_int(s->connects));
+        store_emit_end(e);
+    }
+    store_emit_end(e);
+    store_emit_end(e);
+    free(figs);
+}
+
+void redis_link_metrics(redis_link *r, const store_emitter *e)
+{
+    bool up = atomic_load(&r->up_flag);
+    uint64_t counts[RTT_BUCKETS];
+    for (unsigned i = 0; i < RTT_BUCKETS; i++)
+        counts[i] = atomic_load(&r->rtt_buckets[i]);
+    uint64_t calls = atomic_load(&r->calls), errors = atomic_load(&r->errors),
+             unknown = atomic_load(&r->unknown), reconnects = atomic_load(&r->reconnects),
+             refused = atomic_load(&r->refused_down);
+    /* Three families, the ones the operators' rules and dashboard use; the
+     * other figures are in /v1/stats. */
+    store_emit_metric(e, "hf3fs_metad_store_up", STORE_METRIC_GAUGE,
+                      "1 while the shared store (Redis) answers, 0 while this front end "
+                      "cannot reach it or it refuses calls (see GET /health).",
+                      store_int(up));
+    store_emit_family(e, "hf3fs_metad_store_round_trip_seconds", STORE_METRIC_HISTOGRAM,
+                      "Time of one round trip to Redis as this front end sees it (one "
+                      "command, or a batch, with its WAIT under --redis-wait).");
+    store_histogram h = {
+        .nbuckets = RTT_BUCKETS,
+        .bounds = rtt_bounds_us,
+        .counts = counts,
+        .sum = atomic_load(&r->rtt_sum_us),
+        .decimals = 6,
+    };
+    store_emit_histogram(e, NULL, 0, &h);
+    store_emit_metric(e, "hf3fs_metad_store_errors_total", STORE_METRIC_COUNTER,
+                      "Store calls that failed: Redis unreachable, down, timed out, refusing "
+                      "the call or answering an error (calls, outcomes unknown and reconnects "
+                      "are in /v1/stats, member store).",
+                      store_int(errors));
+
+    char w[300], reason[512];
+    redis_link_where(r, w, sizeof w);
+    pthread_mutex_lock(&r->lock);
+    snprintf(reason, sizeof reason, "%s", r->reason);
+    pthread_mutex_unlock(&r->lock);
+    store_emit_null(e, "persistence"); /* Redis's own: its appendonly settings */
+    store_emit_object(e, "store");
+    if (r->cluster)
+        store_emit_string(e, "engine", "redis-cluster", 13);
+    else
+        store_emit_string(e, "engine", "redis", 5);
+    store_emit_string(e, "address", w, strlen(w));
+    store_emit_bool(e, "up", up);
+    if (up || !reason[0])
+        store_emit_null(e, "down_because");
+    else
+        store_emit_string(e, "down_because", reason, strlen(reason));
+    store_emit_number(e, "calls", store_int(calls));
+    store_emit_number(e, "errors", store_int(errors));
+    store_emit_number(e, "outcome_unknown", store_int(unknown));
+    store_emit_number(e, "refused_while_down", store_int(refused));
+    store_emit_number(e, "reconnects", store_int(reconnects));
+    store_emit_number(e, "wait_replicas", store_int(r->opt.wait_replicas));
+    if (r->cluster)
+        cl_metrics(r, e);
+    store_emit_end(e);
+}
+
+/* ------------------------------------------------------- open, close */
+
+static void link_free(redis_link *r)
+{
+    while (r->idle) {
+        conn *c = r->idle;
+        r->idle = c->next;
+        if (c->cl) {
+            cl_free(c);
+        } else {
+            redisFree(c->ctx);
+            free(c);
+        }
+    }
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->wake);
+    free(r->seeds);
+    free(r->figs);
+    free(r->host);
+    free(r->unix_path);
+    free(r->user);
+    if (r->password) {
+        explicit_bzero(r->password, strlen(r->password));
+        free(r->password);
+    }
+    free(r);
+}
+
+void redis_link_close(redis_link *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->stopping = true;
+    pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    if (r->monitoring)
+        pthread_join(r->monitor, NULL);
+    link_free(r);
+}
+
+/* Over a cluster at open: the probe on every primary of the first handle. */
+static int cl_open_probe(redis_link *r, conn *c, char *err, size_t errlen)
+{
+    size_t m;
+    redis_cmd *cmds = cl_probe_all(r, c, &m);
+    int rc = m ? STORE_OK : STORE_EUNAVAILABLE;
+    if (!m)
+        snprintf(err, errlen, "no primary serves a slot");
+    for (size_t i = 0; i < m && rc == STORE_OK; i++) {
+        if (!cmds[i].reply) {
+            snprintf(err, errlen, "node %s: %s", cmds[i].addr, cluster_last_error(c->cl));
+            rc = STORE_EUNREACHABLE;
+        } else {
+            rc = r->opt.probe_check(cmds[i].reply, cmds[i].addr, err, errlen);
+        }
+    }
+    redis_cmds_free(cmds, m);
+    return rc;
+}
+
+int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, size_t errlen)
+{
+    redis_link *r = hf_xcalloc(1, sizeof *r);
+    r->opt = *opt;
+    r->opt.url = NULL;
+    r->opt.password = NULL;
+    for (int i = 0; i < r->opt.probe_argc && i < 4; i++)
+        r->probe_lens[i] = strlen(r->opt.probe_argv[i]);
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->wake, NULL);
+    int rc = parse_url(r, opt->url, err, errlen);
+    if (rc == STORE_OK && opt->password) {
+        free(r->password);
+        r->password = dup_n(opt->password, strlen(opt->password));
+    }
+    if (rc == STORE_OK && r->cluster) {
+        r->copt = (cluster_options){
+            .seeds = r->seeds,
+            .user = r->user,
+            .password = r->password,
+            .connect_timeout_ms = (int)r->opt.connect_timeout_ms,
+            .command_timeout_ms = (int)r->opt.command_timeout_ms,
+        };
+        char why[400];
+        conn *cc = cl_open(r, &rc, why, sizeof why);
+        if (cc) {
+            rc = cl_open_probe(r, cc, why, sizeof why);
+            if (rc == STORE_OK) {
+                cl_fold(r, cc);
+                cc->next = r->idle;
+                r->idle = cc;
+            } else {
+                cl_free(cc);
+            }
+        }
+        if (rc != STORE_OK)
+            snprintf(err, errlen, "Redis Cluster %s: %s", r->seeds, why);
+    } else if (rc == STORE_OK) {
+        redisContext *c = connect_one(r, &rc, err, errlen);
+        if (c) {
+            rc = probe_one(r, c, err, errlen);
+            redisFree(c);
+        }
+    }
+    if (rc != STORE_OK) {
+        link_free(r);
+        return rc;
+    }
+    r->up = true;
+    atomic_store(&r->up_flag, true);
+    r->monitoring = pthread_create(&r->monitor, NULL, r->cluster ? cl_monitor_main : monitor_main,
+                                   r) == 0;
+    *out = r;
+    return STORE_OK;
+}

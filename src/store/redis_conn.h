@@ -1,0 +1,123 @@
+/*
+ * redis_conn.h: the Redis engine's connections (store/redis.h), apart from
+ * its operations: to one Redis (redis://, unix://) a pool of hiredis
+ * connections, over a Redis Cluster (redis-cluster://) a pool of routing
+ * handles of src/cluster/cluster.h; the up/down state, the monitor thread,
+ * --redis-wait, and the figures of all that. It knows no HF3FS.* command:
+ * it sends what it is given and says what became of it.
+ *
+ * One Redis. A call borrows an idle connection (or opens one: connect, AUTH,
+ * SELECT), writes its commands as one pipeline (followed, for a change
+ * under --redis-wait, by one WAIT), reads the replies and gives the
+ * connection back; a connection that failed is closed. Before commands go
+ * out on a connection that sat idle, a poll() checks that Redis has not
+ * closed it (restarted, stopped), so that they are refused (nothing sent)
+ * rather than sent into a dead socket. Any I/O failure marks Redis down:
+ * every later call is refused at once until the monitor reconnects (0.1 s
+ * doubling to 2 s) and its probe passes; idle connections from before are
+ * then dropped. While up, the monitor probes every second.
+ *
+ * A Redis Cluster. A call borrows an idle routing handle (each has its own
+ * connections and slot map; so threads never share one), runs its batch
+ * (one round trip per node, the nodes in parallel; MOVED, ASK, TRYAGAIN,
+ * CLUSTERDOWN and failovers are the handle's business) and gives it back.
+ * For a change under --redis-wait each command is followed by a WAIT on its
+ * node; a batch that was redirected may have run elsewhere than its WAITs
+ * went, so a WAIT then goes to every primary. Calls are never refused from
+ * here: a node that is down costs its own slots' calls the command timeout,
+ * the other slots keep serving. The monitor probes every primary every
+ * second (every 200 ms while one fails) and checks that every slot is
+ * served; it only tells (health, figures).
+ *
+ * The probe (options): a command sent at open and by the monitor to the one
+ * Redis or to every primary; its checker judges the reply. Open fails with
+ * the checker's code; later failures mark Redis down (one Redis) or the
+ * cluster degraded, with the checker's sentence as the reason.
+ *
+ * Outcomes of a command (redis_cmd.code): STORE_OK with its reply (which
+ * may be an error reply: the caller judges it), STORE_EUNAVAILABLE (not
+ * sent, or a read whose answer was lost: nothing changed), or, for a
+ * change, STORE_EUNCERTAIN (sent and its answer lost, or fewer replicas
+ * than --redis-wait acknowledged it: it may have taken effect).
+ */
+#ifndef HF_STORE_REDIS_CONN_H
+#define HF_STORE_REDIS_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "store/store.h"
+
+typedef struct redis_link redis_link;
+
+/* Judges the probe's reply from the node at addr: STORE_OK, or a STORE_E*
+ * code with a sentence in err. */
+typedef int (*redis_probe_check)(const redisReply *reply, const char *addr, char *err,
+                                 size_t errlen);
+
+typedef struct redis_link_options {
+    const char *url;              /* as store_redis_options.url */
+    const char *password;         /* replaces the URL's password if set */
+    int64_t connect_timeout_ms;   /* > 0 */
+    int64_t command_timeout_ms;   /* > 0 */
+    unsigned wait_replicas;       /* > 0: WAIT for that many replicas after a change */
+    int64_t wait_timeout_ms;      /* > 0 */
+    int probe_argc;               /* the probe command (at most 4 arguments) */
+    const char *probe_argv[4];
+    redis_probe_check probe_check;
+} redis_link_options;
+
+/* One command. In: argv (borrowed during the call) and, over a cluster,
+ * where it goes: slot (of its key) or, with slot -1, node (an index of
+ * redis_link_primaries). Out: reply (the caller frees it) and code. */
+typedef struct redis_cmd {
+    int argc;
+    const char **argv;
+    const size_t *argvlen;
+    int slot;
+    int node;
+    redisReply *reply;
+    int code;
+    char addr[128]; /* redis_link_on_primaries: the node's address */
+} redis_cmd;
+
+/*
+ * Parse the URL, connect (one Redis: one connection; a cluster: one
+ * handle and its slot map) and pass the probe. STORE_OK and *out, or
+ * STORE_ECONFIG (malformed URL), STORE_EUNREACHABLE, STORE_EAUTH,
+ * STORE_EUNAVAILABLE (Redis answered but refused), or the probe checker's
+ * code, with a sentence in err.
+ */
+int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, size_t errlen);
+void redis_link_close(redis_link *l);
+
+bool redis_link_is_cluster(const redis_link *l);
+/* "host:port", "unix:/path" or "cluster seeds" for messages. */
+const char *redis_link_where(const redis_link *l, char *buf, size_t len);
+/* The cluster slot of a key (routing; on one Redis the slot is ignored). */
+int redis_link_slot(const void *key, size_t len);
+
+/* Run n commands (the outcomes above); change: they may change state. */
+void redis_link_exec(redis_link *l, redis_cmd *cmds, size_t n, bool change);
+/* The same command once on the one Redis or on every primary of a
+ * cluster's map, at once: *n commands with their outcomes and each node's
+ * address (free them with redis_cmds_free). *n is 0 when no primary is
+ * known (over a cluster). */
+redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
+                                   const size_t *argvlen, bool change, size_t *n);
+/* Free the replies of n commands, then the array. */
+void redis_cmds_free(redis_cmd *cmds, size_t n);
+
+/* An error reply judged by the caller, counted with the link's errors
+ * (unknown: an outcome unknown too). */
+void redis_link_count_error(redis_link *l, bool unknown);
+
+/* store_ops.health: STORE_OK, or STORE_EUNAVAILABLE and why. */
+int redis_link_health(redis_link *l, char *reason, size_t len);
+/* store_ops.metrics: the link's families and the "store" member. */
+void redis_link_metrics(redis_link *l, const store_emitter *e);
+
+#endif
