@@ -1111,7 +1111,7 @@ static uint32_t clock_sweep(core_pool_t *pool, evict_scan *scan, int64_t now)
             break; /* a full turn without an evictable page */
         if ((steps & 7) == 0) /* the records ahead are read in page order */
             for (uint32_t k = 8; k < 16; k++)
-                if (hand + k < n)
+                if ((uint64_t)hand + k < n)
                     prefetch_rec(core__rec(pool, hand + k), 1);
         uint32_t page = hand;
         hand = hand + 1 == n ? 0 : hand + 1;
