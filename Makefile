@@ -1,6 +1,6 @@
 # hf3fs-metad build.
 #
-#   make            build build/hf3fs-metad
+#   make            build build/hf3fs-metad and build/hf3fs_metad_redis.so
 #   make run        install build deps if missing, build, start on the defaults
 #   make test       install deps if missing, build normal and ASan+UBSan, run every test
 #   make test-asan  the sanitized half only
@@ -22,7 +22,8 @@ TEST_DEPS  := python3 python3-requests python3-yaml curl prometheus clang libcla
               redis-server redis-tools
 
 SERVER_MAIN := src/server/main.c
-LIB_SRC     := $(filter-out $(SERVER_MAIN),$(wildcard src/*/*.c))
+MODULE_MAIN := src/module/module.c
+LIB_SRC     := $(filter-out $(SERVER_MAIN) $(MODULE_MAIN),$(wildcard src/*/*.c))
 LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)

@@ -582,8 +582,14 @@ static void page_write_lease(core_pool_t *pool, uint32_t page, int64_t now)
 static void page_write_done(core_pool_t *pool, uint32_t page, int64_t now)
 {
     core_wlease *e = pool->nwleases ? wlease_find(pool, page) : NULL;
-    if (!e || --e->writers > 0)
+    if (!e)
         return;
+    if (--e->writers > 0) {
+        /* one writer of several: reported too, so that a replay or a
+         * follower counts the writers left (the protection is unchanged) */
+        emit(pool, CORE_EV_WRITE_DONE, page, core__rec(pool, page)->deadline);
+        return;
+    }
     wlease_remove(pool, e);
     core_page_rec *rec = core__rec(pool, page);
     int64_t until = now + pool->core->config.read_lease_ms;
@@ -602,10 +608,12 @@ static void wlease_expire(core_pool_t *pool, int64_t now)
     for (size_t s = 0; s <= pool->wlease_mask;) {
         core_wlease *e = &pool->wleases[s];
         if (e->page != CORE_NIL && e->end <= now) {
-            uint32_t page = e->page;
+            uint32_t page = e->page, writers = e->writers;
             wlease_remove(pool, e); /* may shift a later entry into s: look again */
             pool->counters.write_leases_expired++;
-            emit(pool, CORE_EV_WRITE_DONE, page, core__rec(pool, page)->deadline);
+            /* one WRITE_DONE per writer that never confirmed */
+            for (uint32_t w = 0; w < writers || w == 0; w++)
+                emit(pool, CORE_EV_WRITE_DONE, page, core__rec(pool, page)->deadline);
             continue;
         }
         if (e->page != CORE_NIL && e->end < min)
@@ -1680,7 +1688,10 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
         if (!(rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)) ||
             !(e = wlease_find(pool, page)))
             return CORE_EINVAL;
-        wlease_remove(pool, e);
+        if (e->writers <= 1)
+            wlease_remove(pool, e); /* the last writer: the lease ends */
+        else
+            e->writers--;
         rec->deadline = ev->deadline;
         return 0;
     }

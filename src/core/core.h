@@ -248,8 +248,9 @@ typedef enum core_event_type {
                             * demoted); its lease ends at `deadline` */
     CORE_EV_DEMOTE,        /* OWNED page -> demoted (evicted first; the latest demoted first) */
     CORE_EV_WRITE_LEASE,   /* OWNED page: one more writer, protected until `deadline` */
-    CORE_EV_WRITE_DONE,    /* OWNED page: its write lease ended (last writer confirmed, or
-                            * its end passed); protected until `deadline` */
+    CORE_EV_WRITE_DONE,    /* OWNED page: one writer is done (it confirmed, or the lease's
+                            * end passed: one event per writer left); with the last
+                            * one the write lease ends; protected until `deadline` */
     CORE_EV_SWEEP,         /* the pool's clock hand moves to `page` (< num_pages) after
                             * `deadline` full turns: every OWNED page it passed lost one
                             * from its use count per pass (those in [old hand, page),

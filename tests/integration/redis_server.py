@@ -8,6 +8,15 @@
 The server binds 127.0.0.1 only, keeps its files in its own temporary directory
 and is killed when the `with` block ends (or at exit, whatever happened).
 appendonly=True starts it with `appendonly yes` and `appendfsync always`.
+
+    with RedisServer(loadmodule=True) as r:   # with the hf3fs Redis module
+        r.cmd("MODULE", "LIST")
+
+loadmodule=True loads module_path() (env HF3FS_REDIS_MODULE, else
+hf3fs_metad_redis.so next to $HF3FS_METAD_BIN: build/ or build/asan/);
+loadmodule="PATH" loads that file; module_args are its arguments (e.g.
+["allocator", "libc"]). A module built with AddressSanitizer runs with the
+ASan runtime preloaded (module_env()).
 """
 
 import atexit
@@ -21,6 +30,42 @@ import time
 
 REDIS_SERVER = os.environ.get("HF3FS_REDIS_SERVER", "redis-server")
 _live = set()
+
+
+def module_path():
+    """The Redis module the tests load: $HF3FS_REDIS_MODULE, else
+    hf3fs_metad_redis.so in the directory of $HF3FS_METAD_BIN (default
+    build/hf3fs-metad), as an absolute path."""
+    path = os.environ.get("HF3FS_REDIS_MODULE")
+    if not path:
+        binary = os.environ.get("HF3FS_METAD_BIN", "build/hf3fs-metad")
+        path = os.path.join(os.path.dirname(binary) or ".", "hf3fs_metad_redis.so")
+    return os.path.abspath(path)
+
+
+def module_is_sanitized(path):
+    """Whether the module at path was built with -fsanitize=address."""
+    try:
+        with open(path, "rb") as f:
+            return b"libasan.so" in f.read()
+    except OSError:
+        return False
+
+
+def module_env(path):
+    """The environment for a redis-server that loads the module at path:
+    ours, plus (for a module built with -fsanitize=address) LD_PRELOAD of
+    the ASan runtime, which must come before every other library; leak
+    detection is off (Redis's own allocations are not ours to judge)."""
+    env = dict(os.environ)
+    if module_is_sanitized(path):
+        cc = os.environ.get("CC", "gcc")
+        lib = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip()
+        env["LD_PRELOAD"] = " ".join(x for x in (lib, env.get("LD_PRELOAD", "")) if x)
+        env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
+        env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+    return env
 
 
 def _kill_all():
@@ -51,11 +96,12 @@ def pick_port(taken=()):
     raise RuntimeError("no free port pair (p, p + 10000) for redis")
 
 
-def spawn(args, port, password=None, timeout=10.0):
+def spawn(args, port, password=None, timeout=10.0, env=None):
     """redis-server with args (flags or a config file), once it answers PING
     on 127.0.0.1:port (AUTH first with password). None if it exited or did
-    not answer within timeout (then it is killed)."""
-    proc = subprocess.Popen([REDIS_SERVER] + list(args),
+    not answer within timeout (then it is killed). env: its environment
+    (default ours)."""
+    proc = subprocess.Popen([REDIS_SERVER] + list(args), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _live.add(proc)
     deadline = time.monotonic() + timeout
@@ -166,14 +212,19 @@ class Resp:
 
 
 class RedisServer:
-    """redis-server on a free port (its bus port + 10000 free too) in a temp dir."""
+    """redis-server on a free port (its bus port + 10000 free too) in a temp dir.
+    loadmodule: None, True (module_path()) or the path of a module to load;
+    module_args: the arguments it is loaded with."""
 
-    def __init__(self, appendonly=False, password=None, extra=()):
+    def __init__(self, appendonly=False, password=None, extra=(), loadmodule=None,
+                 module_args=()):
         self.dir = tempfile.mkdtemp(prefix="hf3fs-redis.")
         self.port = pick_port()
         self.appendonly = appendonly
         self.password = password
         self.extra = list(extra)
+        self.module = module_path() if loadmodule is True else loadmodule
+        self.module_args = [str(a) for a in module_args]
         self.proc = None
         self.unix = os.path.join(self.dir, "redis.sock")
         self._conn = None
@@ -195,18 +246,35 @@ class RedisServer:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         if self.password:
             args += ["--requirepass", self.password]
+        env = None
+        if self.module:
+            args += ["--loadmodule", self.module] + self.module_args
+            env = module_env(self.module)
+            if module_is_sanitized(self.module):  # reports beside redis.log (log())
+                env["ASAN_OPTIONS"] += ":log_path=" + os.path.join(self.dir, "asan")
+                env["UBSAN_OPTIONS"] += ":log_path=" + os.path.join(self.dir, "ubsan")
         args += self.extra
-        self.proc = spawn(args, self.port, self.password, timeout)
+        self.proc = spawn(args, self.port, self.password, timeout, env)
         if self.proc is None:
             raise RuntimeError("redis-server did not start: " + self.log())
         return self
 
     def log(self):
-        try:
-            with open(os.path.join(self.dir, "redis.log")) as f:
-                return f.read()[-3000:]
-        except OSError:
-            return ""
+        """The end of redis.log, then any sanitizer report of the module."""
+        out = ""
+        for name in ["redis.log"] + sorted(n for n in os.listdir(self.dir)
+                                           if n.startswith(("asan.", "ubsan."))):
+            try:
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    out += f.read()[-3000:]
+            except OSError:
+                pass
+        return out
+
+    def sanitizer_reports(self):
+        """The module's AddressSanitizer / UBSan reports so far (text)."""
+        return "".join(open(os.path.join(self.dir, n), errors="replace").read()
+                       for n in sorted(os.listdir(self.dir)) if n.startswith(("asan.", "ubsan.")))
 
     def connect(self):
         c = Resp(port=self.port)

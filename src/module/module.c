@@ -1,0 +1,1137 @@
+/*
+ * module.c: src/core inside redis-server (hf3fs_metad_redis.so), the
+ * HF3FS.* commands of docs/redis-module.md.
+ *
+ * Specification
+ *
+ * Layout. One Redis value of the type "hf3fsmeta" per namespace, under the
+ * key wire_value_key(ns) = "hf3fs:{<hex ns>}". A value is a core_t that
+ * holds that one namespace with all its ranks (pools), plus the namespace's
+ * name. Every command names one value (key position 1) and runs one core
+ * call on it, alone on Redis's thread: the Lua scripts' atomicity, with the
+ * embedded engine's code. HF3FS.NAMESPACES and HF3FS.CLEARALL have no key
+ * and act on the values of the node (its selected database) they are sent
+ * to.
+ *
+ * Memory. The core allocates through Redis (hf_set_allocator with
+ * RedisModule_Alloc and its family, set once at load), so used_memory,
+ * maxmemory and MEMORY USAGE (mem_usage: core_memory_usage) count it.
+ *
+ * What is replicated (effects replication). While a command runs, an
+ * observer on the value's core appends every core event it produces
+ * (wire_event_append, deadlines computed with this node's clock); if there
+ * is any, the command propagates
+ *     HF3FS.APPLY key ns events
+ * to replicas and the AOF, never itself. Every event is propagated, reads'
+ * USE events (recency, read leases) included, so that a replica and an AOF
+ * hold exactly the primary's state, free stack included (core_apply_live
+ * follows it). HF3FS.APPLY is refused unless it comes from the primary's
+ * stream or from the AOF being loaded; on a replica it propagates itself
+ * verbatim to the replica's own AOF. HF3FS.CLEARALL propagates a DEL of
+ * each value it deletes (CORE_EV_CLEAR_ALL is never produced).
+ *
+ * What survives what. The serialized form of a value (rdb_save; DUMP,
+ * RESTORE and MIGRATE use it too) is, at encoding version 1:
+ *     string ns
+ *     string events      core_walk_state, wire_event_append encoding
+ *     string free order  per pool: u32 rank, u32 n, n u32 pages (LE), the
+ *                        pool's free stack bottom first (core_pool_free_order)
+ * rdb_load replays the events with core_apply, core_apply_finish, then
+ * restores each free order (core_pool_set_free_order): pages, keys, LRU
+ * order, reservations, leases, drains and the next pages handed out are
+ * those of the saved value. The pools' counters (hits, misses,
+ * reservations, ...) are not saved: they count this node's work since the
+ * value was loaded, as Redis's INFO stats do; the gauges (free, owned, ...)
+ * follow from the state and survive. So SAVE/BGSAVE, restarts, DEBUG
+ * RELOAD, full syncs and slot moves keep the state; the AOF keeps it too
+ * (every change is an APPLY in it). AOF rewrite without an RDB preamble
+ * (aof_rewrite) emits
+ *     HF3FS.REBUILD key ns events freeorder
+ * the same three fields, accepted only while the AOF is loaded.
+ * digest (DEBUG DIGEST-VALUE, DEBUG DIGEST) covers exactly those three
+ * fields, so a replica and its primary digest equal iff their states are.
+ *
+ * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
+ * changes; rdb_load keeps reading every older version (there is one so
+ * far) and refuses newer ones (a value saved by a newer module: the load
+ * fails rather than guessing). HF3FS_MODULE_VERSION (MODULE LIST) is bumped
+ * whenever a command changes meaning; the front end requires exactly its
+ * own.
+ *
+ * Errors. Every argument is validated before the core sees it: malformed
+ * numbers or lists answer -ERR, numbers out of range -EINVAL, a missing
+ * value -ENOPOOL (except INIT, which creates it, CEXISTS, which answers all
+ * 0, and the keyless commands), a key of another type WRONGTYPE.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "core/core.h"
+#include "module/redismodule_api.h"
+#include "module/wire.h"
+#include "util/xalloc.h"
+
+#define RM_API_DEFINE(name, ret, params) ret(*rm_##name) params;
+RM_API_LIST(RM_API_DEFINE)
+#undef RM_API_DEFINE
+
+static RedisModuleType *hf_type;
+
+/* ---- values ---- */
+
+typedef struct hf_value {
+    core_t *core;
+    char *ns;
+    size_t ns_len;
+} hf_value;
+
+static hf_slice value_ns(const hf_value *v)
+{
+    return (hf_slice){v->ns, v->ns_len};
+}
+
+/* The configuration of a value made by a load or an APPLY: the limits are
+ * the core's own, so every pool that existed anywhere loads; every command
+ * that changes a value brings its caller's configuration anyway. */
+static core_config default_config(void)
+{
+    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000,
+                       .write_lease_ms = 30000, .release_grace_ms = 0,
+                       .evict_lru = true, .max_pages = CORE_MAX_PAGES_LIMIT,
+                       .max_ranks = CORE_MAX_RANKS_LIMIT};
+    return cfg;
+}
+
+static hf_value *value_new(hf_slice ns, const core_config *cfg)
+{
+    core_config c = *cfg;
+    if (getrandom(&c.hash_seed, sizeof c.hash_seed, GRND_NONBLOCK) != sizeof c.hash_seed)
+        c.hash_seed = (uint64_t)rm_Milliseconds() * 0x9e3779b97f4a7c15ull ^ (uintptr_t)&c;
+    core_t *core = core_new(&c);
+    if (!core)
+        return NULL;
+    hf_value *v = hf_xcalloc(1, sizeof *v);
+    v->core = core;
+    v->ns = hf_xmalloc(ns.len + 1);
+    if (ns.len)
+        memcpy(v->ns, ns.ptr, ns.len);
+    v->ns[ns.len] = 0;
+    v->ns_len = ns.len;
+    return v;
+}
+
+static void value_free(void *p)
+{
+    hf_value *v = p;
+    if (!v)
+        return;
+    core_free(v->core);
+    hf_xfree(v->ns);
+    hf_xfree(v);
+}
+
+/* ---- snapshots: the serialized form (see the header) ---- */
+
+static void put_u32(wire_buf *b, uint32_t x)
+{
+    char c[4] = {(char)x, (char)(x >> 8), (char)(x >> 16), (char)(x >> 24)};
+    wire_buf_add(b, c, 4);
+}
+
+static uint32_t get_u32(const char *p)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    return (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
+}
+
+static void collect_event(void *ctx, const core_event *ev)
+{
+    wire_event_append(ctx, ev);
+}
+
+typedef struct free_orders {
+    core_t *core;
+    wire_buf *out;
+} free_orders;
+
+static void collect_free_order(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *st)
+{
+    free_orders *f = ctx;
+    core_pool_t *pool = core_pool_find(f->core, ns, rank);
+    const uint32_t *pages = NULL;
+    size_t n = pool ? core_pool_free_order(pool, &pages) : 0;
+    put_u32(f->out, rank);
+    put_u32(f->out, (uint32_t)n);
+    wire_buf_reserve(f->out, 4 * n);
+    for (size_t i = 0; i < n; i++)
+        put_u32(f->out, pages[i]);
+}
+
+/* The events and free orders of the value (two fresh buffers). */
+static void snapshot(const hf_value *v, wire_buf *events, wire_buf *order)
+{
+    *events = (wire_buf){0};
+    *order = (wire_buf){0};
+    core_walk_state(v->core, collect_event, events);
+    free_orders f = {v->core, order};
+    core_foreach_pool(v->core, 0, collect_free_order, &f);
+}
+
+/* A value rebuilt from a snapshot, or NULL (why in err) if it does not
+ * describe a state. */
+static hf_value *value_from_snapshot(hf_slice ns, const char *ev, size_t evlen,
+                                     const char *order, size_t orderlen, char *err,
+                                     size_t errlen)
+{
+    core_config cfg = default_config();
+    hf_value *v = value_new(ns, &cfg);
+    if (!v) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    size_t pos = 0, count = 0;
+    core_event e;
+    int rc;
+    while ((rc = wire_event_next(ev, evlen, &pos, ns, &e)) == 1) {
+        if (e.type == CORE_EV_CLEAR_ALL || core_apply(v->core, &e) != 0) {
+            snprintf(err, errlen, "event %zu (type %d, rank %" PRIu32 ", page %" PRIu64
+                     ") does not fit the state", count, (int)e.type, e.rank, e.page);
+            goto fail;
+        }
+        count++;
+    }
+    if (rc < 0) {
+        snprintf(err, errlen, "malformed event %zu", count);
+        goto fail;
+    }
+    core_apply_finish(v->core);
+    pos = 0;
+    uint32_t *pages = NULL;
+    while (pos < orderlen) {
+        if (orderlen - pos < 8) {
+            snprintf(err, errlen, "truncated free order");
+            goto fail;
+        }
+        uint32_t rank = get_u32(order + pos), n = get_u32(order + pos + 4);
+        pos += 8;
+        if ((orderlen - pos) / 4 < n) {
+            snprintf(err, errlen, "truncated free order of rank %" PRIu32, rank);
+            goto fail;
+        }
+        core_pool_t *pool = core_pool_find(v->core, ns, rank);
+        pages = hf_xreallocarray(pages, n ? n : 1, sizeof *pages);
+        for (uint32_t i = 0; i < n; i++)
+            pages[i] = get_u32(order + pos + 4 * (size_t)i);
+        pos += 4 * (size_t)n;
+        if (!pool || core_pool_set_free_order(pool, pages, n) != 0) {
+            hf_xfree(pages);
+            snprintf(err, errlen, "free order of rank %" PRIu32 " does not fit the pool", rank);
+            goto fail;
+        }
+    }
+    hf_xfree(pages);
+    return v;
+fail:
+    value_free(v);
+    return NULL;
+}
+
+/* ---- data type methods ---- */
+
+static void type_rdb_save(RedisModuleIO *io, void *p)
+{
+    hf_value *v = p;
+    wire_buf ev, order;
+    snapshot(v, &ev, &order);
+    rm_SaveStringBuffer(io, v->ns, v->ns_len);
+    rm_SaveStringBuffer(io, ev.p ? ev.p : "", ev.len);
+    rm_SaveStringBuffer(io, order.p ? order.p : "", order.len);
+    wire_buf_free(&ev);
+    wire_buf_free(&order);
+}
+
+static void *type_rdb_load(RedisModuleIO *io, int encver)
+{
+    if (encver < 1 || encver > HF3FS_TYPE_ENCVER) {
+        rm_LogIOError(io, "warning",
+                      "hf3fsmeta: a value of encoding version %d, this module reads 1..%d "
+                      "(load it with a newer module)", encver, HF3FS_TYPE_ENCVER);
+        return NULL;
+    }
+    size_t nslen, evlen, orderlen;
+    char *ns = rm_LoadStringBuffer(io, &nslen);
+    char *ev = rm_LoadStringBuffer(io, &evlen);
+    char *order = rm_LoadStringBuffer(io, &orderlen);
+    hf_value *v = NULL;
+    if (ns && ev && order) {
+        char err[200];
+        v = value_from_snapshot((hf_slice){ns, nslen}, ev, evlen, order, orderlen, err,
+                                sizeof err);
+        if (!v)
+            rm_LogIOError(io, "warning", "hf3fsmeta: a saved value is damaged: %s", err);
+    }
+    rm_Free(ns);
+    rm_Free(ev);
+    rm_Free(order);
+    return v;
+}
+
+static void type_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
+{
+    hf_value *v = p;
+    wire_buf ev, order;
+    snapshot(v, &ev, &order);
+    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbb", key, v->ns, v->ns_len, ev.p ? ev.p : "", ev.len,
+               order.p ? order.p : "", order.len);
+    wire_buf_free(&ev);
+    wire_buf_free(&order);
+}
+
+static size_t type_mem_usage(const void *p)
+{
+    const hf_value *v = p;
+    return sizeof *v + v->ns_len + 1 + core_memory_usage(v->core);
+}
+
+static void type_digest(RedisModuleDigest *md, void *p)
+{
+    hf_value *v = p;
+    wire_buf ev, order;
+    snapshot(v, &ev, &order);
+    rm_DigestAddStringBuffer(md, v->ns, v->ns_len);
+    rm_DigestAddStringBuffer(md, ev.p ? ev.p : "", ev.len);
+    rm_DigestAddStringBuffer(md, order.p ? order.p : "", order.len);
+    rm_DigestEndSequence(md);
+    wire_buf_free(&ev);
+    wire_buf_free(&order);
+}
+
+/* ---- commands: shared parts ---- */
+
+/* One command's state: its key and value, the events it produced. */
+typedef struct cmd {
+    RedisModuleCtx *ctx;
+    RedisModuleString **argv;
+    RedisModuleKey *key;
+    hf_value *v;   /* NULL: no value under the key */
+    wire_buf events;
+} cmd;
+
+static void observe(void *ctx, const core_event *ev)
+{
+    wire_event_append(ctx, ev);
+}
+
+/* Open argv[1]. 0, or -1 after replying WRONGTYPE. */
+static int cmd_open(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv)
+{
+    *c = (cmd){ctx, argv, NULL, NULL, {0}};
+    c->key = rm_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    int t = rm_KeyType(c->key);
+    if (t == REDISMODULE_KEYTYPE_EMPTY)
+        return 0;
+    if (t != REDISMODULE_KEYTYPE_MODULE || rm_ModuleTypeGetType(c->key) != hf_type) {
+        rm_CloseKey(c->key);
+        c->key = NULL;
+        rm_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        return -1;
+    }
+    c->v = rm_ModuleTypeGetValue(c->key);
+    return 0;
+}
+
+/* Start observing the value's core (before the core call). */
+static void cmd_observe(cmd *c)
+{
+    core_set_observer(c->v->core, observe, &c->events);
+}
+
+/* Stop observing; propagate the events, if any, as HF3FS.APPLY; close. */
+static void cmd_close(cmd *c)
+{
+    if (c->v) {
+        core_set_observer(c->v->core, NULL, NULL);
+        if (c->events.len)
+            rm_Replicate(c->ctx, "HF3FS.APPLY", "sbb", c->argv[1], c->v->ns, c->v->ns_len,
+                         c->events.p, c->events.len);
+    }
+    wire_buf_free(&c->events);
+    if (c->key)
+        rm_CloseKey(c->key);
+}
+
+static int reply_err(RedisModuleCtx *ctx, const char *msg)
+{
+    rm_ReplyWithError(ctx, msg);
+    return REDISMODULE_OK;
+}
+
+static int reply_enopool(RedisModuleCtx *ctx)
+{
+    return reply_err(ctx, "ENOPOOL pool not initialized");
+}
+
+/* Argument parsers: 0, or -1 after replying the error. */
+
+static int arg_i64(RedisModuleCtx *ctx, RedisModuleString *a, const char *what, int64_t min,
+                   int64_t max, int64_t *out)
+{
+    long long ll;
+    char msg[160];
+    if (rm_StringToLongLong(a, &ll) != REDISMODULE_OK) {
+        snprintf(msg, sizeof msg, "ERR %s is not an integer", what);
+        rm_ReplyWithError(ctx, msg);
+        return -1;
+    }
+    if (ll < min || ll > max) {
+        snprintf(msg, sizeof msg, "EINVAL %s out of range", what);
+        rm_ReplyWithError(ctx, msg);
+        return -1;
+    }
+    *out = ll;
+    return 0;
+}
+
+static int arg_now(RedisModuleCtx *ctx, RedisModuleString *a, int64_t *now)
+{
+    if (arg_i64(ctx, a, "now", 0, INT64_MAX / 4, now) != 0)
+        return -1;
+    if (*now == 0)
+        *now = rm_Milliseconds();
+    return 0;
+}
+
+static int arg_rank(RedisModuleCtx *ctx, RedisModuleString *a, uint32_t *rank)
+{
+    int64_t r;
+    if (arg_i64(ctx, a, "rank", 0, UINT32_MAX, &r) != 0)
+        return -1;
+    *rank = (uint32_t)r;
+    return 0;
+}
+
+/* cfg applied to the value's core (its hash seed kept); without a value,
+ * into *out only. */
+static int arg_cfg(cmd *c, RedisModuleString *a, core_config *out)
+{
+    size_t len;
+    const char *p = rm_StringPtrLen(a, &len);
+    core_config cfg = c->v ? *core_get_config(c->v->core) : default_config();
+    if (wire_cfg_parse(p, len, &cfg) != 0) {
+        rm_ReplyWithError(c->ctx, "ERR malformed cfg (reservation_ms,read_lease_ms,"
+                                  "write_lease_ms,release_grace_ms,evict,max_pages,max_ranks)");
+        return -1;
+    }
+    if (cfg.max_pages > CORE_MAX_PAGES_LIMIT)
+        cfg.max_pages = CORE_MAX_PAGES_LIMIT;
+    if (cfg.max_ranks > CORE_MAX_RANKS_LIMIT)
+        cfg.max_ranks = CORE_MAX_RANKS_LIMIT;
+    if (c->v)
+        core_set_config(c->v->core, &cfg);
+    if (out)
+        *out = cfg;
+    return 0;
+}
+
+/* A key list: *keys (hf_xfree it) and *n. Empty keys are refused. */
+static int arg_keys(RedisModuleCtx *ctx, RedisModuleString *a, hf_slice **keys, size_t *n)
+{
+    size_t len;
+    const char *p = rm_StringPtrLen(a, &len);
+    int64_t count = wire_keys_count(p, len);
+    if (count < 0) {
+        rm_ReplyWithError(ctx, "ERR malformed key list");
+        return -1;
+    }
+    hf_slice *k = hf_xmalloc((size_t)(count ? count : 1) * sizeof *k);
+    wire_keys_decode(p, len, k);
+    for (int64_t i = 0; i < count; i++)
+        if (k[i].len == 0) {
+            hf_xfree(k);
+            rm_ReplyWithError(ctx, "ERR empty key in key list");
+            return -1;
+        }
+    *keys = k;
+    *n = (size_t)count;
+    return 0;
+}
+
+/* A page list: *pages (hf_xfree it) and *n. */
+static int arg_pages(RedisModuleCtx *ctx, RedisModuleString *a, int64_t **pages, size_t *n)
+{
+    size_t len;
+    const char *p = rm_StringPtrLen(a, &len);
+    if (len % 8) {
+        rm_ReplyWithError(ctx, "ERR malformed page list");
+        return -1;
+    }
+    size_t count = len / 8;
+    int64_t *v = hf_xmalloc((count ? count : 1) * sizeof *v);
+    for (size_t i = 0; i < count; i++)
+        v[i] = wire_i64_at(p, i);
+    *pages = v;
+    *n = count;
+    return 0;
+}
+
+static void reply_pages(RedisModuleCtx *ctx, const int64_t *pages, size_t n)
+{
+    wire_buf b = {0};
+    wire_i64_append(&b, pages, n);
+    rm_ReplyWithStringBuffer(ctx, b.p ? b.p : "", b.len);
+    wire_buf_free(&b);
+}
+
+static void reply_flags(RedisModuleCtx *ctx, const bool *flags, size_t n)
+{
+    char *b = hf_xmalloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        b[i] = flags[i] ? 1 : 0;
+    rm_ReplyWithStringBuffer(ctx, b, n);
+    hf_xfree(b);
+}
+
+/* The pool of a command: the value's (ns, rank), or NULL after replying
+ * ENOPOOL. */
+static core_pool_t *cmd_pool(cmd *c, uint32_t rank)
+{
+    core_pool_t *pool = c->v ? core_pool_find(c->v->core, value_ns(c->v), rank) : NULL;
+    if (!pool)
+        reply_enopool(c->ctx);
+    return pool;
+}
+
+/* The common start of `CMD key now cfg rank ...`: the key opened, now, cfg,
+ * rank and the pool; 0, or -1 after an error reply (the key closed). */
+static int cmd_start_pool(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, int64_t *now,
+                          uint32_t *rank, core_pool_t **pool)
+{
+    if (cmd_open(c, ctx, argv) != 0)
+        return -1;
+    if (arg_now(ctx, argv[2], now) != 0 || arg_cfg(c, argv[3], NULL) != 0 ||
+        arg_rank(ctx, argv[4], rank) != 0 || !(*pool = cmd_pool(c, *rank))) {
+        cmd_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- commands ---- */
+
+/* HF3FS.INIT key now cfg ns rank num_pages */
+static int cmd_init(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 7)
+        return rm_WrongArity(ctx);
+    cmd c;
+    if (cmd_open(&c, ctx, argv) != 0)
+        return REDISMODULE_OK;
+    int64_t now, num_pages;
+    uint32_t rank;
+    core_config cfg;
+    size_t nslen, keylen;
+    const char *ns = rm_StringPtrLen(argv[4], &nslen);
+    const char *key = rm_StringPtrLen(argv[1], &keylen);
+    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg(&c, argv[3], &cfg) != 0 ||
+        arg_rank(ctx, argv[5], &rank) != 0 ||
+        arg_i64(ctx, argv[6], "num_pages", 0, INT64_MAX, &num_pages) != 0)
+        goto out;
+    hf_slice nss = {ns, nslen};
+    if (c.v) {
+        if (!hf_slice_eq(nss, value_ns(c.v))) {
+            reply_err(ctx, "ERR the value holds another namespace");
+            goto out;
+        }
+    } else {
+        char want[64];
+        size_t wlen = WIRE_VALUE_KEY_LEN(nslen);
+        char *w = wlen <= sizeof want ? want : hf_xmalloc(wlen);
+        wire_value_key(nss, w, wlen);
+        int ok = wlen == keylen && memcmp(w, key, keylen) == 0;
+        if (w != want)
+            hf_xfree(w);
+        if (!ok) {
+            reply_err(ctx, "ERR the key is not the namespace's (hf3fs:{hex ns})");
+            goto out;
+        }
+    }
+    bool fresh = c.v == NULL;
+    if (fresh) {
+        c.v = value_new(nss, &cfg);
+        if (!c.v) {
+            reply_err(ctx, "OOM cannot create the value");
+            goto out;
+        }
+    }
+    cmd_observe(&c);
+    uint64_t existing = (uint64_t)num_pages;
+    int rc = core_pool_init(c.v->core, nss, rank, (uint64_t)num_pages, &existing);
+    if (rc < 0) {
+        if (fresh) {
+            core_set_observer(c.v->core, NULL, NULL);
+            value_free(c.v);
+            c.v = NULL;
+        }
+        reply_err(ctx, "EINVAL num_pages or rank above the configured limits");
+        goto out;
+    }
+    if (fresh)
+        rm_ModuleTypeSetValue(c.key, hf_type, c.v);
+    rm_ReplyWithArray(ctx, 2);
+    rm_ReplyWithLongLong(ctx, rc == 1);
+    rm_ReplyWithLongLong(ctx, (long long)existing);
+out:
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.ALLOC key now cfg rank mode keys */
+static int cmd_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 7)
+        return rm_WrongArity(ctx);
+    cmd c;
+    int64_t now, mode;
+    uint32_t rank;
+    core_pool_t *pool;
+    if (cmd_start_pool(&c, ctx, argv, &now, &rank, &pool) != 0)
+        return REDISMODULE_OK;
+    hf_slice *keys = NULL;
+    size_t n;
+    long long m;
+    if (rm_StringToLongLong(argv[5], &m) != REDISMODULE_OK || (m != 0 && m != 1)) {
+        reply_err(ctx, "ERR mode is 0 (partial) or 1 (all or nothing)");
+        goto out;
+    }
+    mode = m;
+    if (arg_keys(ctx, argv[6], &keys, &n) != 0)
+        goto out;
+    int64_t *pages = hf_xmalloc((n ? n : 1) * sizeof *pages);
+    bool *existed = hf_xmalloc(n ? n : 1);
+    cmd_observe(&c);
+    core_allocate(pool, keys, n, mode ? CORE_ALLOC_ALL_OR_NOTHING : CORE_ALLOC_PARTIAL, now,
+                  pages, existed);
+    rm_ReplyWithArray(ctx, 2);
+    reply_pages(ctx, pages, n);
+    reply_flags(ctx, existed, n);
+    hf_xfree(pages);
+    hf_xfree(existed);
+out:
+    hf_xfree(keys);
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.CONFIRM key now cfg rank keys pages release */
+static int cmd_confirm(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 8)
+        return rm_WrongArity(ctx);
+    cmd c;
+    int64_t now;
+    uint32_t rank;
+    core_pool_t *pool;
+    if (cmd_start_pool(&c, ctx, argv, &now, &rank, &pool) != 0)
+        return REDISMODULE_OK;
+    hf_slice *keys = NULL;
+    int64_t *pages = NULL, *release = NULL;
+    size_t n, np, nrel;
+    if (arg_keys(ctx, argv[5], &keys, &n) != 0 || arg_pages(ctx, argv[6], &pages, &np) != 0 ||
+        arg_pages(ctx, argv[7], &release, &nrel) != 0)
+        goto out;
+    if (np != n) {
+        reply_err(ctx, "ERR as many pages as keys");
+        goto out;
+    }
+    size_t refused = 0;
+    cmd_observe(&c);
+    core_confirm(pool, keys, pages, n, release, nrel, now, &refused);
+    rm_ReplyWithLongLong(ctx, (long long)refused);
+out:
+    hf_xfree(keys);
+    hf_xfree(pages);
+    hf_xfree(release);
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.EXISTS / LOOKUP / DELETE key now cfg rank keys */
+enum { OP_EXISTS, OP_LOOKUP, OP_DELETE, OP_CLOC };
+
+static int cmd_keys_op(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int op)
+{
+    if (argc != 6)
+        return rm_WrongArity(ctx);
+    cmd c;
+    int64_t now;
+    uint32_t rank;
+    core_pool_t *pool;
+    if (cmd_start_pool(&c, ctx, argv, &now, &rank, &pool) != 0)
+        return REDISMODULE_OK;
+    hf_slice *keys = NULL;
+    size_t n;
+    if (arg_keys(ctx, argv[5], &keys, &n) != 0)
+        goto out;
+    int64_t *pages = hf_xmalloc((n ? n : 1) * sizeof *pages);
+    bool *flags = hf_xmalloc(n ? n : 1);
+    cmd_observe(&c);
+    switch (op) {
+    case OP_EXISTS:
+        core_exists(pool, keys, n, now, flags);
+        reply_flags(ctx, flags, n);
+        break;
+    case OP_LOOKUP:
+        core_lookup(pool, keys, n, now, pages);
+        reply_pages(ctx, pages, n);
+        break;
+    case OP_DELETE:
+        core_delete(pool, keys, n, now);
+        rm_ReplyWithSimpleString(ctx, "OK");
+        break;
+    case OP_CLOC:
+        if (core_complete_locations(c.v->core, value_ns(c.v), rank, keys, n, now, pages) < 0)
+            reply_enopool(ctx);
+        else
+            reply_pages(ctx, pages, n);
+        break;
+    }
+    hf_xfree(pages);
+    hf_xfree(flags);
+out:
+    hf_xfree(keys);
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+static int cmd_exists(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return cmd_keys_op(ctx, argv, argc, OP_EXISTS);
+}
+
+static int cmd_lookup(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return cmd_keys_op(ctx, argv, argc, OP_LOOKUP);
+}
+
+static int cmd_delete(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return cmd_keys_op(ctx, argv, argc, OP_DELETE);
+}
+
+static int cmd_cloc(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return cmd_keys_op(ctx, argv, argc, OP_CLOC);
+}
+
+/* HF3FS.CLEARPOOL key now cfg rank */
+static int cmd_clearpool(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 5)
+        return rm_WrongArity(ctx);
+    cmd c;
+    int64_t now;
+    uint32_t rank;
+    core_pool_t *pool;
+    if (cmd_start_pool(&c, ctx, argv, &now, &rank, &pool) != 0)
+        return REDISMODULE_OK;
+    cmd_observe(&c);
+    core_pool_clear(pool, now);
+    rm_ReplyWithSimpleString(ctx, "OK");
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.CEXISTS key now cfg keys */
+static int cmd_cexists(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 5)
+        return rm_WrongArity(ctx);
+    cmd c;
+    if (cmd_open(&c, ctx, argv) != 0)
+        return REDISMODULE_OK;
+    int64_t now;
+    hf_slice *keys = NULL;
+    size_t n;
+    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg(&c, argv[3], NULL) != 0 ||
+        arg_keys(ctx, argv[4], &keys, &n) != 0)
+        goto out;
+    bool *present = hf_xcalloc(n ? n : 1, 1);
+    if (c.v) {
+        cmd_observe(&c);
+        core_complete_exists(c.v->core, value_ns(c.v), keys, n, now, present);
+    }
+    reply_flags(ctx, present, n);
+    hf_xfree(present);
+out:
+    hf_xfree(keys);
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.STATS key now */
+typedef struct stats_list {
+    uint32_t *ranks;
+    core_pool_stats *st;
+    size_t n, cap;
+} stats_list;
+
+static void collect_stats(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *st)
+{
+    stats_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 8;
+        l->ranks = hf_xreallocarray(l->ranks, l->cap, sizeof *l->ranks);
+        l->st = hf_xreallocarray(l->st, l->cap, sizeof *l->st);
+    }
+    l->ranks[l->n] = rank;
+    l->st[l->n++] = *st;
+}
+
+static int cmd_stats(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 3)
+        return rm_WrongArity(ctx);
+    cmd c;
+    if (cmd_open(&c, ctx, argv) != 0)
+        return REDISMODULE_OK;
+    int64_t now;
+    if (arg_now(ctx, argv[2], &now) != 0)
+        goto out;
+    if (!c.v) {
+        reply_enopool(ctx);
+        goto out;
+    }
+    stats_list l = {0};
+    core_foreach_pool(c.v->core, now, collect_stats, &l);
+    rm_ReplyWithArray(ctx, (long)l.n);
+    for (size_t i = 0; i < l.n; i++) {
+        const core_pool_stats *s = &l.st[i];
+        uint64_t f[] = {l.ranks[i], s->num_pages, s->free, s->reserved, s->owned, s->draining,
+                        s->write_leased, s->touched, s->hits, s->misses, s->reservations,
+                        s->confirmations, s->releases, s->evictions, s->expired_reservations,
+                        s->duplicate_confirmations, s->write_leases, s->write_leases_ended,
+                        s->write_leases_expired};
+        size_t nf = sizeof f / sizeof f[0];
+        rm_ReplyWithArray(ctx, (long)(nf + 2 * CORE_REFUSE_COUNT));
+        for (size_t k = 0; k < nf; k++)
+            rm_ReplyWithLongLong(ctx, (long long)f[k]);
+        for (size_t k = 0; k < CORE_REFUSE_COUNT; k++)
+            rm_ReplyWithLongLong(ctx, (long long)s->refused_confirms[k]);
+        for (size_t k = 0; k < CORE_REFUSE_COUNT; k++)
+            rm_ReplyWithLongLong(ctx, (long long)s->refused_releases[k]);
+    }
+    hf_xfree(l.ranks);
+    hf_xfree(l.st);
+out:
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.CHECK key */
+static int cmd_check(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 2)
+        return rm_WrongArity(ctx);
+    cmd c;
+    if (cmd_open(&c, ctx, argv) != 0)
+        return REDISMODULE_OK;
+    if (!c.v) {
+        reply_enopool(ctx);
+    } else {
+        char err[400] = "ERR core_check: ";
+        size_t pre = strlen(err);
+        if (core_check(c.v->core, err + pre, sizeof err - pre) == 0) {
+            rm_ReplyWithSimpleString(ctx, "OK");
+        } else {
+            for (char *q = err; *q; q++)
+                if (*q == '\r' || *q == '\n')
+                    *q = ' ';
+            rm_ReplyWithError(ctx, err);
+        }
+    }
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.PAGES key now rank first count: the pool expired at now, then
+ * [state, deadline, key] for pages first .. first+count-1 (clamped to the
+ * pool). */
+static int cmd_pages(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 6)
+        return rm_WrongArity(ctx);
+    cmd c;
+    if (cmd_open(&c, ctx, argv) != 0)
+        return REDISMODULE_OK;
+    int64_t now, first, count;
+    uint32_t rank;
+    core_pool_t *pool;
+    if (arg_now(ctx, argv[2], &now) != 0 || arg_rank(ctx, argv[3], &rank) != 0 ||
+        arg_i64(ctx, argv[4], "first", 0, INT64_MAX, &first) != 0 ||
+        arg_i64(ctx, argv[5], "count", 0, INT64_MAX, &count) != 0 || !(pool = cmd_pool(&c, rank)))
+        goto out;
+    cmd_observe(&c);
+    core_pool_expire(pool, now);
+    core_pool_stats st;
+    core_pool_get_stats(pool, now, &st);
+    uint64_t end = (uint64_t)first >= st.num_pages ? (uint64_t)first
+                   : (uint64_t)count > st.num_pages - (uint64_t)first ? st.num_pages
+                   : (uint64_t)(first + count);
+    rm_ReplyWithArray(ctx, (long)(end - (uint64_t)first));
+    for (uint64_t p = (uint64_t)first; p < end; p++) {
+        hf_slice key = {"", 0};
+        char keybuf[64];
+        int64_t deadline = 0;
+        core_page_state s = core_page_get(pool, p, &key, keybuf, &deadline);
+        rm_ReplyWithArray(ctx, 3);
+        rm_ReplyWithLongLong(ctx, (long long)s);
+        rm_ReplyWithLongLong(ctx, (long long)deadline);
+        rm_ReplyWithStringBuffer(ctx, key.len ? key.ptr : "", key.len);
+    }
+out:
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.APPLY key ns events: the effects of a command of the primary. */
+static int cmd_apply(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 4)
+        return rm_WrongArity(ctx);
+    if (!(rm_GetContextFlags(ctx) &
+          (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
+        return reply_err(ctx, "ERR HF3FS.APPLY is accepted only from the primary or the AOF");
+    cmd c;
+    if (cmd_open(&c, ctx, argv) != 0)
+        return REDISMODULE_OK;
+    size_t nslen, evlen;
+    const char *ns = rm_StringPtrLen(argv[2], &nslen);
+    const char *ev = rm_StringPtrLen(argv[3], &evlen);
+    hf_slice nss = {ns, nslen};
+    bool fresh = c.v == NULL;
+    if (fresh) {
+        core_config cfg = default_config();
+        c.v = value_new(nss, &cfg);
+    } else if (!hf_slice_eq(nss, value_ns(c.v))) {
+        c.v = NULL; /* not ours to propagate */
+        reply_err(ctx, "ERR HF3FS.APPLY: the value holds another namespace");
+        goto out;
+    }
+    hf_value *v = c.v;
+    c.v = NULL; /* the events are propagated verbatim below, not collected */
+    size_t pos = 0, count = 0;
+    core_event e;
+    int rc;
+    while ((rc = wire_event_next(ev, evlen, &pos, nss, &e)) == 1) {
+        if (e.type == CORE_EV_CLEAR_ALL || core_apply_live(v->core, &e) != 0) {
+            rc = -2;
+            break;
+        }
+        count++;
+    }
+    if (rc < 0) {
+        size_t klen;
+        const char *k = rm_StringPtrLen(argv[1], &klen);
+        rm_Log(ctx, "warning",
+               "hf3fsmeta: HF3FS.APPLY on %.*s: event %zu %s; this node no longer follows its "
+               "primary exactly (resynchronize it)", (int)klen, k, count,
+               rc == -1 ? "is malformed" : "does not fit the state");
+    }
+    if (fresh && count == 0) {
+        value_free(v);
+    } else {
+        if (fresh)
+            rm_ModuleTypeSetValue(c.key, hf_type, v);
+        rm_ReplicateVerbatim(ctx);
+    }
+    if (rc < 0)
+        reply_err(ctx, "ERR HF3FS.APPLY: events do not fit the value");
+    else
+        rm_ReplyWithSimpleString(ctx, "OK");
+out:
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.REBUILD key ns events freeorder: a value as aof_rewrite wrote it. */
+static int cmd_rebuild(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 5)
+        return rm_WrongArity(ctx);
+    if (!(rm_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_LOADING))
+        return reply_err(ctx, "ERR HF3FS.REBUILD is accepted only from the AOF");
+    cmd c;
+    if (cmd_open(&c, ctx, argv) != 0)
+        return REDISMODULE_OK;
+    c.v = NULL;
+    size_t nslen, evlen, olen;
+    const char *ns = rm_StringPtrLen(argv[2], &nslen);
+    const char *ev = rm_StringPtrLen(argv[3], &evlen);
+    const char *order = rm_StringPtrLen(argv[4], &olen);
+    char err[200];
+    hf_value *v = value_from_snapshot((hf_slice){ns, nslen}, ev, evlen, order, olen, err,
+                                      sizeof err);
+    if (!v) {
+        rm_Log(ctx, "warning", "hf3fsmeta: HF3FS.REBUILD: %s", err);
+        reply_err(ctx, "ERR HF3FS.REBUILD: the value is damaged");
+    } else {
+        rm_ModuleTypeSetValue(c.key, hf_type, v);
+        rm_ReplyWithSimpleString(ctx, "OK");
+    }
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* The values of this node's selected database, for the keyless commands. */
+typedef struct scan_list {
+    wire_buf names; /* key list encoding of the key names */
+    wire_buf nss;   /* key list encoding of their namespaces */
+    size_t n;
+} scan_list;
+
+static void scan_value(RedisModuleCtx *ctx, RedisModuleString *keyname, RedisModuleKey *key,
+                       void *privdata)
+{
+    scan_list *l = privdata;
+    if (!key || rm_KeyType(key) != REDISMODULE_KEYTYPE_MODULE ||
+        rm_ModuleTypeGetType(key) != hf_type)
+        return;
+    hf_value *v = rm_ModuleTypeGetValue(key);
+    size_t len;
+    const char *p = rm_StringPtrLen(keyname, &len);
+    hf_slice name = {p, len}, ns = value_ns(v);
+    wire_keys_append(&l->names, &name, 1);
+    wire_keys_append(&l->nss, &ns, 1);
+    l->n++;
+}
+
+static void scan_values(RedisModuleCtx *ctx, scan_list *l)
+{
+    *l = (scan_list){{0}, {0}, 0};
+    RedisModuleScanCursor *cur = rm_ScanCursorCreate();
+    while (rm_Scan(ctx, cur, scan_value, l))
+        ;
+    rm_ScanCursorDestroy(cur);
+}
+
+/* HF3FS.NAMESPACES: the namespaces of the values this node holds. */
+static int cmd_namespaces(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 1)
+        return rm_WrongArity(ctx);
+    scan_list l;
+    scan_values(ctx, &l);
+    hf_slice *ns = hf_xmalloc((l.n ? l.n : 1) * sizeof *ns);
+    wire_keys_decode(l.nss.p, l.nss.len, ns);
+    rm_ReplyWithArray(ctx, (long)l.n);
+    for (size_t i = 0; i < l.n; i++)
+        rm_ReplyWithStringBuffer(ctx, ns[i].len ? ns[i].ptr : "", ns[i].len);
+    hf_xfree(ns);
+    wire_buf_free(&l.names);
+    wire_buf_free(&l.nss);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.CLEARALL: delete every value of this node; DEL of each propagates. */
+static int cmd_clearall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 1)
+        return rm_WrongArity(ctx);
+    scan_list l;
+    scan_values(ctx, &l);
+    hf_slice *names = hf_xmalloc((l.n ? l.n : 1) * sizeof *names);
+    wire_keys_decode(l.names.p, l.names.len, names);
+    long long deleted = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        RedisModuleString *name = rm_CreateString(ctx, names[i].ptr, names[i].len);
+        RedisModuleKey *key = rm_OpenKey(ctx, name, REDISMODULE_READ | REDISMODULE_WRITE);
+        if (rm_KeyType(key) == REDISMODULE_KEYTYPE_MODULE && rm_ModuleTypeGetType(key) == hf_type &&
+            rm_DeleteKey(key) == REDISMODULE_OK) {
+            rm_Replicate(ctx, "DEL", "s", name);
+            deleted++;
+        }
+        rm_CloseKey(key);
+        rm_FreeString(ctx, name);
+    }
+    hf_xfree(names);
+    wire_buf_free(&l.names);
+    wire_buf_free(&l.nss);
+    rm_ReplyWithLongLong(ctx, deleted);
+    return REDISMODULE_OK;
+}
+
+/* ---- loading ---- */
+
+static int rm_load_api(RedisModuleCtx *ctx)
+{
+    int (*get_api)(const char *, void *) = (int (*)(const char *, void *))((void **)ctx)[0];
+    int missing = 0;
+#define RM_API_FETCH(name, ret, params)                                  \
+    if (get_api("RedisModule_" #name, (void *)&rm_##name) != REDISMODULE_OK) \
+        missing++;
+    RM_API_LIST(RM_API_FETCH)
+#undef RM_API_FETCH
+    return missing ? REDISMODULE_ERR : REDISMODULE_OK;
+}
+
+static const struct {
+    const char *name;
+    RedisModuleCmdFunc fn;
+    const char *flags;
+    int first, last, step;
+} commands[] = {
+    {"hf3fs.init", cmd_init, "write deny-oom", 1, 1, 1},
+    {"hf3fs.alloc", cmd_alloc, "write deny-oom", 1, 1, 1},
+    /* confirmations, deletes and clears need no new memory and free some:
+     * they run under maxmemory too (a refused confirmation would strand a
+     * page that was written) */
+    {"hf3fs.confirm", cmd_confirm, "write", 1, 1, 1},
+    {"hf3fs.exists", cmd_exists, "write", 1, 1, 1},
+    {"hf3fs.lookup", cmd_lookup, "write", 1, 1, 1},
+    {"hf3fs.delete", cmd_delete, "write", 1, 1, 1},
+    {"hf3fs.clearpool", cmd_clearpool, "write", 1, 1, 1},
+    {"hf3fs.cexists", cmd_cexists, "write", 1, 1, 1},
+    {"hf3fs.cloc", cmd_cloc, "write", 1, 1, 1},
+    {"hf3fs.stats", cmd_stats, "readonly", 1, 1, 1},
+    {"hf3fs.check", cmd_check, "readonly", 1, 1, 1},
+    {"hf3fs.pages", cmd_pages, "write", 1, 1, 1},
+    {"hf3fs.apply", cmd_apply, "write", 1, 1, 1},
+    {"hf3fs.rebuild", cmd_rebuild, "write", 1, 1, 1},
+    {"hf3fs.namespaces", cmd_namespaces, "readonly", 0, 0, 0},
+    {"hf3fs.clearall", cmd_clearall, "write", 0, 0, 0},
+};
+
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (rm_load_api(ctx) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    if (rm_IsModuleNameBusy(HF3FS_MODULE_NAME))
+        return REDISMODULE_ERR;
+    if (argc != 0) {
+        rm_Log(ctx, "warning", "hf3fsmeta: the module takes no arguments");
+        return REDISMODULE_ERR;
+    }
+    rm_SetModuleAttribs(ctx, HF3FS_MODULE_NAME, HF3FS_MODULE_VERSION, REDISMODULE_APIVER_1);
+    hf_set_allocator(&(hf_allocator){rm_Alloc, rm_Calloc, rm_Realloc, rm_Free});
+    RedisModuleTypeMethods tm = {
+        .version = REDISMODULE_TYPE_METHOD_VERSION_1,
+        .rdb_load = type_rdb_load,
+        .rdb_save = type_rdb_save,
+        .aof_rewrite = type_aof_rewrite,
+        .mem_usage = type_mem_usage,
+        .digest = type_digest,
+        .free = value_free,
+    };
+    hf_type = rm_CreateDataType(ctx, HF3FS_TYPE_NAME, HF3FS_TYPE_ENCVER, &tm);
+    if (!hf_type)
+        return REDISMODULE_ERR;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (rm_CreateCommand(ctx, commands[i].name, commands[i].fn, commands[i].flags,
+                             commands[i].first, commands[i].last, commands[i].step) !=
+            REDISMODULE_OK)
+            return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}

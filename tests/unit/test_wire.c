@@ -1,0 +1,263 @@
+/*
+ * test_wire.c: the encodings of src/module/wire.h (front end <-> Redis
+ * module) round-trip, and their decoders refuse malformed input without
+ * reading past it (each input sits in a buffer of exactly its size, so the
+ * ASan build catches a read beyond).
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "module/wire.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* A heap copy of exactly len bytes. */
+static char *exact(const char *p, size_t len)
+{
+    char *q = malloc(len ? len : 1);
+    if (len)
+        memcpy(q, p, len);
+    return q;
+}
+
+TEST(value_keys_are_valid_hash_tags_for_every_namespace)
+{
+    char out[64];
+    size_t n = wire_value_key(HF_SLICE_LIT("kv"), out, sizeof out);
+    CHECK_EQ(n, WIRE_VALUE_KEY_LEN(2));
+    CHECK(n == 12 && memcmp(out, "hf3fs:{6b76}", 12) == 0);
+    n = wire_value_key((hf_slice){"", 0}, out, sizeof out);
+    CHECK(n == 9 && memcmp(out, "hf3fs:{-}", 9) == 0);
+    CHECK_EQ(n, WIRE_VALUE_KEY_LEN(0));
+    /* bytes that would end a hash tag are hex too */
+    n = wire_value_key((hf_slice){"}{\0\xff", 4}, out, sizeof out);
+    CHECK(n == 16 && memcmp(out, "hf3fs:{7d7b00ff}", 16) == 0);
+    /* a short buffer: the full length is answered, nothing written beyond cap */
+    char small[5] = {'x', 'x', 'x', 'x', 'x'};
+    CHECK_EQ(wire_value_key(HF_SLICE_LIT("kv"), small, 4), 12);
+    CHECK(memcmp(small, "hf3fx", 5) == 0);
+}
+
+TEST(key_lists_round_trip_and_malformed_ones_are_refused)
+{
+    for (int round = 0; round < 500; round++) {
+        size_t n = next() % 20;
+        char store[20][300];
+        hf_slice keys[20];
+        for (size_t i = 0; i < n; i++) {
+            size_t len = next() % 5 == 0 ? 0 : next() % 300;
+            for (size_t k = 0; k < len; k++)
+                store[i][k] = (char)next();
+            keys[i] = (hf_slice){store[i], len};
+        }
+        wire_buf b = {0};
+        wire_keys_append(&b, keys, n);
+        char *p = exact(b.p, b.len);
+        CHECK_EQ(wire_keys_count(p, b.len), (int64_t)n);
+        hf_slice out[20];
+        wire_keys_decode(p, b.len, out);
+        for (size_t i = 0; i < n; i++)
+            CHECK(hf_slice_eq(out[i], keys[i]));
+        /* every strict prefix that does not end on a key boundary is refused */
+        size_t boundary = 0, ki = 0;
+        for (size_t cut = 0; cut < b.len; cut++) {
+            while (ki < n && boundary + 4 + keys[ki].len <= cut)
+                boundary += 4 + keys[ki++].len;
+            char *q = exact(b.p, cut);
+            int64_t got = wire_keys_count(q, cut);
+            free(q);
+            if (cut == boundary)
+                CHECK_EQ(got, (int64_t)ki);
+            else
+                CHECK_EQ(got, -1);
+        }
+        free(p);
+        wire_buf_free(&b);
+    }
+    CHECK_EQ(wire_keys_count("", 0), 0);
+    char *p = exact("\x05\x00\x00\x00" "abcd", 8); /* says 5, has 4 */
+    CHECK_EQ(wire_keys_count(p, 8), -1);
+    free(p);
+    p = exact("\xff\xff\xff\xff", 4); /* a length that would wrap */
+    CHECK_EQ(wire_keys_count(p, 4), -1);
+    free(p);
+}
+
+TEST(page_lists_round_trip_every_int64)
+{
+    int64_t v[] = {-1, 0, 1, 255, 256, INT64_MAX, INT64_MIN, 4294967294ll, -2};
+    size_t n = sizeof v / sizeof v[0];
+    wire_buf b = {0};
+    wire_i64_append(&b, v, n);
+    CHECK_EQ(b.len, 8 * n);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(wire_i64_at(b.p, i), v[i]);
+    CHECK(memcmp(b.p, "\xff\xff\xff\xff\xff\xff\xff\xff", 8) == 0); /* little-endian -1 */
+    CHECK(memcmp(b.p + 32, "\x00\x01\x00\x00\x00\x00\x00\x00", 8) == 0);
+    wire_buf_free(&b);
+}
+
+TEST(cfg_round_trips_and_malformed_cfg_is_refused)
+{
+    core_config c = {.reservation_ms = 600000, .read_lease_ms = 5000, .write_lease_ms = 0,
+                     .release_grace_ms = 77, .evict_lru = true, .max_pages = 4294967294ull,
+                     .max_ranks = 4294967295u, .hash_seed = 12345};
+    char text[128];
+    size_t len = wire_cfg_format(&c, text, sizeof text);
+    CHECK(strcmp(text, "600000,5000,0,77,1,4294967294,4294967295") == 0);
+    core_config d = {.hash_seed = 999};
+    char *p = exact(text, len);
+    CHECK_EQ(wire_cfg_parse(p, len, &d), 0);
+    free(p);
+    CHECK(d.reservation_ms == c.reservation_ms && d.read_lease_ms == c.read_lease_ms &&
+          d.write_lease_ms == c.write_lease_ms && d.release_grace_ms == c.release_grace_ms &&
+          d.evict_lru == c.evict_lru && d.max_pages == c.max_pages && d.max_ranks == c.max_ranks);
+    CHECK_EQ(d.hash_seed, 999); /* not the caller's to set */
+    const char *bad[] = {
+        "", "1,2,3,4,1,5", "1,2,3,4,1,5,6,7", "1,2,3,4,2,5,6", "-1,2,3,4,1,5,6",
+        "1,-2,3,4,1,5,6", "1,2,3,4,1,-5,6", "1,2,3,4,1,5,4294967296", "1,2,3,4,1,5,6,",
+        ",1,2,3,4,1,5", "1,2,3,4,1,5,6 ", " 1,2,3,4,1,5,6", "1,,3,4,1,5,6", "a,2,3,4,1,5,6",
+        "1,2,3,4,1,5,0x6", "99999999999999999999,2,3,4,1,5,6", "9223372036854775808,2,3,4,1,5,6",
+        "1,2,3,4,1,5,-", "1.5,2,3,4,1,5,6",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        core_config e = c;
+        p = exact(bad[i], strlen(bad[i]));
+        int rc = wire_cfg_parse(p, strlen(bad[i]), &e);
+        free(p);
+        if (rc != -1)
+            TEST_FAIL("cfg %s accepted", bad[i]);
+        CHECK(memcmp(&e, &c, sizeof e) == 0); /* unchanged */
+    }
+}
+
+static core_event random_event(char *keybuf)
+{
+    core_event ev = {0};
+    ev.type = (core_event_type)(CORE_EV_POOL_INIT + next() % (CORE_EV_SWEEP - CORE_EV_POOL_INIT + 1));
+    ev.ns = HF_SLICE_LIT("ns");
+    ev.rank = next() % 3 == 0 ? UINT32_MAX : (uint32_t)(next() % 1000);
+    ev.page = next() % 4 == 0 ? UINT64_MAX : next() % 100000;
+    int64_t d[] = {0, -1, 1, INT64_MAX, INT64_MIN, 1700000000000ll, (int64_t)next()};
+    ev.deadline = d[next() % 7];
+    ev.key = (hf_slice){"", 0};
+    if (ev.type == CORE_EV_RESERVE) {
+        size_t len = next() % 200;
+        for (size_t i = 0; i < len; i++)
+            keybuf[i] = (char)next();
+        ev.key = (hf_slice){keybuf, len};
+    }
+    if (ev.type == CORE_EV_CLEAR_ALL)
+        ev.ns = (hf_slice){"", 0};
+    return ev;
+}
+
+TEST(events_round_trip_and_truncated_or_malformed_events_are_refused)
+{
+    static char keys[50][200];
+    for (int round = 0; round < 300; round++) {
+        size_t n = 1 + next() % 50;
+        core_event evs[50];
+        wire_buf b = {0};
+        size_t ends[50];
+        for (size_t i = 0; i < n; i++) {
+            evs[i] = random_event(keys[i]);
+            wire_event_append(&b, &evs[i]);
+            ends[i] = b.len;
+        }
+        char *p = exact(b.p, b.len);
+        size_t pos = 0;
+        for (size_t i = 0; i < n; i++) {
+            core_event got;
+            CHECK_EQ(wire_event_next(p, b.len, &pos, HF_SLICE_LIT("ns"), &got), 1);
+            CHECK_EQ(pos, ends[i]);
+            CHECK_EQ(got.type, evs[i].type);
+            CHECK(hf_slice_eq(got.ns, evs[i].ns));
+            CHECK_EQ(got.rank, evs[i].rank);
+            CHECK(got.page == evs[i].page);
+            CHECK_EQ(got.deadline, evs[i].deadline);
+            CHECK(hf_slice_eq(got.key, evs[i].key));
+        }
+        core_event got;
+        CHECK_EQ(wire_event_next(p, b.len, &pos, HF_SLICE_LIT("ns"), &got), 0);
+        free(p);
+        /* the last event cut anywhere inside: refused, never read beyond */
+        size_t start = n > 1 ? ends[n - 2] : 0;
+        for (size_t cut = start + 1; cut < b.len; cut++) {
+            char *q = exact(b.p, cut);
+            size_t at = start;
+            CHECK_EQ(wire_event_next(q, cut, &at, HF_SLICE_LIT("ns"), &got), -1);
+            free(q);
+        }
+        wire_buf_free(&b);
+    }
+    /* unknown types */
+    for (int t = 0; t < 256; t++) {
+        if (t >= CORE_EV_POOL_INIT && t <= CORE_EV_SWEEP)
+            continue;
+        char raw[4] = {(char)t, 0, 0, 0};
+        char *q = exact(raw, 4);
+        size_t at = 0;
+        core_event got;
+        CHECK_EQ(wire_event_next(q, 4, &at, HF_SLICE_LIT("ns"), &got), -1);
+        free(q);
+    }
+    /* a rank above UINT32_MAX, a varint longer than 64 bits, a key longer than the rest */
+    const char *bad[] = {"\x03\x80\x80\x80\x80\x10\x00\x00\x00",
+                         "\x03\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00",
+                         "\x03\x00\x00\x00\x05" "abcd"};
+    size_t badlen[] = {9, 14, 9};
+    for (size_t i = 0; i < 3; i++) {
+        char *q = exact(bad[i], badlen[i]);
+        size_t at = 0;
+        core_event got;
+        CHECK_EQ(wire_event_next(q, badlen[i], &at, HF_SLICE_LIT("ns"), &got), -1);
+        free(q);
+    }
+}
+
+TEST(random_bytes_never_decode_beyond_their_length)
+{
+    for (int round = 0; round < 20000; round++) {
+        size_t len = next() % 40;
+        char *p = malloc(len ? len : 1);
+        for (size_t i = 0; i < len; i++)
+            p[i] = (char)(next() % 4 == 0 ? next() % 12 : next());
+        size_t pos = 0;
+        core_event ev;
+        int rc;
+        while ((rc = wire_event_next(p, len, &pos, HF_SLICE_LIT("x"), &ev)) == 1)
+            CHECK(pos <= len);
+        CHECK(rc == 0 || rc == -1);
+        int64_t n = wire_keys_count(p, len);
+        if (n > 0) {
+            hf_slice *out = malloc((size_t)n * sizeof *out);
+            wire_keys_decode(p, len, out);
+            for (int64_t i = 0; i < n; i++)
+                CHECK(out[i].ptr >= p && out[i].ptr + out[i].len <= p + len);
+            free(out);
+        }
+        core_config c = {0};
+        (void)wire_cfg_parse(p, len, &c);
+        free(p);
+    }
+}
+
+int main(void)
+{
+    RUN(value_keys_are_valid_hash_tags_for_every_namespace);
+    RUN(key_lists_round_trip_and_malformed_ones_are_refused);
+    RUN(page_lists_round_trip_every_int64);
+    RUN(cfg_round_trips_and_malformed_cfg_is_refused);
+    RUN(events_round_trip_and_truncated_or_malformed_events_are_refused);
+    RUN(random_bytes_never_decode_beyond_their_length);
+    return TEST_SUMMARY();
+}
