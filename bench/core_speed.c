@@ -2,7 +2,10 @@
  * core_speed.c: time per key of the core's batch operations, without HTTP or
  * JSON, on the state of the benchmark (2 ranks, N complete 64-hex keys).
  *
- *   build/bench/core_speed [N] [ROUNDS]       (default 100000, 2000)
+ *   build/bench/core_speed [N] [ROUNDS] [RANKS]   (default 100000, 2000, 2)
+ *
+ * RANKS is the TP size: every key is complete on that many ranks, so
+ * batch_exists and get_locations cost what they cost at that TP size.
  *
  * Prints ns per key for: batch_exists (completeness over both ranks),
  * get_locations, and allocate + confirm of fresh keys on one rank, each over
@@ -78,6 +81,9 @@ int main(int argc, char **argv)
 {
     size_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 100000;
     size_t rounds = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
+    uint32_t ranks = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 2;
+    if (ranks == 0)
+        ranks = 1;
     core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
                        .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 7};
     core_t *core = core_new(&cfg);
@@ -88,7 +94,7 @@ int main(int argc, char **argv)
     hf_slice keys[BATCH];
     int64_t pages[BATCH];
     bool present[BATCH];
-    for (uint32_t r = 0; r < 2; r++)
+    for (uint32_t r = 0; r < ranks; r++)
         core_pool_init(core, ns, r, pages_per_rank, NULL);
     for (size_t i = 0; i < n; i++)
         key_text(i, names[i]);
@@ -97,7 +103,7 @@ int main(int argc, char **argv)
         size_t b = n - done < BATCH ? n - done : BATCH;
         for (size_t i = 0; i < b; i++)
             keys[i] = (hf_slice){names[done + i], 64};
-        for (uint32_t r = 0; r < 2; r++) {
+        for (uint32_t r = 0; r < ranks; r++) {
             core_pool_t *pool = core_pool_find(core, ns, r);
             core_allocate(pool, keys, b, CORE_ALLOC_ALL_OR_NOTHING, now, pages, NULL);
             core_confirm(pool, keys, pages, b, NULL, 0, now, NULL);
@@ -120,7 +126,7 @@ int main(int argc, char **argv)
     for (size_t round = 0; round < rounds; round++) {
         draw_batch(names, n, keys);
         t = now_ns();
-        core_complete_locations(core, ns, (uint32_t)(round & 1), keys, BATCH, now, pages);
+        core_complete_locations(core, ns, (uint32_t)(round % ranks), keys, BATCH, now, pages);
         times[1][round] = now_ns() - t;
     }
     for (size_t round = 0; round < rounds; round++) {
@@ -128,7 +134,7 @@ int main(int argc, char **argv)
             key_text(n + round * BATCH + i, fresh[i]);
             keys[i] = (hf_slice){fresh[i], 64};
         }
-        core_pool_t *pool = core_pool_find(core, ns, (uint32_t)(round & 1));
+        core_pool_t *pool = core_pool_find(core, ns, (uint32_t)(round % ranks));
         t = now_ns();
         core_allocate(pool, keys, BATCH, CORE_ALLOC_ALL_OR_NOTHING, now, pages, NULL);
         core_confirm(pool, keys, pages, BATCH, NULL, 0, now, NULL);
@@ -137,7 +143,7 @@ int main(int argc, char **argv)
     double per = BATCH;
     double exists_ns = median_ns(times[0], rounds), locations_ns = median_ns(times[1], rounds);
     double save_ns = median_ns(times[2], rounds);
-    printf("core, %zu complete keys on 2 ranks, batches of %d:\n", n, BATCH);
+    printf("core, %zu complete keys on %u ranks, batches of %d:\n", n, ranks, BATCH);
     printf("  batch_exists      %.0f ns per key (%zu of %zu present)\n", exists_ns / per, hits,
            rounds * BATCH);
     printf("  get_locations     %.0f ns per key\n", locations_ns / per);

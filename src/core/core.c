@@ -249,10 +249,9 @@ uint32_t core__index_find(const core_pool_t *pool, const core_key *key)
 
 /*
  * Batches look many keys up at once, and each lookup waits on cache misses:
- * its slot, then its page record, then (for a use) the records beside it on
- * the LRU list, which the move to the tail rewrites. Asking for the slots of
- * a block of keys, then for their records (and, with `neighbours`, for the
- * records beside them) before doing the work lets those misses overlap
+ * its slot, then its page record (a use writes only that record: no list
+ * is relinked). Asking for the slots of a block of keys, then for their
+ * records, before doing the work lets those misses overlap
  * instead of queueing (measured: about half the time per key of a 128-key
  * batch_exists on 2 ranks). Only a hint: nothing is changed; a wrong guess
  * wastes a load.
@@ -273,18 +272,10 @@ static inline __attribute__((always_inline)) void prefetch_rec(const core_page_r
     }
 }
 
-/* The LRU links of a record (the move of a neighbour rewrites them). */
-static inline __attribute__((always_inline)) void prefetch_links(const core_page_rec *rec)
-{
-    const char *p = (const char *)rec + offsetof(core_page_rec, prev);
-    __builtin_prefetch(p, 1);
-    __builtin_prefetch(p + 2 * sizeof rec->prev - 1, 1);
-}
-
 /* always_inline: as a function of its own it has no effect that GCC can see
  * (it only reads memory and returns nothing), so GCC deletes every call. */
 static inline __attribute__((always_inline)) void
-index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n, bool neighbours)
+index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n)
 {
     if (n > PREFETCH_BLOCK)
         n = PREFETCH_BLOCK; /* a hint: never more than a block */
@@ -299,16 +290,6 @@ index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n, bool nei
         uint32_t slot = pool->slots[home[j]];
         if (slot != CORE_NIL && (slot & ~pool->page_mask) == (keys[j].hash & ~pool->page_mask))
             prefetch_rec(core__rec(pool, core__slot_page(pool, slot)), 0);
-    }
-    for (size_t j = 0; neighbours && j < n; j++) {
-        uint32_t slot = pool->slots[home[j]];
-        if (slot == CORE_NIL || (slot & ~pool->page_mask) != (keys[j].hash & ~pool->page_mask))
-            continue;
-        const core_page_rec *rec = core__rec(pool, core__slot_page(pool, slot));
-        if (rec->prev < pool->touched)
-            prefetch_links(core__rec(pool, rec->prev));
-        if (rec->next < pool->touched)
-            prefetch_links(core__rec(pool, rec->next));
     }
 }
 
@@ -464,11 +445,6 @@ static void list_insert_after(core_pool_t *pool, core_list *list, uint32_t after
     else
         list->tail = page;
     list->len++;
-}
-
-static void list_push_tail(core_pool_t *pool, core_list *list, uint32_t page)
-{
-    list_insert_after(pool, list, list->tail, page);
 }
 
 /* Deadlines mostly arrive in order, so the walk back from the tail is short. */
@@ -680,7 +656,7 @@ static uint32_t take_free_page(core_pool_t *pool)
     uint32_t page = (uint32_t)pool->touched++;
     ensure_chunk(pool, page);
     core_page_rec *rec = core__rec(pool, page);
-    rec->state = CORE_PAGE_FREE;
+    rec->bits = CORE_PAGE_FREE;
     rec->prev = rec->next = CORE_NIL;
     return page;
 }
@@ -713,7 +689,7 @@ static void page_free(core_pool_t *pool, uint32_t page)
     core_page_rec *rec = core__rec(pool, page);
     emit(pool, CORE_EV_FREE, page, 0);
     rec_drop_key(rec);
-    rec->state = CORE_PAGE_FREE;
+    rec->bits = CORE_PAGE_FREE;
     rec->deadline = 0;
     free_stack_push(pool, page);
 }
@@ -723,7 +699,7 @@ static void page_reserve(core_pool_t *pool, uint32_t page, const core_key *key, 
 {
     core_page_rec *rec = core__rec(pool, page);
     rec_set_key(rec, key);
-    rec->state = CORE_PAGE_RESERVED;
+    rec->bits = CORE_PAGE_RESERVED;
     rec->deadline = deadline;
     list_insert_by_deadline(pool, &pool->reserved, page);
     pool->counters.reservations++;
@@ -736,11 +712,11 @@ static void page_own_indexed(core_pool_t *pool, uint32_t page, bool indexed)
 {
     core_page_rec *rec = core__rec(pool, page);
     list_remove(pool, &pool->reserved, page);
-    rec->state = CORE_PAGE_OWNED;
+    rec->bits = CORE_PAGE_OWNED | CORE_USE_INSERT << CORE_REC_USE_SHIFT;
     rec->deadline = 0;
     if (!indexed)
         index_insert(pool, page);
-    list_push_tail(pool, &pool->lru, page);
+    pool->nowned++;
     pool->counters.confirmations++;
     emit(pool, CORE_EV_OWN, page, 0);
 }
@@ -755,17 +731,73 @@ static void page_drain(core_pool_t *pool, uint32_t page)
 {
     core_page_rec *rec = core__rec(pool, page);
     rec_drop_key(rec);
-    rec->state = CORE_PAGE_DRAINING;
+    rec->bits = CORE_PAGE_DRAINING;
     list_insert_by_deadline(pool, &pool->draining, page);
     emit(pool, CORE_EV_DRAIN, page, rec->deadline);
+}
+
+/* The page is no longer demoted (its stack entry, if any, goes stale). */
+static void page_undemote(core_pool_t *pool, core_page_rec *rec)
+{
+    if (rec->bits & CORE_REC_DEMOTED) {
+        rec->bits &= (uint8_t)~CORE_REC_DEMOTED;
+        pool->ndemoted--;
+    }
+}
+
+/* Drop the stale entries of the demoted stack (and all but the topmost
+ * entry of a page), keeping the order of the others. */
+static void demoted_compact(core_pool_t *pool)
+{
+    size_t keep = pool->ndemoted_stack;
+    for (size_t i = pool->ndemoted_stack; i-- > 0;) {
+        uint32_t page = pool->demoted[i];
+        core_page_rec *rec = core__rec(pool, page);
+        /* PINNED doubles as "seen" here: never set on a demoted page */
+        if (!(rec->bits & CORE_REC_DEMOTED) || (rec->bits & CORE_REC_PINNED))
+            continue;
+        rec->bits |= CORE_REC_PINNED;
+        pool->demoted[--keep] = page;
+    }
+    size_t n = pool->ndemoted_stack - keep;
+    memmove(pool->demoted, pool->demoted + keep, n * sizeof *pool->demoted);
+    pool->ndemoted_stack = n;
+    for (size_t i = 0; i < n; i++)
+        core__rec(pool, pool->demoted[i])->bits &= (uint8_t)~CORE_REC_PINNED;
+}
+
+/* The OWNED page is demoted: it goes first on eviction. */
+static void page_demote(core_pool_t *pool, uint32_t page)
+{
+    core_page_rec *rec = core__rec(pool, page);
+    if (!(rec->bits & CORE_REC_DEMOTED)) {
+        rec->bits |= CORE_REC_DEMOTED;
+        pool->ndemoted++;
+    }
+    if (pool->ndemoted_stack == pool->demoted_cap) {
+        if (pool->ndemoted_stack > 2 * pool->ndemoted + 64)
+            demoted_compact(pool);
+        if (pool->ndemoted_stack == pool->demoted_cap) {
+            pool->demoted_cap = pool->demoted_cap ? pool->demoted_cap * 2 : 64;
+            pool->demoted = hf_xreallocarray(pool->demoted, pool->demoted_cap, sizeof(uint32_t));
+        }
+    }
+    pool->demoted[pool->ndemoted_stack++] = page;
+}
+
+/* An OWNED page leaves OWNED (the caller sets its new state). */
+static void owned_leave(core_pool_t *pool, uint32_t page)
+{
+    index_remove(pool, page);
+    page_undemote(pool, core__rec(pool, page));
+    pool->nowned--;
+    wlease_drop(pool, page);
 }
 
 /* An OWNED page loses its key: FREE now, or DRAINING while leased. */
 static void page_disown(core_pool_t *pool, uint32_t page, int64_t now)
 {
-    index_remove(pool, page);
-    list_remove(pool, &pool->lru, page);
-    wlease_drop(pool, page);
+    owned_leave(pool, page);
     if (core__rec(pool, page)->deadline > now)
         page_drain(pool, page);
     else
@@ -794,13 +826,19 @@ static void page_release(core_pool_t *pool, uint32_t page, int64_t now)
     page_drain(pool, page);
 }
 
-/* A use: the key moves to the most recently used end. */
+/* A use: one more to the use count (core.h "Recency"), and no longer
+ * demoted. Only this record is written. */
+static void page_use(core_pool_t *pool, core_page_rec *rec)
+{
+    unsigned use = core__rec_use(rec);
+    if (use < CORE_USE_MAX)
+        core__rec_set_use(rec, use + 1);
+    page_undemote(pool, rec);
+}
+
 static void page_touch(core_pool_t *pool, uint32_t page)
 {
-    if (pool->lru.tail != page) {
-        list_remove(pool, &pool->lru, page);
-        list_push_tail(pool, &pool->lru, page);
-    }
+    page_use(pool, core__rec(pool, page));
     emit(pool, CORE_EV_USE, page, core__rec(pool, page)->deadline);
 }
 
@@ -872,6 +910,7 @@ static void pool_release_memory(core_pool_t *pool)
     hf_xfree(pool->free_stack);
     hf_xfree(pool->slots);
     hf_xfree(pool->wleases);
+    hf_xfree(pool->demoted);
 }
 
 void core_clear_all(core_t *core)
@@ -979,7 +1018,6 @@ int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_page
      * least 3/8): page_bits from outside the tag plus home_bits >= 1. */
     unsigned tag_bits = 32u - pool->page_bits;
     pool->home_bits = (uint8_t)(tag_bits / 2 > 8 ? 8 : tag_bits / 2);
-    list_init(&pool->lru);
     list_init(&pool->reserved);
     list_init(&pool->draining);
     ns->by_rank[rank] = pool;
@@ -993,8 +1031,9 @@ int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_page
 void core_pool_clear(core_pool_t *pool, int64_t now)
 {
     core_pool_expire(pool, now);
-    while (pool->lru.head != CORE_NIL)
-        page_disown(pool, pool->lru.head, now);
+    for (uint64_t p = 0; p < pool->touched && pool->nowned > 0; p++)
+        if (core__rec_state(core__rec(pool, (uint32_t)p)) == CORE_PAGE_OWNED)
+            page_disown(pool, (uint32_t)p, now);
     while (pool->reserved.head != CORE_NIL)
         page_unreserve(pool, pool->reserved.head);
 }
@@ -1015,8 +1054,7 @@ static void demote_in_other_ranks(core_pool_t *pool, const core_key *key, int64_
         uint32_t page = core__index_find(other, key);
         if (page == CORE_NIL || core__rec(other, page)->deadline > now)
             continue;
-        list_remove(other, &other->lru, page);
-        list_insert_after(other, &other->lru, CORE_NIL, page);
+        page_demote(other, page);
         emit(other, CORE_EV_DEMOTE, page, 0);
     }
 }
@@ -1024,38 +1062,95 @@ static void demote_in_other_ranks(core_pool_t *pool, const core_key *key, int64_
 /* ---------------------------------------------------------- allocation */
 
 /*
- * Eviction candidates are scanned from the LRU head. The hits of the current
- * allocation were touched first, so they are the last `protected_tail`
- * entries of the LRU: the scan never reaches them. The scan position carries
- * over between evictions of one call (read leases do not change within a
- * call, and an evicted page leaves the list behind the position), which keeps
- * a call linear even when many pages are leased.
+ * Eviction (core.h "Recency"): a demoted page first, else the clock. An
+ * allocation whose clock sweep met no evictable page in a full turn sweeps
+ * no more (leases do not change within a call, and pages it reserves are
+ * not OWNED), which keeps a call linear when every page is leased.
  */
 typedef struct evict_scan {
-    uint32_t cursor;         /* next page to consider; CORE_NIL before the start */
-    uint64_t seen;           /* LRU position of cursor */
-    uint64_t protected_tail; /* hits of this call, at the LRU tail */
-    bool started;
+    bool exhausted;
 } evict_scan;
+
+/* Neither leased nor a hit of the running allocation. */
+static inline bool evictable(const core_page_rec *rec, int64_t now)
+{
+    return rec->deadline <= now && !(rec->bits & CORE_REC_PINNED);
+}
+
+/* The most recently demoted evictable page, off the stack; or CORE_NIL. */
+static uint32_t take_demoted(core_pool_t *pool, int64_t now)
+{
+    while (pool->ndemoted_stack > 0 &&
+           !(core__rec(pool, pool->demoted[pool->ndemoted_stack - 1])->bits & CORE_REC_DEMOTED))
+        pool->ndemoted_stack--; /* stale */
+    if (pool->ndemoted == 0)
+        return CORE_NIL;
+    /* A demoted page is unleased when demoted and any use undemotes it, so
+     * the top one is evictable unless the clock went back. */
+    for (size_t i = pool->ndemoted_stack; i-- > 0;) {
+        uint32_t page = pool->demoted[i];
+        core_page_rec *rec = core__rec(pool, page);
+        if (!(rec->bits & CORE_REC_DEMOTED) || !evictable(rec, now))
+            continue;
+        bool topmost = true; /* a lower duplicate of a page demoted again is stale */
+        for (size_t j = i + 1; j < pool->ndemoted_stack && topmost; j++)
+            topmost = pool->demoted[j] != page;
+        if (!topmost)
+            continue;
+        memmove(&pool->demoted[i], &pool->demoted[i + 1],
+                (pool->ndemoted_stack - i - 1) * sizeof *pool->demoted);
+        pool->ndemoted_stack--;
+        return page;
+    }
+    return CORE_NIL;
+}
+
+/* The clock: the first OWNED evictable page with a use count of 0 from the
+ * hand on, lowering the count of every other OWNED page passed; CORE_NIL
+ * after a full turn without an evictable page. Emits the hand's move. */
+static uint32_t clock_sweep(core_pool_t *pool, evict_scan *scan, int64_t now)
+{
+    uint64_t n = pool->num_pages; /* == touched: nothing is FREE when we evict */
+    uint32_t hand = pool->hand, victim = CORE_NIL;
+    uint64_t steps = 0;
+    bool seen_evictable = false;
+    for (;;) {
+        if (steps > 0 && steps % n == 0 && !seen_evictable)
+            break; /* a full turn without an evictable page */
+        if ((steps & 7) == 0) /* the records ahead are read in page order */
+            for (uint32_t k = 8; k < 16; k++)
+                if ((uint64_t)hand + k < n)
+                    prefetch_rec(core__rec(pool, hand + k), 1);
+        uint32_t page = hand;
+        hand = hand + 1 == n ? 0 : hand + 1;
+        steps++;
+        core_page_rec *rec = core__rec(pool, page);
+        if (core__rec_state(rec) != CORE_PAGE_OWNED)
+            continue;
+        unsigned use = core__rec_use(rec);
+        if (evictable(rec, now)) {
+            seen_evictable = true;
+            if (use == 0) {
+                victim = page;
+                break;
+            }
+        }
+        if (use > 0)
+            core__rec_set_use(rec, use - 1);
+    }
+    pool->hand = hand;
+    if (victim == CORE_NIL)
+        scan->exhausted = true;
+    emit(pool, CORE_EV_SWEEP, hand, (int64_t)(steps / n));
+    return victim;
+}
 
 static uint32_t find_evictable(core_pool_t *pool, evict_scan *scan, int64_t now)
 {
-    if (!pool->core->config.evict_lru)
+    if (!pool->core->config.evict_lru || pool->nowned == 0 || scan->exhausted)
         return CORE_NIL;
-    if (!scan->started) {
-        scan->cursor = pool->lru.head;
-        scan->seen = 0;
-        scan->started = true;
-    }
-    uint64_t candidates = pool->lru.len - scan->protected_tail;
-    while (scan->cursor != CORE_NIL && scan->seen < candidates) {
-        uint32_t page = scan->cursor;
-        scan->cursor = core__rec(pool, page)->next;
-        if (core__rec(pool, page)->deadline <= now)
-            return page; /* leaves the list: the position of cursor is unchanged */
-        scan->seen++;
-    }
-    return CORE_NIL;
+    uint32_t page = take_demoted(pool, now);
+    return page != CORE_NIL ? page : clock_sweep(pool, scan, now);
 }
 
 static uint32_t take_page(core_pool_t *pool, evict_scan *scan, int64_t now)
@@ -1068,42 +1163,29 @@ static uint32_t take_page(core_pool_t *pool, evict_scan *scan, int64_t now)
         return CORE_NIL;
     core_key key;
     core__rec_to_key(pool->core, core__rec(pool, page), &key);
-    index_remove(pool, page);
-    list_remove(pool, &pool->lru, page);
-    /* The next candidate's record was just written (its prev link): ask for
-     * its home slot now, here and in the other ranks (where it will be
-     * demoted), so that its eviction does not wait for them. */
-    if (scan->cursor != CORE_NIL) {
-        uint32_t hash = core__rec(pool, scan->cursor)->hash;
-        core_ns *ns = pool->ns;
-        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
-            const core_pool_t *p = ns->by_rank[r];
-            if (p && p->slots)
-                __builtin_prefetch(&p->slots[core__home(p, hash)]);
-        }
-    }
+    owned_leave(pool, page); /* an ended write lease not swept yet; a live one is never evicted */
     /* key.ext still points at the record's copy: demote before dropping it. */
     demote_in_other_ranks(pool, &key, now);
-    wlease_drop(pool, page); /* an ended lease not swept yet; a live one is never evicted */
     emit(pool, CORE_EV_FREE, page, 0);
     rec_drop_key(core__rec(pool, page));
     pool->counters.evictions++;
     return page;
 }
 
-/* Can `need` new pages be had (free or evictable) without taking any? */
-static int can_take(core_pool_t *pool, uint64_t need, uint64_t protected_tail, int64_t now)
+/* Can `need` new pages be had (free or evictable) without taking any? Every
+ * evictable OWNED page is: the clock lowers counts until one is 0. */
+static int can_take(core_pool_t *pool, uint64_t need, int64_t now)
 {
     uint64_t avail = pool_free_count(pool);
     if (avail >= need)
         return 1;
     if (!pool->core->config.evict_lru)
         return 0;
-    uint64_t candidates = pool->lru.len - protected_tail, seen = 0;
-    for (uint32_t p = pool->lru.head; p != CORE_NIL && seen < candidates && avail < need;
-         p = core__rec(pool, p)->next, seen++)
-        if (core__rec(pool, p)->deadline <= now)
+    for (uint64_t p = 0; p < pool->touched && avail < need; p++) {
+        const core_page_rec *rec = core__rec(pool, (uint32_t)p);
+        if (core__rec_state(rec) == CORE_PAGE_OWNED && evictable(rec, now))
             avail++;
+    }
     return avail >= need;
 }
 
@@ -1145,17 +1227,19 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
         core__key_encode(pool->core, keys[i], &enc[i]);
     find_repeats(enc, n, dup);
 
-    /* Pass 1: hits answer their page and become the most recently used. */
+    /* Pass 1: hits answer their page, count a use and are pinned (never
+     * evicted for the other keys of this call). */
     uint64_t hits = 0, need = 0;
     for (size_t i = 0; i < n; i++) {
         if (i % PREFETCH_BLOCK == 0)
-            index_prefetch(pool, &enc[i], n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK, true);
+            index_prefetch(pool, &enc[i], n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK);
         if (dup[i] != i)
             continue;
         uint32_t page = core__index_find(pool, &enc[i]);
         pages[i] = page == CORE_NIL ? -1 : (int64_t)page;
         if (page != CORE_NIL) {
             page_touch(pool, page);
+            core__rec(pool, page)->bits |= CORE_REC_PINNED;
             hits++;
         } else {
             need++;
@@ -1165,12 +1249,12 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
     pool->counters.misses += need;
 
     /* Pass 2: new keys get pages, unless all-or-nothing cannot be met. */
-    int give = mode == CORE_ALLOC_PARTIAL || can_take(pool, need, hits, now);
+    int give = mode == CORE_ALLOC_PARTIAL || can_take(pool, need, now);
     /* Write protection: vLLM rewrites every hit of an allocation that got
      * all its new pages before it confirms them (core.h). */
     bool lease_hits = mode == CORE_ALLOC_ALL_OR_NOTHING && give && hits > 0 &&
                       pool->core->config.write_lease_ms > 0;
-    evict_scan scan = {CORE_NIL, 0, hits, false};
+    evict_scan scan = {false};
     int64_t deadline = now + pool->core->config.reservation_ms;
     for (size_t i = 0; i < n; i++) {
         if (dup[i] != i) {
@@ -1191,6 +1275,9 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
             page_reserve(pool, page, &enc[i], deadline);
         pages[i] = page == CORE_NIL ? -1 : (int64_t)page;
     }
+    for (size_t i = 0; hits > 0 && i < n; i++)
+        if (dup[i] == i && pages[i] >= 0) /* hits; a reserved page has no PINNED */
+            core__rec(pool, (uint32_t)pages[i])->bits &= (uint8_t)~CORE_REC_PINNED;
     hf_xfree(dup);
     hf_xfree(enc);
 }
@@ -1222,7 +1309,7 @@ static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, in
         return;
     }
     core_page_rec *rec = core__rec(pool, (uint32_t)page);
-    if (rec->state != CORE_PAGE_RESERVED && rec->state != CORE_PAGE_OWNED) {
+    if (core__rec_state(rec) != CORE_PAGE_RESERVED && core__rec_state(rec) != CORE_PAGE_OWNED) {
         refuse(pool, refusals, CORE_REFUSE_NOT_RESERVED, refused);
         return;
     }
@@ -1230,7 +1317,7 @@ static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, in
         refuse(pool, refusals, CORE_REFUSE_OTHER_KEY, refused);
         return;
     }
-    if (rec->state == CORE_PAGE_OWNED) { /* re-confirm of a hit: a use, ends a write */
+    if (core__rec_state(rec) == CORE_PAGE_OWNED) { /* re-confirm of a hit: a use, ends a write */
         page_write_done(pool, (uint32_t)page, now);
         page_touch(pool, (uint32_t)page);
         return;
@@ -1252,7 +1339,7 @@ static void release_one(core_pool_t *pool, int64_t page, int64_t now, size_t *re
         refuse(pool, refusals, CORE_REFUSE_OUT_OF_RANGE, refused);
         return;
     }
-    core_page_state state = (uint64_t)page < pool->touched ? core__rec(pool, (uint32_t)page)->state
+    core_page_state state = (uint64_t)page < pool->touched ? core__rec_state(core__rec(pool, (uint32_t)page))
                                                            : CORE_PAGE_FREE;
     if (state == CORE_PAGE_RESERVED) {
         page_release(pool, (uint32_t)page, now);
@@ -1278,7 +1365,7 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
                     prefetch_rec(core__rec(pool, (uint32_t)pages[i + k]), 1);
                 core__key_encode(pool->core, keys[i + k], &enc[k]);
             }
-            index_prefetch(pool, enc, m, false);
+            index_prefetch(pool, enc, m);
         }
         confirm_one(pool, &enc[j], pages[i], now, &count);
     }
@@ -1317,7 +1404,7 @@ void core_lookup(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now,
             size_t m = n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK;
             for (size_t k = 0; k < m; k++)
                 core__key_encode(pool->core, keys[i + k], &enc[k]);
-            index_prefetch(pool, enc, m, true);
+            index_prefetch(pool, enc, m);
         }
         uint32_t page = core__index_find(pool, &enc[j]);
         if (page == CORE_NIL) {
@@ -1380,7 +1467,7 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
                 core__key_encode(core, keys[i + k], &enc[k]);
             for (uint32_t r = 0; r < ns->ranks_cap; r++)
                 if (ns->by_rank[r])
-                    index_prefetch(ns->by_rank[r], enc, m, true);
+                    index_prefetch(ns->by_rank[r], enc, m);
         }
         int complete = complete_pages(ns, &enc[j], found);
         for (uint32_t r = 0; r < ns->ranks_cap; r++) {
@@ -1430,7 +1517,7 @@ void core_pool_get_stats(const core_pool_t *pool, int64_t now, core_pool_stats *
     out->num_pages = pool->num_pages;
     out->free = pool_free_count(pool);
     out->reserved = pool->reserved.len;
-    out->owned = pool->lru.len;
+    out->owned = pool->nowned;
     out->draining = pool->draining.len;
     out->touched = pool->touched;
 }
@@ -1463,7 +1550,7 @@ core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *
         *deadline = rec->deadline;
     if (key)
         *key = core__rec_key_text(rec, keybuf);
-    return (core_page_state)rec->state;
+    return (core_page_state)core__rec_state(rec);
 }
 
 /* -------------------------------------------------------------- replay */
@@ -1479,7 +1566,7 @@ static core_page_rec *apply_target(core_pool_t *pool, uint64_t page, core_page_s
         for (uint64_t p = pool->touched; p <= page; p++) {
             ensure_chunk(pool, (uint32_t)p);
             core_page_rec *rec = core__rec(pool, (uint32_t)p);
-            rec->state = CORE_PAGE_FREE;
+            rec->bits = CORE_PAGE_FREE;
             rec->prev = rec->next = CORE_NIL;
         }
         uint64_t skipped = pool->touched;
@@ -1492,7 +1579,7 @@ static core_page_rec *apply_target(core_pool_t *pool, uint64_t page, core_page_s
         return core__rec(pool, (uint32_t)page);
     }
     core_page_rec *rec = core__rec(pool, (uint32_t)page);
-    return rec->state == want ? rec : NULL;
+    return core__rec_state(rec) == want ? rec : NULL;
 }
 
 static int apply_free(core_pool_t *pool, uint32_t page)
@@ -1500,18 +1587,42 @@ static int apply_free(core_pool_t *pool, uint32_t page)
     if (!pool || page >= pool->touched)
         return CORE_EINVAL;
     core_page_rec *rec = core__rec(pool, page);
-    switch (rec->state) {
+    switch (core__rec_state(rec)) {
     case CORE_PAGE_RESERVED: list_remove(pool, &pool->reserved, page); break;
-    case CORE_PAGE_OWNED:
-        index_remove(pool, page);
-        list_remove(pool, &pool->lru, page);
-        wlease_drop(pool, page);
-        break;
+    case CORE_PAGE_OWNED: owned_leave(pool, page); break;
     case CORE_PAGE_DRAINING: list_remove(pool, &pool->draining, page); break;
     default: return CORE_EINVAL;
     }
     page_free(pool, page); /* the free stack is rebuilt by core_apply_finish */
     return 0;
+}
+
+/* The clock hand moved to `to` after `turns` full turns (CORE_EV_SWEEP):
+ * every OWNED page lost one per pass, those in [hand, to) one more. */
+static void apply_sweep(core_pool_t *pool, uint32_t to, int64_t turns)
+{
+    uint64_t n = pool->num_pages;
+    if (turns > 0) {
+        unsigned drop = turns > CORE_USE_MAX ? CORE_USE_MAX : (unsigned)turns;
+        for (uint64_t p = 0; p < pool->touched; p++) {
+            core_page_rec *rec = core__rec(pool, (uint32_t)p);
+            if (core__rec_state(rec) != CORE_PAGE_OWNED)
+                continue;
+            unsigned use = core__rec_use(rec);
+            core__rec_set_use(rec, use > drop ? use - drop : 0);
+        }
+    }
+    for (uint64_t p = pool->hand; p != to; p = p + 1 == n ? 0 : p + 1) {
+        if (p >= pool->touched) { /* no record: jump to `to` or to the wrap */
+            p = to > p ? to - 1 : n - 1;
+            continue;
+        }
+        core_page_rec *rec = core__rec(pool, (uint32_t)p);
+        unsigned use = core__rec_use(rec);
+        if (core__rec_state(rec) == CORE_PAGE_OWNED && use > 0)
+            core__rec_set_use(rec, use - 1);
+    }
+    pool->hand = to;
 }
 
 static int apply_page_event(core_pool_t *pool, const core_event *ev)
@@ -1540,16 +1651,14 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
     case CORE_EV_DRAIN: /* from the log: an OWNED page; from a snapshot: a FREE one */
         if ((rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)) != NULL) {
             rec->deadline = ev->deadline;
-            index_remove(pool, page);
-            list_remove(pool, &pool->lru, page);
-            wlease_drop(pool, page);
+            owned_leave(pool, page);
             rec_drop_key(rec);
         } else if (!(rec = apply_target(pool, ev->page, CORE_PAGE_FREE))) {
             return CORE_EINVAL;
         } else if (pool->core->live_apply) {
             free_stack_remove(pool, page); /* a release: FREE, then DRAIN */
         }
-        rec->state = CORE_PAGE_DRAINING;
+        rec->bits = CORE_PAGE_DRAINING;
         rec->deadline = ev->deadline;
         list_insert_by_deadline(pool, &pool->draining, page);
         return 0;
@@ -1562,8 +1671,12 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
     case CORE_EV_DEMOTE:
         if (!(rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)))
             return CORE_EINVAL;
-        list_remove(pool, &pool->lru, page);
-        list_insert_after(pool, &pool->lru, CORE_NIL, page);
+        page_demote(pool, page);
+        return 0;
+    case CORE_EV_SWEEP:
+        if (!pool || ev->page >= pool->num_pages || ev->deadline < 0)
+            return CORE_EINVAL;
+        apply_sweep(pool, page, ev->deadline);
         return 0;
     case CORE_EV_WRITE_LEASE:
         if (!apply_target(pool, ev->page, CORE_PAGE_OWNED))
@@ -1628,7 +1741,7 @@ int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n)
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         uint32_t p = pages[i];
-        if (p >= pool->touched || core__rec(pool, p)->state != CORE_PAGE_FREE ||
+        if (p >= pool->touched || core__rec_state(core__rec(pool, p)) != CORE_PAGE_FREE ||
             (seen[p / 64] >> (p % 64) & 1))
             rc = CORE_EINVAL;
         else
@@ -1652,7 +1765,7 @@ size_t core_memory_usage(const core_t *core)
                 continue;
             total += sizeof *pool + pool->nchunks * CORE_CHUNK_PAGES * sizeof(core_page_rec) +
                      pool->chunks_cap * sizeof(core_page_rec *) +
-                     pool->free_cap * sizeof(uint32_t) +
+                     pool->free_cap * sizeof(uint32_t) + pool->demoted_cap * sizeof(uint32_t) +
                      (pool->slots ? (pool->slot_mask + 1) * sizeof(uint32_t) : 0) +
                      (pool->wleases ? (pool->wlease_mask + 1) * sizeof(core_wlease) : 0);
             for (uint64_t p = 0; p < pool->touched; p++) {
@@ -1675,7 +1788,7 @@ void core_apply_finish(core_t *core)
                 continue;
             pool->nfree = 0;
             for (uint32_t p = (uint32_t)pool->touched; p-- > 0;)
-                if (core__rec(pool, p)->state == CORE_PAGE_FREE)
+                if (core__rec_state(core__rec(pool, p)) == CORE_PAGE_FREE)
                     page_free(pool, p);
         }
     }
@@ -1693,19 +1806,77 @@ static void walk_emit(core_observer_fn fn, void *ctx, const core_pool_t *pool,
     fn(ctx, &ev);
 }
 
+/* The USEs that follow OWN for an owned page in a snapshot, and how many
+ * SWEEPs (turns that lower its count by one) must follow them. */
+static unsigned walk_uses(const core_page_rec *rec, unsigned *sweeps)
+{
+    unsigned use = core__rec_use(rec), nuse = 0;
+    if (rec->deadline > 0 || use > CORE_USE_INSERT)
+        nuse = use > CORE_USE_INSERT + 1 ? use - CORE_USE_INSERT : 1;
+    unsigned top = CORE_USE_INSERT + nuse > CORE_USE_MAX ? CORE_USE_MAX : CORE_USE_INSERT + nuse;
+    *sweeps = top - use;
+    return nuse;
+}
+
+/* Owned pages, in groups by the sweeps they need (most first), each group
+ * followed by a SWEEP of a full turn that leaves the hand where it is;
+ * then the demoted pages in stack order. */
+static void walk_owned(const core_pool_t *pool, core_observer_fn fn, void *ctx)
+{
+    unsigned most = 0, sweeps;
+    for (uint64_t p = 0; p < pool->touched; p++) {
+        const core_page_rec *rec = core__rec(pool, (uint32_t)p);
+        if (core__rec_state(rec) == CORE_PAGE_OWNED) {
+            walk_uses(rec, &sweeps);
+            if (sweeps > most)
+                most = sweeps;
+        }
+    }
+    for (unsigned g = most + 1; pool->nowned > 0 && g-- > 0;) {
+        for (uint64_t p = 0; p < pool->touched; p++) {
+            const core_page_rec *rec = core__rec(pool, (uint32_t)p);
+            if (core__rec_state(rec) != CORE_PAGE_OWNED)
+                continue;
+            unsigned nuse = walk_uses(rec, &sweeps);
+            if (sweeps != g)
+                continue;
+            walk_emit(fn, ctx, pool, CORE_EV_RESERVE, (uint32_t)p, 0);
+            walk_emit(fn, ctx, pool, CORE_EV_OWN, (uint32_t)p, 0);
+            for (unsigned u = 0; u < nuse; u++)
+                walk_emit(fn, ctx, pool, CORE_EV_USE, (uint32_t)p, rec->deadline);
+        }
+        if (g > 0)
+            walk_emit(fn, ctx, pool, CORE_EV_SWEEP, pool->hand, 1);
+    }
+    if (pool->ndemoted == 0)
+        return;
+    /* the topmost entry of each demoted page, top first, then emitted bottom first */
+    uint32_t *order = hf_xmalloc(pool->ndemoted * sizeof *order);
+    uint64_t *seen = hf_xcalloc((size_t)(pool->touched + 63) / 64, sizeof *seen);
+    size_t n = 0;
+    for (size_t i = pool->ndemoted_stack; i-- > 0 && n < pool->ndemoted;) {
+        uint32_t page = pool->demoted[i];
+        if (!(core__rec(pool, page)->bits & CORE_REC_DEMOTED) || (seen[page / 64] >> (page % 64) & 1))
+            continue;
+        seen[page / 64] |= 1ull << (page % 64);
+        order[n++] = page;
+    }
+    while (n-- > 0)
+        walk_emit(fn, ctx, pool, CORE_EV_DEMOTE, order[n], 0);
+    hf_xfree(seen);
+    hf_xfree(order);
+}
+
 static void walk_pool(const core_pool_t *pool, core_observer_fn fn, void *ctx)
 {
     core_event init = {CORE_EV_POOL_INIT, {pool->ns->name, pool->ns->name_len}, pool->rank,
                        pool->num_pages, {"", 0}, 0};
     fn(ctx, &init);
+    if (pool->hand != 0) /* no OWNED page yet: this only puts the hand in place */
+        walk_emit(fn, ctx, pool, CORE_EV_SWEEP, pool->hand, 0);
     for (uint32_t p = pool->reserved.head; p != CORE_NIL; p = core__rec(pool, p)->next)
         walk_emit(fn, ctx, pool, CORE_EV_RESERVE, p, core__rec(pool, p)->deadline);
-    for (uint32_t p = pool->lru.head; p != CORE_NIL; p = core__rec(pool, p)->next) {
-        walk_emit(fn, ctx, pool, CORE_EV_RESERVE, p, 0);
-        walk_emit(fn, ctx, pool, CORE_EV_OWN, p, 0);
-        if (core__rec(pool, p)->deadline > 0)
-            walk_emit(fn, ctx, pool, CORE_EV_USE, p, core__rec(pool, p)->deadline);
-    }
+    walk_owned(pool, fn, ctx);
     for (size_t s = 0; pool->nwleases && s <= pool->wlease_mask; s++) {
         const core_wlease *e = &pool->wleases[s];
         for (uint32_t w = 0; e->page != CORE_NIL && w < e->writers; w++)

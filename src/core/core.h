@@ -17,6 +17,31 @@
  *             and a page is owned by at most one key (the product's invariant,
  *             verified by core_check()). A key may hold several reservations.
  *
+ * Recency (PROTOCOL "recency order": a CLOCK-class approximation of LRU)
+ *   Every OWNED page has a use count, 0..CORE_USE_MAX. Confirming a new
+ *   page sets it to CORE_USE_INSERT; a use (an allocation hit, a
+ *   re-confirmation, exists, lookup, and a completeness read, which uses
+ *   the key in every pool of the namespace) raises it by one, up to
+ *   CORE_USE_MAX. A use writes only that count (and the read lease) in the
+ *   page's own record: nothing is relinked. Each pool has a clock hand, a
+ *   page number. Eviction in a pool takes, in this order:
+ *     1. a DEMOTED page: one whose key lost its page in another rank of the
+ *        namespace (evicted or deleted there) while this page had no
+ *        lease, and that was not used since; the most recently demoted
+ *        first;
+ *     2. otherwise the clock: the hand looks at pages in increasing order
+ *        (wrapping at num_pages); it takes the first OWNED page that is
+ *        evictable and whose count is 0, and lowers the count of every
+ *        other OWNED page it passes (evictable or not) by one; the hand
+ *        stops just after the page taken. If one full turn meets no
+ *        evictable page, nothing is taken (the counts of that turn stay
+ *        lowered) and the allocation sweeps no more.
+ *   Evictable means: OWNED, no read or write lease (deadline <= now), and
+ *   not a hit of the same allocation. RESERVED and DRAINING pages are
+ *   never taken. Every step depends only on the calls and their times, so
+ *   a reference model follows it exactly (tests/unit/test_model.c), and
+ *   the hand's moves are events (CORE_EV_SWEEP), so replay rebuilds them.
+ *
  * Memory: a pool costs O(1) to create whatever num_pages is; pages are backed
  * by records only once handed out (see core.c for the layout).
  *
@@ -39,6 +64,10 @@
  * this many). */
 #define CORE_MAX_RANKS_LIMIT (1u << 24)
 
+/* The use count of an OWNED page (see Recency above). */
+#define CORE_USE_MAX 4
+#define CORE_USE_INSERT 3
+
 enum {
     CORE_OK = 0,
     CORE_ENOPOOL = -1,  /* the (namespace, rank) pool was not initialized */
@@ -57,7 +86,7 @@ typedef struct core_config {
     int64_t read_lease_ms;  /* read lease (PROTOCOL default 5 s) */
     int64_t write_lease_ms; /* bound of a write lease on a hit; 0: hits are not protected */
     int64_t release_grace_ms; /* a released page drains this long; 0: FREE at once */
-    bool evict_lru;         /* eviction policy: true = lru, false = none */
+    bool evict_lru;         /* eviction: true = by recency (see Recency), false = none */
     uint64_t max_pages;     /* largest num_pages accepted, <= CORE_MAX_PAGES_LIMIT */
     uint32_t max_ranks;     /* ranks are 0 .. max_ranks-1 */
     uint64_t hash_seed;     /* seeds the key hash (the caller picks it at random) */
@@ -205,22 +234,28 @@ core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *
  * With an observer set, every state change is reported as it happens, in
  * order, under the caller's serialization. Replaying the same events with
  * core_apply() on an empty core (then core_apply_finish()) rebuilds the
- * same pools, pages, keys, LRU order, reservations, leases and drains.
+ * same pools, pages, keys, recency (use counts, demotions, clock hands), reservations, leases and drains.
  * Pointers in an event are valid during the observer call only.
  */
 typedef enum core_event_type {
     CORE_EV_POOL_INIT = 1, /* pool created with `page` = num_pages pages */
     CORE_EV_CLEAR_ALL,     /* every pool forgotten (no per-page events follow) */
     CORE_EV_RESERVE,       /* FREE page -> RESERVED for `key` until `deadline` */
-    CORE_EV_OWN,           /* RESERVED page -> OWNED by its key, most recently used */
+    CORE_EV_OWN,           /* RESERVED page -> OWNED by its key, use count CORE_USE_INSERT */
     CORE_EV_FREE,          /* RESERVED, OWNED or DRAINING page -> FREE */
     CORE_EV_DRAIN,         /* OWNED or FREE page -> DRAINING until `deadline` */
-    CORE_EV_USE,           /* OWNED page -> most recently used; read lease ends at `deadline` */
-    CORE_EV_DEMOTE,        /* OWNED page -> least recently used */
+    CORE_EV_USE,           /* OWNED page: a use (count + 1, up to CORE_USE_MAX; no longer
+                            * demoted); its lease ends at `deadline` */
+    CORE_EV_DEMOTE,        /* OWNED page -> demoted (evicted first; the latest demoted first) */
     CORE_EV_WRITE_LEASE,   /* OWNED page: one more writer, protected until `deadline` */
     CORE_EV_WRITE_DONE,    /* OWNED page: one writer is done (it confirmed, or the lease's
                             * end passed: one event per writer left); with the last
                             * one the write lease ends; protected until `deadline` */
+    CORE_EV_SWEEP,         /* the pool's clock hand moves to `page` (< num_pages) after
+                            * `deadline` full turns: every OWNED page it passed lost one
+                            * from its use count per pass (those in [old hand, page),
+                            * cyclically, once more than the others). Logs written
+                            * before recency by use counts have none. */
 } core_event_type;
 
 typedef struct core_event {
@@ -229,7 +264,7 @@ typedef struct core_event {
     uint32_t rank;
     uint64_t page;    /* page number, or num_pages for POOL_INIT */
     hf_slice key;     /* RESERVE only */
-    int64_t deadline; /* RESERVE, DRAIN, USE, WRITE_LEASE, WRITE_DONE */
+    int64_t deadline; /* RESERVE, DRAIN, USE, WRITE_LEASE, WRITE_DONE; SWEEP: full turns */
 } core_event;
 
 typedef void (*core_observer_fn)(void *ctx, const core_event *ev);
@@ -271,18 +306,22 @@ size_t core_memory_usage(const core_t *core);
 
 /*
  * Report the whole current state to fn as the events that rebuild it (for
- * snapshots): per pool POOL_INIT, then reservations, then owned pages from
- * least to most recently used (RESERVE + OWN, and USE if read-leased), then
- * a WRITE_LEASE per writer of each write lease, then draining pages (DRAIN
- * of a FREE page, which only replay accepts).
+ * snapshots): per pool POOL_INIT, a SWEEP that puts the clock hand in
+ * place (if it is not at page 0), then reservations, then owned pages
+ * (RESERVE + OWN, and USE if read-leased or counted above CORE_USE_INSERT)
+ * in groups separated by SWEEPs that do not move the hand, so that each
+ * page's use count comes out right, then a DEMOTE per demoted page (the
+ * latest last), then a WRITE_LEASE per writer of each write lease, then
+ * draining pages (DRAIN of a FREE page, which only replay accepts).
  */
 void core_walk_state(const core_t *core, core_observer_fn fn, void *ctx);
 
 /*
  * Walk every pool and verify the invariants: every page in exactly one state,
  * state counts agree, a key owns at most one page and a page is owned by at
- * most one key, the key index and the LRU, reservation, draining and free
- * lists agree with the page records. Returns 0, or -1 with a description in
+ * most one key, the key index, the reservation, draining and free lists
+ * and the demoted stack agree with the page records, use counts are in
+ * range and no page is left pinned. Returns 0, or -1 with a description in
  * err (if errlen > 0). Cost O(pages handed out); for tests.
  */
 int core_check(const core_t *core, char *err, size_t errlen);

@@ -29,11 +29,20 @@
  *   probe started without reading its record.
  *
  * Lists (doubly linked through the records' prev/next page numbers)
- *   lru       OWNED pages, head = least recently used.
  *   reserved  RESERVED pages, sorted by deadline (head expires first).
  *   draining  DRAINING pages, sorted by deadline.
- *   A page is on exactly the list of its state (FREE: the free stack, or
- *   above the mark).
+ *   A RESERVED or DRAINING page is on the list of its state; FREE pages are
+ *   on the free stack (or above the mark); OWNED pages are on no list.
+ *
+ * Recency (core.h "Recency"): no list. The record's `bits` byte holds the
+ *   page state (low 2 bits), the use count (CORE_USE_MAX at most, bits
+ *   4-6), DEMOTED (the key lost another rank: evicted first) and PINNED (a
+ *   hit of the allocation running now; never set between calls). A use
+ *   writes that byte, in the record that the lookup read anyway: no other
+ *   record is touched. The pool keeps the clock hand (a page number) and
+ *   a stack of demoted pages (most recently demoted on top; an entry whose
+ *   page is no longer DEMOTED is stale and dropped when reached, so a use
+ *   never has to find the entry to undo a demotion).
  *
  * Write leases (PROTOCOL "Write protection")
  *   Pages under a write lease are few (those being rewritten right now), so
@@ -60,6 +69,13 @@
 #define CORE_KEY_HEX64 33 /* 64 lowercase hex characters packed in 32 bytes */
 #define CORE_KEY_EXT 34   /* malloc'd copy */
 
+/* The record's `bits`. */
+#define CORE_REC_STATE 0x03u   /* core_page_state */
+#define CORE_REC_DEMOTED 0x04u /* OWNED, and its key lost a page in another rank */
+#define CORE_REC_PINNED 0x08u  /* OWNED, a hit of the allocation in progress */
+#define CORE_REC_USE_SHIFT 4
+#define CORE_REC_USE (0x7u << CORE_REC_USE_SHIFT) /* OWNED: use count, 0..CORE_USE_MAX */
+
 /* Packed: 54 bytes instead of 56 with padding, which is what brings an owned
  * entry (record + index slots) under 64 bytes at 1M entries. Records are
  * read through their fields only (never through a pointer to a field), so
@@ -73,8 +89,8 @@ typedef struct __attribute__((packed)) core_page_rec {
         } ext;
     } key;
     uint32_t hash;
-    uint32_t prev, next;
-    uint8_t state;    /* core_page_state */
+    uint32_t prev, next; /* reserved or draining list */
+    uint8_t bits;     /* core_page_state | use count | DEMOTED | PINNED (CORE_REC_*) */
     uint8_t key_kind; /* CORE_KEY_* */
     int64_t deadline; /* reservation end, read-lease end, or drain end */
 } core_page_rec;
@@ -114,7 +130,12 @@ struct core_pool {
     uint8_t home_bits;  /* low bits of a key's home slot that its tag carries (core__home) */
     size_t nkeys;
 
-    core_list lru, reserved, draining;
+    core_list reserved, draining;
+    uint64_t nowned;   /* OWNED pages (== nkeys) */
+    uint32_t hand;     /* the clock hand: next page the sweep looks at, < num_pages */
+    uint32_t *demoted; /* stack of demoted pages, may hold stale entries */
+    size_t ndemoted_stack, demoted_cap;
+    uint64_t ndemoted; /* pages with CORE_REC_DEMOTED */
 
     core_wlease *wleases; /* write leases (see above); NULL until the first */
     size_t wlease_mask;
@@ -150,6 +171,21 @@ typedef struct core_key {
     uint32_t len;
     uint32_t hash;
 } core_key;
+
+static inline core_page_state core__rec_state(const core_page_rec *rec)
+{
+    return (core_page_state)(rec->bits & CORE_REC_STATE);
+}
+
+static inline unsigned core__rec_use(const core_page_rec *rec)
+{
+    return (rec->bits & CORE_REC_USE) >> CORE_REC_USE_SHIFT;
+}
+
+static inline void core__rec_set_use(core_page_rec *rec, unsigned use)
+{
+    rec->bits = (uint8_t)((rec->bits & ~CORE_REC_USE) | (use << CORE_REC_USE_SHIFT));
+}
 
 /* The page of a slot that is not CORE_NIL. */
 static inline uint32_t core__slot_page(const core_pool_t *pool, uint32_t slot)

@@ -223,7 +223,7 @@ int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_ev
     if (*pos >= len)
         return 0;
     unsigned char type = (unsigned char)p[(*pos)++];
-    if (type < CORE_EV_POOL_INIT || type > CORE_EV_WRITE_DONE)
+    if (type < CORE_EV_POOL_INIT || type > CORE_EV_SWEEP)
         return -1;
     uint64_t rank, page, zz;
     if (get_varint(p, len, pos, &rank) || rank > UINT32_MAX || get_varint(p, len, pos, &page) ||

@@ -528,7 +528,7 @@ void wal__enc_event(void *ctx, const core_event *ev)
         [CORE_EV_RESERVE] = WAL_REC_RESERVE, [CORE_EV_OWN] = WAL_REC_OWN,
         [CORE_EV_FREE] = WAL_REC_FREE,       [CORE_EV_DRAIN] = WAL_REC_DRAIN,
         [CORE_EV_DEMOTE] = WAL_REC_DEMOTE,   [CORE_EV_WRITE_LEASE] = WAL_REC_WRITE_LEASE,
-        [CORE_EV_WRITE_DONE] = WAL_REC_WRITE_DONE,
+        [CORE_EV_WRITE_DONE] = WAL_REC_WRITE_DONE, [CORE_EV_SWEEP] = WAL_REC_SWEEP,
     };
     if ((size_t)ev->type >= sizeof types || types[ev->type] == 0)
         abort(); /* an event type this log does not know: a bug */
@@ -540,6 +540,8 @@ void wal__enc_event(void *ctx, const core_event *ev)
         put_deadline(&e->body, e->time_base, ev->deadline);
     if (ev->type == CORE_EV_RESERVE)
         put_key(&e->body, ev->key);
+    if (ev->type == CORE_EV_SWEEP)
+        put_varint(&e->body, (uint64_t)ev->deadline); /* full turns, >= 0 */
     body_emit(e);
 }
 
@@ -644,7 +646,8 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
         rc = dec_use(d, &r, &ev, fn, ctx);
         break;
     case WAL_REC_RESERVE: case WAL_REC_OWN: case WAL_REC_FREE: case WAL_REC_DRAIN:
-    case WAL_REC_DEMOTE: case WAL_REC_OWNED: case WAL_REC_WRITE_LEASE: case WAL_REC_WRITE_DONE: {
+    case WAL_REC_DEMOTE: case WAL_REC_OWNED: case WAL_REC_WRITE_LEASE: case WAL_REC_WRITE_DONE:
+    case WAL_REC_SWEEP: {
         uint64_t id = get_varint(&r);
         ev.page = get_varint(&r);
         if (type == WAL_REC_RESERVE || type == WAL_REC_DRAIN || type == WAL_REC_WRITE_LEASE ||
@@ -652,6 +655,12 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
             ev.deadline = get_deadline(&r, d->time_base);
         if (type == WAL_REC_RESERVE || type == WAL_REC_OWNED)
             ev.key = get_key(&r, &d->key);
+        if (type == WAL_REC_SWEEP) {
+            uint64_t turns = get_varint(&r);
+            if (turns > INT64_MAX)
+                return WAL_DEC_MALFORMED;
+            ev.deadline = (int64_t)turns;
+        }
         if (r.bad || r.p != r.end)
             return WAL_DEC_MALFORMED;
         if (!dec_pool(d, id, &ev))
@@ -661,7 +670,7 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
             [WAL_REC_FREE] = CORE_EV_FREE,       [WAL_REC_DRAIN] = CORE_EV_DRAIN,
             [WAL_REC_DEMOTE] = CORE_EV_DEMOTE,   [WAL_REC_OWNED] = CORE_EV_RESERVE,
             [WAL_REC_WRITE_LEASE] = CORE_EV_WRITE_LEASE,
-            [WAL_REC_WRITE_DONE] = CORE_EV_WRITE_DONE,
+            [WAL_REC_WRITE_DONE] = CORE_EV_WRITE_DONE, [WAL_REC_SWEEP] = CORE_EV_SWEEP,
         };
         ev.type = kinds[type];
         rc = fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;

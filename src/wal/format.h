@@ -16,8 +16,8 @@
 #include "core/core.h"
 #include "util/slice.h"
 
-#define WAL_VERSION 2         /* written; WAL_VERSION_OLDEST.. are read */
-#define WAL_VERSION_OLDEST 1  /* version 1 lacks WRITE_LEASE and WRITE_DONE */
+#define WAL_VERSION 3         /* written; WAL_VERSION_OLDEST.. are read */
+#define WAL_VERSION_OLDEST 1  /* version 1 lacks WRITE_LEASE and WRITE_DONE, 2 lacks SWEEP */
 #define WAL_HEADER_SIZE 48
 #define WAL_MAGIC_LOG "HF3FSLOG"
 #define WAL_MAGIC_SNAPSHOT "HF3FSSNP"
@@ -40,6 +40,7 @@ enum {
     WAL_REC_END = 10,
     WAL_REC_WRITE_LEASE = 11,
     WAL_REC_WRITE_DONE = 12,
+    WAL_REC_SWEEP = 13, /* pool, hand, full turns (core.h CORE_EV_SWEEP) */
 };
 
 /* ---------------------------------------------------------------- buffers */

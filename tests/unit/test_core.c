@@ -368,22 +368,61 @@ TEST(all_or_nothing_counts_evictable_pages_as_available)
     CHECK_EQ(stats(pool).evictions, 2);
 }
 
-TEST(lru_eviction_takes_the_least_recently_used_owned_page)
+TEST(clock_eviction_takes_the_first_page_from_the_hand_whose_use_count_ran_out)
 {
     setup(test_config());
     core_pool_t *pool = make_pool(KV, 0, 3);
-    int64_t a = own(pool, "a", 0);
-    own(pool, "b", 0);
-    own(pool, "c", 0);
-    /* a use of "a" (an allocate hit) makes "b" the least recently used */
+    int64_t a = own(pool, "a", 0); /* pages 0, 1, 2; counts CORE_USE_INSERT */
+    int64_t b = own(pool, "b", 0);
+    int64_t c = own(pool, "c", 0);
+    CHECK(a == 0 && b == 1 && c == 2);
+    /* a use of "a" (an allocate hit) gives it one more than "b" and "c" */
     CHECK_EQ(alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0), a);
-    int64_t page = alloc1(pool, "d", CORE_ALLOC_PARTIAL, 0);
+    /* the hand (at page 0) lowers a, b, c in turn: "b" is the first at 0 */
+    CHECK_EQ(alloc1(pool, "d", CORE_ALLOC_PARTIAL, 0), b);
     CK();
-    CHECK(page >= 0);
     CHECK_EQ(lookup1(pool, "b", 0), -1);
-    CHECK_EQ(lookup1(pool, "a", 0), a);
-    CHECK(lookup1(pool, "c", 0) >= 0);
     CHECK_EQ(stats(pool).evictions, 1);
+    /* the hand stopped after page 1: "c" (now at 0) goes next, before "a" */
+    CHECK_EQ(alloc1(pool, "e", CORE_ALLOC_PARTIAL, 0), c);
+    CHECK_EQ(lookup1(pool, "a", 0), a);
+    CK();
+}
+
+TEST(a_key_used_more_often_outlives_one_confirmed_after_its_last_use)
+{
+    /* Not LRU: counts, not order. "a" is used (count + 1) and then "b" is
+     * confirmed; exact LRU would evict "a", the clock evicts "b". */
+    core_config cfg = test_config();
+    cfg.read_lease_ms = 0; /* the use only, no protection */
+    setup(cfg);
+    core_pool_t *pool = make_pool(KV, 0, 2);
+    int64_t a = own(pool, "a", 0);
+    CHECK_EQ(lookup1(pool, "a", 1), a);
+    int64_t b = own(pool, "b", 2);
+    CHECK_EQ(alloc1(pool, "c", CORE_ALLOC_PARTIAL, 3), b);
+    CHECK_EQ(lookup1(pool, "a", 4), a);
+    CK();
+}
+
+TEST(reads_change_no_eviction_order_beyond_the_keys_they_read)
+{
+    /* A read writes only its key's count: the order of the others stays. */
+    core_config cfg = test_config();
+    cfg.read_lease_ms = 0;
+    setup(cfg);
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    own(pool, "a", 0);
+    own(pool, "b", 0);
+    int64_t c = own(pool, "c", 0);
+    own(pool, "d", 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK(lookup1(pool, "a", 1) >= 0);
+        CHECK(lookup1(pool, "b", 1) >= 0);
+        CHECK(lookup1(pool, "d", 1) >= 0);
+    }
+    CHECK_EQ(alloc1(pool, "e", CORE_ALLOC_PARTIAL, 2), c);
+    CK();
 }
 
 TEST(eviction_never_takes_a_reserved_page)
@@ -537,6 +576,46 @@ TEST(complete_reads_lease_the_key_on_every_rank)
     CK();
 }
 
+TEST(a_demoted_page_that_is_used_again_no_longer_goes_first)
+{
+    core_config cfg = test_config();
+    cfg.read_lease_ms = 0;
+    setup(cfg);
+    core_pool_t *r0 = make_pool(KV, 0, 2);
+    core_pool_t *r1 = make_pool(KV, 1, 2);
+    int64_t old = own(r1, "old", 0);
+    int64_t k = own(r1, "k", 0);
+    own(r0, "k", 0);
+    hf_slice key = K("k");
+    core_delete(r0, &key, 1, 1); /* "k" in rank 1 is demoted */
+    own(r0, "k", 2);             /* saved again in rank 0: complete again */
+    CHECK_EQ(alloc1(r1, "k", CORE_ALLOC_ALL_OR_NOTHING, 3), k); /* a hit: a use */
+    CHECK_EQ(confirm1(r1, "k", k, 3), 0);
+    /* "k" is no longer demoted and counts more uses: the clock takes "old" */
+    CHECK_EQ(alloc1(r1, "new", CORE_ALLOC_PARTIAL, 4), old);
+    CHECK_EQ(lookup1(r1, "k", 5), k);
+    CK();
+}
+
+TEST(the_most_recently_demoted_page_goes_first)
+{
+    setup(test_config());
+    core_pool_t *r0 = make_pool(KV, 0, 3);
+    core_pool_t *r1 = make_pool(KV, 1, 3);
+    own(r1, "x", 0);
+    int64_t y = own(r1, "y", 0);
+    int64_t z = own(r1, "z", 0);
+    own(r0, "y", 0);
+    own(r0, "z", 0);
+    hf_slice ky = K("y"), kz = K("z");
+    core_delete(r0, &kz, 1, 0);
+    core_delete(r0, &ky, 1, 0);
+    CHECK_EQ(alloc1(r1, "n1", CORE_ALLOC_PARTIAL, 0), y);
+    CHECK_EQ(alloc1(r1, "n2", CORE_ALLOC_PARTIAL, 0), z);
+    CHECK(lookup1(r1, "x", 0) >= 0);
+    CK();
+}
+
 TEST(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first)
 {
     setup(test_config());
@@ -654,7 +733,7 @@ TEST(namespaces_with_the_same_rank_are_separate_pools)
     CK();
 }
 
-TEST(exists_and_lookup_count_as_a_use_in_lru_order)
+TEST(exists_and_lookup_count_as_a_use_that_keeps_the_key_over_an_unused_one)
 {
     core_config cfg = test_config();
     cfg.read_lease_ms = 0; /* only the use, no protection */
@@ -878,7 +957,9 @@ int main(void)
     RUN(partial_allocation_answers_minus_one_for_keys_that_find_no_page);
     RUN(all_or_nothing_reserves_no_new_key_when_they_do_not_all_fit_but_answers_hits);
     RUN(all_or_nothing_counts_evictable_pages_as_available);
-    RUN(lru_eviction_takes_the_least_recently_used_owned_page);
+    RUN(clock_eviction_takes_the_first_page_from_the_hand_whose_use_count_ran_out);
+    RUN(a_key_used_more_often_outlives_one_confirmed_after_its_last_use);
+    RUN(reads_change_no_eviction_order_beyond_the_keys_they_read);
     RUN(eviction_never_takes_a_reserved_page);
     RUN(eviction_skips_read_leased_pages_until_the_lease_ends);
     RUN(hits_of_a_request_are_never_evicted_for_its_other_keys);
@@ -888,10 +969,12 @@ int main(void)
     RUN(a_key_is_complete_only_when_every_rank_of_the_namespace_owns_it);
     RUN(complete_reads_lease_the_key_on_every_rank);
     RUN(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first);
+    RUN(a_demoted_page_that_is_used_again_no_longer_goes_first);
+    RUN(the_most_recently_demoted_page_goes_first);
     RUN(keys_of_every_shape_are_distinct_and_round_trip);
     RUN(hex64_keys_pack_every_digit_at_every_position_and_keep_any_other_key_verbatim);
     RUN(namespaces_with_the_same_rank_are_separate_pools);
-    RUN(exists_and_lookup_count_as_a_use_in_lru_order);
+    RUN(exists_and_lookup_count_as_a_use_that_keeps_the_key_over_an_unused_one);
     RUN(key_index_survives_growth_and_many_deletions);
     RUN(key_index_removal_keeps_every_key_findable_for_every_tag_width);
     RUN(a_rewritten_hit_is_not_evicted_until_its_writer_confirms);

@@ -8,7 +8,12 @@
  * so that exhaustion, eviction and lease expiry happen all the time.
  *
  * The model is arrays and linear scans: each page has a state, a key, a
- * deadline and a "last use" number; LRU = smallest last use. The free page
+ * deadline, a use count and a demotion number; each pool a clock hand.
+ * Eviction follows core.h "Recency" to the letter: the most recently
+ * demoted evictable page, else the clock (the hand takes the first owned
+ * evictable page whose count is 0 and lowers the count of every other owned
+ * page it passes; a full turn without an evictable page takes nothing, and
+ * the allocation then sweeps no more). The free page
  * the engine picks is not specified by the contract, so the model accepts
  * any page it holds FREE; everything else (hits, -1, which page is evicted,
  * refusals, presence, completeness) must match exactly. After every step
@@ -38,7 +43,8 @@ typedef struct mpage {
     core_page_state state;
     int key;
     int64_t deadline; /* reservation end, lease end (read or write), drain end */
-    int64_t use;
+    int use;          /* use count, 0..CORE_USE_MAX */
+    int64_t demoted;  /* 0, or the demotion's number (the highest goes first) */
     int writers;      /* write lease (PROTOCOL "Write protection"): writers not done, */
     int64_t wend;     /* until wend; none once wend <= now */
 } mpage;
@@ -46,17 +52,19 @@ typedef struct mpage {
 typedef struct mpool {
     bool exists;
     int num_pages;
+    int hand;
     mpage pages[MAXP];
 } mpool;
 
 static mpool model[NNS][NRANKS];
-static int64_t use_seq = 1, demote_seq = 0, now;
+static int64_t demote_seq = 0, now;
 static bool m_evict;
 
 /* What the run exercised: a run that never evicted or never ran dry would
  * prove little, so the tests assert these are all non-zero. */
 static struct {
     long evictions, no_page, hits, refusals, drains, expiries, write_leases;
+    long demoted_taken, clock_taken, clock_turns_without; /* which rule of "Recency" took it */
 } seen;
 static test_engine engine;
 static uint64_t rng = 88172645463325252ull;
@@ -111,9 +119,12 @@ static int m_owned(const mpool *p, int key)
     return -1;
 }
 
+/* A use: the count goes up by one (at most CORE_USE_MAX); no longer demoted. */
 static void m_touch(mpool *p, int page)
 {
-    p->pages[page].use = use_seq++;
+    if (p->pages[page].use < CORE_USE_MAX)
+        p->pages[page].use++;
+    p->pages[page].demoted = 0;
 }
 
 static void m_lease(mpool *p, int page)
@@ -123,18 +134,49 @@ static void m_lease(mpool *p, int page)
     m_touch(p, page);
 }
 
-/* Least recently used owned page that is not leased and not protected. */
-static int m_victim(const mpool *p, const bool *protected)
+static bool m_evictable(const mpool *p, int page, const bool *protected)
 {
-    int best = -1;
+    const mpage *pg = &p->pages[page];
+    return pg->state == CORE_PAGE_OWNED && pg->deadline <= now && !protected[page];
+}
+
+/* The page that eviction takes (core.h "Recency"), or -1; *exhausted is set
+ * when a clock sweep found nothing (the call sweeps no more). */
+static int m_victim(mpool *p, const bool *protected, bool *exhausted)
+{
+    int best = -1, owned = 0;
     for (int i = 0; i < p->num_pages; i++) {
-        const mpage *pg = &p->pages[i];
-        if (pg->state != CORE_PAGE_OWNED || pg->deadline > now || protected[i])
-            continue;
-        if (best < 0 || pg->use < p->pages[best].use)
+        owned += p->pages[i].state == CORE_PAGE_OWNED;
+        if (p->pages[i].state == CORE_PAGE_OWNED && p->pages[i].demoted &&
+            m_evictable(p, i, protected) && (best < 0 || p->pages[i].demoted > p->pages[best].demoted))
             best = i;
     }
-    return best;
+    seen.demoted_taken += best >= 0;
+    if (best >= 0 || owned == 0 || *exhausted)
+        return best;
+    /* the clock: a full turn without an evictable page takes nothing */
+    bool seen_evictable = false;
+    for (int steps = 0;; steps++) {
+        if (steps > 0 && steps % p->num_pages == 0 && !seen_evictable) {
+            *exhausted = true;
+            seen.clock_turns_without++;
+            return -1;
+        }
+        int page = p->hand;
+        p->hand = (p->hand + 1) % p->num_pages;
+        mpage *pg = &p->pages[page];
+        if (pg->state != CORE_PAGE_OWNED)
+            continue;
+        if (m_evictable(p, page, protected)) {
+            seen_evictable = true;
+            if (pg->use == 0) {
+                seen.clock_taken++;
+                return page;
+            }
+        }
+        if (pg->use > 0)
+            pg->use--;
+    }
 }
 
 static int m_free_count(const mpool *p)
@@ -153,7 +195,7 @@ static void m_demote_others(int ns, int rank, int key)
             continue;
         int page = m_owned(o, key);
         if (page >= 0 && o->pages[page].deadline <= now)
-            o->pages[page].use = --demote_seq - 1000000000ll;
+            o->pages[page].demoted = ++demote_seq;
     }
 }
 
@@ -186,6 +228,8 @@ static void m_disown(mpool *p, int page)
     mpage *pg = &p->pages[page];
     pg->writers = 0;
     pg->wend = 0;
+    pg->use = 0;
+    pg->demoted = 0;
     pg->state = pg->deadline > now ? CORE_PAGE_DRAINING : CORE_PAGE_FREE;
     seen.drains += pg->state == CORE_PAGE_DRAINING;
     pg->key = -1;
@@ -412,7 +456,7 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
                      !protected[i];
         give = avail >= need;
     }
-    bool lease_hits = mode == CORE_ALLOC_ALL_OR_NOTHING && give;
+    bool lease_hits = mode == CORE_ALLOC_ALL_OR_NOTHING && give, exhausted = false;
     for (int i = 0; i < n; i++) {
         if (first[i] != i) {
             if (pages[i] != pages[first[i]] || existed[i] != existed[first[i]])
@@ -437,7 +481,7 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
                 TEST_FAIL("step %ld: core handed out page %d, which the model holds in state %d",
                           step, page, page >= 0 && page < m->num_pages ? (int)m->pages[page].state : -1);
         } else if (give && m_evict) {
-            page = m_victim(m, protected);
+            page = m_victim(m, protected, &exhausted);
             if (page >= 0) {
                 seen.evictions++;
                 m_demote_others(ns, rank, m->pages[page].key);
@@ -449,7 +493,7 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
             TEST_FAIL("step %ld: new key %d: core page %lld, model %d (mode %d)", step, keys[i],
                       (long long)pages[i], page, mode);
         if (page >= 0)
-            m->pages[page] = (mpage){CORE_PAGE_RESERVED, keys[i], now + RESERVE_MS, 0, 0, 0};
+            m->pages[page] = (mpage){CORE_PAGE_RESERVED, keys[i], now + RESERVE_MS, 0, 0, 0, 0};
     }
 }
 
@@ -495,7 +539,7 @@ static void op_confirm(long step, mpool *m, pool_ref pool)
                 pg->state = CORE_PAGE_FREE;
                 m_touch(m, owned);
             } else {
-                *pg = (mpage){CORE_PAGE_OWNED, keys[i], 0, use_seq++, 0, 0};
+                *pg = (mpage){CORE_PAGE_OWNED, keys[i], 0, CORE_USE_INSERT, 0, 0, 0};
             }
         } else {
             expect_refused++;
@@ -504,7 +548,7 @@ static void op_confirm(long step, mpool *m, pool_ref pool)
     for (int i = 0; i < nrel; i++) {
         int64_t p = release[i];
         if (p >= 0 && p < m->num_pages && m->pages[p].state == CORE_PAGE_RESERVED)
-            m->pages[p] = (mpage){CORE_PAGE_DRAINING, -1, now + GRACE_MS, 0, 0, 0};
+            m->pages[p] = (mpage){CORE_PAGE_DRAINING, -1, now + GRACE_MS, 0, 0, 0, 0};
         else
             expect_refused++;
     }
@@ -690,9 +734,13 @@ static void run_model(bool evict, uint64_t seed)
     CHECK(evict ? seen.evictions > k : seen.evictions == 0);
     CHECK(seen.no_page > k && seen.hits > k && seen.refusals > k);
     CHECK(seen.drains > 3 * k / 100 && seen.expiries > k && seen.write_leases > k);
+    printf("  recency: %ld demoted pages taken, %ld by the clock, %ld clock turns without one\n",
+           seen.demoted_taken, seen.clock_taken, seen.clock_turns_without);
+    CHECK(evict ? seen.demoted_taken > k / 10 && seen.clock_taken > k && seen.clock_turns_without > k / 10
+                : seen.demoted_taken + seen.clock_taken == 0);
 }
 
-TEST(random_operations_with_lru_eviction_match_the_reference_model)
+TEST(random_operations_with_clock_eviction_match_the_reference_model)
 {
     run_model(true, 0x9e3779b97f4a7c15ull);
 }
@@ -711,7 +759,7 @@ int main(void)
 {
     make_keys();
     printf("engine under test: %s\n", test_engine_name());
-    RUN(random_operations_with_lru_eviction_match_the_reference_model);
+    RUN(random_operations_with_clock_eviction_match_the_reference_model);
     RUN(random_operations_without_eviction_match_the_reference_model);
     RUN(random_operations_with_another_seed_match_the_reference_model);
     if (engine.store)

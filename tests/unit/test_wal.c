@@ -199,6 +199,8 @@ TEST(every_event_type_round_trips_through_the_record_encoding)
         {CORE_EV_WRITE_LEASE, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 1700000009000},
         {CORE_EV_WRITE_DONE, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 1700000006000},
         {CORE_EV_DEMOTE, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 0},
+        {CORE_EV_SWEEP, HF_SLICE_LIT("kv"), 3, 999999999, {"", 0}, 0},
+        {CORE_EV_SWEEP, HF_SLICE_LIT("kv"), 3, 0, {"", 0}, 4},
         {CORE_EV_DRAIN, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, INT64_MAX},
         {CORE_EV_FREE, HF_SLICE_LIT("other"), 0, 1, {"", 0}, 0},
         {CORE_EV_CLEAR_ALL, {"", 0}, 0, 0, {"", 0}, 0},

@@ -142,7 +142,7 @@ TEST(cfg_round_trips_and_malformed_cfg_is_refused)
 static core_event random_event(char *keybuf)
 {
     core_event ev = {0};
-    ev.type = (core_event_type)(CORE_EV_POOL_INIT + next() % (CORE_EV_WRITE_DONE - CORE_EV_POOL_INIT + 1));
+    ev.type = (core_event_type)(CORE_EV_POOL_INIT + next() % (CORE_EV_SWEEP - CORE_EV_POOL_INIT + 1));
     ev.ns = HF_SLICE_LIT("ns");
     ev.rank = next() % 3 == 0 ? UINT32_MAX : (uint32_t)(next() % 1000);
     ev.page = next() % 4 == 0 ? UINT64_MAX : next() % 100000;
@@ -201,7 +201,7 @@ TEST(events_round_trip_and_truncated_or_malformed_events_are_refused)
     }
     /* unknown types */
     for (int t = 0; t < 256; t++) {
-        if (t >= CORE_EV_POOL_INIT && t <= CORE_EV_WRITE_DONE)
+        if (t >= CORE_EV_POOL_INIT && t <= CORE_EV_SWEEP)
             continue;
         char raw[4] = {(char)t, 0, 0, 0};
         char *q = exact(raw, 4);
