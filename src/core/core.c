@@ -1734,23 +1734,42 @@ size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages)
 
 int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n)
 {
-    if (n != pool->nfree)
+    /* A FREE page at the top of the high-water mark is named by no event of
+     * core_walk_state, so the replay's mark may stop below it: such pages
+     * (at or above the mark) are taken in, as FREE records. */
+    uint64_t top = pool->touched;
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i] >= pool->num_pages)
+            return CORE_EINVAL;
+        if (pages[i] >= top)
+            top = (uint64_t)pages[i] + 1;
+    }
+    if (n != pool->nfree + (top - pool->touched))
         return CORE_EINVAL;
-    size_t words = (size_t)(pool->touched + 63) / 64;
+    size_t words = (size_t)(top + 63) / 64;
     uint64_t *seen = hf_xcalloc(words ? words : 1, sizeof *seen);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         uint32_t p = pages[i];
-        if (p >= pool->touched || core__rec_state(core__rec(pool, p)) != CORE_PAGE_FREE ||
+        if ((p < pool->touched && core__rec_state(core__rec(pool, p)) != CORE_PAGE_FREE) ||
             (seen[p / 64] >> (p % 64) & 1))
             rc = CORE_EINVAL;
         else
             seen[p / 64] |= 1ull << (p % 64);
     }
     hf_xfree(seen);
-    if (rc == 0 && n)
+    if (rc != 0)
+        return rc;
+    if (top > pool->touched)
+        apply_target(pool, top - 1, CORE_PAGE_FREE);
+    if (n > pool->free_cap) {
+        pool->free_stack = hf_xreallocarray(pool->free_stack, n, sizeof(uint32_t));
+        pool->free_cap = n;
+    }
+    if (n)
         memcpy(pool->free_stack, pages, n * sizeof *pages);
-    return rc;
+    pool->nfree = n;
+    return 0;
 }
 
 size_t core_memory_usage(const core_t *core)

@@ -295,9 +295,11 @@ int core_apply_live(core_t *core, const core_event *ev);
  * that hands out exactly the same pages (a replica) saves it beside the
  * events. Valid until the next change of the pool. */
 size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages);
-/* After core_apply_finish(): put the free stack in that order. CORE_EINVAL
+/* After core_apply_finish(): put the free stack in that order. Pages at or
+ * above the high-water mark are FREE pages that no event named (the top of
+ * the saved pool's mark): the mark rises to take them in. CORE_EINVAL
  * (nothing changed) unless pages[] is exactly the pool's FREE pages below
- * its high-water mark. */
+ * its mark, plus such pages, each once. */
 int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n);
 
 /* Bytes held by the core (records, indexes, stacks, key copies), for

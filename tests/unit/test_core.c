@@ -938,6 +938,45 @@ TEST(a_released_page_drains_for_the_grace_so_a_replayed_release_cannot_free_anot
     CK();
 }
 
+static void apply_to(void *ctx, const core_event *ev)
+{
+    CHECK_EQ(core_apply(ctx, ev), 0);
+}
+
+/* What a saved value does (the Redis module's rdb_save/rdb_load): walk the
+ * state, replay it into a new core, then restore each free stack. */
+TEST(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 8);
+    for (int i = 0; i < 4; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "k%d", i);
+        CHECK_EQ(own(pool, key, 1), i);
+    }
+    hf_slice gone = K("k3");
+    core_delete(pool, &gone, 1, 1); /* page 3, the top of the mark, is FREE and named by no event */
+    const uint32_t *order;
+    CHECK_EQ(core_pool_free_order(pool, &order), 1);
+    CHECK_EQ(order[0], 3);
+
+    core_t *copy = core_new(core_get_config(core));
+    core_walk_state(core, apply_to, copy);
+    core_apply_finish(copy);
+    core_pool_t *again = core_pool_find(copy, KV, 0);
+    CHECK_EQ(core_pool_set_free_order(again, order, 1), 0);
+    const uint32_t *order2;
+    CHECK_EQ(core_pool_free_order(again, &order2), 1);
+    CHECK_EQ(order2[0], 3);
+    CHECK_EQ(alloc1(again, "new", CORE_ALLOC_PARTIAL, 2), alloc1(pool, "new", CORE_ALLOC_PARTIAL, 2));
+    uint32_t twice[2] = {3, 3};
+    CHECK_EQ(core_pool_set_free_order(again, twice, 2), CORE_EINVAL);
+    char err[256];
+    CHECK_EQ(core_check(copy, err, sizeof err), 0);
+    core_free(copy);
+    CK();
+}
+
 int main(void)
 {
     RUN(pool_init_is_idempotent_and_keeps_state_and_size);
@@ -982,6 +1021,7 @@ int main(void)
     RUN(a_write_lease_ends_only_when_every_writer_of_the_hit_confirmed);
     RUN(hits_get_no_write_lease_from_sglang_nor_from_a_vllm_allocation_that_failed);
     RUN(a_released_page_drains_for_the_grace_so_a_replayed_release_cannot_free_another_writers_page);
+    RUN(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back);
     core_free(core);
     return TEST_SUMMARY();
 }
