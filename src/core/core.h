@@ -89,7 +89,8 @@ typedef struct core_pool_stats {
 typedef struct core core_t;
 typedef struct core_pool core_pool_t;
 
-/* Returns NULL on out-of-memory. The config is copied. */
+/* Never NULL: out of memory aborts (util/xalloc.h). The config is copied;
+ * max_pages 0 or above CORE_MAX_PAGES_LIMIT means CORE_MAX_PAGES_LIMIT. */
 core_t *core_new(const core_config *config);
 void core_free(core_t *core);
 const core_config *core_get_config(const core_t *core);
