@@ -707,8 +707,9 @@ TEST(random_operations_with_another_seed_match_the_reference_model)
     run_model(true, 0xda942042e4dd58b5ull);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    TEST_SELECT(argc, argv);
     make_keys();
     printf("engine under test: %s\n", test_engine_name());
     RUN(random_operations_with_lru_eviction_match_the_reference_model);
