@@ -35,7 +35,7 @@
  *   A page is on exactly the list of its state (FREE: the free stack, or
  *   above the mark).
  *
- * Write leases (PROTOCOL "Write protection")
+ * Write leases (docs/protocol.md "Leases")
  *   Pages under a write lease are few (those being rewritten right now), so
  *   they live in a small per-pool table, not in the 54-byte record: open
  *   addressing on the page number, linear probing, backward-shift deletion,

@@ -39,7 +39,7 @@ typedef struct mpage {
     int key;
     int64_t deadline; /* reservation end, lease end (read or write), drain end */
     int64_t use;
-    int writers;      /* write lease (PROTOCOL "Write protection"): writers not done, */
+    int writers;      /* write lease (docs/protocol.md "Leases"): writers not done, */
     int64_t wend;     /* until wend; none once wend <= now */
 } mpage;
 
