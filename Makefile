@@ -8,7 +8,7 @@
 #                   suites against the normal build
 #   make test-normal / make test-asan   every suite against one build only
 #
-# JOBS suites run at once (default 5: most of them sleep); the output of each
+# JOBS suites run at once (default 6: most of them sleep); the output of each
 # goes to build/test-logs/ and is printed when it fails.
 #
 # Objects of a variant live in build/<variant>/ (build/ itself for the normal one).
@@ -35,7 +35,9 @@ UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all run test check test-normal test-asan asan deps clean
 
-JOBS     ?= 5
+JOBS     ?= 6
+# Compiler processes at once for the builds that make test and make check start.
+BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 ASAN_DIR := build/asan
 ASAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
@@ -81,17 +83,17 @@ run: deps
 # The sanitized build: its own objects in build/asan/. The test runner sets
 # ASAN_OPTIONS and UBSAN_OPTIONS for it (a leak at exit fails the suite).
 asan:
-	$(MAKE) BUILD=$(ASAN_DIR) CC=gcc CFLAGS="$(ASAN_CFLAGS)" all units
+	$(MAKE) -j$(BUILD_JOBS) BUILD=$(ASAN_DIR) CC=gcc CFLAGS="$(ASAN_CFLAGS)" all units
 
 # One run of the suites over both builds: the suites that do not depend on the
 # build (fuzz corpora, bench smoke) run once.
 test: deps
-	$(MAKE) all units
+	$(MAKE) -j$(BUILD_JOBS) all units
 	$(MAKE) asan
 	./tests/run-all.sh -j $(JOBS) $(BUILD) $(ASAN_DIR)
 
 check: deps
-	$(MAKE) all units
+	$(MAKE) -j$(BUILD_JOBS) all units
 	./tests/run-all.sh -j $(JOBS) --check $(BUILD)
 
 test-normal: all units

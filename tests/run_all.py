@@ -16,7 +16,7 @@ integration suites of each build, none over Redis, no bench smoke and no
 fuzzing beyond the corpora's replay.
 
 Most suites sleep (leases, timeouts, servers starting), so the runner keeps
--j jobs running at once (default 5, or $HF3FS_TEST_JOBS), longest first
+-j jobs running at once (default 6, or $HF3FS_TEST_JOBS), longest first
 (the durations of the last run are kept in BUILD/suite-times.json; without
 them, the order below). Each job's output goes to a log file under
 BUILD/test-logs/ and is printed only when the job fails. The last line is
@@ -25,6 +25,7 @@ BUILD/test-logs/ and is printed only when the job fails. The last line is
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -185,6 +186,12 @@ def finish(job):
     job.rc = job.proc.returncode
     job.seconds = time.monotonic() - job.started
     job.log.close()
+    # Whatever the suite left running in its process group (a server or a
+    # redis-server of a test that died before its clean-up) goes with it.
+    try:
+        os.killpg(job.proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def report(job, out):
@@ -212,7 +219,7 @@ def usage(msg=None):
 
 
 def main(argv):
-    jobs_at_once = int(os.environ.get("HF3FS_TEST_JOBS", "5"))
+    jobs_at_once = int(os.environ.get("HF3FS_TEST_JOBS", "6"))
     check = False
     only = []
     builds = []
@@ -289,7 +296,7 @@ def main(argv):
     except KeyboardInterrupt:
         for job in running:
             try:
-                os.killpg(job.proc.pid, 9)
+                os.killpg(job.proc.pid, signal.SIGKILL)
             except OSError:
                 pass
         raise
