@@ -1,9 +1,16 @@
 # hf3fs-metad build.
 #
-#   make            build build/hf3fs-metad and build/hf3fs_metad_redis.so
+#   make            build build/hf3fs-metad, build/hf3fs_metad_redis.so (the Redis
+#                   module) and, mk/*.mk, the client library and CLI
 #   make run        install build deps if missing, build, start on the defaults
-#   make test       install deps if missing, build normal and ASan+UBSan, run every test
-#   make test-asan  the sanitized half only
+#   make test       install deps if missing, build normal and ASan+UBSan, run every
+#                   suite against both, several at once (tests/run-all.sh)
+#   make check      the quick loop: the unit tests and the embedded engine's
+#                   suites against the normal build
+#   make test-normal / make test-asan   every suite against one build only
+#
+# JOBS suites run at once (default 6: most of them sleep); the output of each
+# goes to build/test-logs/ and is printed when it fails.
 #
 # Objects of a variant live in build/<variant>/ (build/ itself for the normal one).
 
@@ -28,7 +35,13 @@ LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run test test-normal test-asan deps clean
+.PHONY: all run test check test-normal test-asan asan deps clean
+
+JOBS     ?= 6
+# Compiler processes at once for the builds that make test and make check start.
+BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+ASAN_DIR := build/asan
+ASAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
 all: $(BUILD)/hf3fs-metad
 
@@ -58,19 +71,27 @@ run: deps
 	$(MAKE) all
 	./$(BUILD)/hf3fs-metad $(ARGS)
 
+# The sanitized build: its own objects in build/asan/. The test runner sets
+# ASAN_OPTIONS and UBSAN_OPTIONS for it (a leak at exit fails the suite).
+asan:
+	$(MAKE) -j$(BUILD_JOBS) BUILD=$(ASAN_DIR) CC=gcc CFLAGS="$(ASAN_CFLAGS)" all units
+
+# One run of the suites over both builds: the suites that do not depend on the
+# build (fuzz corpora, bench smoke) run once.
 test: deps
-	$(MAKE) test-normal
-	$(MAKE) test-asan
+	$(MAKE) -j$(BUILD_JOBS) all units
+	$(MAKE) asan
+	./tests/run-all.sh -j $(JOBS) $(BUILD) $(ASAN_DIR)
+
+check: deps
+	$(MAKE) -j$(BUILD_JOBS) all units
+	./tests/run-all.sh -j $(JOBS) --check $(BUILD)
 
 test-normal: all units
-	./tests/run-all.sh $(BUILD)
+	./tests/run-all.sh -j $(JOBS) $(BUILD)
 
-test-asan:
-	$(MAKE) BUILD=build/asan CC=gcc \
-	  CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
-	  all units
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ./tests/run-all.sh build/asan
+test-asan: asan
+	./tests/run-all.sh -j $(JOBS) $(ASAN_DIR)
 
 clean:
 	rm -rf build

@@ -29,7 +29,7 @@ memory per (key, rank) of each shard after the load (INFO memory's
 used_memory, less an empty node's). The processes share this machine's
 cores (the load generator on CPU 0, the front end and every Redis on CPU 1,
 as bench/run does), so the point is the cost per call per shard and the
-shape, not the absolute rate. docs/cluster-sizing.md turns the figures into
+shape, not the absolute rate. docs/performance.md ("The Redis engine") turns the figures into
 a sizing table.
 
 --smoke: one run of 1 s, 2,000 keys (tests/integration/test_bench_smoke.py

@@ -10,7 +10,7 @@
  *                   after every request
  *
  * The oracles here are the contract's promises that hold for any input
- * (PROTOCOL.md, "Errors for every route"): never a 5xx, never a crash, every
+ * (docs/protocol.md, "Errors for every route"): never a 5xx, never a crash, every
  * answer well-formed JSON, every error a {"detail": "..."} object, a
  * rejected request changes no state, and store->ops->check() passes. A
  * broken promise is reported on stderr and the target aborts, which

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_corpus.py: write the seed corpora of fuzz/corpus/<target>/ from the
-requests the stock vLLM and SGLang clients send (PROTOCOL.md) and from the
+requests the stock vLLM and SGLang clients send (docs/protocol.md) and from the
 edge cases of the contract. Seeds are named seed-<what>; files a fuzzing
 run found and that were merged back keep libFuzzer's hash names.
 

@@ -2,7 +2,7 @@
  * hf3fs_meta.h: the client library of hf3fs-metad (libhf3fsmeta).
  *
  * hf3fs-metad keeps, for every (namespace, rank) pool of KV-cache pages, which
- * page holds which key (see PROTOCOL.md). This library speaks both of its wire
+ * page holds which key (see docs/protocol.md). This library speaks both of its wire
  * dialects over one keep-alive HTTP/1.1 connection, with typed results:
  *
  *   vLLM dialect    hf3fs_meta_vllm_*      namespace "kv", completeness across ranks

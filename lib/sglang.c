@@ -1,5 +1,5 @@
 /*
- * sglang.c: the SGLang dialect (PROTOCOL.md "The SGLang dialect"): one pool
+ * sglang.c: the SGLang dialect (docs/protocol.md "The SGLang dialect"): one pool
  * (rank, namespace) per call, the namespace sent only when the caller gives
  * one.
  */

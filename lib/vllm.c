@@ -1,5 +1,5 @@
 /*
- * vllm.c: the vLLM dialect (PROTOCOL.md "The vLLM dialect"). Each call builds
+ * vllm.c: the vLLM dialect (docs/protocol.md "The vLLM dialect"). Each call builds
  * the body, posts it, and checks the answer's shape before writing the
  * caller's output arrays.
  */

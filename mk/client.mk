@@ -6,7 +6,7 @@
 #   $(BUILD)/libhf3fsmeta.so     shared library, soname libhf3fsmeta.so.0
 #                                (-fPIC objects in $(BUILD)/lib-pic/)
 #   $(BUILD)/hf3fs-meta          the CLI, linked on the static library
-#   $(BUILD)/client-tests/       test_client and the README example, built by
+#   $(BUILD)/client-tests/       test_client and the docs/client.md example, built by
 #                                `make units`; run by tests/integration/test_client_lib.py
 #
 # The library uses only the C library and POSIX sockets; it is compiled with

@@ -1,5 +1,5 @@
 /*
- * admin.c: the routes beyond the dialects (PROTOCOL.md, "Beyond the dialects"),
+ * admin.c: the routes beyond the dialects (docs/protocol.md, "Beyond the dialects"),
  * and the periodic summary line of the log.
  *
  *   GET /health    200 {"status":"ok"} while the store accepts changes, else

@@ -1,5 +1,5 @@
 /*
- * auth.h: the shared-secret check of --auth-token-file (PROTOCOL.md,
+ * auth.h: the shared-secret check of --auth-token-file (docs/protocol.md,
  * "Beyond the dialects"). Pure functions of their arguments, for api.c, the
  * unit tests and the fuzzers.
  *

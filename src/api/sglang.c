@@ -1,5 +1,5 @@
 /*
- * sglang.c: the SGLang HiCache 3FS dialect (PROTOCOL.md, "The SGLang dialect").
+ * sglang.c: the SGLang HiCache 3FS dialect (docs/protocol.md, "The SGLang dialect").
  *
  * The rank is in the path; every body may carry "namespace" (a non-empty
  * string, default "kv"). Allocation is partial: each key gets what is

@@ -1,5 +1,5 @@
 /*
- * vllm.c: the vLLM HF3FS connector dialect (PROTOCOL.md, "The vLLM dialect").
+ * vllm.c: the vLLM HF3FS connector dialect (docs/protocol.md, "The vLLM dialect").
  *
  * Namespace is always "kv". Allocation is all or nothing for new pages (the
  * stock client releases nothing when a key gets -1). Error texts that the

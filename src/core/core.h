@@ -1,5 +1,5 @@
 /*
- * core.h: the page state machine of PROTOCOL.md (State, Leases, Allocation).
+ * core.h: the page state machine of docs/protocol.md (State, Leases, Allocation).
  *
  * Pure: no I/O, no clock reads, no locks. Every call that may expire a lease
  * takes `now` (milliseconds on the caller's clock; the server passes wall-clock
@@ -82,8 +82,8 @@ typedef enum core_page_state {
 } core_page_state;
 
 typedef struct core_config {
-    int64_t reservation_ms; /* reservation lease (PROTOCOL default 600 s) */
-    int64_t read_lease_ms;  /* read lease (PROTOCOL default 5 s) */
+    int64_t reservation_ms; /* reservation lease (docs/protocol.md: default 600 s) */
+    int64_t read_lease_ms;  /* read lease (docs/protocol.md: default 5 s) */
     int64_t write_lease_ms; /* bound of a write lease on a hit; 0: hits are not protected */
     int64_t release_grace_ms; /* a released page drains this long; 0: FREE at once */
     bool evict_lru;         /* eviction: true = by recency (see Recency), false = none */
@@ -118,7 +118,8 @@ typedef struct core_pool_stats {
 typedef struct core core_t;
 typedef struct core_pool core_pool_t;
 
-/* Returns NULL on out-of-memory. The config is copied. */
+/* Never NULL: out of memory aborts (util/xalloc.h). The config is copied;
+ * max_pages 0 or above CORE_MAX_PAGES_LIMIT means CORE_MAX_PAGES_LIMIT. */
 core_t *core_new(const core_config *config);
 void core_free(core_t *core);
 const core_config *core_get_config(const core_t *core);
@@ -160,13 +161,13 @@ typedef enum core_alloc_mode {
 } core_alloc_mode;
 
 /*
- * Allocate pages for keys[0..n-1] (PROTOCOL "Allocation and eviction").
+ * Allocate pages for keys[0..n-1] (docs/protocol.md "Allocation and eviction").
  * pages[i] receives the page or -1; existed[i] (may be NULL) whether key i
  * was OWNED (a hit). A key repeated within the call gets one answer. Keys
  * that are hits of the call are never evicted to make room for other keys of
  * the same call.
  *
- * Write protection (PROTOCOL "Write protection"): vLLM's connector rewrites
+ * Write protection (docs/protocol.md "Leases"): vLLM's connector rewrites
  * every page that batch_allocate answers, hits included, and then confirms
  * them all; SGLang's never rewrites a hit, and vLLM's writes nothing when
  * any page is -1. So in ALL_OR_NOTHING mode, when every new key got a page,

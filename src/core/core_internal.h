@@ -44,7 +44,7 @@
  *   page is no longer DEMOTED is stale and dropped when reached, so a use
  *   never has to find the entry to undo a demotion).
  *
- * Write leases (PROTOCOL "Write protection")
+ * Write leases (docs/protocol.md "Leases")
  *   Pages under a write lease are few (those being rewritten right now), so
  *   they live in a small per-pool table, not in the 54-byte record: open
  *   addressing on the page number, linear probing, backward-shift deletion,

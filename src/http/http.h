@@ -2,7 +2,7 @@
  * http.h: the HTTP/1.x front of the server (epoll loops + http-parser),
  * feeding api_handle().
  *
- * Promises (PROTOCOL.md, "HTTP" and "Errors for every route"):
+ * Promises (docs/protocol.md, "HTTP" and "Errors for every route"):
  *   - HTTP/1.1 keep-alive and pipelining, HTTP/1.0, Content-Length and
  *     chunked request bodies, Expect: 100-continue;
  *   - a body longer than max_body_bytes is 413 {"detail": ...}: at once,

@@ -1,14 +1,25 @@
 /*
  * main.c: hf3fs-metad's flags, start-up and shutdown.
  *
- * Start-up: parse and validate every flag (a bad value is a message and exit
- * code 2), create the in-memory store, the api and the HTTP server, print
- * one line with the effective settings and the address, then wait for
- * SIGINT or SIGTERM. SIGINT and SIGTERM are blocked before any thread starts
- * (the server's threads inherit the mask) and taken with sigwait(), so no
- * code runs in a signal handler. Shutdown stops the HTTP server (closing
- * every connection), then frees the api and the store: exit code 0 with
- * nothing leaked.
+ * Start-up: parse and validate every flag (a bad value, or an unusable
+ * --auth-token-file or --redis-password-file, is a message and exit code 2),
+ * then open the store the flags name:
+ *   --store URL    the Redis engine (store/redis.h); Redis unreachable or
+ *                  refusing the credentials: exit code 5;
+ *   --in-memory    the embedded engine with nothing on disk (store/mem.h);
+ *   otherwise      the embedded engine over its data directory (wal/wal.h):
+ *                  recovery runs here; a log damaged before its tail is exit
+ *                  code 3 (unless --salvage), a foreign, locked or unreadable
+ *                  directory exit code 4.
+ * Then the api and the HTTP server (a port that cannot be bound: exit code
+ * 1), and log lines with every effective setting and the address.
+ *
+ * SIGINT and SIGTERM are blocked before any thread starts (the server's
+ * threads inherit the mask) and taken with sigwait(), so no code runs in a
+ * signal handler; meanwhile the main thread logs the summary line every
+ * --log-summary-interval. Shutdown stops the HTTP server (closing every
+ * connection), then frees the api and the store (the embedded engine writes
+ * its final snapshot): exit code 0 with nothing leaked.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -4,11 +4,11 @@
  *
  * WHAT IS LOGGED
  *   The core reports every change of state as an event (core.h, "Events"):
- *   POOL_INIT, CLEAR_ALL, RESERVE, OWN, FREE, DRAIN, USE, DEMOTE. Those are
- *   physical effects, not requests: replaying them with core_apply() on the
- *   state they were logged against gives exactly the same pools, pages,
- *   keys, LRU order, reservations (with their wall-clock deadlines), read
- *   leases and drains. Evictions and lease expiries are FREE events like any
+ *   POOL_INIT, CLEAR_ALL, RESERVE, OWN, FREE, DRAIN, USE, DEMOTE,
+ *   WRITE_LEASE, WRITE_DONE. Those are physical effects, not requests:
+ *   replaying them with core_apply() on the state they were logged against
+ *   gives exactly the same pools, pages, keys, LRU order, reservations (with
+ *   their wall-clock deadlines), read leases, write leases and drains. Evictions and lease expiries are FREE events like any
  *   other, so replay never re-decides anything and never reads a clock.
  *
  * THE DATA DIRECTORY
@@ -151,8 +151,11 @@
  * FAILURES (disk full, I/O errors)
  *   A failed write, fdatasync or segment creation makes the log "failed":
  *   every waiter whose records are not durable gets WAL_EUNAVAILABLE (the
- *   API answers 503: the change was applied in memory but is not
- *   acknowledged), new changes are refused with 503, reads go on. The
+ *   store makes it STORE_EUNCERTAIN and the API answers 507 "Outcome
+ *   unknown": the change was applied in memory but is not acknowledged, and
+ *   a repaired log may keep it, so it must not get a status that the stock
+ *   clients resend); new changes are refused before anything changes
+ *   (STORE_EUNAVAILABLE, 503, which they may resend), reads go on. The
  *   failed segment is never written again: after a failed fdatasync the
  *   kernel may have dropped the dirty pages, so retrying it proves nothing
  *   (PostgreSQL's "fsyncgate"; LMDB's "unusable until reopened"). While the

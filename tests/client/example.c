@@ -1,6 +1,6 @@
 /*
- * example.c: the README example of libhf3fsmeta, kept compiling and running
- * by the tests (tests/integration/test_client_lib.py).
+ * example.c: the example of libhf3fsmeta in docs/client.md, kept compiling
+ * and running by the tests (tests/integration/test_client_lib.py).
  *
  * A vLLM worker of rank 0: initialize the pool, get pages for two KV blocks,
  * (write them to the file,) confirm them, and check that the scheduler now

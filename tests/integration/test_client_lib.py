@@ -6,7 +6,7 @@ into <build>/client-tests/test_client) against a server on a free port and
 relays its PASS/FAIL lines: unit tests of the HTTP and JSON readers, the
 transport against scripted fake servers (retries, timeouts, auth headers,
 chunked answers), and every library call against the real server. Then the
-README example program, the shared library through ctypes, its exported
+example program of docs/client.md, the shared library through ctypes, its exported
 symbols, and auth (skipped while the server has no --auth-token-file).
 
 The build directory is the one of $HF3FS_METAD_BIN (as tests/run-all.sh sets
@@ -76,7 +76,7 @@ def server_supports_auth():
 
 # -- Python-side tests ---------------------------------------------------------
 
-def test_readme_example_allocates_confirms_and_finds_its_keys():
+def test_docs_example_allocates_confirms_and_finds_its_keys():
     need(EXAMPLE, "example program")
     with Server() as srv:
         p = subprocess.run([EXAMPLE, url_of(srv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -90,7 +90,7 @@ def test_readme_example_allocates_confirms_and_finds_its_keys():
         expect_eq((st[("kv", 0)]["owned"], st[("kv", 0)]["keys"]), (2, 2), "pool after example")
 
 
-def test_readme_example_reports_the_server_detail_on_failure():
+def test_docs_example_reports_the_server_detail_on_failure():
     need(EXAMPLE, "example program")
     with Server("--max-pages", "100") as srv:  # 1024 pages is over this limit: 400
         p = subprocess.run([EXAMPLE, url_of(srv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -5,7 +5,9 @@ report or broken oracle fails the test; the input that caused it is written to
 build/fuzz/crashes/.
 
 With HF3FS_TEST_ENGINE=redis (run-all.sh) only fuzz_sequence's corpus is
-replayed, against the Redis engine (tests/engines.h).
+replayed, against the Redis engine (tests/engines.h). HF3FS_FUZZ_SHARD=I/N
+replays only the I-th of N equal shares of each corpus (I from 1), so that a
+runner can split a long replay into N processes, each with a Redis of its own.
 
 The targets are built by `make units` (mk/fuzz.mk, clang with libFuzzer, ASan
 and UBSan) into $HF3FS_FUZZ_DIR (default build/fuzz). Seconds of fuzzing per
@@ -64,12 +66,33 @@ def corpus(target):
     return path
 
 
+def shard():
+    """(I, N) from HF3FS_FUZZ_SHARD=I/N, or None for the whole corpus."""
+    spec = os.environ.get("HF3FS_FUZZ_SHARD")
+    if not spec:
+        return None
+    i, n = (int(x) for x in spec.split("/"))
+    if not 1 <= i <= n:
+        raise SystemExit("HF3FS_FUZZ_SHARD=%s: need I/N with 1 <= I <= N" % spec)
+    return i, n
+
+
 def replay(target):
     if harness.ENGINE in harness.REDIS_ENGINES:
         os.environ["HF3FS_TEST_REDIS_URL"] = harness.new_redis_db()
-    out = run(target, ["-runs=0", corpus(target)], timeout=300 * harness.SLOWDOWN)
-    harness.expect_true("INITED" in out or "Done" in out,
-                        "fuzz_%s did not run its corpus:\n%s" % (target, out[-2000:]))
+    part = shard()
+    if part is None:
+        out = run(target, ["-runs=0", corpus(target)], timeout=300 * harness.SLOWDOWN)
+        harness.expect_true("INITED" in out or "Done" in out,
+                            "fuzz_%s did not run its corpus:\n%s" % (target, out[-2000:]))
+        return
+    # Named files are run one by one ("Executed FILE in N ms" each).
+    files = sorted(os.listdir(corpus(target)))[part[0] - 1::part[1]]
+    out = run(target, [os.path.join(corpus(target), f) for f in files],
+              timeout=300 * harness.SLOWDOWN)
+    executed = out.count("Executed ")
+    harness.expect_eq(executed, len(files), "inputs of fuzz/corpus/%s (shard %d/%d) executed"
+                      % (target, part[0], part[1]))
 
 
 def short_run(target):

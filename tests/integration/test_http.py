@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The HTTP layer (PROTOCOL.md "HTTP" and "Errors for every route"):
+"""The HTTP layer (docs/protocol.md "HTTP" and "Errors for every route"):
 keep-alive, pipelining, chunked bodies, Expect: 100-continue, HTTP/1.0,
 404/405/413/431, path ranks, timeouts, admin routes."""
 

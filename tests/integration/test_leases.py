@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Leases (PROTOCOL.md "Leases"): reservations expire and late confirmations
+"""Leases (docs/protocol.md "Leases"): reservations expire and late confirmations
 are refused; read leases protect present keys from eviction and their pages
 from reuse; a delete during a read lease drains the page, then frees it.
 

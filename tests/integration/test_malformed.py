@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Malformed requests (PROTOCOL.md "Errors for every route"): every route of
+"""Malformed requests (docs/protocol.md "Errors for every route"): every route of
 both dialects gets a battery of broken bodies. Every answer must be a 4xx
 with a JSON detail (never a 5xx, a hang or a dropped connection, except that
 a 413/431 may close it), a rejected request changes no state at all, the

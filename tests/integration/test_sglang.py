@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The SGLang dialect (PROTOCOL.md "The SGLang dialect"): every route,
+"""The SGLang dialect (docs/protocol.md "The SGLang dialect"): every route,
 namespaces, existed flags, partial allocation, delete and clear, 404 text,
 and the state it shares with the vLLM dialect in namespace "kv"."""
 

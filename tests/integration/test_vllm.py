@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The vLLM dialect (PROTOCOL.md "The vLLM dialect"): every route, exact
+"""The vLLM dialect (docs/protocol.md "The vLLM dialect"): every route, exact
 statuses and bodies, the initialization rule, all-or-nothing allocation,
 completeness across ranks, confirm/release rules, /clear."""
 
@@ -625,7 +625,7 @@ def test_vllm_rank_outside_configured_range_is_400():
 
 
 def test_vllm_incomplete_keys_are_evicted_before_older_complete_ones():
-    # PROTOCOL: when one rank loses a key, the other ranks' pages for it are
+    # docs/protocol.md: when one rank loses a key, the other ranks' pages for it are
     # dead weight and go first on eviction.
     with Server("--eviction", "lru", "--read-lease", "0") as srv:
         c = srv.client()

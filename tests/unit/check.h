@@ -4,7 +4,9 @@
  * TEST(name) defines a test; RUN(name) runs it. The CHECK_* macros print
  * both sides on failure and fail the current test (the rest of it is skipped).
  * main() ends with TEST_SUMMARY(), which prints "N passed, N failed" and
- * returns the exit code.
+ * returns the exit code. A main() that calls TEST_SELECT(argc, argv) first
+ * runs only the tests whose names contain one of its arguments (all of them
+ * without arguments), so that a runner can split a long binary into jobs.
  */
 #ifndef HF_TEST_CHECK_H
 #define HF_TEST_CHECK_H
@@ -16,12 +18,25 @@
 
 static int test_passed, test_failed;
 static jmp_buf test_jmp;
+static int test_argc;
+static char **test_argv;
+
+#define TEST_SELECT(argc, argv) (test_argc = (argc) - 1, test_argv = (argv) + 1)
+
+static inline int test_selected(const char *name)
+{
+    for (int i = 0; i < test_argc; i++)
+        if (strstr(name, test_argv[i]))
+            return 1;
+    return test_argc == 0;
+}
 
 #define TEST(name) static void name(void)
 
 #define RUN(name)                                                                          \
     do {                                                                                   \
-        if (setjmp(test_jmp) == 0) {                                                       \
+        if (!test_selected(#name)) {                                                       \
+        } else if (setjmp(test_jmp) == 0) {                                                \
             name();                                                                        \
             test_passed++;                                                                 \
             printf("PASS %s\n", #name);                                                    \
@@ -56,6 +71,7 @@ static jmp_buf test_jmp;
 #define CHECK_EQ(a, b) CHECK_INT(a, ==, b)
 
 #define TEST_SUMMARY()                                                                     \
-    (printf("%d passed, %d failed\n", test_passed, test_failed), test_failed ? 1 : 0)
+    (printf("%d passed, %d failed\n", test_passed, test_failed),                           \
+     test_failed || !test_passed ? 1 : 0)
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * test_core.c: every rule of PROTOCOL.md's State, Leases and Allocation
+ * test_core.c: every rule of docs/protocol.md's State, Leases and Allocation
  * sections, one test per rule, with the invariant checker after each step.
  */
 #include <stdlib.h>

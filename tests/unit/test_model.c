@@ -45,7 +45,7 @@ typedef struct mpage {
     int64_t deadline; /* reservation end, lease end (read or write), drain end */
     int use;          /* use count, 0..CORE_USE_MAX */
     int64_t demoted;  /* 0, or the demotion's number (the highest goes first) */
-    int writers;      /* write lease (PROTOCOL "Write protection"): writers not done, */
+    int writers;      /* write lease (docs/protocol.md "Leases"): writers not done, */
     int64_t wend;     /* until wend; none once wend <= now */
 } mpage;
 
@@ -755,8 +755,9 @@ TEST(random_operations_with_another_seed_match_the_reference_model)
     run_model(true, 0xda942042e4dd58b5ull);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    TEST_SELECT(argc, argv);
     make_keys();
     printf("engine under test: %s\n", test_engine_name());
     RUN(random_operations_with_clock_eviction_match_the_reference_model);

@@ -1,0 +1,319 @@
+"""run_all.py: run the test suites against one or more builds, several at once.
+
+    tests/run-all.sh [-j N] [--check] [--only WORD]... BUILD [BUILD...]
+
+BUILD is a build directory (build, build/asan). For each build the runner
+makes one job per suite: every unit test binary BUILD/tests/test_*, every
+integration script tests/integration/test_*.py against BUILD/hf3fs-metad, and
+the suites about the state and the routes again over the Redis engine (one
+redis-server of their own) and over a local Redis Cluster (3 primaries + 3
+replicas of their own): see SUITES_OVER_REDIS. The suites that do not depend
+on the build (the fuzz corpora, built once into build/fuzz; the bench smoke
+run, which always uses build/) run once per invocation, not once per build.
+
+--check keeps the quick loop: the unit tests and the embedded engine's
+integration suites of each build, none over Redis, no bench smoke and no
+fuzzing beyond the corpora's replay.
+
+Most suites sleep (leases, timeouts, servers starting), so the runner keeps
+-j jobs running at once (default 6, or $HF3FS_TEST_JOBS), longest first
+(the durations of the last run are kept in BUILD/suite-times.json; without
+them, the order below). Each job's output goes to a log file under
+BUILD/test-logs/ and is printed only when the job fails. The last line is
+"suites: N passed, N failed"; the exit status is 0 only if every job passed.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
+
+# The suites about the state and the routes, run again over each Redis engine.
+# Not again: the HTTP layer, auth and abuse (the engine plays no part), the
+# embedded engine's files (durability) and the bench. test_crash over Redis
+# kills the front end: Redis must have every acknowledged change.
+SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrency",
+                     "test_malformed", "test_metrics", "test_ops", "test_load", "test_cli",
+                     "test_client_lib", "test_crash", "test_page_integrity", "test_retries"]
+# The tests of tests/unit/test_model.c, by a part of their names.
+MODEL_RUNS = ["with_clock_eviction", "without_eviction", "another_seed"]
+# Shares of the fuzz corpus replayed over Redis (test_fuzz_corpus.py).
+FUZZ_SHARDS = 2
+# Suites that do not depend on the build directory: once per run.
+ONCE = ["test_fuzz_corpus", "test_bench_smoke"]
+# Sanitizer options for the sanitized builds (a leak at exit fails the suite).
+SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
+           "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+
+
+# At most this many jobs that start a Redis Cluster of their own (6
+# redis-servers each) run at once: more, on 2 cores, starve the nodes of the
+# CPU they need to answer within the engine's command timeout.
+CLUSTER_JOBS = 3
+CLUSTER_SCRIPTS = ("test_redis_cluster.py", "test_cluster_engine.py")
+
+
+class Job:
+    def __init__(self, name, argv, env=None, weight=0):
+        self.name = name
+        self.argv = argv
+        self.env = dict(os.environ, **(env or {}))
+        self.weight = weight  # order without measured times: higher first
+        self.proc = None
+        self.log = None
+        self.log_path = None
+        self.started = 0.0
+        self.seconds = 0.0
+        self.rc = None
+        self.cpu = 0.0
+        self.cluster = (self.env.get("HF3FS_TEST_ENGINE") == "redis-cluster"
+                        or os.path.basename(argv[-1]) in CLUSTER_SCRIPTS)
+
+
+def sanitized(build):
+    return "asan" in os.path.basename(os.path.normpath(build))
+
+
+def build_jobs(build, check):
+    """The jobs of one build directory."""
+    jobs = []
+    env = dict(SAN_ENV) if sanitized(build) else {}
+    tag = "" if os.path.normpath(build) == "build" else "@" + os.path.normpath(build)
+    tests_dir = os.path.join(build, "tests")
+    units = sorted(f for f in os.listdir(tests_dir) if f.startswith("test_")) \
+        if os.path.isdir(tests_dir) else []
+    for name in units:
+        path = os.path.join(tests_dir, name)
+        if os.access(path, os.X_OK):
+            jobs.append(Job(name + tag, [path], env, weight=1))
+    server = dict(env, HF3FS_METAD_BIN=os.path.join(build, "hf3fs-metad"))
+    scripts = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tests", "integration"))
+                     if f.startswith("test_") and f.endswith(".py"))
+    for name in scripts:
+        if name in ONCE:
+            continue
+        jobs.append(Job(name + ".py" + tag,
+                        [PYTHON, os.path.join("tests", "integration", name + ".py")],
+                        server, weight=2))
+    if check:
+        return jobs
+    for engine, weight in (("redis", 3), ("redis-cluster", 4)):
+        over = dict(env, HF3FS_TEST_ENGINE=engine)
+        # The reference model's three runs (each minutes over the network)
+        # as three jobs, each with a Redis of its own.
+        for run in MODEL_RUNS:
+            jobs.append(Job("test_model[%s]:%s%s" % (engine, run, tag),
+                            [os.path.join(tests_dir, "test_model"), run], over, weight + 1))
+        for name in SUITES_OVER_REDIS:
+            jobs.append(Job("%s.py[%s]%s" % (name, engine, tag),
+                            [PYTHON, os.path.join("tests", "integration", name + ".py")],
+                            dict(server, HF3FS_TEST_ENGINE=engine), weight))
+    return jobs
+
+
+def once_jobs(build, check):
+    """The suites that run once whatever the builds: the fuzz corpora (the
+    targets are built once, into build/fuzz) and the bench smoke run."""
+    server = {"HF3FS_METAD_BIN": os.path.join(build, "hf3fs-metad")}
+    fuzz = [PYTHON, os.path.join("tests", "integration", "test_fuzz_corpus.py")]
+    if check:
+        # The quick loop replays the corpora and does not fuzz.
+        return [Job("test_fuzz_corpus.py", fuzz + ["replays"], server, weight=2)]
+    jobs = [Job("test_fuzz_corpus.py", fuzz, server, weight=4),
+            Job("test_bench_smoke.py",
+                [PYTHON, os.path.join("tests", "integration", "test_bench_smoke.py")],
+                server, weight=4)]
+    # The sequence fuzzer's corpus over each Redis engine, in shares that run
+    # at once, each over a Redis of its own.
+    for engine in ("redis", "redis-cluster"):
+        for i in range(1, FUZZ_SHARDS + 1):
+            shard = "%d/%d" % (i, FUZZ_SHARDS)
+            jobs.append(Job("test_fuzz_corpus.py[%s]:%s" % (engine, shard), fuzz,
+                            dict(server, HF3FS_TEST_ENGINE=engine, HF3FS_FUZZ_SHARD=shard),
+                            weight=3))
+    return jobs
+
+
+def load_times(builds):
+    times = {}
+    for build in builds:
+        try:
+            with open(os.path.join(build, "suite-times.json")) as f:
+                times.update(json.load(f))
+        except (OSError, ValueError):
+            pass
+    return times
+
+
+def save_times(builds, jobs):
+    for build in builds:
+        path = os.path.join(build, "suite-times.json")
+        times = {}
+        try:
+            with open(path) as f:
+                times = json.load(f)
+        except (OSError, ValueError):
+            pass
+        times.update({j.name: round(j.seconds, 1) for j in jobs if j.rc is not None})
+        try:
+            with open(path + ".tmp", "w") as f:
+                json.dump(times, f, indent=0, sort_keys=True)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass
+
+
+def log_name(name):
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) + ".log"
+
+
+def start(job, log_dir):
+    job.log_path = os.path.join(log_dir, log_name(job.name))
+    job.log = open(job.log_path, "wb")
+    job.started = time.monotonic()
+    job.proc = subprocess.Popen(job.argv, cwd=ROOT, env=job.env, stdin=subprocess.DEVNULL,
+                                stdout=job.log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def finish(job):
+    job.rc = job.proc.returncode
+    job.seconds = time.monotonic() - job.started
+    job.log.close()
+    # Whatever the suite left running in its process group (a server or a
+    # redis-server of a test that died before its clean-up) goes with it.
+    try:
+        os.killpg(job.proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def report(job, out):
+    status = "PASS" if job.rc == 0 else "FAIL (exit %d)" % job.rc
+    out.write("%-4s %-44s %6.1f s (cpu %5.1f s)\n"
+              % (status.split()[0], job.name, job.seconds, job.cpu))
+    if job.rc != 0:
+        out.write("---- %s: %s, log %s\n" % (job.name, status, job.log_path))
+        with open(job.log_path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        if len(text) > 60000:
+            text = "...\n" + text[-60000:]
+        out.write(text)
+        if not text.endswith("\n"):
+            out.write("\n")
+        out.write("---- end of %s\n" % job.name)
+    out.flush()
+
+
+def usage(msg=None):
+    if msg:
+        sys.stderr.write("run-all.sh: %s\n" % msg)
+    sys.stderr.write(__doc__.split("\n\n")[1] + "\n")
+    sys.exit(2)
+
+
+def main(argv):
+    jobs_at_once = int(os.environ.get("HF3FS_TEST_JOBS", "6"))
+    check = False
+    only = []
+    builds = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-j", "--jobs") and i + 1 < len(argv):
+            jobs_at_once = int(argv[i + 1])
+            i += 1
+        elif a.startswith("-j") and a[2:].isdigit():
+            jobs_at_once = int(a[2:])
+        elif a == "--check":
+            check = True
+        elif a == "--only" and i + 1 < len(argv):
+            only.append(argv[i + 1])
+            i += 1
+        elif a.startswith("-"):
+            usage("unknown option %s" % a)
+        else:
+            builds.append(a)
+        i += 1
+    if not builds:
+        builds = ["build"]
+    if jobs_at_once < 1:
+        usage("-j needs at least 1")
+    for build in builds:
+        if not os.path.exists(os.path.join(build, "hf3fs-metad")):
+            usage("%s/hf3fs-metad does not exist: build it first (make)" % build)
+
+    jobs = []
+    for build in builds:
+        jobs += build_jobs(build, check)
+    jobs += once_jobs(builds[0], check)
+    if only:
+        jobs = [j for j in jobs if any(w in j.name for w in only)]
+    times = load_times(builds)
+    # Longest first: measured seconds when known, else the weights above.
+    jobs.sort(key=lambda j: (-times.get(j.name, 0.0), -j.weight))
+
+    log_dir = os.path.join(builds[0], "test-logs")
+    os.makedirs(log_dir, exist_ok=True)
+    # Every suite's temporary files under one directory of this run.
+    tmp = tempfile.mkdtemp(prefix="hf3fs-metad-tests-")
+    for j in jobs:
+        j.env["TMPDIR"] = tmp
+
+    out = sys.stdout
+    out.write("running %d suites of %s, %d at once (logs in %s)\n"
+              % (len(jobs), " ".join(builds), jobs_at_once, log_dir))
+    out.flush()
+    t0 = time.monotonic()
+    pending = list(jobs)
+    running = []
+    try:
+        while pending or running:
+            while len(running) < jobs_at_once:
+                clusters = sum(j.cluster for j in running)
+                job = next((j for j in pending if not j.cluster or clusters < CLUSTER_JOBS),
+                           None)
+                if job is None:
+                    break
+                pending.remove(job)
+                start(job, log_dir)
+                running.append(job)
+            pid, status, rusage = os.wait4(-1, 0)
+            for job in running:
+                if job.proc.pid == pid:
+                    job.proc.returncode = os.waitstatus_to_exitcode(status)
+                    job.cpu = rusage.ru_utime + rusage.ru_stime
+                    finish(job)
+                    running.remove(job)
+                    report(job, out)
+                    break
+    except KeyboardInterrupt:
+        for job in running:
+            try:
+                os.killpg(job.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        raise
+    save_times(builds, jobs)
+    subprocess.run(["rm", "-rf", tmp])
+
+    passed = [j for j in jobs if j.rc == 0]
+    failed = [j for j in jobs if j.rc != 0]
+    out.write("\n")
+    if failed:
+        out.write("failed suites: %s\n" % " ".join(j.name for j in failed))
+    out.write("suites of %s in %.0f s wall, %.0f s of suites, %.0f s of cpu\n"
+              % (" ".join(builds), time.monotonic() - t0, sum(j.seconds for j in jobs),
+                 sum(j.cpu for j in jobs)))
+    out.write("suites: %d passed, %d failed\n" % (len(passed), len(failed)))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
