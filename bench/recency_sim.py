@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/recency_sim.py: prefix-hit ratio of exact LRU and of CLOCK variants
-on a trace of ../shared/traces/ format (docs/eviction.md), one rank, no leases.
+on a trace of bench/traces/ format (docs/eviction.md), one rank, no leases.
 
     bench/recency_sim.py TRACE.jsonl [TRACE.jsonl ...]
 

@@ -9,7 +9,7 @@ what it says.
   (vLLM's and SGLang's call sequences, TP 2): Belady >= server and Belady >= LRU at
   every pool size, the 100% pool gives the trace's infinite-cache ratio in all three
   columns, and the server is at least exact LRU minus 0.5 points (the contract's rule
-  for the recency order: PROTOCOL.md, State);
+  for the recency order: docs/protocol.md, State);
 - through a server of the harness (--connect, TP 3): the state it leaves is sound
   (GET /v1/check), every page of every rank is owned, none reserved, nothing refused.
 
