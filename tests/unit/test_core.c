@@ -950,7 +950,7 @@ TEST(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back)
     setup(test_config());
     core_pool_t *pool = make_pool(KV, 0, 8);
     for (int i = 0; i < 4; i++) {
-        char key[8];
+        char key[16];
         snprintf(key, sizeof key, "k%d", i);
         CHECK_EQ(own(pool, key, 1), i);
     }
