@@ -1734,23 +1734,45 @@ size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages)
 
 int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n)
 {
-    if (n != pool->nfree)
+    /* The events of a snapshot carry no high-water mark: a replay raises
+     * the mark only to its highest page that is not FREE. Pages of the
+     * order at or above this pool's mark are FREE pages that the source had
+     * handed out once: the mark rises to cover them, and then every page
+     * between the old and the new mark must be in the order. */
+    uint64_t mark = pool->touched;
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i] >= pool->num_pages)
+            return CORE_EINVAL;
+        if ((uint64_t)pages[i] + 1 > mark)
+            mark = (uint64_t)pages[i] + 1;
+    }
+    if (n != pool->nfree + (mark - pool->touched))
         return CORE_EINVAL;
-    size_t words = (size_t)(pool->touched + 63) / 64;
+    size_t words = (size_t)(mark + 63) / 64;
     uint64_t *seen = hf_xcalloc(words ? words : 1, sizeof *seen);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         uint32_t p = pages[i];
-        if (p >= pool->touched || core__rec_state(core__rec(pool, p)) != CORE_PAGE_FREE ||
+        if ((p < pool->touched && core__rec_state(core__rec(pool, p)) != CORE_PAGE_FREE) ||
             (seen[p / 64] >> (p % 64) & 1))
             rc = CORE_EINVAL;
         else
             seen[p / 64] |= 1ull << (p % 64);
     }
     hf_xfree(seen);
-    if (rc == 0 && n)
+    if (rc != 0)
+        return rc;
+    for (uint64_t p = pool->touched; p < mark; p++) {
+        ensure_chunk(pool, (uint32_t)p);
+        core_page_rec *rec = core__rec(pool, (uint32_t)p);
+        rec->bits = CORE_PAGE_FREE;
+        rec->prev = rec->next = CORE_NIL;
+        free_stack_push(pool, (uint32_t)p); /* room; the order is copied below */
+    }
+    pool->touched = mark;
+    if (n)
         memcpy(pool->free_stack, pages, n * sizeof *pages);
-    return rc;
+    return 0;
 }
 
 size_t core_memory_usage(const core_t *core)

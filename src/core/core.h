@@ -295,9 +295,12 @@ int core_apply_live(core_t *core, const core_event *ev);
  * that hands out exactly the same pages (a replica) saves it beside the
  * events. Valid until the next change of the pool. */
 size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages);
-/* After core_apply_finish(): put the free stack in that order. CORE_EINVAL
- * (nothing changed) unless pages[] is exactly the pool's FREE pages below
- * its high-water mark. */
+/* After core_apply_finish(): put the free stack in that order. The events
+ * of core_walk_state do not carry the high-water mark (a replay raises it
+ * only to its highest page that is not FREE), so pages of the order at or
+ * above the pool's mark raise the mark to cover them. CORE_EINVAL (nothing
+ * changed) unless pages[] is exactly the pool's FREE pages below that
+ * mark. */
 int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n);
 
 /* Bytes held by the core (records, indexes, stacks, key copies), for
