@@ -43,7 +43,9 @@
  *   the hand's moves are events (CORE_EV_SWEEP), so replay rebuilds them.
  *
  * Memory: a pool costs O(1) to create whatever num_pages is; pages are backed
- * by records only once handed out (see core.c for the layout).
+ * by storage only once handed out. Keys are stored once per namespace: one
+ * record per (namespace, key) holds the key's page, use count and lease in
+ * every pool (core_internal.h specifies the layout).
  *
  * Errors: functions returning int return 0 or a negative CORE_E* code. Out of
  * memory aborts the process (util/xalloc.h): a half-applied change is worse.
