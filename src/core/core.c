@@ -1749,11 +1749,13 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
 {
     for (size_t i = 0; i < n; i++)
         answer[i] = -1;
-    if (!ns || ns->npools == 0 || n == 0)
+    if (!ns || ns->npools == 0)
         return;
     uint32_t ncols = ns->ncols;
     for (uint32_t c = 0; c < ncols; c++)
-        core_pool_expire(ns->by_col[c], now);
+        core_pool_expire(ns->by_col[c], now); /* even for no key, as always */
+    if (n == 0)
+        return;
     uint32_t want = rank == CORE_NIL ? CORE_NIL : ns->by_rank[rank]->col;
     int64_t until = now + core->config.read_lease_ms;
     bool observed = core->observer && !core->replaying;
