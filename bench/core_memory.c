@@ -2,7 +2,10 @@
  * core_memory.c: resident memory of the core per owned (key, rank) entry,
  * per free page, and for a freshly created pool of 10^9 pages.
  *
- *   build/bench/core_memory [entries] [--no-pool]    (default 1000000)
+ *   build/bench/core_memory [entries] [--no-pool] [--tp N]   (default 1000000, TP 1)
+ *
+ * --tp N: N ranks (pools of one namespace), every key saved in each, as a
+ * TP-N engine does; the owned figure is then per (key, rank).
  *
  * Figures: per owned (key, rank) entry with 32- and 64-hex keys; per free
  * page once used (reserved, then released: its record stays, plus a slot on
@@ -42,7 +45,9 @@ static long rss_kib(void)
     return kib;
 }
 
-static void fill(core_pool_t *pool, size_t entries, int key_chars)
+static unsigned tp = 1;
+
+static void fill(core_t *core, size_t entries, int key_chars)
 {
     enum { BATCH = 1024 };
     static char names[BATCH][65];
@@ -60,8 +65,11 @@ static void fill(core_pool_t *pool, size_t entries, int key_chars)
             memcpy(names[i], head, 16);
             keys[i] = (hf_slice){names[i], (size_t)key_chars};
         }
-        core_allocate(pool, keys, n, CORE_ALLOC_PARTIAL, 0, pages, NULL);
-        core_confirm(pool, keys, pages, n, NULL, 0, 0, NULL);
+        for (unsigned r = 0; r < tp; r++) {
+            core_pool_t *pool = core_pool_find(core, HF_SLICE_LIT("kv"), r);
+            core_allocate(pool, keys, n, CORE_ALLOC_PARTIAL, 0, pages, NULL);
+            core_confirm(pool, keys, pages, n, NULL, 0, 0, NULL);
+        }
     }
 }
 
@@ -71,14 +79,15 @@ static void measure(size_t entries, int key_chars)
                        .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
     core_t *core = core_new(&cfg);
     long before = rss_kib();
-    core_pool_init(core, HF_SLICE_LIT("kv"), 0, entries, NULL);
-    core_pool_t *pool = core_pool_find(core, HF_SLICE_LIT("kv"), 0);
-    fill(pool, entries, key_chars);
+    for (unsigned r = 0; r < tp; r++)
+        core_pool_init(core, HF_SLICE_LIT("kv"), r, entries, NULL);
+    fill(core, entries, key_chars);
     long after = rss_kib();
     core_pool_stats st;
-    core_pool_get_stats(pool, 0, &st);
-    printf("%zu owned entries, %d-char keys: %.1f bytes per entry (owned %llu)\n", entries,
-           key_chars, (after - before) * 1024.0 / (double)entries, (unsigned long long)st.owned);
+    core_pool_get_stats(core_pool_find(core, HF_SLICE_LIT("kv"), 0), 0, &st);
+    printf("%zu owned entries, %d-char keys, TP %u: %.1f bytes per (key, rank) (owned %llu per rank)\n",
+           entries, key_chars, tp, (after - before) * 1024.0 / (double)entries / tp,
+           (unsigned long long)st.owned);
     core_free(core);
 }
 
@@ -157,7 +166,15 @@ static void measure_pool(size_t unused_entries, int unused)
 int main(int argc, char **argv)
 {
     size_t entries = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
-    bool pool = !(argc > 2 && strcmp(argv[2], "--no-pool") == 0);
+    bool pool = true;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--no-pool") == 0)
+            pool = false;
+        else if (strcmp(argv[i], "--tp") == 0 && i + 1 < argc)
+            tp = (unsigned)strtoul(argv[++i], NULL, 10);
+    }
+    if (tp == 0)
+        tp = 1;
     in_child(measure, entries, 32);
     in_child(measure, entries, 64);
     in_child(measure_free, entries, 0);

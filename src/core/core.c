@@ -156,198 +156,294 @@ void core__key_encode(const core_t *core, hf_slice raw, core_key *out)
     out->hash = hash_bytes(core->config.hash_seed + out->kind, canon, canon_len);
 }
 
-int core__rec_key_eq(const core_page_rec *rec, const core_key *key)
+/* The canonical bytes of stored key `st` of `kind`. */
+static const uint8_t *keyst_canon(const core_keyst *st, uint8_t kind, size_t *len)
 {
-    if (rec->hash != key->hash || rec->key_kind != key->kind)
+    if (kind == CORE_KEY_EXT) {
+        *len = st->ext.len;
+        return (const uint8_t *)st->ext.ptr;
+    }
+    *len = kind == CORE_KEY_HEX64 ? 32 : kind;
+    return st->bytes;
+}
+
+void core__keyst_to_key(const core_t *core, const core_keyst *st, uint8_t kind, core_key *out)
+{
+    size_t len;
+    const uint8_t *canon = keyst_canon(st, kind, &len);
+    out->kind = kind;
+    if (kind == CORE_KEY_EXT) {
+        out->ext = st->ext.ptr;
+        out->len = st->ext.len;
+        memset(out->bytes, 0, sizeof out->bytes);
+    } else {
+        out->ext = NULL;
+        out->len = kind == CORE_KEY_HEX64 ? 64 : kind;
+        memcpy(out->bytes, st->bytes, 32);
+    }
+    out->hash = hash_bytes(core->config.hash_seed + kind, canon, len);
+}
+
+static uint32_t keyst_hash(const core_t *core, const core_keyst *st, uint8_t kind)
+{
+    size_t len;
+    const uint8_t *canon = keyst_canon(st, kind, &len);
+    return hash_bytes(core->config.hash_seed + kind, canon, len);
+}
+
+int core__keyst_eq(const core_keyst *st, uint8_t kind, const core_key *key)
+{
+    if (kind != key->kind)
         return 0;
-    if (key->kind == CORE_KEY_EXT)
-        return rec->key.ext.len == key->len && memcmp(rec->key.ext.ptr, key->ext, key->len) == 0;
+    if (kind == CORE_KEY_EXT)
+        return st->ext.len == key->len && memcmp(st->ext.ptr, key->ext, key->len) == 0;
     /* inline keys are zero-padded to 32 bytes (core__key_encode): compare
      * all 32 as four words, without a call to memcmp */
     uint64_t diff = 0;
     for (int i = 0; i < 4; i++) {
         uint64_t a, b;
-        memcpy(&a, rec->key.bytes + 8 * i, 8);
+        memcpy(&a, st->bytes + 8 * i, 8);
         memcpy(&b, key->bytes + 8 * i, 8);
         diff |= a ^ b;
     }
     return diff == 0;
 }
 
-void core__rec_to_key(const core_t *core, const core_page_rec *rec, core_key *out)
-{
-    (void)core;
-    out->kind = rec->key_kind;
-    out->hash = rec->hash;
-    if (rec->key_kind == CORE_KEY_EXT) {
-        out->ext = rec->key.ext.ptr;
-        out->len = rec->key.ext.len;
-    } else {
-        out->ext = NULL;
-        out->len = rec->key_kind == CORE_KEY_HEX64 ? 64 : rec->key_kind;
-        memcpy(out->bytes, rec->key.bytes, 32);
-    }
-}
-
 static const char hex_digits[] = "0123456789abcdef";
 
-hf_slice core__rec_key_text(const core_page_rec *rec, char buf[64])
+hf_slice core__keyst_text(const core_keyst *st, uint8_t kind, char buf[64])
 {
-    if (rec->key_kind == CORE_KEY_EXT)
-        return (hf_slice){rec->key.ext.ptr, rec->key.ext.len};
-    if (rec->key_kind == CORE_KEY_HEX64) {
+    if (kind == CORE_KEY_EXT)
+        return (hf_slice){st->ext.ptr, st->ext.len};
+    if (kind == CORE_KEY_HEX64) {
         for (int i = 0; i < 32; i++) {
-            buf[2 * i] = hex_digits[rec->key.bytes[i] >> 4];
-            buf[2 * i + 1] = hex_digits[rec->key.bytes[i] & 15];
+            buf[2 * i] = hex_digits[st->bytes[i] >> 4];
+            buf[2 * i + 1] = hex_digits[st->bytes[i] & 15];
         }
         return (hf_slice){buf, 64};
     }
-    return (hf_slice){(const char *)rec->key.bytes, rec->key_kind};
+    return (hf_slice){(const char *)st->bytes, kind};
 }
 
-static void rec_set_key(core_page_rec *rec, const core_key *key)
+static void keyst_set(core_keyst *st, uint8_t *kind, const core_key *key)
 {
-    rec->key_kind = key->kind;
-    rec->hash = key->hash;
+    *kind = key->kind;
     if (key->kind == CORE_KEY_EXT) {
-        rec->key.ext.ptr = hf_xmalloc(key->len);
-        memcpy(rec->key.ext.ptr, key->ext, key->len);
-        rec->key.ext.len = key->len;
+        memset(st->bytes, 0, sizeof st->bytes);
+        st->ext.ptr = hf_xmalloc(key->len);
+        memcpy(st->ext.ptr, key->ext, key->len);
+        st->ext.len = key->len;
     } else {
-        memcpy(rec->key.bytes, key->bytes, 32);
+        memcpy(st->bytes, key->bytes, 32);
     }
 }
 
-static void rec_drop_key(core_page_rec *rec)
+static void keyst_drop(core_keyst *st, uint8_t *kind)
 {
-    if (rec->key_kind == CORE_KEY_EXT)
-        hf_xfree(rec->key.ext.ptr);
-    rec->key_kind = CORE_KEY_NONE;
-    memset(rec->key.bytes, 0, sizeof rec->key.bytes);
+    if (*kind == CORE_KEY_EXT)
+        hf_xfree(st->ext.ptr);
+    *kind = CORE_KEY_NONE;
+    memset(st->bytes, 0, sizeof st->bytes);
+}
+
+/* ------------------------------------------------------------ records */
+
+static inline core_keyst *rec_key(uint8_t *rec)
+{
+    return core__krec_key(rec);
+}
+
+static inline uint8_t *rec_kind(uint8_t *rec)
+{
+    return rec + CORE_REC_KIND;
+}
+
+static inline uint8_t *rec_bits(uint8_t *rec)
+{
+    return rec + CORE_REC_BITS;
+}
+
+/* The column bits, page and deadline of an OWNED page of `pool`. */
+static inline uint8_t *col_bits(const core_pool_t *pool, uint32_t id)
+{
+    return rec_bits(core__krec(pool->ns, id)) + pool->col;
+}
+
+static inline int64_t *col_deadline(const core_pool_t *pool, uint32_t id)
+{
+    return core__krec_deadlines(pool->ns, core__krec(pool->ns, id)) + pool->col;
+}
+
+static inline uint32_t page_owner(const core_pool_t *pool, uint32_t page)
+{
+    return *core__ref(pool, page);
+}
+
+static inline uint8_t *page_bits(const core_pool_t *pool, uint32_t page)
+{
+    return col_bits(pool, page_owner(pool, page));
+}
+
+static inline int64_t *page_deadline(const core_pool_t *pool, uint32_t page)
+{
+    return col_deadline(pool, page_owner(pool, page));
+}
+
+static inline bool page_is_owned(const core_pool_t *pool, uint32_t page)
+{
+    return core__ref_owned(*core__ref(pool, page));
+}
+
+/* Is `page` (a demoted stack entry, maybe stale) an OWNED page still DEMOTED? */
+static inline bool page_demoted(const core_pool_t *pool, uint32_t page)
+{
+    return page_is_owned(pool, page) && (*page_bits(pool, page) & CORE_REC_DEMOTED);
+}
+
+/* Record layout for `ncols` columns (core_internal.h). */
+static void ns_layout(uint32_t ncols, size_t *size, uint32_t *off_pages, uint32_t *off_deadlines)
+{
+    uint32_t p = (CORE_REC_BITS + ncols + 3) & ~3u;
+    uint32_t d = (p + 4 * ncols + 7) & ~7u;
+    *off_pages = p;
+    *off_deadlines = d;
+    *size = (d + 8 * (size_t)ncols + 7) & ~(size_t)7;
+}
+
+static uint32_t rec_alloc(core_ns *ns)
+{
+    uint32_t id;
+    if (ns->rec_free != CORE_NIL) {
+        id = ns->rec_free;
+        ns->rec_free = core__krec_pages(ns, core__krec(ns, id))[0];
+    } else {
+        id = ns->rec_top;
+        if (id >= CORE_MAX_RECS || id >= ns->id_mask)
+            abort(); /* more live keys than the namespace's pages: cannot happen */
+        size_t chunk = id >> CORE_REC_CHUNK_SHIFT;
+        if (chunk >= ns->nrchunks) {
+            if (chunk >= ns->rchunks_cap) {
+                ns->rchunks_cap = ns->rchunks_cap ? ns->rchunks_cap * 2 : 4;
+                ns->rchunks = hf_xreallocarray(ns->rchunks, ns->rchunks_cap, sizeof *ns->rchunks);
+            }
+            ns->rchunks[chunk] = hf_xmalloc(CORE_REC_CHUNK * ns->rec_size);
+            ns->nrchunks = chunk + 1;
+        }
+        ns->rec_top++;
+    }
+    uint8_t *rec = core__krec(ns, id);
+    memset(rec, 0, ns->rec_size);
+    uint32_t *pages = core__krec_pages(ns, rec);
+    for (uint32_t c = 0; c < ns->ncols; c++)
+        pages[c] = CORE_NIL;
+    ns->nrecs++;
+    return id;
 }
 
 /* ----------------------------------------------------------- key index */
 
-uint32_t core__index_find(const core_pool_t *pool, const core_key *key)
+uint32_t core__index_find(const core_ns *ns, const core_key *key)
 {
-    if (!pool->slots)
+    if (!ns->slots)
         return CORE_NIL;
-    size_t i = core__home(pool, key->hash);
-    uint32_t tag = key->hash & ~pool->page_mask;
+    size_t i = core__home(ns, key->hash);
+    uint32_t tag = key->hash & ~ns->id_mask;
     for (;;) {
-        uint32_t slot = pool->slots[i];
+        uint32_t slot = ns->slots[i];
         if (slot == CORE_NIL)
             return CORE_NIL;
-        if ((slot & ~pool->page_mask) == tag) {
-            uint32_t page = core__slot_page(pool, slot);
-            if (core__rec_key_eq(core__rec(pool, page), key))
-                return page;
+        if ((slot & ~ns->id_mask) == tag) {
+            uint32_t id = slot & ns->id_mask;
+            uint8_t *rec = core__krec(ns, id);
+            if (core__keyst_eq(rec_key(rec), *rec_kind(rec), key))
+                return id;
         }
-        i = (i + 1) & pool->slot_mask;
+        i = (i + 1) & ns->slot_mask;
     }
 }
 
 /*
  * Batches look many keys up at once, and each lookup waits on cache misses:
- * its slot, then its page record (a use writes only that record: no list
- * is relinked). Asking for the slots of a block of keys, then for their
- * records, before doing the work lets those misses overlap
- * instead of queueing (measured: about half the time per key of a 128-key
- * batch_exists on 2 ranks). Only a hint: nothing is changed; a wrong guess
- * wastes a load.
+ * its slot, then its record. Asking for the slots of a block of keys, then
+ * for their records, before doing the work lets those misses overlap
+ * instead of queueing. Only a hint: nothing is changed.
  */
 #define PREFETCH_BLOCK 16
 
-/* A record is 54 bytes: most records straddle two cache lines; ask for both
- * (a lookup reads the key at its start and the hash and kind after it). */
-static inline __attribute__((always_inline)) void prefetch_rec(const core_page_rec *rec, int rw)
+static inline __attribute__((always_inline)) void prefetch_bytes(const void *p, size_t len, int rw)
 {
-    const char *p = (const char *)rec;
-    if (rw) {
-        __builtin_prefetch(p, 1);
-        __builtin_prefetch(p + sizeof *rec - 1, 1);
-    } else {
-        __builtin_prefetch(p);
-        __builtin_prefetch(p + sizeof *rec - 1);
+    const char *c = (const char *)p;
+    for (size_t off = 0; off < len; off += 64) {
+        if (rw)
+            __builtin_prefetch(c + off, 1);
+        else
+            __builtin_prefetch(c + off);
     }
+    if (rw)
+        __builtin_prefetch(c + len - 1, 1);
+    else
+        __builtin_prefetch(c + len - 1);
 }
 
 /* always_inline: as a function of its own it has no effect that GCC can see
  * (it only reads memory and returns nothing), so GCC deletes every call. */
 static inline __attribute__((always_inline)) void
-index_prefetch(const core_pool_t *pool, const core_key *keys, size_t n)
+index_prefetch(const core_ns *ns, const core_key *keys, size_t n)
 {
     if (n > PREFETCH_BLOCK)
         n = PREFETCH_BLOCK; /* a hint: never more than a block */
-    if (!pool->slots)
+    if (!ns->slots)
         return;
     size_t home[PREFETCH_BLOCK];
     for (size_t j = 0; j < n; j++) {
-        home[j] = core__home(pool, keys[j].hash);
-        __builtin_prefetch(&pool->slots[home[j]]);
+        home[j] = core__home(ns, keys[j].hash);
+        __builtin_prefetch(&ns->slots[home[j]]);
     }
     for (size_t j = 0; j < n; j++) {
-        uint32_t slot = pool->slots[home[j]];
-        if (slot != CORE_NIL && (slot & ~pool->page_mask) == (keys[j].hash & ~pool->page_mask))
-            prefetch_rec(core__rec(pool, core__slot_page(pool, slot)), 0);
+        uint32_t slot = ns->slots[home[j]];
+        if (slot != CORE_NIL && (slot & ~ns->id_mask) == (keys[j].hash & ~ns->id_mask))
+            prefetch_bytes(core__krec(ns, slot & ns->id_mask), ns->rec_size, 1);
     }
 }
 
-static void index_place(core_pool_t *pool, uint32_t page, uint32_t hash)
+static void index_place(core_ns *ns, uint32_t id, uint32_t hash)
 {
-    size_t i = core__home(pool, hash);
-    while (pool->slots[i] != CORE_NIL)
-        i = (i + 1) & pool->slot_mask;
-    pool->slots[i] = core__slot_make(pool, page, hash);
+    size_t i = core__home(ns, hash);
+    while (ns->slots[i] != CORE_NIL)
+        i = (i + 1) & ns->slot_mask;
+    ns->slots[i] = core__slot_make(ns, id, hash);
 }
 
-static void index_grow(core_pool_t *pool)
+/* Rebuild the index with `cap` slots from the live records (hashes recomputed). */
+static void index_rebuild(core_ns *ns, const core_t *core, size_t cap)
 {
-    size_t old_cap = pool->slots ? pool->slot_mask + 1 : 0;
-    size_t cap = old_cap ? old_cap * 2 : 64;
-    uint32_t *old = pool->slots;
-
-    pool->slots = hf_xreallocarray(NULL, cap, sizeof *pool->slots);
-    memset(pool->slots, 0xff, cap * sizeof *pool->slots);
-    pool->slot_mask = cap - 1;
-    for (size_t i = 0; i < old_cap; i++) {
-        /* the records are read in slot order, at random: ask ahead */
-        if (i + PREFETCH_BLOCK < old_cap && old[i + PREFETCH_BLOCK] != CORE_NIL)
-            prefetch_rec(core__rec(pool, core__slot_page(pool, old[i + PREFETCH_BLOCK])), 0);
-        if (old[i] == CORE_NIL)
-            continue;
-        uint32_t page = core__slot_page(pool, old[i]);
-        index_place(pool, page, core__rec(pool, page)->hash);
+    hf_xfree(ns->slots);
+    ns->slots = hf_xreallocarray(NULL, cap, sizeof *ns->slots);
+    memset(ns->slots, 0xff, cap * sizeof *ns->slots);
+    ns->slot_mask = cap - 1;
+    for (uint32_t id = 0; id < ns->rec_top; id++) {
+        uint8_t *rec = core__krec(ns, id);
+        if (id + 8 < ns->rec_top)
+            __builtin_prefetch(core__krec(ns, id + 8));
+        if (*rec_kind(rec) != CORE_KEY_NONE)
+            index_place(ns, id, keyst_hash(core, rec_key(rec), *rec_kind(rec)));
     }
-    hf_xfree(old);
 }
 
-static void index_insert(core_pool_t *pool, uint32_t page)
+static void index_insert(core_ns *ns, const core_t *core, uint32_t id, uint32_t hash)
 {
-    if (!pool->slots || (pool->nkeys + 1) * 4 > (pool->slot_mask + 1) * 3)
-        index_grow(pool);
-    index_place(pool, page, core__rec(pool, page)->hash);
-    pool->nkeys++;
+    if (!ns->slots || (ns->nkeys + 1) * 4 > (ns->slot_mask + 1) * 3) {
+        size_t cap = ns->slots ? (ns->slot_mask + 1) * 2 : 64;
+        index_rebuild(ns, core, cap); /* the new record is not live yet */
+    }
+    index_place(ns, id, hash);
+    ns->nkeys++;
 }
 
-/* Insert page under its record's key unless the key is indexed already
- * (then 0): one probe where a find and an insert would take two. Replay
- * uses it, since a log or snapshot must never make a key own two pages. */
-static int index_insert_unique(core_pool_t *pool, uint32_t page)
+static uint32_t rec_hash(const core_ns *ns, const core_t *core, uint32_t id)
 {
-    if (!pool->slots || (pool->nkeys + 1) * 4 > (pool->slot_mask + 1) * 3)
-        index_grow(pool);
-    core_key key;
-    core__rec_to_key(pool->core, core__rec(pool, page), &key);
-    size_t i = core__home(pool, key.hash);
-    uint32_t tag = key.hash & ~pool->page_mask;
-    for (uint32_t slot; (slot = pool->slots[i]) != CORE_NIL; i = (i + 1) & pool->slot_mask)
-        if ((slot & ~pool->page_mask) == tag &&
-            core__rec_key_eq(core__rec(pool, core__slot_page(pool, slot)), &key))
-            return 0;
-    pool->slots[i] = core__slot_make(pool, page, key.hash);
-    pool->nkeys++;
-    return 1;
+    uint8_t *rec = core__krec(ns, id);
+    return keyst_hash(core, rec_key(rec), *rec_kind(rec));
 }
 
 /*
@@ -359,28 +455,23 @@ static int index_insert_unique(core_pool_t *pool, uint32_t page)
  * d comes from the slot itself when it can (core__home): the tag gives d
  * modulo 2^home_bits (m + 1 below). It is exact when the entry's cluster is
  * shorter than that: all slots from an entry's home to the entry are
- * occupied (the linear probing invariant), so an empty slot `e` before the
- * hole bounds d < (slot - e) & mask; when that bound is <= m + 1 the residue
- * is d itself. `e` is found by a short backward scan of the slot array
- * before anything moves. Otherwise (a longer cluster, or home_bits 0) the
- * page record gives the hash, as it always did before.
+ * occupied, so an empty slot `e` before the hole bounds d < (slot - e) &
+ * mask; when that bound is <= m + 1 the residue is d itself. Otherwise the
+ * record's key gives the hash (recomputed).
  */
-static void index_remove(core_pool_t *pool, uint32_t page)
+static void index_remove(core_ns *ns, const core_t *core, uint32_t id, uint32_t hash)
 {
-    size_t mask = pool->slot_mask;
-    uint32_t hash = core__rec(pool, page)->hash;
-    uint32_t slot = core__slot_make(pool, page, hash);
-    size_t i = core__home(pool, hash);
-    while (pool->slots[i] != slot)
+    size_t mask = ns->slot_mask;
+    uint32_t slot = core__slot_make(ns, id, hash);
+    size_t i = core__home(ns, hash);
+    while (ns->slots[i] != slot)
         i = (i + 1) & mask;
-    /* m: the residue mask of the home bits a slot carries; e: an empty slot
-     * at most m + 1 before i, or none (have_e false). */
-    size_t m = pool->home_bits ? (((size_t)1 << pool->home_bits) - 1) & mask : 0;
+    size_t m = ns->home_bits ? (((size_t)1 << ns->home_bits) - 1) & mask : 0;
     size_t e = i;
     bool have_e = false;
     for (size_t k = 0; m && k <= m; k++) {
         e = (e - 1) & mask;
-        if (pool->slots[e] == CORE_NIL) {
+        if (ns->slots[e] == CORE_NIL) {
             have_e = true;
             break;
         }
@@ -388,21 +479,158 @@ static void index_remove(core_pool_t *pool, uint32_t page)
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        uint32_t moved = pool->slots[j];
+        uint32_t moved = ns->slots[j];
         if (moved == CORE_NIL)
             break;
         size_t d;
         if (have_e && ((j - e) & mask) <= m + 1)
-            d = (j - core__slot_home_low(pool, moved)) & m;
+            d = (j - core__slot_home_low(ns, moved)) & m;
         else
-            d = (j - core__home(pool, core__rec(pool, core__slot_page(pool, moved))->hash)) & mask;
+            d = (j - core__home(ns, rec_hash(ns, core, moved & ns->id_mask))) & mask;
         if (d >= ((j - i) & mask)) {
-            pool->slots[i] = moved;
+            ns->slots[i] = moved;
             i = j;
         }
     }
-    pool->slots[i] = CORE_NIL;
-    pool->nkeys--;
+    ns->slots[i] = CORE_NIL;
+    ns->nkeys--;
+}
+
+/* id_mask from the namespace's pages; the index is re-tagged if it changed. */
+static void ns_set_id_bits(core_ns *ns, const core_t *core)
+{
+    uint64_t bound = ns->pages_sum < CORE_MAX_RECS ? ns->pages_sum : CORE_MAX_RECS;
+    uint32_t mask = 1;
+    while (mask < bound && mask != CORE_MAX_RECS)
+        mask = mask << 1 | 1;
+    if (mask == ns->id_mask)
+        return;
+    ns->id_mask = mask;
+    ns->id_bits = (uint8_t)__builtin_popcount(mask);
+    unsigned tag_bits = 32u - ns->id_bits;
+    ns->home_bits = (uint8_t)(tag_bits / 2 > 8 ? 8 : tag_bits / 2);
+    if (ns->slots)
+        index_rebuild(ns, core, ns->slot_mask + 1);
+}
+
+/* The record no longer owns anything in a pool: free it. */
+static void rec_release_if_empty(core_ns *ns, const core_t *core, uint32_t id)
+{
+    uint8_t *rec = core__krec(ns, id);
+    const uint32_t *pages = core__krec_pages(ns, rec);
+    for (uint32_t c = 0; c < ns->ncols; c++)
+        if (pages[c] != CORE_NIL)
+            return;
+    index_remove(ns, core, id, rec_hash(ns, core, id));
+    keyst_drop(rec_key(rec), rec_kind(rec));
+    core__krec_pages(ns, rec)[0] = ns->rec_free;
+    ns->rec_free = id;
+    ns->nrecs--;
+}
+
+/* A pool joins the namespace: every record gets a column for it, columns
+ * stay in rank order. */
+static void ns_add_pool(core_ns *ns, const core_t *core, core_pool_t *pool)
+{
+    uint32_t n = ns->ncols, m = n + 1;
+    core_pool_t **by_col = hf_xmalloc(m * sizeof *by_col);
+    uint32_t at = 0;
+    while (at < n && ns->by_col[at]->rank < pool->rank)
+        at++;
+    for (uint32_t c = 0, k = 0; c < m; c++)
+        by_col[c] = c == at ? pool : ns->by_col[k++];
+    size_t size;
+    uint32_t off_pages, off_deadlines;
+    ns_layout(m, &size, &off_pages, &off_deadlines);
+    for (size_t ch = 0; ch < ns->nrchunks; ch++) {
+        uint8_t *old = ns->rchunks[ch], *fresh = hf_xmalloc(CORE_REC_CHUNK * size);
+        uint32_t first = (uint32_t)(ch << CORE_REC_CHUNK_SHIFT);
+        for (uint32_t k = 0; k < CORE_REC_CHUNK && first + k < ns->rec_top; k++) {
+            const uint8_t *o = old + (size_t)k * ns->rec_size;
+            uint8_t *f = fresh + (size_t)k * size;
+            memset(f, 0, size);
+            memcpy(f, o, CORE_REC_BITS); /* key and kind */
+            uint32_t *fp = (uint32_t *)(void *)(f + off_pages);
+            int64_t *fd = (int64_t *)(void *)(f + off_deadlines);
+            const uint32_t *op = (const uint32_t *)(const void *)(o + ns->off_pages);
+            const int64_t *od = (const int64_t *)(const void *)(o + ns->off_deadlines);
+            for (uint32_t c = 0, j = 0; c < m; c++) {
+                if (c == at) {
+                    fp[c] = CORE_NIL;
+                    continue;
+                }
+                f[CORE_REC_BITS + c] = o[CORE_REC_BITS + j];
+                fp[c] = op[j];
+                fd[c] = od[j];
+                j++;
+            }
+            if (n == 0)
+                fp[0] = CORE_NIL; /* no record lives without a column */
+            else if (at == 0 && *rec_kind(f) == CORE_KEY_NONE)
+                fp[0] = op[0]; /* the free list stays in column 0 */
+        }
+        hf_xfree(old);
+        ns->rchunks[ch] = fresh;
+    }
+    hf_xfree(ns->by_col);
+    ns->by_col = by_col;
+    ns->ncols = m;
+    ns->rec_size = size;
+    ns->off_pages = off_pages;
+    ns->off_deadlines = off_deadlines;
+    for (uint32_t c = 0; c < m; c++)
+        by_col[c]->col = c;
+    ns->pages_sum += pool->num_pages;
+    ns_set_id_bits(ns, core);
+}
+
+/* ---------------------------------------------------------- side table */
+
+static uint32_t side_alloc(core_pool_t *pool, uint32_t page, core_page_state state, int64_t deadline)
+{
+    uint32_t s;
+    if (pool->side_free != CORE_NIL) {
+        s = pool->side_free;
+        pool->side_free = pool->side[s].next;
+    } else {
+        if (pool->side_top == pool->side_cap) {
+            pool->side_cap = pool->side_cap ? pool->side_cap * 2 : 16;
+            if (pool->side_cap > CORE_REF_SIDE - 1)
+                abort();
+            pool->side = hf_xreallocarray(pool->side, pool->side_cap, sizeof *pool->side);
+        }
+        s = (uint32_t)pool->side_top++;
+    }
+    core_side *e = &pool->side[s];
+    memset(e, 0, sizeof *e);
+    e->page = page;
+    e->state = (uint8_t)state;
+    e->deadline = deadline;
+    e->prev = e->next = CORE_NIL;
+    pool->side_live++;
+    *core__ref(pool, page) = CORE_REF_SIDE | s;
+    return s;
+}
+
+static void side_release(core_pool_t *pool, uint32_t s)
+{
+    core_side *e = &pool->side[s];
+    keyst_drop(&e->key, &e->key_kind);
+    e->state = CORE_PAGE_FREE;
+    e->next = pool->side_free;
+    pool->side_free = s;
+    if (--pool->side_live == 0 && pool->side_cap > 1024) {
+        /* a burst of reservations is over: give the table back */
+        hf_xfree(pool->side);
+        pool->side = NULL;
+        pool->side_top = pool->side_cap = 0;
+        pool->side_free = CORE_NIL;
+    }
+}
+
+static inline uint32_t page_side(const core_pool_t *pool, uint32_t page)
+{
+    return *core__ref(pool, page) & ~CORE_REF_SIDE;
 }
 
 /* --------------------------------------------------------------- lists */
@@ -413,63 +641,65 @@ static void list_init(core_list *list)
     list->len = 0;
 }
 
-static void list_remove(core_pool_t *pool, core_list *list, uint32_t page)
+static void list_remove(core_pool_t *pool, core_list *list, uint32_t s)
 {
-    core_page_rec *rec = core__rec(pool, page);
-    if (rec->prev != CORE_NIL)
-        core__rec(pool, rec->prev)->next = rec->next;
+    core_side *e = &pool->side[s];
+    if (e->prev != CORE_NIL)
+        pool->side[e->prev].next = e->next;
     else
-        list->head = rec->next;
-    if (rec->next != CORE_NIL)
-        core__rec(pool, rec->next)->prev = rec->prev;
+        list->head = e->next;
+    if (e->next != CORE_NIL)
+        pool->side[e->next].prev = e->prev;
     else
-        list->tail = rec->prev;
-    rec->prev = rec->next = CORE_NIL;
+        list->tail = e->prev;
+    e->prev = e->next = CORE_NIL;
     list->len--;
 }
 
-static void list_insert_after(core_pool_t *pool, core_list *list, uint32_t after, uint32_t page)
+static void list_insert_after(core_pool_t *pool, core_list *list, uint32_t after, uint32_t s)
 {
-    core_page_rec *rec = core__rec(pool, page);
-    rec->prev = after;
+    core_side *e = &pool->side[s];
+    e->prev = after;
     if (after == CORE_NIL) {
-        rec->next = list->head;
-        list->head = page;
+        e->next = list->head;
+        list->head = s;
     } else {
-        core_page_rec *prev = core__rec(pool, after);
-        rec->next = prev->next;
-        prev->next = page;
+        e->next = pool->side[after].next;
+        pool->side[after].next = s;
     }
-    if (rec->next != CORE_NIL)
-        core__rec(pool, rec->next)->prev = page;
+    if (e->next != CORE_NIL)
+        pool->side[e->next].prev = s;
     else
-        list->tail = page;
+        list->tail = s;
     list->len++;
 }
 
 /* Deadlines mostly arrive in order, so the walk back from the tail is short. */
-static void list_insert_by_deadline(core_pool_t *pool, core_list *list, uint32_t page)
+static void list_insert_by_deadline(core_pool_t *pool, core_list *list, uint32_t s)
 {
-    int64_t deadline = core__rec(pool, page)->deadline;
+    int64_t deadline = pool->side[s].deadline;
     uint32_t after = list->tail;
-    while (after != CORE_NIL && core__rec(pool, after)->deadline > deadline)
-        after = core__rec(pool, after)->prev;
-    list_insert_after(pool, list, after, page);
+    while (after != CORE_NIL && pool->side[after].deadline > deadline)
+        after = pool->side[after].prev;
+    list_insert_after(pool, list, after, s);
 }
 
 /* --------------------------------------------------------------- events */
 
-static void emit(core_pool_t *pool, core_event_type type, uint64_t page, int64_t deadline)
+static void emit_key(core_pool_t *pool, core_event_type type, uint64_t page, int64_t deadline,
+                     hf_slice key)
 {
     core_t *core = pool->core;
     if (!core->observer || core->replaying)
         return;
-    core_event ev = {type, {pool->ns->name, pool->ns->name_len}, pool->rank, page,
-                     {"", 0}, deadline};
-    char buf[64];
-    if (type == CORE_EV_RESERVE)
-        ev.key = core__rec_key_text(core__rec(pool, (uint32_t)page), buf);
+    core_event ev = {type, {pool->ns->name, pool->ns->name_len}, pool->rank, page, key, deadline};
     core->observer(core->observer_ctx, &ev);
+}
+
+static inline void emit(core_pool_t *pool, core_event_type type, uint64_t page, int64_t deadline)
+{
+    if (pool->core->observer && !pool->core->replaying)
+        emit_key(pool, type, page, deadline, (hf_slice){"", 0});
 }
 
 void core_set_observer(core_t *core, core_observer_fn fn, void *ctx)
@@ -537,7 +767,6 @@ static void wlease_remove(core_pool_t *pool, core_wlease *e)
     for (size_t s = (hole + 1) & pool->wlease_mask; pool->wleases[s].page != CORE_NIL;
          s = (s + 1) & pool->wlease_mask) {
         size_t home = wlease_home(pool, pool->wleases[s].page);
-        /* the entry may move to the hole if its home is not in (hole, s] */
         if (((s - home) & pool->wlease_mask) >= ((s - hole) & pool->wlease_mask)) {
             pool->wleases[hole] = pool->wleases[s];
             pool->wleases[s].page = CORE_NIL;
@@ -546,8 +775,6 @@ static void wlease_remove(core_pool_t *pool, core_wlease *e)
     }
 }
 
-/* The page leaves OWNED: its write lease (if any) goes with it; the record's
- * deadline keeps the protection for draining. */
 static void wlease_drop(core_pool_t *pool, uint32_t page)
 {
     core_wlease *e = pool->nwleases ? wlease_find(pool, page) : NULL;
@@ -564,9 +791,9 @@ static void wlease_add(core_pool_t *pool, uint32_t page, int64_t end)
         e->end = end;
     if (pool->nwleases == 1 || end < pool->wlease_min)
         pool->wlease_min = end;
-    core_page_rec *rec = core__rec(pool, page);
-    if (end > rec->deadline)
-        rec->deadline = end;
+    int64_t *deadline = page_deadline(pool, page);
+    if (end > *deadline)
+        *deadline = end;
 }
 
 static void page_write_lease(core_pool_t *pool, uint32_t page, int64_t now)
@@ -576,30 +803,24 @@ static void page_write_lease(core_pool_t *pool, uint32_t page, int64_t now)
     emit(pool, CORE_EV_WRITE_LEASE, page, now + pool->core->config.write_lease_ms);
 }
 
-/* A writer of the OWNED `page` confirmed it. The last one ends the lease:
- * what is left is at most a read lease from now, which no read lease still
- * running outlasts (each ends at most read_lease_ms after it was given). */
 static void page_write_done(core_pool_t *pool, uint32_t page, int64_t now)
 {
     core_wlease *e = pool->nwleases ? wlease_find(pool, page) : NULL;
     if (!e)
         return;
     if (--e->writers > 0) {
-        /* one writer of several: reported too, so that a replay or a
-         * follower counts the writers left (the protection is unchanged) */
-        emit(pool, CORE_EV_WRITE_DONE, page, core__rec(pool, page)->deadline);
+        emit(pool, CORE_EV_WRITE_DONE, page, *page_deadline(pool, page));
         return;
     }
     wlease_remove(pool, e);
-    core_page_rec *rec = core__rec(pool, page);
+    int64_t *deadline = page_deadline(pool, page);
     int64_t until = now + pool->core->config.read_lease_ms;
-    if (until < rec->deadline)
-        rec->deadline = until;
+    if (until < *deadline)
+        *deadline = until;
     pool->counters.write_leases_ended++;
-    emit(pool, CORE_EV_WRITE_DONE, page, rec->deadline);
+    emit(pool, CORE_EV_WRITE_DONE, page, *deadline);
 }
 
-/* Drop the write leases whose end passed (their writers never confirmed). */
 static void wlease_expire(core_pool_t *pool, int64_t now)
 {
     if (pool->nwleases == 0 || pool->wlease_min > now)
@@ -611,9 +832,8 @@ static void wlease_expire(core_pool_t *pool, int64_t now)
             uint32_t page = e->page, writers = e->writers;
             wlease_remove(pool, e); /* may shift a later entry into s: look again */
             pool->counters.write_leases_expired++;
-            /* one WRITE_DONE per writer that never confirmed */
             for (uint32_t w = 0; w < writers || w == 0; w++)
-                emit(pool, CORE_EV_WRITE_DONE, page, core__rec(pool, page)->deadline);
+                emit(pool, CORE_EV_WRITE_DONE, page, *page_deadline(pool, page));
             continue;
         }
         if (e->page != CORE_NIL && e->end < min)
@@ -639,10 +859,11 @@ static void ensure_chunk(core_pool_t *pool, uint32_t page)
         size_t cap = pool->chunks_cap ? pool->chunks_cap * 2 : 4;
         while (cap <= chunk)
             cap *= 2;
-        pool->chunks = hf_xreallocarray(pool->chunks, cap, sizeof *pool->chunks);
+        pool->refs = hf_xreallocarray(pool->refs, cap, sizeof *pool->refs);
         pool->chunks_cap = cap;
     }
-    pool->chunks[chunk] = hf_xcalloc(CORE_CHUNK_PAGES, sizeof(core_page_rec));
+    for (size_t c = pool->nchunks; c <= chunk; c++)
+        pool->refs[c] = hf_xmalloc(CORE_CHUNK_PAGES * sizeof(uint32_t));
     pool->nchunks = chunk + 1;
 }
 
@@ -655,9 +876,7 @@ static uint32_t take_free_page(core_pool_t *pool)
         return CORE_NIL;
     uint32_t page = (uint32_t)pool->touched++;
     ensure_chunk(pool, page);
-    core_page_rec *rec = core__rec(pool, page);
-    rec->bits = CORE_PAGE_FREE;
-    rec->prev = rec->next = CORE_NIL;
+    *core__ref(pool, page) = CORE_NIL;
     return page;
 }
 
@@ -670,8 +889,6 @@ static void free_stack_push(core_pool_t *pool, uint32_t page)
     pool->free_stack[pool->nfree++] = page;
 }
 
-/* Take a FREE page off the stack (live replay: the primary took it, almost
- * always from the top). */
 static void free_stack_remove(core_pool_t *pool, uint32_t page)
 {
     for (size_t i = pool->nfree; i-- > 0;) {
@@ -684,63 +901,68 @@ static void free_stack_remove(core_pool_t *pool, uint32_t page)
     }
 }
 
+/* The page (whose side entry or column was let go) becomes FREE. */
 static void page_free(core_pool_t *pool, uint32_t page)
 {
-    core_page_rec *rec = core__rec(pool, page);
     emit(pool, CORE_EV_FREE, page, 0);
-    rec_drop_key(rec);
-    rec->bits = CORE_PAGE_FREE;
-    rec->deadline = 0;
+    *core__ref(pool, page) = CORE_NIL;
     free_stack_push(pool, page);
 }
 
 /* page was taken from the free stack or the mark, or evicted. */
 static void page_reserve(core_pool_t *pool, uint32_t page, const core_key *key, int64_t deadline)
 {
-    core_page_rec *rec = core__rec(pool, page);
-    rec_set_key(rec, key);
-    rec->bits = CORE_PAGE_RESERVED;
-    rec->deadline = deadline;
-    list_insert_by_deadline(pool, &pool->reserved, page);
+    uint32_t s = side_alloc(pool, page, CORE_PAGE_RESERVED, deadline);
+    core_side *e = &pool->side[s];
+    keyst_set(&e->key, &e->key_kind, key);
+    list_insert_by_deadline(pool, &pool->reserved, s);
     pool->counters.reservations++;
-    emit(pool, CORE_EV_RESERVE, page, deadline);
+    if (pool->core->observer && !pool->core->replaying) {
+        char buf[64];
+        emit_key(pool, CORE_EV_RESERVE, page, deadline, core__keyst_text(&e->key, e->key_kind, buf));
+    }
 }
 
-/* A RESERVED page becomes OWNED by its key (which owns no other page and,
- * unless `indexed`, is not in the key index yet). */
-static void page_own_indexed(core_pool_t *pool, uint32_t page, bool indexed)
+/* A RESERVED page becomes OWNED by its key, whose record is `id` (CORE_NIL:
+ * none yet) and which owns no page in this pool. */
+static void page_own(core_pool_t *pool, uint32_t page, uint32_t id, const core_key *key)
 {
-    core_page_rec *rec = core__rec(pool, page);
-    list_remove(pool, &pool->reserved, page);
-    rec->bits = CORE_PAGE_OWNED | CORE_USE_INSERT << CORE_REC_USE_SHIFT;
-    rec->deadline = 0;
-    if (!indexed)
-        index_insert(pool, page);
+    core_ns *ns = pool->ns;
+    uint32_t s = page_side(pool, page);
+    core_side *e = &pool->side[s];
+    list_remove(pool, &pool->reserved, s);
+    if (id == CORE_NIL) {
+        id = rec_alloc(ns);
+        index_insert(ns, pool->core, id, key->hash); /* a growth skips it: no key yet */
+        uint8_t *rec = core__krec(ns, id);
+        *rec_key(rec) = e->key; /* the key (an external copy included) moves over */
+        *rec_kind(rec) = e->key_kind;
+        e->key_kind = CORE_KEY_NONE;
+    }
+    side_release(pool, s);
+    uint8_t *rec = core__krec(ns, id);
+    core__krec_pages(ns, rec)[pool->col] = page;
+    core__krec_deadlines(ns, rec)[pool->col] = 0;
+    rec_bits(rec)[pool->col] = CORE_USE_INSERT << CORE_REC_USE_SHIFT;
+    *core__ref(pool, page) = id;
     pool->nowned++;
     pool->counters.confirmations++;
     emit(pool, CORE_EV_OWN, page, 0);
 }
 
-static void page_own(core_pool_t *pool, uint32_t page)
+/* The page, off every list and without a key, drains until `deadline`. */
+static void page_drain(core_pool_t *pool, uint32_t page, int64_t deadline)
 {
-    page_own_indexed(pool, page, false);
-}
-
-/* The page, off every list, loses its key and drains until its deadline. */
-static void page_drain(core_pool_t *pool, uint32_t page)
-{
-    core_page_rec *rec = core__rec(pool, page);
-    rec_drop_key(rec);
-    rec->bits = CORE_PAGE_DRAINING;
-    list_insert_by_deadline(pool, &pool->draining, page);
-    emit(pool, CORE_EV_DRAIN, page, rec->deadline);
+    uint32_t s = side_alloc(pool, page, CORE_PAGE_DRAINING, deadline);
+    list_insert_by_deadline(pool, &pool->draining, s);
+    emit(pool, CORE_EV_DRAIN, page, deadline);
 }
 
 /* The page is no longer demoted (its stack entry, if any, goes stale). */
-static void page_undemote(core_pool_t *pool, core_page_rec *rec)
+static inline void bits_undemote(core_pool_t *pool, uint8_t *bits)
 {
-    if (rec->bits & CORE_REC_DEMOTED) {
-        rec->bits &= (uint8_t)~CORE_REC_DEMOTED;
+    if (*bits & CORE_REC_DEMOTED) {
+        *bits &= (uint8_t)~CORE_REC_DEMOTED;
         pool->ndemoted--;
     }
 }
@@ -752,26 +974,28 @@ static void demoted_compact(core_pool_t *pool)
     size_t keep = pool->ndemoted_stack;
     for (size_t i = pool->ndemoted_stack; i-- > 0;) {
         uint32_t page = pool->demoted[i];
-        core_page_rec *rec = core__rec(pool, page);
-        /* PINNED doubles as "seen" here: never set on a demoted page */
-        if (!(rec->bits & CORE_REC_DEMOTED) || (rec->bits & CORE_REC_PINNED))
+        if (!page_demoted(pool, page))
             continue;
-        rec->bits |= CORE_REC_PINNED;
+        uint8_t *bits = page_bits(pool, page);
+        /* PINNED doubles as "seen" here: never set on a demoted page */
+        if (*bits & CORE_REC_PINNED)
+            continue;
+        *bits |= CORE_REC_PINNED;
         pool->demoted[--keep] = page;
     }
     size_t n = pool->ndemoted_stack - keep;
     memmove(pool->demoted, pool->demoted + keep, n * sizeof *pool->demoted);
     pool->ndemoted_stack = n;
     for (size_t i = 0; i < n; i++)
-        core__rec(pool, pool->demoted[i])->bits &= (uint8_t)~CORE_REC_PINNED;
+        *page_bits(pool, pool->demoted[i]) &= (uint8_t)~CORE_REC_PINNED;
 }
 
 /* The OWNED page is demoted: it goes first on eviction. */
 static void page_demote(core_pool_t *pool, uint32_t page)
 {
-    core_page_rec *rec = core__rec(pool, page);
-    if (!(rec->bits & CORE_REC_DEMOTED)) {
-        rec->bits |= CORE_REC_DEMOTED;
+    uint8_t *bits = page_bits(pool, page);
+    if (!(*bits & CORE_REC_DEMOTED)) {
+        *bits |= CORE_REC_DEMOTED;
         pool->ndemoted++;
     }
     if (pool->ndemoted_stack == pool->demoted_cap) {
@@ -785,28 +1009,46 @@ static void page_demote(core_pool_t *pool, uint32_t page)
     pool->demoted[pool->ndemoted_stack++] = page;
 }
 
-/* An OWNED page leaves OWNED (the caller sets its new state). */
-static void owned_leave(core_pool_t *pool, uint32_t page)
+/* An OWNED page leaves OWNED: its column is cleared (the record stays, for
+ * the caller to demote its other ranks and then rec_release_if_empty). The
+ * caller gives the page its new state. Returns the record id; *deadline
+ * receives the column's deadline. */
+static uint32_t owned_leave(core_pool_t *pool, uint32_t page, int64_t *deadline)
 {
-    index_remove(pool, page);
-    page_undemote(pool, core__rec(pool, page));
+    core_ns *ns = pool->ns;
+    uint32_t id = page_owner(pool, page);
+    uint8_t *rec = core__krec(ns, id);
+    bits_undemote(pool, &rec_bits(rec)[pool->col]);
+    rec_bits(rec)[pool->col] = 0;
+    core__krec_pages(ns, rec)[pool->col] = CORE_NIL;
+    int64_t *d = &core__krec_deadlines(ns, rec)[pool->col];
+    if (deadline)
+        *deadline = *d;
+    *d = 0;
     pool->nowned--;
     wlease_drop(pool, page);
+    *core__ref(pool, page) = CORE_NIL;
+    return id;
 }
 
-/* An OWNED page loses its key: FREE now, or DRAINING while leased. */
-static void page_disown(core_pool_t *pool, uint32_t page, int64_t now)
+/* An OWNED page loses its key: FREE now, or DRAINING while leased. Returns
+ * the record (not released). */
+static uint32_t page_disown(core_pool_t *pool, uint32_t page, int64_t now)
 {
-    owned_leave(pool, page);
-    if (core__rec(pool, page)->deadline > now)
-        page_drain(pool, page);
+    int64_t deadline;
+    uint32_t id = owned_leave(pool, page, &deadline);
+    if (deadline > now)
+        page_drain(pool, page, deadline);
     else
         page_free(pool, page);
+    return id;
 }
 
 static void page_unreserve(core_pool_t *pool, uint32_t page)
 {
-    list_remove(pool, &pool->reserved, page);
+    uint32_t s = page_side(pool, page);
+    list_remove(pool, &pool->reserved, s);
+    side_release(pool, s);
     page_free(pool, page);
 }
 
@@ -820,34 +1062,40 @@ static void page_release(core_pool_t *pool, uint32_t page, int64_t now)
         page_unreserve(pool, page);
         return;
     }
-    list_remove(pool, &pool->reserved, page);
+    uint32_t s = page_side(pool, page);
+    list_remove(pool, &pool->reserved, s);
     emit(pool, CORE_EV_FREE, page, 0); /* the log has no RESERVED -> DRAINING */
-    core__rec(pool, page)->deadline = now + grace;
-    page_drain(pool, page);
+    core_side *e = &pool->side[s];
+    keyst_drop(&e->key, &e->key_kind);
+    e->state = CORE_PAGE_DRAINING;
+    e->deadline = now + grace;
+    list_insert_by_deadline(pool, &pool->draining, s);
+    emit(pool, CORE_EV_DRAIN, page, e->deadline);
 }
 
 /* A use: one more to the use count (core.h "Recency"), and no longer
- * demoted. Only this record is written. */
-static void page_use(core_pool_t *pool, core_page_rec *rec)
+ * demoted. Only the key's record is written. */
+static inline void bits_use(core_pool_t *pool, uint8_t *bits)
 {
-    unsigned use = core__rec_use(rec);
+    unsigned use = core__bits_use(*bits);
     if (use < CORE_USE_MAX)
-        core__rec_set_use(rec, use + 1);
-    page_undemote(pool, rec);
+        *bits = core__bits_set_use(*bits, use + 1);
+    bits_undemote(pool, bits);
 }
 
 static void page_touch(core_pool_t *pool, uint32_t page)
 {
-    page_use(pool, core__rec(pool, page));
-    emit(pool, CORE_EV_USE, page, core__rec(pool, page)->deadline);
+    uint32_t id = page_owner(pool, page);
+    bits_use(pool, col_bits(pool, id));
+    emit(pool, CORE_EV_USE, page, *col_deadline(pool, id));
 }
 
 static void page_lease(core_pool_t *pool, uint32_t page, int64_t now)
 {
-    core_page_rec *rec = core__rec(pool, page);
+    int64_t *deadline = page_deadline(pool, page);
     int64_t until = now + pool->core->config.read_lease_ms;
-    if (until > rec->deadline)
-        rec->deadline = until;
+    if (until > *deadline)
+        *deadline = until;
     page_touch(pool, page);
 }
 
@@ -855,13 +1103,15 @@ static void page_lease(core_pool_t *pool, uint32_t page, int64_t now)
 
 void core_pool_expire(core_pool_t *pool, int64_t now)
 {
-    uint32_t page;
-    while ((page = pool->reserved.head) != CORE_NIL && core__rec(pool, page)->deadline <= now) {
-        page_unreserve(pool, page);
+    uint32_t s;
+    while ((s = pool->reserved.head) != CORE_NIL && pool->side[s].deadline <= now) {
+        page_unreserve(pool, pool->side[s].page);
         pool->counters.expired_reservations++;
     }
-    while ((page = pool->draining.head) != CORE_NIL && core__rec(pool, page)->deadline <= now) {
-        list_remove(pool, &pool->draining, page);
+    while ((s = pool->draining.head) != CORE_NIL && pool->side[s].deadline <= now) {
+        uint32_t page = pool->side[s].page;
+        list_remove(pool, &pool->draining, s);
+        side_release(pool, s);
         page_free(pool, page);
     }
     wlease_expire(pool, now);
@@ -894,23 +1144,30 @@ const core_config *core_get_config(const core_t *core)
 
 static void pool_release_memory(core_pool_t *pool)
 {
-    for (size_t c = 0; c < pool->nchunks; c++) {
-        /* Records at or above the high-water mark were never written: a pool
-         * of a few pages is freed without reading a whole chunk. */
-        uint64_t first = (uint64_t)c << CORE_CHUNK_SHIFT;
-        uint64_t used = pool->touched > first ? pool->touched - first : 0;
-        if (used > CORE_CHUNK_PAGES)
-            used = CORE_CHUNK_PAGES;
-        for (uint32_t i = 0; i < used; i++)
-            if (pool->chunks[c][i].key_kind == CORE_KEY_EXT)
-                hf_xfree(pool->chunks[c][i].key.ext.ptr);
-        hf_xfree(pool->chunks[c]);
-    }
-    hf_xfree(pool->chunks);
+    for (size_t c = 0; c < pool->nchunks; c++)
+        hf_xfree(pool->refs[c]);
+    hf_xfree(pool->refs);
+    for (size_t s = 0; s < pool->side_top; s++)
+        if (pool->side[s].key_kind == CORE_KEY_EXT)
+            hf_xfree(pool->side[s].key.ext.ptr);
+    hf_xfree(pool->side);
     hf_xfree(pool->free_stack);
-    hf_xfree(pool->slots);
     hf_xfree(pool->wleases);
     hf_xfree(pool->demoted);
+}
+
+static void ns_release_memory(core_ns *ns)
+{
+    for (uint32_t id = 0; id < ns->rec_top; id++) {
+        uint8_t *rec = core__krec(ns, id);
+        if (*rec_kind(rec) == CORE_KEY_EXT)
+            hf_xfree(rec_key(rec)->ext.ptr);
+    }
+    for (size_t c = 0; c < ns->nrchunks; c++)
+        hf_xfree(ns->rchunks[c]);
+    hf_xfree(ns->rchunks);
+    hf_xfree(ns->slots);
+    hf_xfree(ns->by_col);
 }
 
 void core_clear_all(core_t *core)
@@ -927,6 +1184,7 @@ void core_clear_all(core_t *core)
                 hf_xfree(ns->by_rank[r]);
             }
         }
+        ns_release_memory(ns);
         hf_xfree(ns->by_rank);
         hf_xfree(ns->name);
         hf_xfree(ns);
@@ -961,6 +1219,9 @@ static core_ns *ns_create(core_t *core, hf_slice name)
     memcpy(ns->name, name.ptr, name.len);
     ns->name[name.len] = '\0';
     ns->name_len = name.len;
+    ns->rec_free = CORE_NIL;
+    ns_layout(0, &ns->rec_size, &ns->off_pages, &ns->off_deadlines);
+    ns_set_id_bits(ns, core);
     core->namespaces = hf_xreallocarray(core->namespaces, core->nns + 1, sizeof *core->namespaces);
     core->namespaces[core->nns++] = ns;
     return ns;
@@ -978,9 +1239,7 @@ int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_page
                    uint64_t *existing_pages)
 {
     /* Replay rebuilds pools accepted under an earlier run's limits: max_pages
-     * and max_ranks bound what clients may create, not what exists, so a
-     * restart with lower limits keeps every pool (instead of finding the log
-     * "damaged", where --salvage would drop them). */
+     * and max_ranks bound what clients may create, not what exists. */
     uint64_t max_pages = core->replaying ? CORE_MAX_PAGES_LIMIT : core->config.max_pages;
     uint32_t max_ranks = core->replaying ? CORE_MAX_RANKS_LIMIT : core->config.max_ranks;
     if (num_pages > max_pages || rank >= max_ranks)
@@ -1007,21 +1266,12 @@ int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_page
     pool->ns = ns;
     pool->rank = rank;
     pool->num_pages = num_pages;
-    /* page_bits: the fewest bits whose all-ones value exceeds num_pages - 1 */
-    pool->page_mask = 1;
-    while (pool->page_mask < num_pages && pool->page_mask != UINT32_MAX)
-        pool->page_mask = pool->page_mask << 1 | 1;
-    pool->page_bits = (uint8_t)__builtin_popcount(pool->page_mask);
-    /* Half the tag (at most 8 bits) carries home bits; the rest filters. The
-     * home needs at least as many bits as the index has slot bits, at most
-     * page_bits + 1 (the index holds at most num_pages keys at a load of at
-     * least 3/8): page_bits from outside the tag plus home_bits >= 1. */
-    unsigned tag_bits = 32u - pool->page_bits;
-    pool->home_bits = (uint8_t)(tag_bits / 2 > 8 ? 8 : tag_bits / 2);
+    pool->side_free = CORE_NIL;
     list_init(&pool->reserved);
     list_init(&pool->draining);
     ns->by_rank[rank] = pool;
     ns->npools++;
+    ns_add_pool(ns, core, pool);
     if (existing_pages)
         *existing_pages = num_pages;
     emit(pool, CORE_EV_POOL_INIT, num_pages, 0);
@@ -1031,66 +1281,66 @@ int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_page
 void core_pool_clear(core_pool_t *pool, int64_t now)
 {
     core_pool_expire(pool, now);
-    for (uint64_t p = 0; p < pool->touched && pool->nowned > 0; p++)
-        if (core__rec_state(core__rec(pool, (uint32_t)p)) == CORE_PAGE_OWNED)
-            page_disown(pool, (uint32_t)p, now);
+    for (uint64_t p = 0; p < pool->touched && pool->nowned > 0; p++) {
+        if (page_is_owned(pool, (uint32_t)p)) {
+            uint32_t id = page_disown(pool, (uint32_t)p, now);
+            rec_release_if_empty(pool->ns, pool->core, id);
+        }
+    }
     while (pool->reserved.head != CORE_NIL)
-        page_unreserve(pool, pool->reserved.head);
+        page_unreserve(pool, pool->side[pool->reserved.head].page);
 }
 
 /* ------------------------------------------------- completeness helpers */
 
 /* When one rank loses a key, the other ranks' pages for it can no longer
- * serve a complete key: move them to the eviction end (unless read-leased). */
-static void demote_in_other_ranks(core_pool_t *pool, const core_key *key, int64_t now)
+ * serve a complete key: demote them (unless leased). */
+static void demote_in_other_ranks(core_pool_t *pool, uint32_t id, int64_t now)
 {
     core_ns *ns = pool->ns;
     if (ns->npools < 2)
         return;
-    for (uint32_t r = 0; r < ns->ranks_cap; r++) {
-        core_pool_t *other = ns->by_rank[r];
-        if (!other || other == pool)
+    uint8_t *rec = core__krec(ns, id);
+    const uint32_t *pages = core__krec_pages(ns, rec);
+    const int64_t *deadlines = core__krec_deadlines(ns, rec);
+    for (uint32_t c = 0; c < ns->ncols; c++) {
+        core_pool_t *other = ns->by_col[c];
+        if (other == pool || pages[c] == CORE_NIL || deadlines[c] > now)
             continue;
-        uint32_t page = core__index_find(other, key);
-        if (page == CORE_NIL || core__rec(other, page)->deadline > now)
-            continue;
-        page_demote(other, page);
-        emit(other, CORE_EV_DEMOTE, page, 0);
+        page_demote(other, pages[c]);
+        emit(other, CORE_EV_DEMOTE, pages[c], 0);
     }
 }
 
 /* ---------------------------------------------------------- allocation */
 
-/*
- * Eviction (core.h "Recency"): a demoted page first, else the clock. An
- * allocation whose clock sweep met no evictable page in a full turn sweeps
- * no more (leases do not change within a call, and pages it reserves are
- * not OWNED), which keeps a call linear when every page is leased.
- */
 typedef struct evict_scan {
     bool exhausted;
 } evict_scan;
 
 /* Neither leased nor a hit of the running allocation. */
-static inline bool evictable(const core_page_rec *rec, int64_t now)
+static inline bool evictable(uint8_t bits, int64_t deadline, int64_t now)
 {
-    return rec->deadline <= now && !(rec->bits & CORE_REC_PINNED);
+    return deadline <= now && !(bits & CORE_REC_PINNED);
+}
+
+static inline bool page_evictable(const core_pool_t *pool, uint32_t page, int64_t now)
+{
+    uint32_t id = page_owner(pool, page);
+    return evictable(*col_bits(pool, id), *col_deadline(pool, id), now);
 }
 
 /* The most recently demoted evictable page, off the stack; or CORE_NIL. */
 static uint32_t take_demoted(core_pool_t *pool, int64_t now)
 {
     while (pool->ndemoted_stack > 0 &&
-           !(core__rec(pool, pool->demoted[pool->ndemoted_stack - 1])->bits & CORE_REC_DEMOTED))
+           !page_demoted(pool, pool->demoted[pool->ndemoted_stack - 1]))
         pool->ndemoted_stack--; /* stale */
     if (pool->ndemoted == 0)
         return CORE_NIL;
-    /* A demoted page is unleased when demoted and any use undemotes it, so
-     * the top one is evictable unless the clock went back. */
     for (size_t i = pool->ndemoted_stack; i-- > 0;) {
         uint32_t page = pool->demoted[i];
-        core_page_rec *rec = core__rec(pool, page);
-        if (!(rec->bits & CORE_REC_DEMOTED) || !evictable(rec, now))
+        if (!page_demoted(pool, page) || !page_evictable(pool, page, now))
             continue;
         bool topmost = true; /* a lower duplicate of a page demoted again is stale */
         for (size_t j = i + 1; j < pool->ndemoted_stack && topmost; j++)
@@ -1110,6 +1360,7 @@ static uint32_t take_demoted(core_pool_t *pool, int64_t now)
  * after a full turn without an evictable page. Emits the hand's move. */
 static uint32_t clock_sweep(core_pool_t *pool, evict_scan *scan, int64_t now)
 {
+    core_ns *ns = pool->ns;
     uint64_t n = pool->num_pages; /* == touched: nothing is FREE when we evict */
     uint32_t hand = pool->hand, victim = CORE_NIL;
     uint64_t steps = 0;
@@ -1117,18 +1368,23 @@ static uint32_t clock_sweep(core_pool_t *pool, evict_scan *scan, int64_t now)
     for (;;) {
         if (steps > 0 && steps % n == 0 && !seen_evictable)
             break; /* a full turn without an evictable page */
-        if ((steps & 7) == 0) /* the records ahead are read in page order */
+        if ((steps & 7) == 0) /* the records of the pages ahead, read at random */
             for (uint32_t k = 8; k < 16; k++)
-                if ((uint64_t)hand + k < n)
-                    prefetch_rec(core__rec(pool, hand + k), 1);
+                if ((uint64_t)hand + k < n) {
+                    uint32_t ref = *core__ref(pool, hand + k);
+                    if (core__ref_owned(ref))
+                        __builtin_prefetch(core__krec(ns, ref) + CORE_REC_BITS, 1);
+                }
         uint32_t page = hand;
         hand = hand + 1 == n ? 0 : hand + 1;
         steps++;
-        core_page_rec *rec = core__rec(pool, page);
-        if (core__rec_state(rec) != CORE_PAGE_OWNED)
+        uint32_t id = *core__ref(pool, page);
+        if (!core__ref_owned(id))
             continue;
-        unsigned use = core__rec_use(rec);
-        if (evictable(rec, now)) {
+        uint8_t *rec = core__krec(ns, id);
+        uint8_t *bits = &rec_bits(rec)[pool->col];
+        unsigned use = core__bits_use(*bits);
+        if (evictable(*bits, core__krec_deadlines(ns, rec)[pool->col], now)) {
             seen_evictable = true;
             if (use == 0) {
                 victim = page;
@@ -1136,7 +1392,7 @@ static uint32_t clock_sweep(core_pool_t *pool, evict_scan *scan, int64_t now)
             }
         }
         if (use > 0)
-            core__rec_set_use(rec, use - 1);
+            *bits = core__bits_set_use(*bits, use - 1);
     }
     pool->hand = hand;
     if (victim == CORE_NIL)
@@ -1161,19 +1417,15 @@ static uint32_t take_page(core_pool_t *pool, evict_scan *scan, int64_t now)
     page = find_evictable(pool, scan, now);
     if (page == CORE_NIL)
         return CORE_NIL;
-    core_key key;
-    core__rec_to_key(pool->core, core__rec(pool, page), &key);
-    owned_leave(pool, page); /* an ended write lease not swept yet; a live one is never evicted */
-    /* key.ext still points at the record's copy: demote before dropping it. */
-    demote_in_other_ranks(pool, &key, now);
+    uint32_t id = owned_leave(pool, page, NULL);
+    demote_in_other_ranks(pool, id, now);
     emit(pool, CORE_EV_FREE, page, 0);
-    rec_drop_key(core__rec(pool, page));
+    rec_release_if_empty(pool->ns, pool->core, id);
     pool->counters.evictions++;
     return page;
 }
 
-/* Can `need` new pages be had (free or evictable) without taking any? Every
- * evictable OWNED page is: the clock lowers counts until one is 0. */
+/* Can `need` new pages be had (free or evictable) without taking any? */
 static int can_take(core_pool_t *pool, uint64_t need, int64_t now)
 {
     uint64_t avail = pool_free_count(pool);
@@ -1181,11 +1433,9 @@ static int can_take(core_pool_t *pool, uint64_t need, int64_t now)
         return 1;
     if (!pool->core->config.evict_lru)
         return 0;
-    for (uint64_t p = 0; p < pool->touched && avail < need; p++) {
-        const core_page_rec *rec = core__rec(pool, (uint32_t)p);
-        if (core__rec_state(rec) == CORE_PAGE_OWNED && evictable(rec, now))
+    for (uint64_t p = 0; p < pool->touched && avail < need; p++)
+        if (page_is_owned(pool, (uint32_t)p) && page_evictable(pool, (uint32_t)p, now))
             avail++;
-    }
     return avail >= need;
 }
 
@@ -1215,6 +1465,13 @@ static void find_repeats(const core_key *enc, size_t n, size_t *dup)
     hf_xfree(table);
 }
 
+/* The page of `key` in `pool`, or CORE_NIL. */
+static inline uint32_t pool_find(const core_pool_t *pool, const core_key *key)
+{
+    uint32_t id = core__index_find(pool->ns, key);
+    return id == CORE_NIL ? CORE_NIL : core__krec_pages(pool->ns, core__krec(pool->ns, id))[pool->col];
+}
+
 void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc_mode mode,
                    int64_t now, int64_t *pages, bool *existed)
 {
@@ -1227,19 +1484,18 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
         core__key_encode(pool->core, keys[i], &enc[i]);
     find_repeats(enc, n, dup);
 
-    /* Pass 1: hits answer their page, count a use and are pinned (never
-     * evicted for the other keys of this call). */
+    /* Pass 1: hits answer their page, count a use and are pinned. */
     uint64_t hits = 0, need = 0;
     for (size_t i = 0; i < n; i++) {
         if (i % PREFETCH_BLOCK == 0)
-            index_prefetch(pool, &enc[i], n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK);
+            index_prefetch(pool->ns, &enc[i], n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK);
         if (dup[i] != i)
             continue;
-        uint32_t page = core__index_find(pool, &enc[i]);
+        uint32_t page = pool_find(pool, &enc[i]);
         pages[i] = page == CORE_NIL ? -1 : (int64_t)page;
         if (page != CORE_NIL) {
             page_touch(pool, page);
-            core__rec(pool, page)->bits |= CORE_REC_PINNED;
+            *page_bits(pool, page) |= CORE_REC_PINNED;
             hits++;
         } else {
             need++;
@@ -1250,8 +1506,6 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
 
     /* Pass 2: new keys get pages, unless all-or-nothing cannot be met. */
     int give = mode == CORE_ALLOC_PARTIAL || can_take(pool, need, now);
-    /* Write protection: vLLM rewrites every hit of an allocation that got
-     * all its new pages before it confirms them (core.h). */
     bool lease_hits = mode == CORE_ALLOC_ALL_OR_NOTHING && give && hits > 0 &&
                       pool->core->config.write_lease_ms > 0;
     evict_scan scan = {false};
@@ -1276,8 +1530,8 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
         pages[i] = page == CORE_NIL ? -1 : (int64_t)page;
     }
     for (size_t i = 0; hits > 0 && i < n; i++)
-        if (dup[i] == i && pages[i] >= 0) /* hits; a reserved page has no PINNED */
-            core__rec(pool, (uint32_t)pages[i])->bits &= (uint8_t)~CORE_REC_PINNED;
+        if (dup[i] == i && pages[i] >= 0 && page_is_owned(pool, (uint32_t)pages[i]))
+            *page_bits(pool, (uint32_t)pages[i]) &= (uint8_t)~CORE_REC_PINNED; /* hits */
     hf_xfree(dup);
     hf_xfree(enc);
 }
@@ -1308,28 +1562,37 @@ static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, in
         refuse(pool, refusals, CORE_REFUSE_NOT_RESERVED, refused);
         return;
     }
-    core_page_rec *rec = core__rec(pool, (uint32_t)page);
-    if (core__rec_state(rec) != CORE_PAGE_RESERVED && core__rec_state(rec) != CORE_PAGE_OWNED) {
+    uint32_t p = (uint32_t)page, ref = *core__ref(pool, p);
+    core_page_state state = core__page_state(pool, p);
+    if (state != CORE_PAGE_RESERVED && state != CORE_PAGE_OWNED) {
         refuse(pool, refusals, CORE_REFUSE_NOT_RESERVED, refused);
         return;
     }
-    if (!core__rec_key_eq(rec, key)) {
+    if (state == CORE_PAGE_OWNED) {
+        uint8_t *rec = core__krec(pool->ns, ref);
+        if (!core__keyst_eq(rec_key(rec), *rec_kind(rec), key)) {
+            refuse(pool, refusals, CORE_REFUSE_OTHER_KEY, refused);
+            return;
+        }
+        page_write_done(pool, p, now); /* re-confirm of a hit: a use, ends a write */
+        page_touch(pool, p);
+        return;
+    }
+    const core_side *e = &pool->side[ref & ~CORE_REF_SIDE];
+    if (!core__keyst_eq(&e->key, e->key_kind, key)) {
         refuse(pool, refusals, CORE_REFUSE_OTHER_KEY, refused);
         return;
     }
-    if (core__rec_state(rec) == CORE_PAGE_OWNED) { /* re-confirm of a hit: a use, ends a write */
-        page_write_done(pool, (uint32_t)page, now);
-        page_touch(pool, (uint32_t)page);
-        return;
-    }
-    uint32_t owned = core__index_find(pool, key);
+    uint32_t id = core__index_find(pool->ns, key);
+    uint32_t owned = id == CORE_NIL ? CORE_NIL
+                                    : core__krec_pages(pool->ns, core__krec(pool->ns, id))[pool->col];
     if (owned != CORE_NIL) { /* the key won a page meanwhile: keep that one */
-        page_unreserve(pool, (uint32_t)page);
+        page_unreserve(pool, p);
         page_touch(pool, owned);
         pool->counters.duplicate_confirmations++;
         return;
     }
-    page_own(pool, (uint32_t)page);
+    page_own(pool, p, id, key);
 }
 
 static void release_one(core_pool_t *pool, int64_t page, int64_t now, size_t *refused)
@@ -1339,7 +1602,7 @@ static void release_one(core_pool_t *pool, int64_t page, int64_t now, size_t *re
         refuse(pool, refusals, CORE_REFUSE_OUT_OF_RANGE, refused);
         return;
     }
-    core_page_state state = (uint64_t)page < pool->touched ? core__rec_state(core__rec(pool, (uint32_t)page))
+    core_page_state state = (uint64_t)page < pool->touched ? core__page_state(pool, (uint32_t)page)
                                                            : CORE_PAGE_FREE;
     if (state == CORE_PAGE_RESERVED) {
         page_release(pool, (uint32_t)page, now);
@@ -1358,14 +1621,14 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
     core_pool_expire(pool, now);
     for (size_t i = 0; i < n; i++) {
         size_t j = i % PREFETCH_BLOCK;
-        if (j == 0) { /* the records named by the pages, and the keys' slots */
+        if (j == 0) { /* the refs named by the pages, and the keys' slots */
             size_t m = n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK;
             for (size_t k = 0; k < m; k++) {
                 if (pages[i + k] >= 0 && (uint64_t)pages[i + k] < pool->touched)
-                    prefetch_rec(core__rec(pool, (uint32_t)pages[i + k]), 1);
+                    __builtin_prefetch(core__ref(pool, (uint32_t)pages[i + k]));
                 core__key_encode(pool->core, keys[i + k], &enc[k]);
             }
-            index_prefetch(pool, enc, m);
+            index_prefetch(pool->ns, enc, m);
         }
         confirm_one(pool, &enc[j], pages[i], now, &count);
     }
@@ -1376,12 +1639,6 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
 }
 
 /* ------------------------------------------------------------- readers */
-
-static uint32_t find_raw(core_pool_t *pool, hf_slice raw, core_key *key)
-{
-    core__key_encode(pool->core, raw, key);
-    return core__index_find(pool, key);
-}
 
 void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, bool *present)
 {
@@ -1404,9 +1661,9 @@ void core_lookup(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now,
             size_t m = n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK;
             for (size_t k = 0; k < m; k++)
                 core__key_encode(pool->core, keys[i + k], &enc[k]);
-            index_prefetch(pool, enc, m);
+            index_prefetch(pool->ns, enc, m);
         }
-        uint32_t page = core__index_find(pool, &enc[j]);
+        uint32_t page = pool_find(pool, &enc[j]);
         if (page == CORE_NIL) {
             pages[i] = -1;
             pool->counters.misses++;
@@ -1423,30 +1680,70 @@ void core_delete(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now)
     core_pool_expire(pool, now);
     for (size_t i = 0; i < n; i++) {
         core_key key;
-        uint32_t page = find_raw(pool, keys[i], &key);
+        core__key_encode(pool->core, keys[i], &key);
+        uint32_t page = pool_find(pool, &key);
         if (page == CORE_NIL)
             continue;
-        page_disown(pool, page, now);
-        demote_in_other_ranks(pool, &key, now);
+        uint32_t id = page_disown(pool, page, now);
+        demote_in_other_ranks(pool, id, now);
+        rec_release_if_empty(pool->ns, pool->core, id);
     }
 }
 
-/* Page of `key` in every pool of ns into found[rank]; 1 if all own it. */
-static int complete_pages(core_ns *ns, const core_key *key, uint32_t *found)
+/* Keys ahead of the one being answered whose slot (2 * PIPE_AHEAD ahead)
+ * and record (PIPE_AHEAD ahead) are asked for: a steady stream of misses in
+ * flight instead of one block's burst at a time. */
+#define PIPE_AHEAD 6
+#define PIPE_STACK 128
+
+static inline __attribute__((always_inline)) void
+pipe_prefetch_rec(const core_ns *ns, const core_key *key, size_t home)
 {
-    for (uint32_t r = 0; r < ns->ranks_cap; r++) {
-        core_pool_t *pool = ns->by_rank[r];
-        if (!pool)
-            continue;
-        found[r] = core__index_find(pool, key);
-        if (found[r] == CORE_NIL)
-            return 0;
-    }
-    return 1;
+    uint32_t slot = ns->slots[home];
+    if (slot != CORE_NIL && (slot & ~ns->id_mask) == (key->hash & ~ns->id_mask))
+        prefetch_bytes(core__krec(ns, slot & ns->id_mask), ns->rec_size, 1);
 }
 
-/* Shared walk of batch_exists and get_locations: complete keys are leased in
- * every rank; answer[i] is the page in `rank` (or 0 if rank is CORE_NIL). */
+/* A complete key's use in every column: the read lease, one more to the
+ * use count, no longer demoted; one USE event per pool (rank order). */
+static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until, bool observed)
+{
+    uint32_t ncols = ns->ncols;
+    int64_t *deadlines = core__krec_deadlines(ns, rec);
+    uint8_t *bits = rec_bits(rec);
+    const uint32_t *pages = core__krec_pages(ns, rec);
+    uint8_t any = 0;
+    for (uint32_t c = 0; c < ncols; c++)
+        any |= bits[c];
+    if (!observed && !(any & CORE_REC_DEMOTED)) {
+        /* the common case, without a branch per column: a count below
+         * CORE_USE_MAX (4) has bit 6 clear, and then takes one more */
+        for (uint32_t c = 0; c < ncols; c++) {
+            int64_t d = deadlines[c];
+            deadlines[c] = d > until ? d : until;
+            bits[c] = (uint8_t)(bits[c] + ((~bits[c] >> 2) & 0x10));
+        }
+        return;
+    }
+    for (uint32_t c = 0; c < ncols; c++) {
+        if (until > deadlines[c])
+            deadlines[c] = until;
+        unsigned use = core__bits_use(bits[c]);
+        if (use < CORE_USE_MAX)
+            bits[c] = core__bits_set_use(bits[c], use + 1);
+        if (bits[c] & CORE_REC_DEMOTED) {
+            bits[c] &= (uint8_t)~CORE_REC_DEMOTED;
+            ns->by_col[c]->ndemoted--;
+        }
+        if (observed)
+            emit(ns->by_col[c], CORE_EV_USE, pages[c], deadlines[c]);
+    }
+}
+
+/* Shared walk of batch_exists and get_locations: a key is complete when its
+ * record has a page in every column; complete keys are leased and used in
+ * every rank; answer[i] is the page in `rank` (or 0 if rank is CORE_NIL).
+ * One index probe and one record per key, whatever the TP size. */
 static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_slice *keys,
                           size_t n, int64_t now, int64_t *answer)
 {
@@ -1454,47 +1751,66 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
         answer[i] = -1;
     if (!ns || ns->npools == 0)
         return;
-    uint32_t *found = hf_xmalloc(ns->ranks_cap * sizeof *found);
-    for (uint32_t r = 0; r < ns->ranks_cap; r++)
-        if (ns->by_rank[r])
-            core_pool_expire(ns->by_rank[r], now);
-    core_key enc[PREFETCH_BLOCK];
+    uint32_t ncols = ns->ncols;
+    for (uint32_t c = 0; c < ncols; c++)
+        core_pool_expire(ns->by_col[c], now); /* even for no key, as always */
+    if (n == 0)
+        return;
+    uint32_t want = rank == CORE_NIL ? CORE_NIL : ns->by_rank[rank]->col;
+    int64_t until = now + core->config.read_lease_ms;
+    bool observed = core->observer && !core->replaying;
+    uint64_t complete_keys = 0;
+    core_key enc_buf[PIPE_STACK];
+    size_t home_buf[PIPE_STACK];
+    core_key *enc = n <= PIPE_STACK ? enc_buf : hf_xmalloc(n * sizeof *enc);
+    size_t *home = n <= PIPE_STACK ? home_buf : hf_xmalloc(n * sizeof *home);
     for (size_t i = 0; i < n; i++) {
-        size_t j = i % PREFETCH_BLOCK;
-        if (j == 0) {
-            size_t m = n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK;
-            for (size_t k = 0; k < m; k++)
-                core__key_encode(core, keys[i + k], &enc[k]);
-            for (uint32_t r = 0; r < ns->ranks_cap; r++)
-                if (ns->by_rank[r])
-                    index_prefetch(ns->by_rank[r], enc, m);
-        }
-        int complete = complete_pages(ns, &enc[j], found);
-        for (uint32_t r = 0; r < ns->ranks_cap; r++) {
-            core_pool_t *pool = ns->by_rank[r];
-            if (!pool)
-                continue;
-            if (complete) {
-                page_lease(pool, found[r], now);
-                pool->counters.hits++;
-            } else {
-                pool->counters.misses++;
-            }
-        }
-        if (complete)
-            answer[i] = rank == CORE_NIL ? 0 : found[rank];
+        core__key_encode(core, keys[i], &enc[i]);
+        home[i] = core__home(ns, enc[i].hash);
+        if (ns->slots && i < 2 * PIPE_AHEAD)
+            __builtin_prefetch(&ns->slots[home[i]]);
     }
-    hf_xfree(found);
+    for (size_t i = 0; ns->slots && i < PIPE_AHEAD && i < n; i++)
+        pipe_prefetch_rec(ns, &enc[i], home[i]);
+    for (size_t i = 0; i < n && ns->slots; i++) {
+        if (i + 2 * PIPE_AHEAD < n)
+            __builtin_prefetch(&ns->slots[home[i + 2 * PIPE_AHEAD]]);
+        if (i + PIPE_AHEAD < n)
+            pipe_prefetch_rec(ns, &enc[i + PIPE_AHEAD], home[i + PIPE_AHEAD]);
+        uint32_t id = core__index_find(ns, &enc[i]);
+        if (id == CORE_NIL)
+            continue;
+        uint8_t *rec = core__krec(ns, id);
+        const uint32_t *pages = core__krec_pages(ns, rec);
+        uint32_t c = 0;
+        while (c < ncols && pages[c] != CORE_NIL)
+            c++;
+        if (c < ncols)
+            continue;
+        complete_keys++;
+        complete_use(ns, rec, until, observed);
+        answer[i] = want == CORE_NIL ? 0 : pages[want];
+    }
+    if (enc != enc_buf)
+        hf_xfree(enc);
+    if (home != home_buf)
+        hf_xfree(home);
+    for (uint32_t c = 0; c < ncols; c++) {
+        ns->by_col[c]->counters.hits += complete_keys;
+        ns->by_col[c]->counters.misses += n - complete_keys;
+    }
 }
 
 void core_complete_exists(core_t *core, hf_slice ns, const hf_slice *keys, size_t n, int64_t now,
                           bool *present)
 {
-    int64_t *answer = hf_xmalloc((n ? n : 1) * sizeof *answer);
+    int64_t buf[128];
+    int64_t *answer = n <= 128 ? buf : hf_xmalloc(n * sizeof *answer);
     complete_walk(core, ns_find(core, ns), CORE_NIL, keys, n, now, answer);
     for (size_t i = 0; i < n; i++)
         present[i] = answer[i] >= 0;
-    hf_xfree(answer);
+    if (answer != buf)
+        hf_xfree(answer);
 }
 
 int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_slice *keys,
@@ -1545,30 +1861,39 @@ core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *
         *deadline = 0;
     if (page >= pool->touched)
         return CORE_PAGE_FREE;
-    const core_page_rec *rec = core__rec(pool, (uint32_t)page);
+    uint32_t ref = *core__ref(pool, (uint32_t)page);
+    if (ref == CORE_NIL)
+        return CORE_PAGE_FREE;
+    if (ref & CORE_REF_SIDE) {
+        const core_side *e = &pool->side[ref & ~CORE_REF_SIDE];
+        if (deadline)
+            *deadline = e->deadline;
+        if (key && e->state == CORE_PAGE_RESERVED)
+            *key = core__keyst_text(&e->key, e->key_kind, keybuf);
+        return (core_page_state)e->state;
+    }
+    uint8_t *rec = core__krec(pool->ns, ref);
     if (deadline)
-        *deadline = rec->deadline;
+        *deadline = core__krec_deadlines(pool->ns, rec)[pool->col];
     if (key)
-        *key = core__rec_key_text(rec, keybuf);
-    return (core_page_state)core__rec_state(rec);
+        *key = core__keyst_text(rec_key(rec), *rec_kind(rec), keybuf);
+    return CORE_PAGE_OWNED;
 }
 
 /* -------------------------------------------------------------- replay */
 
-/* The page of an event, if it is in range and in the expected state. */
-static core_page_rec *apply_target(core_pool_t *pool, uint64_t page, core_page_state want)
+/* Is the page of an event in range and in the expected state? Pages above
+ * the mark are FREE: the mark moves up to the page. */
+static bool apply_target(core_pool_t *pool, uint64_t page, core_page_state want)
 {
     if (!pool || page >= pool->num_pages)
-        return NULL;
+        return false;
     if (page >= pool->touched) {
         if (want != CORE_PAGE_FREE)
-            return NULL;
-        for (uint64_t p = pool->touched; p <= page; p++) {
-            ensure_chunk(pool, (uint32_t)p);
-            core_page_rec *rec = core__rec(pool, (uint32_t)p);
-            rec->bits = CORE_PAGE_FREE;
-            rec->prev = rec->next = CORE_NIL;
-        }
+            return false;
+        ensure_chunk(pool, (uint32_t)page);
+        for (uint64_t p = pool->touched; p <= page; p++)
+            *core__ref(pool, (uint32_t)p) = CORE_NIL;
         uint64_t skipped = pool->touched;
         pool->touched = page + 1;
         /* live: a primary takes the mark's own page, so nothing is skipped;
@@ -1576,21 +1901,28 @@ static core_page_rec *apply_target(core_pool_t *pool, uint64_t page, core_page_s
         if (pool->core->live_apply)
             for (uint64_t p = skipped; p < page; p++)
                 free_stack_push(pool, (uint32_t)p);
-        return core__rec(pool, (uint32_t)page);
+        return true;
     }
-    core_page_rec *rec = core__rec(pool, (uint32_t)page);
-    return core__rec_state(rec) == want ? rec : NULL;
+    return core__page_state(pool, (uint32_t)page) == want;
 }
 
 static int apply_free(core_pool_t *pool, uint32_t page)
 {
     if (!pool || page >= pool->touched)
         return CORE_EINVAL;
-    core_page_rec *rec = core__rec(pool, page);
-    switch (core__rec_state(rec)) {
-    case CORE_PAGE_RESERVED: list_remove(pool, &pool->reserved, page); break;
-    case CORE_PAGE_OWNED: owned_leave(pool, page); break;
-    case CORE_PAGE_DRAINING: list_remove(pool, &pool->draining, page); break;
+    uint32_t s = page_side(pool, page);
+    switch (core__page_state(pool, page)) {
+    case CORE_PAGE_RESERVED:
+        list_remove(pool, &pool->reserved, s);
+        side_release(pool, s);
+        break;
+    case CORE_PAGE_OWNED:
+        rec_release_if_empty(pool->ns, pool->core, owned_leave(pool, page, NULL));
+        break;
+    case CORE_PAGE_DRAINING:
+        list_remove(pool, &pool->draining, s);
+        side_release(pool, s);
+        break;
     default: return CORE_EINVAL;
     }
     page_free(pool, page); /* the free stack is rebuilt by core_apply_finish */
@@ -1605,11 +1937,11 @@ static void apply_sweep(core_pool_t *pool, uint32_t to, int64_t turns)
     if (turns > 0) {
         unsigned drop = turns > CORE_USE_MAX ? CORE_USE_MAX : (unsigned)turns;
         for (uint64_t p = 0; p < pool->touched; p++) {
-            core_page_rec *rec = core__rec(pool, (uint32_t)p);
-            if (core__rec_state(rec) != CORE_PAGE_OWNED)
+            if (!page_is_owned(pool, (uint32_t)p))
                 continue;
-            unsigned use = core__rec_use(rec);
-            core__rec_set_use(rec, use > drop ? use - drop : 0);
+            uint8_t *bits = page_bits(pool, (uint32_t)p);
+            unsigned use = core__bits_use(*bits);
+            *bits = core__bits_set_use(*bits, use > drop ? use - drop : 0);
         }
     }
     for (uint64_t p = pool->hand; p != to; p = p + 1 == n ? 0 : p + 1) {
@@ -1617,10 +1949,12 @@ static void apply_sweep(core_pool_t *pool, uint32_t to, int64_t turns)
             p = to > p ? to - 1 : n - 1;
             continue;
         }
-        core_page_rec *rec = core__rec(pool, (uint32_t)p);
-        unsigned use = core__rec_use(rec);
-        if (core__rec_state(rec) == CORE_PAGE_OWNED && use > 0)
-            core__rec_set_use(rec, use - 1);
+        if (!page_is_owned(pool, (uint32_t)p))
+            continue;
+        uint8_t *bits = page_bits(pool, (uint32_t)p);
+        unsigned use = core__bits_use(*bits);
+        if (use > 0)
+            *bits = core__bits_set_use(*bits, use - 1);
     }
     pool->hand = to;
 }
@@ -1628,48 +1962,48 @@ static void apply_sweep(core_pool_t *pool, uint32_t to, int64_t turns)
 static int apply_page_event(core_pool_t *pool, const core_event *ev)
 {
     uint32_t page = (uint32_t)ev->page;
-    core_page_rec *rec;
     core_key key;
     switch (ev->type) {
     case CORE_EV_RESERVE:
-        if (ev->key.len == 0 || !(rec = apply_target(pool, ev->page, CORE_PAGE_FREE)))
+        if (ev->key.len == 0 || !apply_target(pool, ev->page, CORE_PAGE_FREE))
             return CORE_EINVAL;
         if (pool->core->live_apply)
             free_stack_remove(pool, page);
         core__key_encode(pool->core, ev->key, &key);
         page_reserve(pool, page, &key, ev->deadline);
         return 0;
-    case CORE_EV_OWN:
-        if (!(rec = apply_target(pool, ev->page, CORE_PAGE_RESERVED)))
+    case CORE_EV_OWN: {
+        if (!apply_target(pool, ev->page, CORE_PAGE_RESERVED))
             return CORE_EINVAL;
-        if (!index_insert_unique(pool, page))
+        const core_side *e = &pool->side[page_side(pool, page)];
+        core__keyst_to_key(pool->core, &e->key, e->key_kind, &key);
+        uint32_t id = core__index_find(pool->ns, &key);
+        if (id != CORE_NIL &&
+            core__krec_pages(pool->ns, core__krec(pool->ns, id))[pool->col] != CORE_NIL)
             return CORE_EINVAL; /* the key would own two pages */
-        page_own_indexed(pool, page, true);
+        page_own(pool, page, id, &key);
         return 0;
+    }
     case CORE_EV_FREE:
         return apply_free(pool, page);
     case CORE_EV_DRAIN: /* from the log: an OWNED page; from a snapshot: a FREE one */
-        if ((rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)) != NULL) {
-            rec->deadline = ev->deadline;
-            owned_leave(pool, page);
-            rec_drop_key(rec);
-        } else if (!(rec = apply_target(pool, ev->page, CORE_PAGE_FREE))) {
+        if (apply_target(pool, ev->page, CORE_PAGE_OWNED)) {
+            rec_release_if_empty(pool->ns, pool->core, owned_leave(pool, page, NULL));
+        } else if (!apply_target(pool, ev->page, CORE_PAGE_FREE)) {
             return CORE_EINVAL;
         } else if (pool->core->live_apply) {
             free_stack_remove(pool, page); /* a release: FREE, then DRAIN */
         }
-        rec->bits = CORE_PAGE_DRAINING;
-        rec->deadline = ev->deadline;
-        list_insert_by_deadline(pool, &pool->draining, page);
+        page_drain(pool, page, ev->deadline);
         return 0;
     case CORE_EV_USE:
-        if (!(rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)))
+        if (!apply_target(pool, ev->page, CORE_PAGE_OWNED))
             return CORE_EINVAL;
-        rec->deadline = ev->deadline;
+        *page_deadline(pool, page) = ev->deadline;
         page_touch(pool, page);
         return 0;
     case CORE_EV_DEMOTE:
-        if (!(rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)))
+        if (!apply_target(pool, ev->page, CORE_PAGE_OWNED))
             return CORE_EINVAL;
         page_demote(pool, page);
         return 0;
@@ -1685,14 +2019,13 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
         return 0;
     case CORE_EV_WRITE_DONE: {
         core_wlease *e;
-        if (!(rec = apply_target(pool, ev->page, CORE_PAGE_OWNED)) ||
-            !(e = wlease_find(pool, page)))
+        if (!apply_target(pool, ev->page, CORE_PAGE_OWNED) || !(e = wlease_find(pool, page)))
             return CORE_EINVAL;
         if (e->writers <= 1)
             wlease_remove(pool, e); /* the last writer: the lease ends */
         else
             e->writers--;
-        rec->deadline = ev->deadline;
+        *page_deadline(pool, page) = ev->deadline;
         return 0;
     }
     default:
@@ -1734,24 +2067,26 @@ size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages)
 
 int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n)
 {
-    /* A FREE page at the top of the high-water mark is named by no event of
-     * core_walk_state, so the replay's mark may stop below it: such pages
-     * (at or above the mark) are taken in, as FREE records. */
-    uint64_t top = pool->touched;
+    /* The events of a snapshot carry no high-water mark: a replay raises
+     * the mark only to its highest page that is not FREE. Pages of the
+     * order at or above this pool's mark are FREE pages that the source had
+     * handed out once: the mark rises to cover them, and then every page
+     * between the old and the new mark must be in the order. */
+    uint64_t mark = pool->touched;
     for (size_t i = 0; i < n; i++) {
         if (pages[i] >= pool->num_pages)
             return CORE_EINVAL;
-        if (pages[i] >= top)
-            top = (uint64_t)pages[i] + 1;
+        if ((uint64_t)pages[i] + 1 > mark)
+            mark = (uint64_t)pages[i] + 1;
     }
-    if (n != pool->nfree + (top - pool->touched))
+    if (n != pool->nfree + (mark - pool->touched))
         return CORE_EINVAL;
-    size_t words = (size_t)(top + 63) / 64;
+    size_t words = (size_t)(mark + 63) / 64;
     uint64_t *seen = hf_xcalloc(words ? words : 1, sizeof *seen);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         uint32_t p = pages[i];
-        if ((p < pool->touched && core__rec_state(core__rec(pool, p)) != CORE_PAGE_FREE) ||
+        if ((p < pool->touched && *core__ref(pool, p) != CORE_NIL) ||
             (seen[p / 64] >> (p % 64) & 1))
             rc = CORE_EINVAL;
         else
@@ -1760,15 +2095,15 @@ int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n)
     hf_xfree(seen);
     if (rc != 0)
         return rc;
-    if (top > pool->touched)
-        apply_target(pool, top - 1, CORE_PAGE_FREE);
-    if (n > pool->free_cap) {
-        pool->free_stack = hf_xreallocarray(pool->free_stack, n, sizeof(uint32_t));
-        pool->free_cap = n;
+    if (mark > pool->touched)
+        ensure_chunk(pool, (uint32_t)(mark - 1));
+    for (uint64_t p = pool->touched; p < mark; p++) {
+        *core__ref(pool, (uint32_t)p) = CORE_NIL;
+        free_stack_push(pool, (uint32_t)p); /* room; the order is copied below */
     }
+    pool->touched = mark;
     if (n)
         memcpy(pool->free_stack, pages, n * sizeof *pages);
-    pool->nfree = n;
     return 0;
 }
 
@@ -1777,21 +2112,26 @@ size_t core_memory_usage(const core_t *core)
     size_t total = sizeof *core + core->nns * sizeof(core_ns *);
     for (size_t n = 0; n < core->nns; n++) {
         const core_ns *ns = core->namespaces[n];
-        total += sizeof *ns + ns->name_len + ns->ranks_cap * sizeof(core_pool_t *);
+        total += sizeof *ns + ns->name_len + ns->ranks_cap * sizeof(core_pool_t *) +
+                 ns->ncols * sizeof(core_pool_t *) + ns->nrchunks * CORE_REC_CHUNK * ns->rec_size +
+                 ns->rchunks_cap * sizeof(uint8_t *) +
+                 (ns->slots ? (ns->slot_mask + 1) * sizeof(uint32_t) : 0);
+        for (uint32_t id = 0; id < ns->rec_top; id++) {
+            uint8_t *rec = core__krec(ns, id);
+            if (*rec_kind(rec) == CORE_KEY_EXT)
+                total += rec_key(rec)->ext.len;
+        }
         for (uint32_t r = 0; r < ns->ranks_cap; r++) {
             const core_pool_t *pool = ns->by_rank[r];
             if (!pool)
                 continue;
-            total += sizeof *pool + pool->nchunks * CORE_CHUNK_PAGES * sizeof(core_page_rec) +
-                     pool->chunks_cap * sizeof(core_page_rec *) +
+            total += sizeof *pool + pool->nchunks * CORE_CHUNK_PAGES * sizeof(uint32_t) +
+                     pool->chunks_cap * sizeof(uint32_t *) + pool->side_cap * sizeof(core_side) +
                      pool->free_cap * sizeof(uint32_t) + pool->demoted_cap * sizeof(uint32_t) +
-                     (pool->slots ? (pool->slot_mask + 1) * sizeof(uint32_t) : 0) +
                      (pool->wleases ? (pool->wlease_mask + 1) * sizeof(core_wlease) : 0);
-            for (uint64_t p = 0; p < pool->touched; p++) {
-                const core_page_rec *rec = core__rec(pool, (uint32_t)p);
-                if (rec->key_kind == CORE_KEY_EXT)
-                    total += rec->key.ext.len;
-            }
+            for (size_t s = 0; s < pool->side_top; s++)
+                if (pool->side[s].key_kind == CORE_KEY_EXT)
+                    total += pool->side[s].key.ext.len;
         }
     }
     return total;
@@ -1807,8 +2147,8 @@ void core_apply_finish(core_t *core)
                 continue;
             pool->nfree = 0;
             for (uint32_t p = (uint32_t)pool->touched; p-- > 0;)
-                if (core__rec_state(core__rec(pool, p)) == CORE_PAGE_FREE)
-                    page_free(pool, p);
+                if (*core__ref(pool, p) == CORE_NIL)
+                    free_stack_push(pool, p);
         }
     }
     core->replaying = false;
@@ -1820,17 +2160,25 @@ static void walk_emit(core_observer_fn fn, void *ctx, const core_pool_t *pool,
     char buf[64];
     core_event ev = {type, {pool->ns->name, pool->ns->name_len}, pool->rank, page, {"", 0},
                      deadline};
-    if (type == CORE_EV_RESERVE)
-        ev.key = core__rec_key_text(core__rec(pool, page), buf);
+    if (type == CORE_EV_RESERVE) {
+        uint32_t ref = *core__ref(pool, page);
+        if (ref & CORE_REF_SIDE) {
+            const core_side *e = &pool->side[ref & ~CORE_REF_SIDE];
+            ev.key = core__keyst_text(&e->key, e->key_kind, buf);
+        } else {
+            uint8_t *rec = core__krec(pool->ns, ref);
+            ev.key = core__keyst_text(rec_key(rec), *rec_kind(rec), buf);
+        }
+    }
     fn(ctx, &ev);
 }
 
 /* The USEs that follow OWN for an owned page in a snapshot, and how many
  * SWEEPs (turns that lower its count by one) must follow them. */
-static unsigned walk_uses(const core_page_rec *rec, unsigned *sweeps)
+static unsigned walk_uses(uint8_t bits, int64_t deadline, unsigned *sweeps)
 {
-    unsigned use = core__rec_use(rec), nuse = 0;
-    if (rec->deadline > 0 || use > CORE_USE_INSERT)
+    unsigned use = core__bits_use(bits), nuse = 0;
+    if (deadline > 0 || use > CORE_USE_INSERT)
         nuse = use > CORE_USE_INSERT + 1 ? use - CORE_USE_INSERT : 1;
     unsigned top = CORE_USE_INSERT + nuse > CORE_USE_MAX ? CORE_USE_MAX : CORE_USE_INSERT + nuse;
     *sweeps = top - use;
@@ -1844,25 +2192,24 @@ static void walk_owned(const core_pool_t *pool, core_observer_fn fn, void *ctx)
 {
     unsigned most = 0, sweeps;
     for (uint64_t p = 0; p < pool->touched; p++) {
-        const core_page_rec *rec = core__rec(pool, (uint32_t)p);
-        if (core__rec_state(rec) == CORE_PAGE_OWNED) {
-            walk_uses(rec, &sweeps);
+        if (page_is_owned(pool, (uint32_t)p)) {
+            walk_uses(*page_bits(pool, (uint32_t)p), *page_deadline(pool, (uint32_t)p), &sweeps);
             if (sweeps > most)
                 most = sweeps;
         }
     }
     for (unsigned g = most + 1; pool->nowned > 0 && g-- > 0;) {
         for (uint64_t p = 0; p < pool->touched; p++) {
-            const core_page_rec *rec = core__rec(pool, (uint32_t)p);
-            if (core__rec_state(rec) != CORE_PAGE_OWNED)
+            if (!page_is_owned(pool, (uint32_t)p))
                 continue;
-            unsigned nuse = walk_uses(rec, &sweeps);
+            int64_t deadline = *page_deadline(pool, (uint32_t)p);
+            unsigned nuse = walk_uses(*page_bits(pool, (uint32_t)p), deadline, &sweeps);
             if (sweeps != g)
                 continue;
             walk_emit(fn, ctx, pool, CORE_EV_RESERVE, (uint32_t)p, 0);
             walk_emit(fn, ctx, pool, CORE_EV_OWN, (uint32_t)p, 0);
             for (unsigned u = 0; u < nuse; u++)
-                walk_emit(fn, ctx, pool, CORE_EV_USE, (uint32_t)p, rec->deadline);
+                walk_emit(fn, ctx, pool, CORE_EV_USE, (uint32_t)p, deadline);
         }
         if (g > 0)
             walk_emit(fn, ctx, pool, CORE_EV_SWEEP, pool->hand, 1);
@@ -1875,7 +2222,7 @@ static void walk_owned(const core_pool_t *pool, core_observer_fn fn, void *ctx)
     size_t n = 0;
     for (size_t i = pool->ndemoted_stack; i-- > 0 && n < pool->ndemoted;) {
         uint32_t page = pool->demoted[i];
-        if (!(core__rec(pool, page)->bits & CORE_REC_DEMOTED) || (seen[page / 64] >> (page % 64) & 1))
+        if (!page_demoted(pool, page) || (seen[page / 64] >> (page % 64) & 1))
             continue;
         seen[page / 64] |= 1ull << (page % 64);
         order[n++] = page;
@@ -1893,8 +2240,8 @@ static void walk_pool(const core_pool_t *pool, core_observer_fn fn, void *ctx)
     fn(ctx, &init);
     if (pool->hand != 0) /* no OWNED page yet: this only puts the hand in place */
         walk_emit(fn, ctx, pool, CORE_EV_SWEEP, pool->hand, 0);
-    for (uint32_t p = pool->reserved.head; p != CORE_NIL; p = core__rec(pool, p)->next)
-        walk_emit(fn, ctx, pool, CORE_EV_RESERVE, p, core__rec(pool, p)->deadline);
+    for (uint32_t s = pool->reserved.head; s != CORE_NIL; s = pool->side[s].next)
+        walk_emit(fn, ctx, pool, CORE_EV_RESERVE, pool->side[s].page, pool->side[s].deadline);
     walk_owned(pool, fn, ctx);
     for (size_t s = 0; pool->nwleases && s <= pool->wlease_mask; s++) {
         const core_wlease *e = &pool->wleases[s];
@@ -1905,8 +2252,8 @@ static void walk_pool(const core_pool_t *pool, core_observer_fn fn, void *ctx)
 
 static void walk_draining(const core_pool_t *pool, core_observer_fn fn, void *ctx)
 {
-    for (uint32_t p = pool->draining.head; p != CORE_NIL; p = core__rec(pool, p)->next)
-        walk_emit(fn, ctx, pool, CORE_EV_DRAIN, p, core__rec(pool, p)->deadline);
+    for (uint32_t s = pool->draining.head; s != CORE_NIL; s = pool->side[s].next)
+        walk_emit(fn, ctx, pool, CORE_EV_DRAIN, pool->side[s].page, pool->side[s].deadline);
 }
 
 void core_walk_state(const core_t *core, core_observer_fn fn, void *ctx)

@@ -17,7 +17,7 @@
  *             and a page is owned by at most one key (the product's invariant,
  *             verified by core_check()). A key may hold several reservations.
  *
- * Recency (PROTOCOL "recency order": a CLOCK-class approximation of LRU)
+ * Recency (docs/protocol.md "recency order": a CLOCK-class approximation of LRU)
  *   Every OWNED page has a use count, 0..CORE_USE_MAX. Confirming a new
  *   page sets it to CORE_USE_INSERT; a use (an allocation hit, a
  *   re-confirmation, exists, lookup, and a completeness read, which uses
@@ -43,7 +43,9 @@
  *   the hand's moves are events (CORE_EV_SWEEP), so replay rebuilds them.
  *
  * Memory: a pool costs O(1) to create whatever num_pages is; pages are backed
- * by records only once handed out (see core.c for the layout).
+ * by storage only once handed out. Keys are stored once per namespace: one
+ * record per (namespace, key) holds the key's page, use count and lease in
+ * every pool (core_internal.h specifies the layout).
  *
  * Errors: functions returning int return 0 or a negative CORE_E* code. Out of
  * memory aborts the process (util/xalloc.h): a half-applied change is worse.
@@ -296,11 +298,12 @@ int core_apply_live(core_t *core, const core_event *ev);
  * that hands out exactly the same pages (a replica) saves it beside the
  * events. Valid until the next change of the pool. */
 size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages);
-/* After core_apply_finish(): put the free stack in that order. Pages at or
- * above the high-water mark are FREE pages that no event named (the top of
- * the saved pool's mark): the mark rises to take them in. CORE_EINVAL
- * (nothing changed) unless pages[] is exactly the pool's FREE pages below
- * its mark, plus such pages, each once. */
+/* After core_apply_finish(): put the free stack in that order. The events
+ * of core_walk_state do not carry the high-water mark (a replay raises it
+ * only to its highest page that is not FREE), so pages of the order at or
+ * above the pool's mark raise the mark to cover them. CORE_EINVAL (nothing
+ * changed) unless pages[] is exactly the pool's FREE pages below that
+ * mark. */
 int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n);
 
 /* Bytes held by the core (records, indexes, stacks, key copies), for
