@@ -284,11 +284,11 @@ def main(argv):
                 pending.remove(job)
                 start(job, log_dir)
                 running.append(job)
-            pid, status, usage = os.wait4(-1, 0)
+            pid, status, rusage = os.wait4(-1, 0)
             for job in running:
                 if job.proc.pid == pid:
                     job.proc.returncode = os.waitstatus_to_exitcode(status)
-                    job.cpu = usage.ru_utime + usage.ru_stime
+                    job.cpu = rusage.ru_utime + rusage.ru_stime
                     finish(job)
                     running.remove(job)
                     report(job, out)
