@@ -73,13 +73,17 @@ def call(c, method, path, body, headers):
 
 
 class LoggedServer(Server):
-    """A Server whose log stays readable (last_stderr) after it stopped."""
+    """A Server whose whole log, its shutdown included, stays readable
+    (last_stderr) after it stopped. Read once the process has exited: the
+    start-up lines are written after the port answers /health, so a log read
+    before SIGTERM could miss them on a loaded machine."""
 
     last_stderr = ""
 
-    def stop(self):
-        self.last_stderr = self.stderr()
-        super().stop()
+    def _cleanup_dir(self):
+        if self.workdir:
+            self.last_stderr = self.stderr()
+        super()._cleanup_dir()
 
 
 class AuthServer(LoggedServer):

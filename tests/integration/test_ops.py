@@ -18,13 +18,17 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 class LoggedServer(Server):
-    """A Server whose log stays readable (last_stderr) after it stopped."""
+    """A Server whose whole log, its shutdown included, stays readable
+    (last_stderr) after it stopped. Read once the process has exited: the
+    start-up lines are written after the port answers /health, so a log read
+    before SIGTERM could miss them on a loaded machine."""
 
     last_stderr = ""
 
-    def stop(self):
-        self.last_stderr = self.stderr()
-        super().stop()
+    def _cleanup_dir(self):
+        if self.workdir:
+            self.last_stderr = self.stderr()
+        super()._cleanup_dir()
 
 
 def help_flags():
