@@ -308,9 +308,7 @@ store_t *store_mem_new(const core_config *config, const store_clock *clock)
 {
     store_mem *m = hf_xcalloc(1, sizeof *m);
     m->base.ops = &mem_ops;
-    m->core = core_new(config);
-    if (!m->core)
-        abort(); /* out of memory: see util/xalloc.h */
+    m->core = core_new(config); /* never NULL: out of memory aborts (util/xalloc.h) */
     m->clock = *clock;
     pthread_mutex_init(&m->lock, NULL);
     return &m->base;
