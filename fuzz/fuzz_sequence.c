@@ -98,7 +98,7 @@ typedef struct session {
     unsigned nlast;
     fuzz_snapshot before, after;
     wal_encoder log;    /* the core's events, as the server logs them */
-    wal_buf snapshot;   /* the last OP_SNAPSHOT, empty if none */
+    hf_buf snapshot;   /* the last OP_SNAPSHOT, empty if none */
     size_t snapshot_at; /* log bytes before it */
 } session;
 
@@ -303,9 +303,9 @@ static void take_snapshot(session *s)
     core_walk_state(s->engine.core, wal__enc_event, &snap);
     wal__enc_flush(&snap);
     wal__enc_end(&snap);
-    wal__buf_free(&s->snapshot);
+    hf_buf_free(&s->snapshot);
     s->snapshot = snap.out;
-    snap.out = (wal_buf){0};
+    snap.out = (hf_buf){0};
     wal__enc_free(&snap);
     s->snapshot_at = s->log.out.len;
 }
@@ -313,25 +313,25 @@ static void take_snapshot(session *s)
 /* Every event of a state walk, as bytes. */
 static void render_event(void *ctx, const core_event *ev)
 {
-    wal_buf *out = ctx;
+    hf_buf *out = ctx;
     uint64_t fixed[5] = {(uint64_t)ev->type, ev->rank, ev->page, (uint64_t)ev->deadline,
                          ev->ns.len};
-    wal__buf_append(out, fixed, sizeof fixed);
-    wal__buf_append(out, ev->ns.ptr, ev->ns.len);
+    hf_buf_append(out, fixed, sizeof fixed);
+    hf_buf_append(out, ev->ns.ptr, ev->ns.len);
     uint64_t klen = ev->key.len;
-    wal__buf_append(out, &klen, sizeof klen);
-    wal__buf_append(out, ev->key.ptr, ev->key.len);
+    hf_buf_append(out, &klen, sizeof klen);
+    hf_buf_append(out, ev->key.ptr, ev->key.len);
 }
 
-static wal_buf render(const core_t *core)
+static hf_buf render(const core_t *core)
 {
-    wal_buf out = {0};
+    hf_buf out = {0};
     core_walk_state(core, render_event, &out);
     return out;
 }
 
 /* Replay the records of bytes[from..len-1] into core; the last decode result. */
-static int replay(wal_decoder *dec, core_t *core, const wal_buf *bytes, size_t from,
+static int replay(wal_decoder *dec, core_t *core, const hf_buf *bytes, size_t from,
                   uint32_t salt, const char *what)
 {
     int last = WAL_DEC_OK;
@@ -353,14 +353,14 @@ static int replay(wal_decoder *dec, core_t *core, const wal_buf *bytes, size_t f
 static void expect_rebuilt(session *s, core_t *copy, const char *what)
 {
     core_apply_finish(copy);
-    wal_buf live = render(s->engine.core), got = render(copy);
+    hf_buf live = render(s->engine.core), got = render(copy);
     if (live.len != got.len || (live.len && memcmp(live.ptr, got.ptr, live.len) != 0))
         fuzz_fail("%s does not rebuild the live state", what);
     char err[512];
     if (core_check(copy, err, sizeof err) != 0)
         fuzz_fail("%s rebuilds a state that breaks the invariant: %s", what, err);
-    wal__buf_free(&live);
-    wal__buf_free(&got);
+    hf_buf_free(&live);
+    hf_buf_free(&got);
     core_free(copy);
 }
 
@@ -548,7 +548,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         core_set_observer(s->engine.core, NULL, NULL);
     }
     wal__enc_free(&s->log);
-    wal__buf_free(&s->snapshot);
+    hf_buf_free(&s->snapshot);
     fuzz_snapshot_free(&s->before);
     fuzz_snapshot_free(&s->after);
     json_buf_free(&s->body);

@@ -54,7 +54,7 @@
 
 /* ---- building bodies ---- */
 
-static void put_varint(wal_buf *b, uint64_t v)
+static void put_varint(hf_buf *b, uint64_t v)
 {
     uint8_t out[10];
     size_t n = 0;
@@ -65,11 +65,11 @@ static void put_varint(wal_buf *b, uint64_t v)
             out[n] |= 0x80;
         n++;
     } while (v);
-    wal__buf_append(b, out, n);
+    hf_buf_append(b, out, n);
 }
 
 /* A deadline field: 0 (none) or zigzag(offset from the time base) + 1. */
-static void put_deadline(wal_buf *b, uint8_t x)
+static void put_deadline(hf_buf *b, uint8_t x)
 {
     if (x == 0) {
         put_varint(b, 0);
@@ -85,7 +85,7 @@ static const char *const keys[] = {
     "ab", "ABCD", "x\001y",
 };
 
-static void put_key(wal_buf *b, uint8_t x)
+static void put_key(hf_buf *b, uint8_t x)
 {
     const char *key = keys[x % 8];
     size_t len = strlen(key);
@@ -95,18 +95,18 @@ static void put_key(wal_buf *b, uint8_t x)
             unsigned v;
             sscanf(key + 2 * i, "%2x", &v);
             uint8_t byte = (uint8_t)v;
-            wal__buf_append(b, &byte, 1);
+            hf_buf_append(b, &byte, 1);
         }
         return;
     }
     put_varint(b, (uint64_t)len << 1);
-    wal__buf_append(b, key, len);
+    hf_buf_append(b, key, len);
 }
 
 static const char *const namespaces[] = {"kv", "ns", "", "kv2"};
 
 /* One record body from the input into body; false if nothing was built. */
-static void build_body(fuzz_reader *in, wal_buf *body, uint64_t records_before)
+static void build_body(fuzz_reader *in, hf_buf *body, uint64_t records_before)
 {
     uint8_t op = fuzz_byte(in);
     uint8_t type = (uint8_t)(op % 12);
@@ -120,12 +120,12 @@ static void build_body(fuzz_reader *in, wal_buf *body, uint64_t records_before)
          * memory. Generated pools stay small. */
         if (type == 11 || (n > 0 && raw[0] == WAL_REC_POOL_INIT)) {
             uint8_t t = (uint8_t)(op >> 4 | 0x10);
-            wal__buf_append(body, &t, 1);
+            hf_buf_append(body, &t, 1);
         }
-        wal__buf_append(body, raw, n);
+        hf_buf_append(body, raw, n);
         return;
     }
-    wal__buf_append(body, &type, 1);
+    hf_buf_append(body, &type, 1);
     switch (type) {
     case WAL_REC_POOL_INIT: {
         const char *ns = namespaces[fuzz_byte(in) % 4];
@@ -134,7 +134,7 @@ static void build_body(fuzz_reader *in, wal_buf *body, uint64_t records_before)
         uint8_t pages = fuzz_byte(in);
         put_varint(body, pages & 0x80 ? 4096u + pages : pages % 9u);
         put_varint(body, strlen(ns));
-        wal__buf_append(body, ns, strlen(ns));
+        hf_buf_append(body, ns, strlen(ns));
         return;
     }
     case WAL_REC_CLEAR_ALL:
@@ -166,7 +166,7 @@ static void build_body(fuzz_reader *in, wal_buf *body, uint64_t records_before)
 
 typedef struct file {
     char name[64];
-    wal_buf bytes;
+    hf_buf bytes;
 } file;
 
 enum { K_SNAPSHOT, K_SEGMENT, K_TMP, K_FOREIGN, K_DAMAGED, K_MISNAMED };
@@ -201,14 +201,14 @@ static uint64_t put_header(fuzz_reader *in, file *f, bool snapshot, uint64_t seq
     wal__header_encode(&h, head);
     if (hflags & 0x02)
         head[44] ^= 0x5a;
-    wal__buf_append(&f->bytes, head, sizeof head);
+    hf_buf_append(&f->bytes, head, sizeof head);
     return h.lsn;
 }
 
 /* The records, framed with correct checksums, and a correct END if asked. */
 static void put_records(fuzz_reader *in, file *f, uint32_t salt, bool end)
 {
-    wal_buf body = {0};
+    hf_buf body = {0};
     unsigned nrec = fuzz_byte(in) % 16;
     uint64_t records = 0;
     for (unsigned i = 0; i < nrec && in->n; i++) {
@@ -220,11 +220,11 @@ static void put_records(fuzz_reader *in, file *f, uint32_t salt, bool end)
     if (end) {
         body.len = 0;
         uint8_t type = WAL_REC_END;
-        wal__buf_append(&body, &type, 1);
+        hf_buf_append(&body, &type, 1);
         put_varint(&body, records);
         wal__frame_append(&f->bytes, salt, body.ptr, body.len);
     }
-    wal__buf_free(&body);
+    hf_buf_free(&body);
 }
 
 static void damage_file(fuzz_reader *in, file *f)
@@ -239,7 +239,7 @@ static void damage_file(fuzz_reader *in, file *f)
     if (damage & 4) {
         const uint8_t *junk;
         size_t n = fuzz_bytes(in, fuzz_byte(in) % 32, &junk);
-        wal__buf_append(&f->bytes, junk, n);
+        hf_buf_append(&f->bytes, junk, n);
     }
     if (damage & 8)
         memset(f->bytes.ptr, 0, f->bytes.len);
@@ -295,7 +295,7 @@ static void write_file(const char *dir, const file *f)
 }
 
 /* The directory's files (but LOCK and *.tmp) as one byte string. */
-static void read_dir(const char *dir, wal_buf *out)
+static void read_dir(const char *dir, hf_buf *out)
 {
     out->len = 0;
     struct dirent **names;
@@ -307,14 +307,14 @@ static void read_dir(const char *dir, wal_buf *out)
         skip = skip || strcmp(name, "LOCK") == 0 ||
                (len > 4 && strcmp(name + len - 4, ".tmp") == 0);
         if (!skip) {
-            wal__buf_append(out, name, len + 1);
+            hf_buf_append(out, name, len + 1);
             char path[512];
             snprintf(path, sizeof path, "%s/%s", dir, name);
             FILE *fp = fopen(path, "rb");
             uint8_t chunk[4096];
             size_t got;
             while (fp && (got = fread(chunk, 1, sizeof chunk, fp)) > 0)
-                wal__buf_append(out, chunk, got);
+                hf_buf_append(out, chunk, got);
             if (fp)
                 fclose(fp);
         }
@@ -327,14 +327,14 @@ static void read_dir(const char *dir, wal_buf *out)
 
 static void render_event(void *ctx, const core_event *ev)
 {
-    wal_buf *out = ctx;
+    hf_buf *out = ctx;
     uint64_t fixed[5] = {(uint64_t)ev->type, ev->rank, ev->page, (uint64_t)ev->deadline,
                          ev->ns.len};
-    wal__buf_append(out, fixed, sizeof fixed);
-    wal__buf_append(out, ev->ns.ptr, ev->ns.len);
+    hf_buf_append(out, fixed, sizeof fixed);
+    hf_buf_append(out, ev->ns.ptr, ev->ns.len);
     uint64_t klen = ev->key.len;
-    wal__buf_append(out, &klen, sizeof klen);
-    wal__buf_append(out, ev->key.ptr, ev->key.len);
+    hf_buf_append(out, &klen, sizeof klen);
+    hf_buf_append(out, ev->key.ptr, ev->key.len);
 }
 
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -342,7 +342,7 @@ static void host_lock(void *ctx) { pthread_mutex_lock(ctx); }
 static void host_unlock(void *ctx) { pthread_mutex_unlock(ctx); }
 
 /* Open dir; on success render the state into *state (if not NULL) and close. */
-static int open_dir(const char *dir, bool salvage, bool final_snapshot, wal_buf *state,
+static int open_dir(const char *dir, bool salvage, bool final_snapshot, hf_buf *state,
                     char *err, size_t errlen)
 {
     core_config config = fuzz_core_config();
@@ -393,7 +393,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         write_file(dir, &files[nfiles]);
         nfiles++;
     }
-    wal_buf before = {0}, after = {0}, first = {0}, second = {0};
+    hf_buf before = {0}, after = {0}, first = {0}, second = {0};
     read_dir(dir, &before);
 
     char err[1024];
@@ -414,11 +414,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_fail("opening the recovered directory again gives another state");
     }
     for (size_t i = 0; i < nfiles; i++)
-        wal__buf_free(&files[i].bytes);
-    wal__buf_free(&before);
-    wal__buf_free(&after);
-    wal__buf_free(&first);
-    wal__buf_free(&second);
+        hf_buf_free(&files[i].bytes);
+    hf_buf_free(&before);
+    hf_buf_free(&after);
+    hf_buf_free(&first);
+    hf_buf_free(&second);
     rm_dir(dir);
     return 0;
 }

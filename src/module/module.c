@@ -135,10 +135,10 @@ static void value_free(void *p)
 
 /* ---- snapshots: the serialized form (see the header) ---- */
 
-static void put_u32(wire_buf *b, uint32_t x)
+static void put_u32(hf_buf *b, uint32_t x)
 {
     char c[4] = {(char)x, (char)(x >> 8), (char)(x >> 16), (char)(x >> 24)};
-    wire_buf_add(b, c, 4);
+    hf_buf_append(b, c, 4);
 }
 
 static uint32_t get_u32(const char *p)
@@ -154,7 +154,7 @@ static void collect_event(void *ctx, const core_event *ev)
 
 typedef struct free_orders {
     core_t *core;
-    wire_buf *out;
+    hf_buf *out;
 } free_orders;
 
 static void collect_free_order(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *st)
@@ -165,16 +165,16 @@ static void collect_free_order(void *ctx, hf_slice ns, uint32_t rank, const core
     size_t n = pool ? core_pool_free_order(pool, &pages) : 0;
     put_u32(f->out, rank);
     put_u32(f->out, (uint32_t)n);
-    wire_buf_reserve(f->out, 4 * n);
+    hf_buf_reserve(f->out, 4 * n);
     for (size_t i = 0; i < n; i++)
         put_u32(f->out, pages[i]);
 }
 
 /* The events and free orders of the value (two fresh buffers). */
-static void snapshot(const hf_value *v, wire_buf *events, wire_buf *order)
+static void snapshot(const hf_value *v, hf_buf *events, hf_buf *order)
 {
-    *events = (wire_buf){0};
-    *order = (wire_buf){0};
+    *events = (hf_buf){0};
+    *order = (hf_buf){0};
     core_walk_state(v->core, collect_event, events);
     free_orders f = {v->core, order};
     core_foreach_pool(v->core, 0, collect_free_order, &f);
@@ -244,13 +244,13 @@ fail:
 static void type_rdb_save(RedisModuleIO *io, void *p)
 {
     hf_value *v = p;
-    wire_buf ev, order;
+    hf_buf ev, order;
     snapshot(v, &ev, &order);
     rm_SaveStringBuffer(io, v->ns, v->ns_len);
-    rm_SaveStringBuffer(io, ev.p ? ev.p : "", ev.len);
-    rm_SaveStringBuffer(io, order.p ? order.p : "", order.len);
-    wire_buf_free(&ev);
-    wire_buf_free(&order);
+    rm_SaveStringBuffer(io, ev.ptr ? (const char *)ev.ptr : "", ev.len);
+    rm_SaveStringBuffer(io, order.ptr ? (const char *)order.ptr : "", order.len);
+    hf_buf_free(&ev);
+    hf_buf_free(&order);
 }
 
 static void *type_rdb_load(RedisModuleIO *io, int encver)
@@ -282,12 +282,12 @@ static void *type_rdb_load(RedisModuleIO *io, int encver)
 static void type_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
 {
     hf_value *v = p;
-    wire_buf ev, order;
+    hf_buf ev, order;
     snapshot(v, &ev, &order);
-    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbb", key, v->ns, v->ns_len, ev.p ? ev.p : "", ev.len,
-               order.p ? order.p : "", order.len);
-    wire_buf_free(&ev);
-    wire_buf_free(&order);
+    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbb", key, v->ns, v->ns_len, ev.ptr ? (const char *)ev.ptr : "", ev.len,
+               order.ptr ? (const char *)order.ptr : "", order.len);
+    hf_buf_free(&ev);
+    hf_buf_free(&order);
 }
 
 static size_t type_mem_usage(const void *p)
@@ -299,14 +299,14 @@ static size_t type_mem_usage(const void *p)
 static void type_digest(RedisModuleDigest *md, void *p)
 {
     hf_value *v = p;
-    wire_buf ev, order;
+    hf_buf ev, order;
     snapshot(v, &ev, &order);
     rm_DigestAddStringBuffer(md, v->ns, v->ns_len);
-    rm_DigestAddStringBuffer(md, ev.p ? ev.p : "", ev.len);
-    rm_DigestAddStringBuffer(md, order.p ? order.p : "", order.len);
+    rm_DigestAddStringBuffer(md, ev.ptr ? (const char *)ev.ptr : "", ev.len);
+    rm_DigestAddStringBuffer(md, order.ptr ? (const char *)order.ptr : "", order.len);
     rm_DigestEndSequence(md);
-    wire_buf_free(&ev);
-    wire_buf_free(&order);
+    hf_buf_free(&ev);
+    hf_buf_free(&order);
 }
 
 /* ---- commands: shared parts ---- */
@@ -317,7 +317,7 @@ typedef struct cmd {
     RedisModuleString **argv;
     RedisModuleKey *key;
     hf_value *v;   /* NULL: no value under the key */
-    wire_buf events;
+    hf_buf events;
 } cmd;
 
 static void observe(void *ctx, const core_event *ev)
@@ -356,9 +356,9 @@ static void cmd_close(cmd *c)
         core_set_observer(c->v->core, NULL, NULL);
         if (c->events.len)
             rm_Replicate(c->ctx, "HF3FS.APPLY", "sbb", c->argv[1], c->v->ns, c->v->ns_len,
-                         c->events.p, c->events.len);
+                         (const char *)c->events.ptr, c->events.len);
     }
-    wire_buf_free(&c->events);
+    hf_buf_free(&c->events);
     if (c->key)
         rm_CloseKey(c->key);
 }
@@ -479,10 +479,10 @@ static int arg_pages(RedisModuleCtx *ctx, RedisModuleString *a, int64_t **pages,
 
 static void reply_pages(RedisModuleCtx *ctx, const int64_t *pages, size_t n)
 {
-    wire_buf b = {0};
+    hf_buf b = {0};
     wire_i64_append(&b, pages, n);
-    rm_ReplyWithStringBuffer(ctx, b.p ? b.p : "", b.len);
-    wire_buf_free(&b);
+    rm_ReplyWithStringBuffer(ctx, b.ptr ? (const char *)b.ptr : "", b.len);
+    hf_buf_free(&b);
 }
 
 static void reply_flags(RedisModuleCtx *ctx, const bool *flags, size_t n)
@@ -987,8 +987,8 @@ static int cmd_rebuild(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 
 /* The values of this node's selected database, for the keyless commands. */
 typedef struct scan_list {
-    wire_buf names; /* key list encoding of the key names */
-    wire_buf nss;   /* key list encoding of their namespaces */
+    hf_buf names; /* key list encoding of the key names */
+    hf_buf nss;   /* key list encoding of their namespaces */
     size_t n;
 } scan_list;
 
@@ -1025,13 +1025,13 @@ static int cmd_namespaces(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
     scan_list l;
     scan_values(ctx, &l);
     hf_slice *ns = hf_xmalloc((l.n ? l.n : 1) * sizeof *ns);
-    wire_keys_decode(l.nss.p, l.nss.len, ns);
+    wire_keys_decode((const char *)l.nss.ptr, l.nss.len, ns);
     rm_ReplyWithArray(ctx, (long)l.n);
     for (size_t i = 0; i < l.n; i++)
         rm_ReplyWithStringBuffer(ctx, ns[i].len ? ns[i].ptr : "", ns[i].len);
     hf_xfree(ns);
-    wire_buf_free(&l.names);
-    wire_buf_free(&l.nss);
+    hf_buf_free(&l.names);
+    hf_buf_free(&l.nss);
     return REDISMODULE_OK;
 }
 
@@ -1043,7 +1043,7 @@ static int cmd_clearall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     scan_list l;
     scan_values(ctx, &l);
     hf_slice *names = hf_xmalloc((l.n ? l.n : 1) * sizeof *names);
-    wire_keys_decode(l.names.p, l.names.len, names);
+    wire_keys_decode((const char *)l.names.ptr, l.names.len, names);
     long long deleted = 0;
     for (size_t i = 0; i < l.n; i++) {
         RedisModuleString *name = rm_CreateString(ctx, names[i].ptr, names[i].len);
@@ -1057,8 +1057,8 @@ static int cmd_clearall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         rm_FreeString(ctx, name);
     }
     hf_xfree(names);
-    wire_buf_free(&l.names);
-    wire_buf_free(&l.nss);
+    hf_buf_free(&l.names);
+    hf_buf_free(&l.nss);
     rm_ReplyWithLongLong(ctx, deleted);
     return REDISMODULE_OK;
 }

@@ -28,31 +28,6 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap)
     return need;
 }
 
-void wire_buf_reserve(wire_buf *b, size_t more)
-{
-    if (b->cap - b->len >= more)
-        return;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < more)
-        cap *= 2;
-    b->p = hf_xrealloc(b->p, cap);
-    b->cap = cap;
-}
-
-void wire_buf_add(wire_buf *b, const void *p, size_t len)
-{
-    wire_buf_reserve(b, len);
-    if (len)
-        memcpy(b->p + b->len, p, len);
-    b->len += len;
-}
-
-void wire_buf_free(wire_buf *b)
-{
-    hf_xfree(b->p);
-    *b = (wire_buf){0};
-}
-
 static void put_u32(char *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -65,16 +40,16 @@ static uint32_t get_u32(const char *p)
     return (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
 }
 
-void wire_keys_append(wire_buf *b, const hf_slice *keys, size_t n)
+void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += 4 + keys[i].len;
-    wire_buf_reserve(b, total);
+    hf_buf_reserve(b, total);
     for (size_t i = 0; i < n; i++) {
-        put_u32(b->p + b->len, (uint32_t)keys[i].len);
+        put_u32((char *)b->ptr + b->len, (uint32_t)keys[i].len);
         if (keys[i].len)
-            memcpy(b->p + b->len + 4, keys[i].ptr, keys[i].len);
+            memcpy((char *)b->ptr + b->len + 4, keys[i].ptr, keys[i].len);
         b->len += 4 + keys[i].len;
     }
 }
@@ -106,13 +81,13 @@ void wire_keys_decode(const char *p, size_t len, hf_slice *out)
     }
 }
 
-void wire_i64_append(wire_buf *b, const int64_t *v, size_t n)
+void wire_i64_append(hf_buf *b, const int64_t *v, size_t n)
 {
-    wire_buf_reserve(b, 8 * n);
+    hf_buf_reserve(b, 8 * n);
     for (size_t i = 0; i < n; i++) {
         uint64_t u = (uint64_t)v[i];
         for (int k = 0; k < 8; k++)
-            b->p[b->len + 8 * i + k] = (char)(u >> (8 * k));
+            b->ptr[b->len + 8 * i + k] = (char)(u >> (8 * k));
     }
     b->len += 8 * n;
 }
@@ -179,14 +154,14 @@ int wire_cfg_parse(const char *p, size_t len, core_config *cfg)
     return 0;
 }
 
-static void put_varint(wire_buf *b, uint64_t v)
+static void put_varint(hf_buf *b, uint64_t v)
 {
-    wire_buf_reserve(b, 10);
+    hf_buf_reserve(b, 10);
     while (v >= 0x80) {
-        b->p[b->len++] = (char)(v | 0x80);
+        b->ptr[b->len++] = (char)(v | 0x80);
         v >>= 7;
     }
-    b->p[b->len++] = (char)v;
+    b->ptr[b->len++] = (char)v;
 }
 
 static int get_varint(const char *p, size_t len, size_t *pos, uint64_t *out)
@@ -205,16 +180,16 @@ static int get_varint(const char *p, size_t len, size_t *pos, uint64_t *out)
     return -1;
 }
 
-void wire_event_append(wire_buf *b, const core_event *ev)
+void wire_event_append(hf_buf *b, const core_event *ev)
 {
-    wire_buf_reserve(b, 1);
-    b->p[b->len++] = (char)ev->type;
+    hf_buf_reserve(b, 1);
+    b->ptr[b->len++] = (char)ev->type;
     put_varint(b, ev->rank);
     put_varint(b, ev->page);
     put_varint(b, ((uint64_t)ev->deadline << 1) ^ (uint64_t)(ev->deadline >> 63));
     if (ev->type == CORE_EV_RESERVE) {
         put_varint(b, ev->key.len);
-        wire_buf_add(b, ev->key.ptr, ev->key.len);
+        hf_buf_append(b, ev->key.ptr, ev->key.len);
     }
 }
 

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "util/buf.h"
 #include "util/slice.h"
 
 #define HF3FS_MODULE_NAME "hf3fsmeta"
@@ -42,25 +43,15 @@
 size_t wire_value_key(hf_slice ns, char *out, size_t cap);
 #define WIRE_VALUE_KEY_LEN(nslen) (8 + 2 * (nslen) + ((nslen) == 0))
 
-/* A growable byte buffer (hf_xrealloc: aborts on out-of-memory). */
-typedef struct wire_buf {
-    char *p;
-    size_t len, cap;
-} wire_buf;
-
-void wire_buf_reserve(wire_buf *b, size_t more);
-void wire_buf_add(wire_buf *b, const void *p, size_t len);
-void wire_buf_free(wire_buf *b);
-
 /* Key lists. */
-void wire_keys_append(wire_buf *b, const hf_slice *keys, size_t n);
+void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n);
 /* How many keys p[0..len) holds, or -1 if it is not a well-formed key list. */
 int64_t wire_keys_count(const char *p, size_t len);
 /* Fill out[0..count) from a list wire_keys_count accepted (slices point into p). */
 void wire_keys_decode(const char *p, size_t len, hf_slice *out);
 
 /* Page lists. */
-void wire_i64_append(wire_buf *b, const int64_t *v, size_t n);
+void wire_i64_append(hf_buf *b, const int64_t *v, size_t n);
 /* Item i of a page list (the caller checked len == 8 * count). */
 int64_t wire_i64_at(const char *p, size_t i);
 
@@ -71,7 +62,7 @@ size_t wire_cfg_format(const core_config *cfg, char *out, size_t cap);
 int wire_cfg_parse(const char *p, size_t len, core_config *cfg);
 
 /* Events. */
-void wire_event_append(wire_buf *b, const core_event *ev);
+void wire_event_append(hf_buf *b, const core_event *ev);
 /* Decode the event at *pos of p[0..len) into *ev (ev->ns = ns; ev->key
  * points into p); advances *pos. 1: an event, 0: the end, -1: malformed. */
 int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev);

@@ -86,18 +86,18 @@ static void args_int(args *a, int64_t v)
 
 static void args_keys(args *a, const hf_slice *keys, size_t n)
 {
-    wire_buf b = {0};
+    hf_buf b = {0};
     wire_keys_append(&b, keys, n);
-    args_add(a, b.p, b.len);
-    wire_buf_free(&b);
+    args_add(a, b.ptr, b.len);
+    hf_buf_free(&b);
 }
 
 static void args_pages(args *a, const int64_t *v, size_t n)
 {
-    wire_buf b = {0};
+    hf_buf b = {0};
     wire_i64_append(&b, v, n);
-    args_add(a, b.p, b.len);
-    wire_buf_free(&b);
+    args_add(a, b.ptr, b.len);
+    hf_buf_free(&b);
 }
 
 static void args_free(args *a)

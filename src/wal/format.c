@@ -12,31 +12,6 @@
 
 /* ---------------------------------------------------------------- buffers */
 
-void wal__buf_reserve(wal_buf *b, size_t more)
-{
-    if (b->len + more <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more)
-        cap *= 2;
-    b->ptr = hf_xrealloc(b->ptr, cap);
-    b->cap = cap;
-}
-
-void wal__buf_append(wal_buf *b, const void *data, size_t len)
-{
-    wal__buf_reserve(b, len);
-    if (len)
-        memcpy(b->ptr + b->len, data, len);
-    b->len += len;
-}
-
-void wal__buf_free(wal_buf *b)
-{
-    free(b->ptr);
-    memset(b, 0, sizeof *b);
-}
-
 /* ----------------------------------------------------- little-endian ints */
 
 static void put32(uint8_t *p, uint32_t v)
@@ -106,9 +81,9 @@ int wal__header_decode(const uint8_t *p, size_t len, wal_file_header *h)
 
 /* ---------------------------------------------------------------- varints */
 
-static void put_varint(wal_buf *b, uint64_t v)
+static void put_varint(hf_buf *b, uint64_t v)
 {
-    wal__buf_reserve(b, 10);
+    hf_buf_reserve(b, 10);
     while (v >= 0x80) {
         b->ptr[b->len++] = (uint8_t)(v | 0x80);
         v >>= 7;
@@ -152,7 +127,7 @@ static const uint8_t *get_bytes(reader *r, size_t n)
 
 /* 0 stands for "no deadline"; others are zigzag(deadline - base) + 1, in
  * wrapping arithmetic so that every int64 round-trips. */
-static void put_deadline(wal_buf *b, int64_t base, int64_t deadline)
+static void put_deadline(hf_buf *b, int64_t base, int64_t deadline)
 {
     if (deadline == 0) {
         put_varint(b, 0);
@@ -196,16 +171,16 @@ static bool is_packable_hex(hf_slice key)
 
 /* varint (n << 1 | hex) then n bytes: hex keys (lowercase, even length) are
  * packed two characters a byte. */
-static void put_key(wal_buf *b, hf_slice key)
+static void put_key(hf_buf *b, hf_slice key)
 {
     if (!is_packable_hex(key)) {
         put_varint(b, (uint64_t)key.len << 1);
-        wal__buf_append(b, key.ptr, key.len);
+        hf_buf_append(b, key.ptr, key.len);
         return;
     }
     size_t n = key.len / 2;
     put_varint(b, (uint64_t)n << 1 | 1);
-    wal__buf_reserve(b, n);
+    hf_buf_reserve(b, n);
     for (size_t i = 0; i < n; i++)
         b->ptr[b->len++] = (uint8_t)(hex_digit((uint8_t)key.ptr[2 * i]) << 4 |
                                      hex_digit((uint8_t)key.ptr[2 * i + 1]));
@@ -214,7 +189,7 @@ static void put_key(wal_buf *b, hf_slice key)
 static const char hex_chars[] = "0123456789abcdef";
 
 /* The key text; hex keys are unpacked into *scratch. */
-static hf_slice get_key(reader *r, wal_buf *scratch)
+static hf_slice get_key(reader *r, hf_buf *scratch)
 {
     uint64_t h = get_varint(r);
     uint64_t n = h >> 1;
@@ -228,7 +203,7 @@ static hf_slice get_key(reader *r, wal_buf *scratch)
     if (!(h & 1))
         return (hf_slice){(const char *)p, (size_t)n};
     scratch->len = 0;
-    wal__buf_reserve(scratch, (size_t)n * 2);
+    hf_buf_reserve(scratch, (size_t)n * 2);
     for (size_t i = 0; i < n; i++) {
         scratch->ptr[2 * i] = (uint8_t)hex_chars[p[i] >> 4];
         scratch->ptr[2 * i + 1] = (uint8_t)hex_chars[p[i] & 15];
@@ -239,9 +214,9 @@ static hf_slice get_key(reader *r, wal_buf *scratch)
 
 /* ---------------------------------------------------------------- framing */
 
-void wal__frame_append(wal_buf *out, uint32_t salt, const uint8_t *body, size_t body_len)
+void wal__frame_append(hf_buf *out, uint32_t salt, const uint8_t *body, size_t body_len)
 {
-    wal__buf_reserve(out, WAL_MAX_FRAME_OVERHEAD + body_len);
+    hf_buf_reserve(out, WAL_MAX_FRAME_OVERHEAD + body_len);
     uint8_t *rec = out->ptr + out->len;
     size_t n = 4;
     uint64_t v = body_len;
@@ -380,9 +355,9 @@ void wal__enc_init(wal_encoder *e, int64_t time_base)
 void wal__enc_free(wal_encoder *e)
 {
     wal__pools_clear(&e->pools);
-    wal__buf_free(&e->out);
-    wal__buf_free(&e->body);
-    wal__buf_free(&e->held_key);
+    hf_buf_free(&e->out);
+    hf_buf_free(&e->body);
+    hf_buf_free(&e->held_key);
     free(e->open);
     memset(e, 0, sizeof *e);
 }
@@ -390,7 +365,7 @@ void wal__enc_free(wal_encoder *e)
 static void body_start(wal_encoder *e, uint8_t type)
 {
     e->body.len = 0;
-    wal__buf_reserve(&e->body, 1);
+    hf_buf_reserve(&e->body, 1);
     e->body.ptr[e->body.len++] = type;
 }
 
@@ -506,7 +481,7 @@ void wal__enc_event(void *ctx, const core_event *ev)
         put_varint(&e->body, ev->rank);
         put_varint(&e->body, ev->page);
         put_varint(&e->body, ev->ns.len);
-        wal__buf_append(&e->body, ev->ns.ptr, ev->ns.len);
+        hf_buf_append(&e->body, ev->ns.ptr, ev->ns.len);
         body_emit(e);
         return;
     }
@@ -521,7 +496,7 @@ void wal__enc_event(void *ctx, const core_event *ev)
         e->held_pool = id;
         e->held_page = ev->page;
         e->held_key.len = 0;
-        wal__buf_append(&e->held_key, ev->key.ptr, ev->key.len);
+        hf_buf_append(&e->held_key, ev->key.ptr, ev->key.len);
         return;
     }
     static const uint8_t types[] = {
@@ -563,7 +538,7 @@ void wal__dec_init(wal_decoder *d)
 void wal__dec_free(wal_decoder *d)
 {
     wal__pools_clear(&d->pools);
-    wal__buf_free(&d->key);
+    hf_buf_free(&d->key);
     memset(d, 0, sizeof *d);
 }
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
+#include "util/buf.h"
 #include "util/slice.h"
 
 #define WAL_VERSION 3         /* written; WAL_VERSION_OLDEST.. are read */
@@ -42,18 +43,6 @@ enum {
     WAL_REC_WRITE_DONE = 12,
     WAL_REC_SWEEP = 13, /* pool, hand, full turns (core.h CORE_EV_SWEEP) */
 };
-
-/* ---------------------------------------------------------------- buffers */
-
-/* A growable byte buffer; the owner frees it with wal__buf_free. */
-typedef struct wal_buf {
-    uint8_t *ptr;
-    size_t len, cap;
-} wal_buf;
-
-void wal__buf_reserve(wal_buf *b, size_t more);
-void wal__buf_append(wal_buf *b, const void *data, size_t len);
-void wal__buf_free(wal_buf *b);
 
 /* ---------------------------------------------------------- file headers */
 
@@ -93,7 +82,7 @@ int wal__frame(const uint8_t *p, size_t avail, uint32_t salt, size_t *rec_len,
                const uint8_t **body, size_t *body_len);
 
 /* Append one record with this body to out. */
-void wal__frame_append(wal_buf *out, uint32_t salt, const uint8_t *body, size_t body_len);
+void wal__frame_append(hf_buf *out, uint32_t salt, const uint8_t *body, size_t body_len);
 
 /* ------------------------------------------------------------ pool table */
 
@@ -138,8 +127,8 @@ void wal__pools_copy(wal_pools *dst, const wal_pools *src);
  */
 typedef struct wal_encoder {
     wal_pools pools;
-    wal_buf out;
-    wal_buf body;  /* scratch for one body */
+    hf_buf out;
+    hf_buf body;  /* scratch for one body */
     int64_t time_base;
     uint32_t salt; /* of the file the records go to */
     uint64_t records;
@@ -148,7 +137,7 @@ typedef struct wal_encoder {
     bool held;      /* a RESERVE with deadline 0 waits for its OWN */
     uint32_t held_pool;
     uint64_t held_page;
-    wal_buf held_key;
+    hf_buf held_key;
     bool snapshot;  /* POOL_INIT keeps the id the pool has in `pools` */
 } wal_encoder;
 
@@ -174,7 +163,7 @@ typedef struct wal_decoder {
     wal_pools pools;
     int64_t time_base;
     uint64_t records; /* bodies decoded (WAL_DEC_OK) */
-    wal_buf key;      /* scratch: an unpacked hex key */
+    hf_buf key;      /* scratch: an unpacked hex key */
 } wal_decoder;
 
 /* Called once per event of a record; nonzero = the event does not fit. */

@@ -392,7 +392,7 @@ typedef struct snap_writer {
 
 static void snap_drain(snap_writer *s)
 {
-    wal_buf *out = &s->w->enc.out;
+    hf_buf *out = &s->w->enc.out;
     if (s->err == 0 && out->len)
         s->err = wal__write_all(s->w, WAL_IO_SNAPSHOT, s->fd, out->ptr, out->len);
     s->bytes += out->len;
@@ -673,7 +673,7 @@ static void *writer_main(void *arg)
         }
         if (asked && gather_more(w))
             continue;
-        wal_buf swap = w->batch;
+        hf_buf swap = w->batch;
         w->batch = w->pending;
         w->pending = swap;
         w->pending.len = 0;
@@ -719,7 +719,7 @@ static void *writer_main(void *arg)
         pthread_cond_broadcast(&w->durable_cv);
         w->batch.len = 0;
         if (w->batch.cap > (8u << 20)) {
-            wal__buf_free(&w->batch);
+            hf_buf_free(&w->batch);
         }
     }
     /* Stopping: everything was written; make it durable. */
@@ -741,13 +741,13 @@ static void *writer_main(void *arg)
 uint64_t wal_publish(wal_t *w, bool change)
 {
     wal__enc_flush(&w->enc);
-    wal_buf *out = &w->enc.out;
+    hf_buf *out = &w->enc.out;
     pthread_mutex_lock(&w->mu);
     if (out->len > 0) {
         if (w->accepting && w->pending.len + out->len > WAL_MAX_PENDING)
             fail_locked(w, "keeping up (the writer fell 256 MiB behind)", EAGAIN);
         if (w->accepting)
-            wal__buf_append(&w->pending, out->ptr, out->len);
+            hf_buf_append(&w->pending, out->ptr, out->len);
         w->appended += out->len;
         if (!w->writer_busy)
             pthread_cond_signal(&w->writer_cv);
@@ -764,7 +764,7 @@ uint64_t wal_publish(wal_t *w, bool change)
     pthread_mutex_unlock(&w->mu);
     out->len = 0;
     if (out->cap > (4u << 20))
-        wal__buf_free(out);
+        hf_buf_free(out);
     return lsn;
 }
 
@@ -818,7 +818,7 @@ static void start_snapshot(wal_t *w, bool repair)
     w->host.lock(w->host.ctx);
     /* The child must not need malloc for its output (fork in a threaded
      * process): give the encoder its whole chunk now. */
-    wal__buf_reserve(&w->enc.out, WAL_SNAPSHOT_CHUNK + (64u << 10));
+    hf_buf_reserve(&w->enc.out, WAL_SNAPSHOT_CHUNK + (64u << 10));
     uint64_t seq = w->next_seq++;
     int64_t base = hf_clock_wall_ms();
     uint32_t salt = wal__new_salt();
@@ -990,8 +990,8 @@ static void wal_free(wal_t *w)
     if (w->dir_fd >= 0)
         close(w->dir_fd);
     wal__enc_free(&w->enc);
-    wal__buf_free(&w->pending);
-    wal__buf_free(&w->batch);
+    hf_buf_free(&w->pending);
+    hf_buf_free(&w->batch);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->writer_cv);
     pthread_cond_destroy(&w->durable_cv);

@@ -58,7 +58,7 @@ struct wal {
     pthread_cond_t keeper_cv;  /* the keeper waits for its next duty */
 
     /* Under mu. LSNs count bytes of records since the directory began. */
-    wal_buf pending;      /* records the writer has not taken yet */
+    hf_buf pending;      /* records the writer has not taken yet */
     uint64_t appended;    /* LSN at the end of everything published */
     uint64_t written;     /* records before this LSN are in the segment files */
     uint64_t synced;      /* ... and fdatasync'ed (or in a durable snapshot) */
@@ -89,7 +89,7 @@ struct wal {
     int seg_fd;
     uint64_t seg_seq;
     int64_t last_sync_ms; /* monotonic */
-    wal_buf batch;
+    hf_buf batch;
 
     /* The keeper's own. */
     pid_t child;

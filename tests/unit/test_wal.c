@@ -298,7 +298,7 @@ TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
     enc.salt = 99;
     core_set_observer(live, wal__enc_event, &enc);
     int64_t now = 1700000000000;
-    wal_buf snapshot = {0};
+    hf_buf snapshot = {0};
     size_t snapshot_at = 0;
     for (int step = 1; step <= 6000; step++) {
         now += pick(4) ? pick(40) : pick(4000);
@@ -364,13 +364,13 @@ TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
         core_walk_state(live, wal__enc_event, &snap);
         wal__enc_flush(&snap);
         wal__enc_end(&snap);
-        wal__buf_free(&snapshot);
+        hf_buf_free(&snapshot);
         snapshot = snap.out;
-        snap.out = (wal_buf){0};
+        snap.out = (hf_buf){0};
         wal__enc_free(&snap);
         snapshot_at = enc.out.len;
     }
-    wal__buf_free(&snapshot);
+    hf_buf_free(&snapshot);
     core_free(live);
     wal__enc_free(&enc);
 }

@@ -58,9 +58,9 @@ TEST(key_lists_round_trip_and_malformed_ones_are_refused)
                 store[i][k] = (char)next();
             keys[i] = (hf_slice){store[i], len};
         }
-        wire_buf b = {0};
+        hf_buf b = {0};
         wire_keys_append(&b, keys, n);
-        char *p = exact(b.p, b.len);
+        char *p = exact((const char *)b.ptr, b.len);
         CHECK_EQ(wire_keys_count(p, b.len), (int64_t)n);
         hf_slice out[20];
         wire_keys_decode(p, b.len, out);
@@ -71,7 +71,7 @@ TEST(key_lists_round_trip_and_malformed_ones_are_refused)
         for (size_t cut = 0; cut < b.len; cut++) {
             while (ki < n && boundary + 4 + keys[ki].len <= cut)
                 boundary += 4 + keys[ki++].len;
-            char *q = exact(b.p, cut);
+            char *q = exact((const char *)b.ptr, cut);
             int64_t got = wire_keys_count(q, cut);
             free(q);
             if (cut == boundary)
@@ -80,7 +80,7 @@ TEST(key_lists_round_trip_and_malformed_ones_are_refused)
                 CHECK_EQ(got, -1);
         }
         free(p);
-        wire_buf_free(&b);
+        hf_buf_free(&b);
     }
     CHECK_EQ(wire_keys_count("", 0), 0);
     char *p = exact("\x05\x00\x00\x00" "abcd", 8); /* says 5, has 4 */
@@ -95,14 +95,14 @@ TEST(page_lists_round_trip_every_int64)
 {
     int64_t v[] = {-1, 0, 1, 255, 256, INT64_MAX, INT64_MIN, 4294967294ll, -2};
     size_t n = sizeof v / sizeof v[0];
-    wire_buf b = {0};
+    hf_buf b = {0};
     wire_i64_append(&b, v, n);
     CHECK_EQ(b.len, 8 * n);
     for (size_t i = 0; i < n; i++)
-        CHECK_EQ(wire_i64_at(b.p, i), v[i]);
-    CHECK(memcmp(b.p, "\xff\xff\xff\xff\xff\xff\xff\xff", 8) == 0); /* little-endian -1 */
-    CHECK(memcmp(b.p + 32, "\x00\x01\x00\x00\x00\x00\x00\x00", 8) == 0);
-    wire_buf_free(&b);
+        CHECK_EQ(wire_i64_at((const char *)b.ptr, i), v[i]);
+    CHECK(memcmp((const char *)b.ptr, "\xff\xff\xff\xff\xff\xff\xff\xff", 8) == 0); /* little-endian -1 */
+    CHECK(memcmp((const char *)b.ptr + 32, "\x00\x01\x00\x00\x00\x00\x00\x00", 8) == 0);
+    hf_buf_free(&b);
 }
 
 TEST(cfg_round_trips_and_malformed_cfg_is_refused)
@@ -166,14 +166,14 @@ TEST(events_round_trip_and_truncated_or_malformed_events_are_refused)
     for (int round = 0; round < 300; round++) {
         size_t n = 1 + next() % 50;
         core_event evs[50];
-        wire_buf b = {0};
+        hf_buf b = {0};
         size_t ends[50];
         for (size_t i = 0; i < n; i++) {
             evs[i] = random_event(keys[i]);
             wire_event_append(&b, &evs[i]);
             ends[i] = b.len;
         }
-        char *p = exact(b.p, b.len);
+        char *p = exact((const char *)b.ptr, b.len);
         size_t pos = 0;
         for (size_t i = 0; i < n; i++) {
             core_event got;
@@ -192,12 +192,12 @@ TEST(events_round_trip_and_truncated_or_malformed_events_are_refused)
         /* the last event cut anywhere inside: refused, never read beyond */
         size_t start = n > 1 ? ends[n - 2] : 0;
         for (size_t cut = start + 1; cut < b.len; cut++) {
-            char *q = exact(b.p, cut);
+            char *q = exact((const char *)b.ptr, cut);
             size_t at = start;
             CHECK_EQ(wire_event_next(q, cut, &at, HF_SLICE_LIT("ns"), &got), -1);
             free(q);
         }
-        wire_buf_free(&b);
+        hf_buf_free(&b);
     }
     /* unknown types */
     for (int t = 0; t < 256; t++) {
