@@ -107,8 +107,8 @@ def test_memory_figures_per_entry_per_free_page_and_fresh_pool_are_printed():
     if skipped():
         return
     out = smoke()[1]
-    for pattern in (r"32-char keys: [\d.]+ bytes per entry",
-                    r"64-char keys: [\d.]+ bytes per entry",
+    for pattern in (r"32-char keys, TP \d+: [\d.]+ bytes per \(key, rank\)",
+                    r"64-char keys, TP \d+: [\d.]+ bytes per \(key, rank\)",
                     r"free pages once used: [\d.]+ bytes per page",
                     r"pool of 10\^9 pages just created: \d+ KiB",
                     r"server: \d+ owned entries, 64-hex keys, one rank: [\d.]+ bytes per entry"):
