@@ -22,6 +22,19 @@
  *       batch_exists for all of them; then every rank's worker loads the
  *       leading hits (get_locations) and saves the rest (batch_allocate +
  *       confirm_write with the pages it got).
+ *   loadgen hmget-load REDISPORT N
+ *       the baseline of bench/run's Redis CPU figure: fill two hashes of a
+ *       plain Redis, hf3fs-bench:{hmget}:0 and :1 (one per rank), with the
+ *       keys 0..N-1 as 32-byte fields (the 64 hex characters packed), "1"
+ *       each.
+ *   loadgen hmget REDISPORT SECONDS CONNS N [BATCH]
+ *       on CONNS connections, each with one read in flight: BATCH (128)
+ *       keys drawn at random from 0..N-1, and the two HMGETs of them (one
+ *       per hash, i.e. per rank) sent together in one write, as a client
+ *       asking both ranks would; a read is answered when both replies are
+ *       in. No warm-up: every read answered in the interval is counted, so
+ *       that a /proc CPU delta of the Redis around the run divides by all
+ *       of them. An answer with a missing field is an error.
  *
  * Keys are 64 (or KEYCHARS) lowercase hex characters derived from an integer,
  * the same in every subcommand. Requests use the stock Python clients' JSON
@@ -30,6 +43,11 @@
  *
  * load-style subcommands print one line:
  *   requests=R seconds=S rps=X pairs_per_s=Y keys_per_s=Z p50_us=A p99_us=B errors=E
+ *   answered=T answered_pairs=P
+ * where requests and pairs count the measured interval (after a warm-up of
+ * 0.5 s in runs over 2 s) and answered / answered_pairs every answer of the
+ * run, warm-up included (to divide a CPU delta measured around the whole
+ * run).
  * and exit 1 if any answer was unexpected (status, or an unparseable body).
  */
 #include <errno.h>
@@ -315,6 +333,7 @@ typedef struct run {
     size_t batch;
     size_t nkeys;
     uint64_t requests, errors, pairs, keys;
+    uint64_t answered, answered_pairs; /* warm-up included */
     uint32_t *hist;
     bool measuring;
 } run;
@@ -369,6 +388,7 @@ static int parse_answer(conn *c, int *status, const char **body, size_t *body_le
 
 static void record(run *r, conn *c)
 {
+    r->answered++;
     if (!r->measuring)
         return;
     double us = (now_s() - c->started) * 1e6;
@@ -427,6 +447,7 @@ static int save_answer(run *r, conn *c, int status, const char *body, size_t len
     }
     if (status != 204)
         return -1;
+    r->answered_pairs++;
     if (r->measuring) {
         r->pairs++;
         r->keys += c->n;
@@ -621,10 +642,12 @@ static void drive(run *r, size_t nconns, double seconds, job_fn first, answer_fn
     }
     double elapsed = now_s() - measured_from;
     printf("requests=%llu seconds=%.2f rps=%.0f pairs_per_s=%.0f keys_per_s=%.0f p50_us=%llu "
-           "p99_us=%llu errors=%llu\n", (unsigned long long)r->requests, elapsed,
+           "p99_us=%llu errors=%llu answered=%llu answered_pairs=%llu\n",
+           (unsigned long long)r->requests, elapsed,
            (double)r->requests / elapsed, (double)r->pairs / elapsed, (double)r->keys / elapsed,
            (unsigned long long)percentile(r, 50), (unsigned long long)percentile(r, 99),
-           (unsigned long long)r->errors);
+           (unsigned long long)r->errors, (unsigned long long)r->answered,
+           (unsigned long long)r->answered_pairs);
     for (size_t i = 0; i < nconns; i++) {
         close(conns[i].fd);
         free(conns[i].out.ptr);
@@ -765,10 +788,251 @@ static int cmd_bodies(int argc, char **argv)
     return 0;
 }
 
+/* ---- the bare-HMGET baseline (plain Redis, RESP) ---- */
+
+static const char *const hmget_hash[2] = {"hf3fs-bench:{hmget}:0", "hf3fs-bench:{hmget}:1"};
+
+static int hexval(char c)
+{
+    return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+/* key(i) as a 32-byte field: its 64 hex characters packed */
+static void key_field(uint64_t i, unsigned char out[32])
+{
+    char hex[64];
+    key_text(i, hex);
+    for (int b = 0; b < 32; b++)
+        out[b] = (unsigned char)(hexval(hex[2 * b]) << 4 | hexval(hex[2 * b + 1]));
+}
+
+static void resp_arg(text *t, const void *p, size_t n)
+{
+    text_printf(t, "$%zu\r\n", n);
+    text_put(t, p, n);
+    text_put(t, "\r\n", 2);
+}
+
+/* HMGET hash field(ids[0]) ... field(ids[n-1]), or HSET hash field 1 ... */
+static void resp_hash_cmd(text *t, bool set, unsigned h, const uint64_t *ids, size_t n)
+{
+    text_printf(t, "*%zu\r\n", 2 + n * (set ? 2 : 1));
+    resp_arg(t, set ? "HSET" : "HMGET", set ? 4 : 5);
+    resp_arg(t, hmget_hash[h], strlen(hmget_hash[h]));
+    for (size_t i = 0; i < n; i++) {
+        unsigned char f[32];
+        key_field(ids[i], f);
+        resp_arg(t, f, 32);
+        if (set)
+            resp_arg(t, "1", 1);
+    }
+}
+
+/* Past one whole RESP reply at p (NULL: incomplete); *bad is set for an
+ * error reply or a nil / a value other than "1" inside an array. */
+static const char *resp_skip(const char *p, const char *end, bool *bad)
+{
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl)
+        return NULL;
+    long v = strtol(p + 1, NULL, 10);
+    switch (*p) {
+    case '+':
+    case ':':
+        return nl + 1;
+    case '-':
+        *bad = true;
+        return nl + 1;
+    case '$':
+        if (v < 0) {
+            *bad = true;
+            return nl + 1;
+        }
+        if (end - (nl + 1) < v + 2)
+            return NULL;
+        if (v != 1 || nl[1] != '1')
+            *bad = true;
+        return nl + 1 + v + 2;
+    case '*':
+        p = nl + 1;
+        for (long i = 0; i < v; i++) {
+            if (p >= end || !(p = resp_skip(p, end, bad)))
+                return NULL;
+        }
+        return p;
+    default:
+        die("bad Redis reply: %.40s", p);
+    }
+    return NULL;
+}
+
+/* send t whole on a blocking fd, then read `replies` replies; errors counted */
+static size_t resp_round_trip(int fd, const text *t, text *in, int replies)
+{
+    for (size_t sent = 0; sent < t->len;) {
+        ssize_t w = send(fd, t->ptr + sent, t->len - sent, MSG_NOSIGNAL);
+        if (w <= 0)
+            die("send: %s", strerror(errno));
+        sent += (size_t)w;
+    }
+    in->len = 0;
+    size_t bad_replies = 0;
+    const char *p = NULL;
+    int done = 0;
+    size_t at = 0;
+    while (done < replies) {
+        bool bad = false;
+        if (in->len > at && (p = resp_skip(in->ptr + at, in->ptr + in->len, &bad))) {
+            at = (size_t)(p - in->ptr);
+            done++;
+            bad_replies += bad;
+            continue;
+        }
+        text_need(in, 65536);
+        ssize_t got = recv(fd, in->ptr + in->len, in->cap - in->len, 0);
+        if (got <= 0)
+            die("recv: %s", got ? strerror(errno) : "connection closed");
+        in->len += (size_t)got;
+    }
+    return bad_replies;
+}
+
+static int cmd_hmget_load(int argc, char **argv)
+{
+    if (argc < 4)
+        die("usage: loadgen hmget-load REDISPORT N");
+    int fd = connect_to(atoi(argv[2]));
+    size_t n = strtoull(argv[3], NULL, 10);
+    text out = {0}, in = {0};
+    uint64_t ids[1000];
+    for (size_t done = 0; done < n; done += 1000) {
+        size_t k = n - done < 1000 ? n - done : 1000;
+        for (size_t i = 0; i < k; i++)
+            ids[i] = done + i;
+        out.len = 0;
+        resp_hash_cmd(&out, true, 0, ids, k);
+        resp_hash_cmd(&out, true, 1, ids, k);
+        if (resp_round_trip(fd, &out, &in, 2))
+            die("HSET failed: %.200s", in.ptr);
+    }
+    close(fd);
+    free(out.ptr);
+    free(in.ptr);
+    return 0;
+}
+
+typedef struct hconn {
+    int fd;
+    text out, in;
+    size_t sent, at;
+    int replies;
+    bool bad;
+    double started;
+} hconn;
+
+/* one read: the same keys asked of both hashes, both commands in one send */
+static void hmget_start(hconn *c, uint64_t *ids, size_t batch, size_t nkeys)
+{
+    for (size_t k = 0; k < batch; k++)
+        ids[k] = rnd() % nkeys;
+    c->out.len = 0;
+    resp_hash_cmd(&c->out, false, 0, ids, batch);
+    resp_hash_cmd(&c->out, false, 1, ids, batch);
+    c->sent = 0;
+    c->in.len = c->at = 0;
+    c->replies = 0;
+    c->bad = false;
+    c->started = now_s();
+    while (c->sent < c->out.len) {
+        ssize_t w = send(c->fd, c->out.ptr + c->sent, c->out.len - c->sent, MSG_NOSIGNAL);
+        if (w <= 0)
+            die("send: %s", strerror(errno));
+        c->sent += (size_t)w;
+    }
+}
+
+static int cmd_hmget(int argc, char **argv)
+{
+    if (argc < 6)
+        die("usage: loadgen hmget REDISPORT SECONDS CONNS N [BATCH]");
+    int port = atoi(argv[2]);
+    double seconds = atof(argv[3]);
+    size_t nconns = strtoull(argv[4], NULL, 10), nkeys = strtoull(argv[5], NULL, 10);
+    size_t batch = argc > 6 ? strtoull(argv[6], NULL, 10) : 128;
+    if (batch == 0 || batch > MAX_BATCH || nkeys == 0 || nconns == 0)
+        die("BATCH must be 1..%d, N and CONNS positive", MAX_BATCH);
+    hconn *cs = calloc(nconns, sizeof *cs);
+    uint32_t *hist = calloc(HIST_US, sizeof *hist);
+    uint64_t *ids = calloc(batch, sizeof *ids);
+    uint64_t reads = 0, errors = 0;
+    int ep = epoll_create1(0);
+    for (size_t i = 0; i < nconns; i++) {
+        cs[i].fd = connect_to(port);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &cs[i]};
+        epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev);
+    }
+    double t0 = now_s(), stop = t0 + seconds;
+    for (size_t i = 0; i < nconns; i++)
+        hmget_start(&cs[i], ids, batch, nkeys);
+    struct epoll_event events[64];
+    while (now_s() < stop) {
+        int n = epoll_wait(ep, events, 64, 100);
+        for (int e = 0; e < n; e++) {
+            hconn *c = events[e].data.ptr;
+            text_need(&c->in, 65536);
+            ssize_t got = recv(c->fd, c->in.ptr + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT);
+            if (got == 0)
+                die("Redis closed a connection");
+            if (got < 0) {
+                if (errno == EAGAIN)
+                    continue;
+                die("recv: %s", strerror(errno));
+            }
+            c->in.len += (size_t)got;
+            const char *p;
+            while (c->replies < 2 &&
+                   (p = resp_skip(c->in.ptr + c->at, c->in.ptr + c->in.len, &c->bad))) {
+                c->at = (size_t)(p - c->in.ptr);
+                c->replies++;
+            }
+            if (c->replies < 2)
+                continue;
+            double us = (now_s() - c->started) * 1e6;
+            hist[us < 0 ? 0 : us >= HIST_US ? HIST_US - 1 : (size_t)us]++;
+            reads++;
+            errors += c->bad;
+            hmget_start(c, ids, batch, nkeys);
+        }
+    }
+    double elapsed = now_s() - t0;
+    uint64_t p50 = HIST_US, p99 = HIST_US, seen = 0;
+    for (size_t b = 0; b < HIST_US; b++) {
+        seen += hist[b];
+        if (p50 == HIST_US && seen > reads / 2)
+            p50 = b;
+        if (p99 == HIST_US && seen > reads * 99 / 100)
+            p99 = b;
+    }
+    printf("requests=%llu seconds=%.2f rps=%.0f hmgets_per_s=%.0f p50_us=%llu p99_us=%llu "
+           "errors=%llu answered=%llu\n", (unsigned long long)reads, elapsed,
+           (double)reads / elapsed, 2.0 * (double)reads / elapsed, (unsigned long long)p50,
+           (unsigned long long)p99, (unsigned long long)errors, (unsigned long long)reads);
+    for (size_t i = 0; i < nconns; i++) {
+        close(cs[i].fd);
+        free(cs[i].out.ptr);
+        free(cs[i].in.ptr);
+    }
+    free(cs);
+    free(hist);
+    free(ids);
+    close(ep);
+    return errors ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: loadgen load|bodies|save|mixed ...");
+        die("usage: loadgen load|bodies|save|mixed|hmget-load|hmget ...");
     uint32_t *hist = calloc(HIST_US, sizeof *hist);
     run r = {.ranks = 2, .batch = 128, .hist = hist};
     int rc = 0;
@@ -776,6 +1040,10 @@ int main(int argc, char **argv)
         rc = cmd_load(argc, argv);
     } else if (strcmp(argv[1], "bodies") == 0) {
         rc = cmd_bodies(argc, argv);
+    } else if (strcmp(argv[1], "hmget-load") == 0) {
+        rc = cmd_hmget_load(argc, argv);
+    } else if (strcmp(argv[1], "hmget") == 0) {
+        rc = cmd_hmget(argc, argv);
     } else if (strcmp(argv[1], "save") == 0) {
         if (argc < 5)
             die("usage: loadgen save PORT SECONDS CONNS [BATCH] [RANKS]");
