@@ -2,19 +2,25 @@
  * loadgen.c: the benchmark's own HTTP load generator and data loader, for
  * what wrk cannot express (answers that decide the next request).
  *
- *   loadgen load   PORT N [RANKS] [PAGES] [KEYCHARS] [vllm|sglang]
+ *   loadgen load   PORT N [RANKS] [PAGES] [KEYCHARS] [vllm|sglang [NAMESPACE]]
  *       initialize ranks 0..RANKS-1 (default 2) with PAGES pages (default
  *       1,000,000) and make keys 0..N-1 complete: allocate + confirm on every
  *       rank, in batches of 1024 (one connection), in the vLLM dialect
- *       (default) or the SGLang one (namespace "kv").
+ *       (default) or the SGLang one (namespace NAMESPACE, default none: "kv").
  *   loadgen bodies KIND N COUNT BATCH
  *       print COUNT requests as "PATH<TAB>BODY" lines, each with BATCH keys
  *       drawn at random from 0..N-1 (for the wrk scripts). KIND: exists,
- *       locations, sg-exists, sg-indices. Ranks alternate 0, 1.
+ *       locations, sg-exists, sg-indices. Ranks alternate 0, 1. With
+ *       NAMESPACES (SGLang kinds), the bodies name "namespace": ns0, ns1, ...
+ *       in turn, and every (namespace, rank 0/1) comes up alike.
  *   loadgen save   PORT SECONDS CONNS [BATCH] [RANKS]
  *       scenario 4: each connection takes BATCH fresh keys, then for every
  *       rank allocates them and confirms them with the pages it was given.
  *       One allocate + confirm on one rank is a pair.
+ *   loadgen sg-save PORT SECONDS CONNS [BATCH] [RANKS] [NAMESPACES]
+ *       the same in the SGLang dialect (reserve_and_allocate_page_indices +
+ *       confirm_write); with NAMESPACES, each job (BATCH keys on every
+ *       rank) is in one of ns0..ns<NAMESPACES-1>, in turn.
  *   loadgen mixed  PORT SECONDS CONNS N [RANKS]
  *       scenario 6, shaped like an engine step: a prompt is a shared prefix
  *       (16..64 blocks of one of N/64 "documents", the documents' popularity
@@ -72,6 +78,8 @@
 #define FRESH_BASE (1ull << 40)
 
 static int key_chars = 64;
+/* the SGLang dialect's "namespace" member of every body (NULL: none, i.e. kv) */
+static const char *sg_ns = NULL;
 
 static void die(const char *fmt, ...)
 {
@@ -178,9 +186,26 @@ static void text_key_list(text *t, const uint64_t *ids, size_t n)
 
 /* ---- request bodies ---- */
 
+/* `"namespace": "..", ` when sg_ns is set (namespaces are plain names here) */
+static void text_sg_ns(text *t)
+{
+    if (sg_ns)
+        text_printf(t, "\"namespace\": \"%s\", ", sg_ns);
+}
+
+
 static void body_keys(text *t, const uint64_t *ids, size_t n)
 {
     text_put(t, "{\"keys\": ", 9);
+    text_key_list(t, ids, n);
+    text_put(t, "}", 1);
+}
+
+static void body_sg_keys(text *t, const uint64_t *ids, size_t n)
+{
+    text_put(t, "{", 1);
+    text_sg_ns(t);
+    text_put(t, "\"keys\": ", 8);
     text_key_list(t, ids, n);
     text_put(t, "}", 1);
 }
@@ -222,7 +247,9 @@ static void body_confirm(text *t, unsigned rank, const uint64_t *ids, const int6
 
 static void body_sg_allocate(text *t, const uint64_t *ids, size_t n)
 {
-    text_put(t, "{\"keys\": [", 10);
+    text_put(t, "{", 1);
+    text_sg_ns(t);
+    text_put(t, "\"keys\": [", 9);
     for (size_t i = 0; i < n; i++) {
         text_put(t, i ? ", [" : "[", i ? 3 : 1);
         text_key(t, ids[i]);
@@ -233,7 +260,9 @@ static void body_sg_allocate(text *t, const uint64_t *ids, size_t n)
 
 static void body_sg_confirm(text *t, const uint64_t *ids, const int64_t *pages, size_t n)
 {
-    text_put(t, "{\"written_keys_to_confirm\": [", 30);
+    text_put(t, "{", 1);
+    text_sg_ns(t);
+    text_put(t, "\"written_keys_to_confirm\": [", 28);
     for (size_t i = 0; i < n; i++) {
         text_put(t, i ? ", [" : "[", i ? 3 : 1);
         text_key(t, ids[i]);
@@ -325,6 +354,8 @@ typedef struct conn {
     unsigned rank;
     enum op op;
     uint64_t fresh; /* next fresh key id of this connection */
+    unsigned ns;    /* sg-save: the namespace of the job (ns<ns>) */
+    uint64_t jobs;
 } conn;
 
 typedef struct run {
@@ -332,6 +363,7 @@ typedef struct run {
     unsigned ranks;
     size_t batch;
     size_t nkeys;
+    unsigned namespaces; /* sg-save: 0 for none (kv); else ns0..ns<namespaces-1> */
     uint64_t requests, errors, pairs, keys;
     uint64_t answered, answered_pairs; /* warm-up included */
     uint32_t *hist;
@@ -410,13 +442,34 @@ static uint64_t percentile(const run *r, double pct)
 
 /* ---- scenario 4: save ---- */
 
+static bool sg_save; /* save in the SGLang dialect (sg-save) */
+static char sg_ns_buf[32];
+
 static void save_send_allocate(conn *c)
 {
     text body = {0};
-    body_allocate(&body, c->rank, c->ids, c->n);
-    start_request(c, "/keys/batch_allocate", &body);
+    if (sg_save) {
+        char path[64];
+        body_sg_allocate(&body, c->ids, c->n);
+        snprintf(path, sizeof path, "/%u/reserve_and_allocate_page_indices", c->rank);
+        start_request(c, path, &body);
+    } else {
+        body_allocate(&body, c->rank, c->ids, c->n);
+        start_request(c, "/keys/batch_allocate", &body);
+    }
     c->op = OP_ALLOCATE;
     free(body.ptr);
+}
+
+/* sg_ns for connection c's job (sg-save with namespaces) */
+static void set_job_ns(const run *r, const conn *c)
+{
+    if (!sg_save || !r->namespaces) {
+        sg_ns = NULL;
+        return;
+    }
+    snprintf(sg_ns_buf, sizeof sg_ns_buf, "ns%u", c->ns);
+    sg_ns = sg_ns_buf;
 }
 
 static void save_new_job(run *r, conn *c)
@@ -425,12 +478,26 @@ static void save_new_job(run *r, conn *c)
     for (size_t i = 0; i < c->n; i++)
         c->ids[i] = c->fresh++;
     c->rank = 0;
+    /* the namespaces in turn, each connection starting at its own */
+    if (r->namespaces)
+        c->ns = (unsigned)((c->jobs++ + (uint64_t)c->fd) % r->namespaces);
+    set_job_ns(r, c);
     save_send_allocate(c);
 }
 
-static void confirm_pages(conn *c)
+static void confirm_pages(run *r, conn *c)
 {
     text body = {0};
+    set_job_ns(r, c);
+    if (sg_save) {
+        char path[64];
+        body_sg_confirm(&body, c->ids, c->pages, c->n);
+        snprintf(path, sizeof path, "/%u/confirm_write", c->rank);
+        start_request(c, path, &body);
+        c->op = OP_CONFIRM;
+        free(body.ptr);
+        return;
+    }
     body_confirm(&body, c->rank, c->ids, c->pages, c->n);
     start_request(c, "/keys/confirm_write", &body);
     c->op = OP_CONFIRM;
@@ -442,7 +509,7 @@ static int save_answer(run *r, conn *c, int status, const char *body, size_t len
     if (c->op == OP_ALLOCATE) {
         if (status != 200 || parse_results(body, len, c->pages, c->n) != 0)
             return -1;
-        confirm_pages(c);
+        confirm_pages(r, c);
         return 0;
     }
     if (status != 204)
@@ -452,8 +519,10 @@ static int save_answer(run *r, conn *c, int status, const char *body, size_t len
         r->pairs++;
         r->keys += c->n;
     }
-    if (++c->rank < r->ranks)
+    if (++c->rank < r->ranks) {
+        set_job_ns(r, c);
         save_send_allocate(c);
+    }
     else
         save_new_job(r, c);
     return 0;
@@ -684,7 +753,7 @@ static int round_trip(conn *c, const char *path, const text *body, const char **
 static int cmd_load(int argc, char **argv)
 {
     if (argc < 4)
-        die("usage: loadgen load PORT N [RANKS] [PAGES] [KEYCHARS]");
+        die("usage: loadgen load PORT N [RANKS] [PAGES] [KEYCHARS] [vllm|sglang [NAMESPACE]]");
     int port = atoi(argv[2]);
     size_t n = strtoull(argv[3], NULL, 10);
     unsigned ranks = argc > 4 ? (unsigned)atoi(argv[4]) : 2;
@@ -694,6 +763,8 @@ static int cmd_load(int argc, char **argv)
     if (key_chars != 32 && key_chars != 64)
         die("KEYCHARS must be 32 or 64");
     bool sglang = argc > 7 && strcmp(argv[7], "sglang") == 0;
+    if (sglang && argc > 8)
+        sg_ns = argv[8];
     conn c = {0};
     c.fd = connect_to(port);
     text body = {0};
@@ -701,7 +772,10 @@ static int cmd_load(int argc, char **argv)
     size_t len;
     for (unsigned r = 0; r < ranks; r++) {
         body.len = 0;
-        text_printf(&body, "{\"role\": \"worker\", \"num_pages\": %llu}", pages);
+        text_put(&body, "{", 1);
+        if (sglang)
+            text_sg_ns(&body);
+        text_printf(&body, "\"role\": \"worker\", \"num_pages\": %llu}", pages);
         char path[64];
         snprintf(path, sizeof path, sglang ? "/%u/initialize" : "/rank/%u/initialize", r);
         if (round_trip(&c, path, &body, &answer, &len) != (sglang ? 204 : 200))
@@ -752,16 +826,23 @@ static int cmd_load(int argc, char **argv)
 static int cmd_bodies(int argc, char **argv)
 {
     if (argc < 6)
-        die("usage: loadgen bodies KIND N COUNT BATCH");
+        die("usage: loadgen bodies KIND N COUNT BATCH [NAMESPACES]");
     const char *kind = argv[2];
     size_t n = strtoull(argv[3], NULL, 10), count = strtoull(argv[4], NULL, 10);
     size_t batch = strtoull(argv[5], NULL, 10);
+    unsigned namespaces = argc > 6 ? (unsigned)atoi(argv[6]) : 0;
+    char ns[32];
     if (batch == 0 || batch > MAX_BATCH || n == 0)
         die("BATCH must be 1..%d and N positive", MAX_BATCH);
     uint64_t *ids = calloc(batch, sizeof *ids);
     text line = {0};
     for (size_t b = 0; b < count; b++) {
         unsigned rank = (unsigned)(b & 1);
+        if (namespaces) { /* SGLang kinds: every (namespace, rank) in turn */
+            snprintf(ns, sizeof ns, "ns%u", (unsigned)(b % namespaces));
+            sg_ns = ns;
+            rank = (unsigned)((b / namespaces) & 1);
+        }
         for (size_t i = 0; i < batch; i++)
             ids[i] = rnd() % n;
         line.len = 0;
@@ -773,10 +854,10 @@ static int cmd_bodies(int argc, char **argv)
             body_rank_keys(&line, rank, ids, batch);
         } else if (strcmp(kind, "sg-exists") == 0) {
             text_printf(&line, "/%u/exists\t", rank);
-            body_keys(&line, ids, batch);
+            body_sg_keys(&line, ids, batch);
         } else if (strcmp(kind, "sg-indices") == 0) {
             text_printf(&line, "/%u/get_page_indices\t", rank);
-            body_keys(&line, ids, batch);
+            body_sg_keys(&line, ids, batch);
         } else {
             die("unknown kind %s", kind);
         }
@@ -1044,12 +1125,14 @@ int main(int argc, char **argv)
         rc = cmd_hmget_load(argc, argv);
     } else if (strcmp(argv[1], "hmget") == 0) {
         rc = cmd_hmget(argc, argv);
-    } else if (strcmp(argv[1], "save") == 0) {
+    } else if (strcmp(argv[1], "save") == 0 || strcmp(argv[1], "sg-save") == 0) {
         if (argc < 5)
-            die("usage: loadgen save PORT SECONDS CONNS [BATCH] [RANKS]");
+            die("usage: loadgen save|sg-save PORT SECONDS CONNS [BATCH] [RANKS] [NAMESPACES]");
         r.port = atoi(argv[2]);
         r.batch = argc > 5 ? strtoull(argv[5], NULL, 10) : 128;
         r.ranks = argc > 6 ? (unsigned)atoi(argv[6]) : 2;
+        sg_save = strcmp(argv[1], "sg-save") == 0;
+        r.namespaces = sg_save && argc > 7 ? (unsigned)atoi(argv[7]) : 0;
         if (r.batch == 0 || r.batch > MAX_BATCH)
             die("BATCH must be 1..%d", MAX_BATCH);
         drive(&r, strtoull(argv[4], NULL, 10), atof(argv[3]), save_new_job, save_answer);
