@@ -1,36 +1,43 @@
 #!/usr/bin/python3
 """cluster_bench.py: the Redis engine over a Redis Cluster of 1, 2 and 3
-primaries (issue 13): what each call costs each shard, and what one front
-end serves.
+primaries (issues 13, 18): what each call costs each shard, how the load
+spreads, and what one front end serves.
 
-    bench/cluster_bench.py [--primaries 1,2,3] [--ranks 4] [--keys 20000]
-                           [--seconds 5] [--runs 3] [--conns 16] [--smoke]
+    bench/cluster_bench.py [--primaries 1,2,3] [--namespaces 6] [--ranks 2]
+                           [--keys 20000] [--seconds 5] [--runs 3] [--conns 16]
+                           [--smoke]
 
-For each primary count: a fresh cluster (no replicas, no persistence: the
-cost of a call, not of durability), one hf3fs-metad --store
-redis-cluster://... (default threads), `loadgen load` of --keys complete
-keys on --ranks worker ranks (namespace kv: one pool per rank, each pool in
-the slot of its hash tag, so the pools spread over the shards), then two
-rows (ids c1s, c1e, c2s...: primaries, then s or e), each the median of
---runs runs:
+The module keeps one value per namespace (the key hf3fs:{<hex namespace>},
+all its ranks inside), so a namespace lives on one shard, and what spreads
+over a cluster is namespaces. For each primary count: a fresh cluster (no
+replicas, no persistence: the cost of a call, not of durability), one
+hf3fs-metad --store redis-cluster://... (default threads), then `loadgen
+load` of --keys complete keys on --ranks ranks into namespace kv (the vLLM
+dialect, which always uses kv) and into each of --namespaces SGLang
+namespaces ns0, ns1, ... Three rows (ids c1s, c1e, c1v, c2s...: primaries,
+then the kind), each the median of --runs runs:
 
-  save    loadgen save: allocate 128 fresh keys + confirm, on every rank
-          (one pool a call: a pair is two calls on one shard)
-  exists  wrk with 256 bodies of 128 random loaded keys (batch_exists:
-          completeness over every rank, so every pool is asked; one call
-          per pool, the pools' shards asked in parallel)
+  s  SGLang reserve_and_allocate + confirm of 128 fresh keys on every rank
+     (loadgen sg-save), each job in one of the namespaces in turn
+  e  SGLang exists of 128 random loaded keys on one rank (wrk, 256 bodies
+     over every (namespace, rank 0/1) alike): one HF3FS.EXISTS on the
+     namespace's shard
+  v  vLLM batch_exists of 128 random loaded keys (completeness over every
+     rank of kv, one HF3FS.CEXISTS): what a vLLM deployment does, all of it
+     on the one shard that holds kv
 
 Printed per row: requests/s (and pairs/s), and per shard its share of the
-module command calls (HF3FS.*, INFO commandstats) and its CPU time per request (user +
-system time of the redis-server process, /proc/PID/stat: commandstats'
-durations would count the time a node waits for the one CPU that the
-nodes share here), then the
-memory per (key, rank) of each shard after the load (INFO memory's
-used_memory, less an empty node's). The processes share this machine's
-cores (the load generator on CPU 0, the front end and every Redis on CPU 1,
-as bench/run does), so the point is the cost per call per shard and the
-shape, not the absolute rate. docs/performance.md ("The Redis engine") turns the figures into
-a sizing table.
+module command calls (HF3FS.*, INFO commandstats) and its CPU time per
+request (user + system time of the redis-server process, /proc/PID/stat:
+commandstats' durations would count the time a node waits for the one CPU
+that the nodes share here); then which namespaces each shard holds
+(HF3FS.NAMESPACES) and the memory per (key, rank) of each shard after the
+load (INFO memory's used_memory, less an empty node's). The processes share
+this machine's cores (the load generator on CPU 0, the front end and every
+Redis on CPU 1, as bench/run does), so the point is the cost per call per
+shard and the shape, not the absolute rate. docs/performance.md ("The Redis
+engine") and docs/many-nodes.md ("Sizing a cluster") turn the figures into
+a sizing rule.
 
 --smoke: one run of 1 s, 2,000 keys (tests/integration/test_bench_smoke.py
 checks that the script works, not any figure).
@@ -116,13 +123,13 @@ def used_memory(rc, port):
 
 
 def run_row(kind, port, a, bodies):
-    if kind == "save":
-        cmd = pin(0) + [LOADGEN, "save", str(port), str(a.seconds), str(a.conns), "128",
-                        str(a.ranks)]
+    if kind == "s":
+        cmd = pin(0) + [LOADGEN, "sg-save", str(port), str(a.seconds), str(a.conns), "128",
+                        str(a.ranks), str(a.namespaces)]
     else:
         cmd = pin(0) + ["wrk", "-t1", "-c%d" % a.conns, "-d%ds" % a.seconds, "--timeout", "10s",
                         "-s", os.path.join(ROOT, "bench", "wrk", "bodies.lua"),
-                        "http://127.0.0.1:%d" % port, "--", bodies]
+                        "http://127.0.0.1:%d" % port, "--", bodies[kind]]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = [x for x in r.stdout.splitlines() if x.startswith("requests=")]
     if r.returncode != 0 or not line:
@@ -130,7 +137,15 @@ def run_row(kind, port, a, bodies):
     got = parse(line[0])
     if got.get("errors", 0):
         raise RuntimeError("%s: %d errors" % (kind, got["errors"]))
+    # every request answered in the run (loadgen's warm-up included), to
+    # divide the CPU measured around the run
+    got["all"] = got.get("answered", got["requests"])
     return got
+
+
+KINDS = (("s", "SGLang allocate 128 + confirm, %d namespaces (per request: one of the two)"),
+         ("e", "SGLang exists 128 keys, %d namespaces"),
+         ("v", "vLLM batch_exists 128 keys (namespace kv)"))
 
 
 def bench_primaries(n, a, tmp):
@@ -149,17 +164,26 @@ def bench_primaries(n, a, tmp):
                 if pin(1):
                     subprocess.run(["taskset", "-cp", "1", str(pid)], stdout=subprocess.DEVNULL)
             wait_port(port, proc)
-            subprocess.run(pin(0) + [LOADGEN, "load", str(port), str(a.keys), str(a.ranks),
-                                     str(a.pages)], check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            loads = [[]] + [["64", "sglang", "ns%d" % i] for i in range(a.namespaces)]
+            for extra in loads:
+                subprocess.run(pin(0) + [LOADGEN, "load", str(port), str(a.keys), str(a.ranks),
+                                         str(a.pages)] + extra, check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             out["memory"] = {}
             for p in prim:
                 out["memory"][p] = used_memory(rc, p) - base[p]
-            bodies = os.path.join(tmp, "bodies-%d.txt" % n)
-            with open(bodies, "w") as f:
+            out["holds"] = {p: sorted(x.decode() if isinstance(x, bytes) else str(x)
+                                      for x in (rc.call(p, "HF3FS.NAMESPACES") or []))
+                            for p in prim}
+            bodies = {"e": os.path.join(tmp, "bodies-e-%d.txt" % n),
+                      "v": os.path.join(tmp, "bodies-v-%d.txt" % n)}
+            with open(bodies["e"], "w") as f:
+                subprocess.run([LOADGEN, "bodies", "sg-exists", str(a.keys), "256", "128",
+                                str(a.namespaces)], stdout=f, check=True)
+            with open(bodies["v"], "w") as f:
                 subprocess.run([LOADGEN, "bodies", "exists", str(a.keys), "256", "128"],
                                stdout=f, check=True)
-            for kind in ("save", "exists"):
+            for kind, _ in KINDS:
                 runs = []
                 for p in prim:
                     rc.call(p, "CONFIG", "RESETSTAT")
@@ -169,7 +193,7 @@ def bench_primaries(n, a, tmp):
                 stats = {p: (node_stats(rc, p)[0],
                              1e6 * (cpu_seconds(rc.nodes[p].proc.pid) - cpu0[p])) for p in prim}
                 out[kind] = {
-                    "requests": sum(r["requests"] for r in runs),
+                    "requests": sum(r["all"] for r in runs),
                     "rps": statistics.median(r["rps"] for r in runs),
                     "pairs": statistics.median(r.get("pairs_per_s", 0) for r in runs),
                     "p99_ms": statistics.median(r.get("p99_us", 0) for r in runs) / 1000,
@@ -185,7 +209,8 @@ def bench_primaries(n, a, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--primaries", default="1,2,3")
-    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--namespaces", type=int, default=6)
+    ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--keys", type=int, default=20000)
     ap.add_argument("--pages", type=int, default=1000000)
     ap.add_argument("--seconds", type=int, default=5)
@@ -202,9 +227,10 @@ def main():
         sys.exit("cluster_bench: wrk is missing (bench/run installs it)")
     import tempfile
     tmp = tempfile.mkdtemp(prefix="hf3fs-cluster-bench-")
-    print("Redis engine over a Redis Cluster: %d worker ranks (pools), %d complete keys, "
-          "%d connection(s), %d run(s) of %d s; loadgen/wrk on CPU 0, the front end and "
-          "every Redis on CPU 1 (of %d)" % (a.ranks, a.keys, a.conns, a.runs, a.seconds, NCPU))
+    print("Redis engine over a Redis Cluster: namespace kv + %d SGLang namespaces, each %d "
+          "complete keys on %d ranks, %d connection(s), %d run(s) of %d s; loadgen/wrk on CPU 0, "
+          "the front end and every Redis on CPU 1 (of %d)"
+          % (a.namespaces, a.keys, a.ranks, a.conns, a.runs, a.seconds, NCPU))
     print()
     print("| # | primaries | row | requests/s | pairs/s | p99 ms | Redis CPU per request, all shards (us) "
           "| per shard: share of module calls, Redis CPU per request (us) |")
@@ -213,26 +239,27 @@ def main():
     for n in [int(x) for x in a.primaries.split(",")]:
         r = bench_primaries(n, a, tmp)
         results.append(r)
-        for kind in ("save", "exists"):
+        for kind, label in KINDS:
             row = r[kind]
             total = sum(c for c, _ in row["shards"].values()) or 1
             req = row["requests"] or 1
             shards = "; ".join("%.0f%%, %.0f" % (100.0 * c / total, u / req)
                                for c, u in row["shards"].values())
             print("| c%d%s | %d | %s | %.0f | %s | %.1f | %.0f | %s |" % (
-                n, kind[0], n, "allocate 128 + confirm (per request: one of the two)" if kind == "save"
-                else "batch_exists 128 keys", row["rps"],
-                "%.0f" % row["pairs"] if kind == "save" else "-", row["p99_ms"],
+                n, kind, n, label % a.namespaces if "%d" in label else label, row["rps"],
+                "%.0f" % row["pairs"] if kind == "s" else "-", row["p99_ms"],
                 sum(u for _, u in row["shards"].values()) / req, shards))
         sys.stdout.flush()
     print()
-    print("Memory after the load, per shard (used_memory less the empty node's), and per"
-          " (key, rank) over all shards:")
+    print("Namespaces per shard (HF3FS.NAMESPACES), memory after the load per shard (used_memory"
+          " less the empty node's), and per (key, rank) over all shards:")
+    pools = a.keys * a.ranks * (a.namespaces + 1)
     for r in results:
-        parts = ["%.1f MB" % (mem / 1e6) for mem in r["memory"].values()]
+        parts = ["%s: %.1f MB" % (",".join(r["holds"][p]) or "none", mem / 1e6)
+                 for p, mem in r["memory"].items()]
         total = sum(r["memory"].values())
         print("  %d primaries: %s; all shards: %.0f bytes per (key, rank)" % (
-            r["primaries"], ", ".join(parts), total / float(a.keys * a.ranks)))
+            r["primaries"], "; ".join(parts), total / float(pools)))
     shutil.rmtree(tmp, ignore_errors=True)
 
 

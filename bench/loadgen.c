@@ -2,19 +2,25 @@
  * loadgen.c: the benchmark's own HTTP load generator and data loader, for
  * what wrk cannot express (answers that decide the next request).
  *
- *   loadgen load   PORT N [RANKS] [PAGES] [KEYCHARS] [vllm|sglang]
+ *   loadgen load   PORT N [RANKS] [PAGES] [KEYCHARS] [vllm|sglang [NAMESPACE]]
  *       initialize ranks 0..RANKS-1 (default 2) with PAGES pages (default
  *       1,000,000) and make keys 0..N-1 complete: allocate + confirm on every
  *       rank, in batches of 1024 (one connection), in the vLLM dialect
- *       (default) or the SGLang one (namespace "kv").
+ *       (default) or the SGLang one (namespace NAMESPACE, default none: "kv").
  *   loadgen bodies KIND N COUNT BATCH
  *       print COUNT requests as "PATH<TAB>BODY" lines, each with BATCH keys
  *       drawn at random from 0..N-1 (for the wrk scripts). KIND: exists,
- *       locations, sg-exists, sg-indices. Ranks alternate 0, 1.
+ *       locations, sg-exists, sg-indices. Ranks alternate 0, 1. With
+ *       NAMESPACES (SGLang kinds), the bodies name "namespace": ns0, ns1, ...
+ *       in turn, and every (namespace, rank 0/1) comes up alike.
  *   loadgen save   PORT SECONDS CONNS [BATCH] [RANKS]
  *       scenario 4: each connection takes BATCH fresh keys, then for every
  *       rank allocates them and confirms them with the pages it was given.
  *       One allocate + confirm on one rank is a pair.
+ *   loadgen sg-save PORT SECONDS CONNS [BATCH] [RANKS] [NAMESPACES]
+ *       the same in the SGLang dialect (reserve_and_allocate_page_indices +
+ *       confirm_write); with NAMESPACES, each job (BATCH keys on every
+ *       rank) is in one of ns0..ns<NAMESPACES-1>, in turn.
  *   loadgen mixed  PORT SECONDS CONNS N [RANKS]
  *       scenario 6, shaped like an engine step: a prompt is a shared prefix
  *       (16..64 blocks of one of N/64 "documents", the documents' popularity
@@ -22,6 +28,19 @@
  *       batch_exists for all of them; then every rank's worker loads the
  *       leading hits (get_locations) and saves the rest (batch_allocate +
  *       confirm_write with the pages it got).
+ *   loadgen hmget-load REDISPORT N
+ *       the baseline of bench/run's Redis CPU figure: fill two hashes of a
+ *       plain Redis, hf3fs-bench:{hmget}:0 and :1 (one per rank), with the
+ *       keys 0..N-1 as 32-byte fields (the 64 hex characters packed), "1"
+ *       each.
+ *   loadgen hmget REDISPORT SECONDS CONNS N [BATCH]
+ *       on CONNS connections, each with one read in flight: BATCH (128)
+ *       keys drawn at random from 0..N-1, and the two HMGETs of them (one
+ *       per hash, i.e. per rank) sent together in one write, as a client
+ *       asking both ranks would; a read is answered when both replies are
+ *       in. No warm-up: every read answered in the interval is counted, so
+ *       that a /proc CPU delta of the Redis around the run divides by all
+ *       of them. An answer with a missing field is an error.
  *
  * Keys are 64 (or KEYCHARS) lowercase hex characters derived from an integer,
  * the same in every subcommand. Requests use the stock Python clients' JSON
@@ -30,6 +49,11 @@
  *
  * load-style subcommands print one line:
  *   requests=R seconds=S rps=X pairs_per_s=Y keys_per_s=Z p50_us=A p99_us=B errors=E
+ *   answered=T answered_pairs=P
+ * where requests and pairs count the measured interval (after a warm-up of
+ * 0.5 s in runs over 2 s) and answered / answered_pairs every answer of the
+ * run, warm-up included (to divide a CPU delta measured around the whole
+ * run).
  * and exit 1 if any answer was unexpected (status, or an unparseable body).
  */
 #include <errno.h>
@@ -54,6 +78,8 @@
 #define FRESH_BASE (1ull << 40)
 
 static int key_chars = 64;
+/* the SGLang dialect's "namespace" member of every body (NULL: none, i.e. kv) */
+static const char *sg_ns = NULL;
 
 static void die(const char *fmt, ...)
 {
@@ -160,9 +186,26 @@ static void text_key_list(text *t, const uint64_t *ids, size_t n)
 
 /* ---- request bodies ---- */
 
+/* `"namespace": "..", ` when sg_ns is set (namespaces are plain names here) */
+static void text_sg_ns(text *t)
+{
+    if (sg_ns)
+        text_printf(t, "\"namespace\": \"%s\", ", sg_ns);
+}
+
+
 static void body_keys(text *t, const uint64_t *ids, size_t n)
 {
     text_put(t, "{\"keys\": ", 9);
+    text_key_list(t, ids, n);
+    text_put(t, "}", 1);
+}
+
+static void body_sg_keys(text *t, const uint64_t *ids, size_t n)
+{
+    text_put(t, "{", 1);
+    text_sg_ns(t);
+    text_put(t, "\"keys\": ", 8);
     text_key_list(t, ids, n);
     text_put(t, "}", 1);
 }
@@ -204,7 +247,9 @@ static void body_confirm(text *t, unsigned rank, const uint64_t *ids, const int6
 
 static void body_sg_allocate(text *t, const uint64_t *ids, size_t n)
 {
-    text_put(t, "{\"keys\": [", 10);
+    text_put(t, "{", 1);
+    text_sg_ns(t);
+    text_put(t, "\"keys\": [", 9);
     for (size_t i = 0; i < n; i++) {
         text_put(t, i ? ", [" : "[", i ? 3 : 1);
         text_key(t, ids[i]);
@@ -215,7 +260,9 @@ static void body_sg_allocate(text *t, const uint64_t *ids, size_t n)
 
 static void body_sg_confirm(text *t, const uint64_t *ids, const int64_t *pages, size_t n)
 {
-    text_put(t, "{\"written_keys_to_confirm\": [", 30);
+    text_put(t, "{", 1);
+    text_sg_ns(t);
+    text_put(t, "\"written_keys_to_confirm\": [", 28);
     for (size_t i = 0; i < n; i++) {
         text_put(t, i ? ", [" : "[", i ? 3 : 1);
         text_key(t, ids[i]);
@@ -307,6 +354,8 @@ typedef struct conn {
     unsigned rank;
     enum op op;
     uint64_t fresh; /* next fresh key id of this connection */
+    unsigned ns;    /* sg-save: the namespace of the job (ns<ns>) */
+    uint64_t jobs;
 } conn;
 
 typedef struct run {
@@ -314,7 +363,9 @@ typedef struct run {
     unsigned ranks;
     size_t batch;
     size_t nkeys;
+    unsigned namespaces; /* sg-save: 0 for none (kv); else ns0..ns<namespaces-1> */
     uint64_t requests, errors, pairs, keys;
+    uint64_t answered, answered_pairs; /* warm-up included */
     uint32_t *hist;
     bool measuring;
 } run;
@@ -369,6 +420,7 @@ static int parse_answer(conn *c, int *status, const char **body, size_t *body_le
 
 static void record(run *r, conn *c)
 {
+    r->answered++;
     if (!r->measuring)
         return;
     double us = (now_s() - c->started) * 1e6;
@@ -390,13 +442,34 @@ static uint64_t percentile(const run *r, double pct)
 
 /* ---- scenario 4: save ---- */
 
+static bool sg_save; /* save in the SGLang dialect (sg-save) */
+static char sg_ns_buf[32];
+
 static void save_send_allocate(conn *c)
 {
     text body = {0};
-    body_allocate(&body, c->rank, c->ids, c->n);
-    start_request(c, "/keys/batch_allocate", &body);
+    if (sg_save) {
+        char path[64];
+        body_sg_allocate(&body, c->ids, c->n);
+        snprintf(path, sizeof path, "/%u/reserve_and_allocate_page_indices", c->rank);
+        start_request(c, path, &body);
+    } else {
+        body_allocate(&body, c->rank, c->ids, c->n);
+        start_request(c, "/keys/batch_allocate", &body);
+    }
     c->op = OP_ALLOCATE;
     free(body.ptr);
+}
+
+/* sg_ns for connection c's job (sg-save with namespaces) */
+static void set_job_ns(const run *r, const conn *c)
+{
+    if (!sg_save || !r->namespaces) {
+        sg_ns = NULL;
+        return;
+    }
+    snprintf(sg_ns_buf, sizeof sg_ns_buf, "ns%u", c->ns);
+    sg_ns = sg_ns_buf;
 }
 
 static void save_new_job(run *r, conn *c)
@@ -405,12 +478,26 @@ static void save_new_job(run *r, conn *c)
     for (size_t i = 0; i < c->n; i++)
         c->ids[i] = c->fresh++;
     c->rank = 0;
+    /* the namespaces in turn, each connection starting at its own */
+    if (r->namespaces)
+        c->ns = (unsigned)((c->jobs++ + (uint64_t)c->fd) % r->namespaces);
+    set_job_ns(r, c);
     save_send_allocate(c);
 }
 
-static void confirm_pages(conn *c)
+static void confirm_pages(run *r, conn *c)
 {
     text body = {0};
+    set_job_ns(r, c);
+    if (sg_save) {
+        char path[64];
+        body_sg_confirm(&body, c->ids, c->pages, c->n);
+        snprintf(path, sizeof path, "/%u/confirm_write", c->rank);
+        start_request(c, path, &body);
+        c->op = OP_CONFIRM;
+        free(body.ptr);
+        return;
+    }
     body_confirm(&body, c->rank, c->ids, c->pages, c->n);
     start_request(c, "/keys/confirm_write", &body);
     c->op = OP_CONFIRM;
@@ -422,17 +509,20 @@ static int save_answer(run *r, conn *c, int status, const char *body, size_t len
     if (c->op == OP_ALLOCATE) {
         if (status != 200 || parse_results(body, len, c->pages, c->n) != 0)
             return -1;
-        confirm_pages(c);
+        confirm_pages(r, c);
         return 0;
     }
     if (status != 204)
         return -1;
+    r->answered_pairs++;
     if (r->measuring) {
         r->pairs++;
         r->keys += c->n;
     }
-    if (++c->rank < r->ranks)
+    if (++c->rank < r->ranks) {
+        set_job_ns(r, c);
         save_send_allocate(c);
+    }
     else
         save_new_job(r, c);
     return 0;
@@ -621,10 +711,12 @@ static void drive(run *r, size_t nconns, double seconds, job_fn first, answer_fn
     }
     double elapsed = now_s() - measured_from;
     printf("requests=%llu seconds=%.2f rps=%.0f pairs_per_s=%.0f keys_per_s=%.0f p50_us=%llu "
-           "p99_us=%llu errors=%llu\n", (unsigned long long)r->requests, elapsed,
+           "p99_us=%llu errors=%llu answered=%llu answered_pairs=%llu\n",
+           (unsigned long long)r->requests, elapsed,
            (double)r->requests / elapsed, (double)r->pairs / elapsed, (double)r->keys / elapsed,
            (unsigned long long)percentile(r, 50), (unsigned long long)percentile(r, 99),
-           (unsigned long long)r->errors);
+           (unsigned long long)r->errors, (unsigned long long)r->answered,
+           (unsigned long long)r->answered_pairs);
     for (size_t i = 0; i < nconns; i++) {
         close(conns[i].fd);
         free(conns[i].out.ptr);
@@ -661,7 +753,7 @@ static int round_trip(conn *c, const char *path, const text *body, const char **
 static int cmd_load(int argc, char **argv)
 {
     if (argc < 4)
-        die("usage: loadgen load PORT N [RANKS] [PAGES] [KEYCHARS]");
+        die("usage: loadgen load PORT N [RANKS] [PAGES] [KEYCHARS] [vllm|sglang [NAMESPACE]]");
     int port = atoi(argv[2]);
     size_t n = strtoull(argv[3], NULL, 10);
     unsigned ranks = argc > 4 ? (unsigned)atoi(argv[4]) : 2;
@@ -671,6 +763,8 @@ static int cmd_load(int argc, char **argv)
     if (key_chars != 32 && key_chars != 64)
         die("KEYCHARS must be 32 or 64");
     bool sglang = argc > 7 && strcmp(argv[7], "sglang") == 0;
+    if (sglang && argc > 8)
+        sg_ns = argv[8];
     conn c = {0};
     c.fd = connect_to(port);
     text body = {0};
@@ -678,7 +772,10 @@ static int cmd_load(int argc, char **argv)
     size_t len;
     for (unsigned r = 0; r < ranks; r++) {
         body.len = 0;
-        text_printf(&body, "{\"role\": \"worker\", \"num_pages\": %llu}", pages);
+        text_put(&body, "{", 1);
+        if (sglang)
+            text_sg_ns(&body);
+        text_printf(&body, "\"role\": \"worker\", \"num_pages\": %llu}", pages);
         char path[64];
         snprintf(path, sizeof path, sglang ? "/%u/initialize" : "/rank/%u/initialize", r);
         if (round_trip(&c, path, &body, &answer, &len) != (sglang ? 204 : 200))
@@ -729,16 +826,23 @@ static int cmd_load(int argc, char **argv)
 static int cmd_bodies(int argc, char **argv)
 {
     if (argc < 6)
-        die("usage: loadgen bodies KIND N COUNT BATCH");
+        die("usage: loadgen bodies KIND N COUNT BATCH [NAMESPACES]");
     const char *kind = argv[2];
     size_t n = strtoull(argv[3], NULL, 10), count = strtoull(argv[4], NULL, 10);
     size_t batch = strtoull(argv[5], NULL, 10);
+    unsigned namespaces = argc > 6 ? (unsigned)atoi(argv[6]) : 0;
+    char ns[32];
     if (batch == 0 || batch > MAX_BATCH || n == 0)
         die("BATCH must be 1..%d and N positive", MAX_BATCH);
     uint64_t *ids = calloc(batch, sizeof *ids);
     text line = {0};
     for (size_t b = 0; b < count; b++) {
         unsigned rank = (unsigned)(b & 1);
+        if (namespaces) { /* SGLang kinds: every (namespace, rank) in turn */
+            snprintf(ns, sizeof ns, "ns%u", (unsigned)(b % namespaces));
+            sg_ns = ns;
+            rank = (unsigned)((b / namespaces) & 1);
+        }
         for (size_t i = 0; i < batch; i++)
             ids[i] = rnd() % n;
         line.len = 0;
@@ -750,10 +854,10 @@ static int cmd_bodies(int argc, char **argv)
             body_rank_keys(&line, rank, ids, batch);
         } else if (strcmp(kind, "sg-exists") == 0) {
             text_printf(&line, "/%u/exists\t", rank);
-            body_keys(&line, ids, batch);
+            body_sg_keys(&line, ids, batch);
         } else if (strcmp(kind, "sg-indices") == 0) {
             text_printf(&line, "/%u/get_page_indices\t", rank);
-            body_keys(&line, ids, batch);
+            body_sg_keys(&line, ids, batch);
         } else {
             die("unknown kind %s", kind);
         }
@@ -765,10 +869,251 @@ static int cmd_bodies(int argc, char **argv)
     return 0;
 }
 
+/* ---- the bare-HMGET baseline (plain Redis, RESP) ---- */
+
+static const char *const hmget_hash[2] = {"hf3fs-bench:{hmget}:0", "hf3fs-bench:{hmget}:1"};
+
+static int hexval(char c)
+{
+    return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+/* key(i) as a 32-byte field: its 64 hex characters packed */
+static void key_field(uint64_t i, unsigned char out[32])
+{
+    char hex[64];
+    key_text(i, hex);
+    for (int b = 0; b < 32; b++)
+        out[b] = (unsigned char)(hexval(hex[2 * b]) << 4 | hexval(hex[2 * b + 1]));
+}
+
+static void resp_arg(text *t, const void *p, size_t n)
+{
+    text_printf(t, "$%zu\r\n", n);
+    text_put(t, p, n);
+    text_put(t, "\r\n", 2);
+}
+
+/* HMGET hash field(ids[0]) ... field(ids[n-1]), or HSET hash field 1 ... */
+static void resp_hash_cmd(text *t, bool set, unsigned h, const uint64_t *ids, size_t n)
+{
+    text_printf(t, "*%zu\r\n", 2 + n * (set ? 2 : 1));
+    resp_arg(t, set ? "HSET" : "HMGET", set ? 4 : 5);
+    resp_arg(t, hmget_hash[h], strlen(hmget_hash[h]));
+    for (size_t i = 0; i < n; i++) {
+        unsigned char f[32];
+        key_field(ids[i], f);
+        resp_arg(t, f, 32);
+        if (set)
+            resp_arg(t, "1", 1);
+    }
+}
+
+/* Past one whole RESP reply at p (NULL: incomplete); *bad is set for an
+ * error reply or a nil / a value other than "1" inside an array. */
+static const char *resp_skip(const char *p, const char *end, bool *bad)
+{
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl)
+        return NULL;
+    long v = strtol(p + 1, NULL, 10);
+    switch (*p) {
+    case '+':
+    case ':':
+        return nl + 1;
+    case '-':
+        *bad = true;
+        return nl + 1;
+    case '$':
+        if (v < 0) {
+            *bad = true;
+            return nl + 1;
+        }
+        if (end - (nl + 1) < v + 2)
+            return NULL;
+        if (v != 1 || nl[1] != '1')
+            *bad = true;
+        return nl + 1 + v + 2;
+    case '*':
+        p = nl + 1;
+        for (long i = 0; i < v; i++) {
+            if (p >= end || !(p = resp_skip(p, end, bad)))
+                return NULL;
+        }
+        return p;
+    default:
+        die("bad Redis reply: %.40s", p);
+    }
+    return NULL;
+}
+
+/* send t whole on a blocking fd, then read `replies` replies; errors counted */
+static size_t resp_round_trip(int fd, const text *t, text *in, int replies)
+{
+    for (size_t sent = 0; sent < t->len;) {
+        ssize_t w = send(fd, t->ptr + sent, t->len - sent, MSG_NOSIGNAL);
+        if (w <= 0)
+            die("send: %s", strerror(errno));
+        sent += (size_t)w;
+    }
+    in->len = 0;
+    size_t bad_replies = 0;
+    const char *p = NULL;
+    int done = 0;
+    size_t at = 0;
+    while (done < replies) {
+        bool bad = false;
+        if (in->len > at && (p = resp_skip(in->ptr + at, in->ptr + in->len, &bad))) {
+            at = (size_t)(p - in->ptr);
+            done++;
+            bad_replies += bad;
+            continue;
+        }
+        text_need(in, 65536);
+        ssize_t got = recv(fd, in->ptr + in->len, in->cap - in->len, 0);
+        if (got <= 0)
+            die("recv: %s", got ? strerror(errno) : "connection closed");
+        in->len += (size_t)got;
+    }
+    return bad_replies;
+}
+
+static int cmd_hmget_load(int argc, char **argv)
+{
+    if (argc < 4)
+        die("usage: loadgen hmget-load REDISPORT N");
+    int fd = connect_to(atoi(argv[2]));
+    size_t n = strtoull(argv[3], NULL, 10);
+    text out = {0}, in = {0};
+    uint64_t ids[1000];
+    for (size_t done = 0; done < n; done += 1000) {
+        size_t k = n - done < 1000 ? n - done : 1000;
+        for (size_t i = 0; i < k; i++)
+            ids[i] = done + i;
+        out.len = 0;
+        resp_hash_cmd(&out, true, 0, ids, k);
+        resp_hash_cmd(&out, true, 1, ids, k);
+        if (resp_round_trip(fd, &out, &in, 2))
+            die("HSET failed: %.200s", in.ptr);
+    }
+    close(fd);
+    free(out.ptr);
+    free(in.ptr);
+    return 0;
+}
+
+typedef struct hconn {
+    int fd;
+    text out, in;
+    size_t sent, at;
+    int replies;
+    bool bad;
+    double started;
+} hconn;
+
+/* one read: the same keys asked of both hashes, both commands in one send */
+static void hmget_start(hconn *c, uint64_t *ids, size_t batch, size_t nkeys)
+{
+    for (size_t k = 0; k < batch; k++)
+        ids[k] = rnd() % nkeys;
+    c->out.len = 0;
+    resp_hash_cmd(&c->out, false, 0, ids, batch);
+    resp_hash_cmd(&c->out, false, 1, ids, batch);
+    c->sent = 0;
+    c->in.len = c->at = 0;
+    c->replies = 0;
+    c->bad = false;
+    c->started = now_s();
+    while (c->sent < c->out.len) {
+        ssize_t w = send(c->fd, c->out.ptr + c->sent, c->out.len - c->sent, MSG_NOSIGNAL);
+        if (w <= 0)
+            die("send: %s", strerror(errno));
+        c->sent += (size_t)w;
+    }
+}
+
+static int cmd_hmget(int argc, char **argv)
+{
+    if (argc < 6)
+        die("usage: loadgen hmget REDISPORT SECONDS CONNS N [BATCH]");
+    int port = atoi(argv[2]);
+    double seconds = atof(argv[3]);
+    size_t nconns = strtoull(argv[4], NULL, 10), nkeys = strtoull(argv[5], NULL, 10);
+    size_t batch = argc > 6 ? strtoull(argv[6], NULL, 10) : 128;
+    if (batch == 0 || batch > MAX_BATCH || nkeys == 0 || nconns == 0)
+        die("BATCH must be 1..%d, N and CONNS positive", MAX_BATCH);
+    hconn *cs = calloc(nconns, sizeof *cs);
+    uint32_t *hist = calloc(HIST_US, sizeof *hist);
+    uint64_t *ids = calloc(batch, sizeof *ids);
+    uint64_t reads = 0, errors = 0;
+    int ep = epoll_create1(0);
+    for (size_t i = 0; i < nconns; i++) {
+        cs[i].fd = connect_to(port);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &cs[i]};
+        epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev);
+    }
+    double t0 = now_s(), stop = t0 + seconds;
+    for (size_t i = 0; i < nconns; i++)
+        hmget_start(&cs[i], ids, batch, nkeys);
+    struct epoll_event events[64];
+    while (now_s() < stop) {
+        int n = epoll_wait(ep, events, 64, 100);
+        for (int e = 0; e < n; e++) {
+            hconn *c = events[e].data.ptr;
+            text_need(&c->in, 65536);
+            ssize_t got = recv(c->fd, c->in.ptr + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT);
+            if (got == 0)
+                die("Redis closed a connection");
+            if (got < 0) {
+                if (errno == EAGAIN)
+                    continue;
+                die("recv: %s", strerror(errno));
+            }
+            c->in.len += (size_t)got;
+            const char *p;
+            while (c->replies < 2 &&
+                   (p = resp_skip(c->in.ptr + c->at, c->in.ptr + c->in.len, &c->bad))) {
+                c->at = (size_t)(p - c->in.ptr);
+                c->replies++;
+            }
+            if (c->replies < 2)
+                continue;
+            double us = (now_s() - c->started) * 1e6;
+            hist[us < 0 ? 0 : us >= HIST_US ? HIST_US - 1 : (size_t)us]++;
+            reads++;
+            errors += c->bad;
+            hmget_start(c, ids, batch, nkeys);
+        }
+    }
+    double elapsed = now_s() - t0;
+    uint64_t p50 = HIST_US, p99 = HIST_US, seen = 0;
+    for (size_t b = 0; b < HIST_US; b++) {
+        seen += hist[b];
+        if (p50 == HIST_US && seen > reads / 2)
+            p50 = b;
+        if (p99 == HIST_US && seen > reads * 99 / 100)
+            p99 = b;
+    }
+    printf("requests=%llu seconds=%.2f rps=%.0f hmgets_per_s=%.0f p50_us=%llu p99_us=%llu "
+           "errors=%llu answered=%llu\n", (unsigned long long)reads, elapsed,
+           (double)reads / elapsed, 2.0 * (double)reads / elapsed, (unsigned long long)p50,
+           (unsigned long long)p99, (unsigned long long)errors, (unsigned long long)reads);
+    for (size_t i = 0; i < nconns; i++) {
+        close(cs[i].fd);
+        free(cs[i].out.ptr);
+        free(cs[i].in.ptr);
+    }
+    free(cs);
+    free(hist);
+    free(ids);
+    close(ep);
+    return errors ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: loadgen load|bodies|save|mixed ...");
+        die("usage: loadgen load|bodies|save|mixed|hmget-load|hmget ...");
     uint32_t *hist = calloc(HIST_US, sizeof *hist);
     run r = {.ranks = 2, .batch = 128, .hist = hist};
     int rc = 0;
@@ -776,12 +1121,18 @@ int main(int argc, char **argv)
         rc = cmd_load(argc, argv);
     } else if (strcmp(argv[1], "bodies") == 0) {
         rc = cmd_bodies(argc, argv);
-    } else if (strcmp(argv[1], "save") == 0) {
+    } else if (strcmp(argv[1], "hmget-load") == 0) {
+        rc = cmd_hmget_load(argc, argv);
+    } else if (strcmp(argv[1], "hmget") == 0) {
+        rc = cmd_hmget(argc, argv);
+    } else if (strcmp(argv[1], "save") == 0 || strcmp(argv[1], "sg-save") == 0) {
         if (argc < 5)
-            die("usage: loadgen save PORT SECONDS CONNS [BATCH] [RANKS]");
+            die("usage: loadgen save|sg-save PORT SECONDS CONNS [BATCH] [RANKS] [NAMESPACES]");
         r.port = atoi(argv[2]);
         r.batch = argc > 5 ? strtoull(argv[5], NULL, 10) : 128;
         r.ranks = argc > 6 ? (unsigned)atoi(argv[6]) : 2;
+        sg_save = strcmp(argv[1], "sg-save") == 0;
+        r.namespaces = sg_save && argc > 7 ? (unsigned)atoi(argv[7]) : 0;
         if (r.batch == 0 || r.batch > MAX_BATCH)
             die("BATCH must be 1..%d", MAX_BATCH);
         drive(&r, strtoull(argv[4], NULL, 10), atof(argv[3]), save_new_job, save_answer);
