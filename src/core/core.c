@@ -1710,8 +1710,10 @@ static inline bool all_pages(const uint32_t *pages, uint32_t n)
     uint32_t c = 0;
 #ifdef __SSE2__
     __m128i nil = _mm_set1_epi32(-1), hit = _mm_setzero_si128();
-    for (; c + 4 <= n; c += 4)
-        hit = _mm_or_si128(hit, _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(const void *)(pages + c)), nil));
+    for (; c + 4 <= n; c += 4) {
+        __m128i four = _mm_loadu_si128((const __m128i *)(const void *)(pages + c));
+        hit = _mm_or_si128(hit, _mm_cmpeq_epi32(four, nil));
+    }
     if (_mm_movemask_epi8(hit))
         return false;
 #endif
@@ -1730,8 +1732,8 @@ static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until, bool o
     uint8_t *bits = rec_bits(rec);
     const uint32_t *pages = core__krec_pages(ns, rec);
     /* the columns' bits 8 at a time: a byte's bit 6 (count 4) moves to
-     * bit 4 within the byte, and no byte carries into the next (bit 7 is
-     * never set, and a count below CORE_USE_MAX is at most 3) */
+     * bit 4 within the byte, and no byte carries into the next (a count
+     * that takes one is at most 3, so the sum stays in bits 4-6) */
     uint32_t wide = ncols & ~7u;
     uint64_t anyw = 0;
     for (uint32_t c = 0; c < wide; c += 8) {
@@ -1742,7 +1744,8 @@ static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until, bool o
     uint8_t any = 0;
     for (uint32_t c = wide; c < ncols; c++)
         any |= bits[c];
-    if (!observed && !(any & CORE_REC_DEMOTED) && !(anyw & (0x0101010101010101ull * CORE_REC_DEMOTED))) {
+    uint64_t demoted_w = 0x0101010101010101ull * CORE_REC_DEMOTED;
+    if (!observed && !(any & CORE_REC_DEMOTED) && !(anyw & demoted_w)) {
         /* the common case, without a branch per column: a count below
          * CORE_USE_MAX (4) has bit 6 clear, and then takes one more */
         for (uint32_t c = 0; c < ncols; c++) {
