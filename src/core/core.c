@@ -1704,6 +1704,25 @@ pipe_prefetch_rec(const core_ns *ns, const core_key *key, size_t home)
         prefetch_bytes(core__krec(ns, slot & ns->id_mask), ns->rec_size, 1);
 }
 
+/* Whether none of a record's n pages is CORE_NIL (4 at a time with SSE2). */
+static inline bool all_pages(const uint32_t *pages, uint32_t n)
+{
+    uint32_t c = 0;
+#ifdef __SSE2__
+    __m128i nil = _mm_set1_epi32(-1), hit = _mm_setzero_si128();
+    for (; c + 4 <= n; c += 4) {
+        __m128i four = _mm_loadu_si128((const __m128i *)(const void *)(pages + c));
+        hit = _mm_or_si128(hit, _mm_cmpeq_epi32(four, nil));
+    }
+    if (_mm_movemask_epi8(hit))
+        return false;
+#endif
+    for (; c < n; c++)
+        if (pages[c] == CORE_NIL)
+            return false;
+    return true;
+}
+
 /* A complete key's use in every column: the read lease, one more to the
  * use count, no longer demoted; one USE event per pool (rank order). */
 static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until, bool observed)
@@ -1712,17 +1731,35 @@ static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until, bool o
     int64_t *deadlines = core__krec_deadlines(ns, rec);
     uint8_t *bits = rec_bits(rec);
     const uint32_t *pages = core__krec_pages(ns, rec);
+    /* the columns' bits 8 at a time: a byte's bit 6 (count 4) moves to
+     * bit 4 within the byte, and no byte carries into the next (a count
+     * that takes one is at most 3, so the sum stays in bits 4-6) */
+    uint32_t wide = ncols & ~7u;
+    uint64_t anyw = 0;
+    for (uint32_t c = 0; c < wide; c += 8) {
+        uint64_t w;
+        memcpy(&w, bits + c, 8);
+        anyw |= w;
+    }
     uint8_t any = 0;
-    for (uint32_t c = 0; c < ncols; c++)
+    for (uint32_t c = wide; c < ncols; c++)
         any |= bits[c];
-    if (!observed && !(any & CORE_REC_DEMOTED)) {
+    uint64_t demoted_w = 0x0101010101010101ull * CORE_REC_DEMOTED;
+    if (!observed && !(any & CORE_REC_DEMOTED) && !(anyw & demoted_w)) {
         /* the common case, without a branch per column: a count below
          * CORE_USE_MAX (4) has bit 6 clear, and then takes one more */
         for (uint32_t c = 0; c < ncols; c++) {
             int64_t d = deadlines[c];
             deadlines[c] = d > until ? d : until;
-            bits[c] = (uint8_t)(bits[c] + ((~bits[c] >> 2) & 0x10));
         }
+        for (uint32_t c = 0; c < wide; c += 8) {
+            uint64_t w;
+            memcpy(&w, bits + c, 8);
+            w += (~w >> 2) & 0x1010101010101010ull;
+            memcpy(bits + c, &w, 8);
+        }
+        for (uint32_t c = wide; c < ncols; c++)
+            bits[c] = (uint8_t)(bits[c] + ((~bits[c] >> 2) & 0x10));
         return;
     }
     for (uint32_t c = 0; c < ncols; c++) {
@@ -1782,10 +1819,7 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
             continue;
         uint8_t *rec = core__krec(ns, id);
         const uint32_t *pages = core__krec_pages(ns, rec);
-        uint32_t c = 0;
-        while (c < ncols && pages[c] != CORE_NIL)
-            c++;
-        if (c < ncols)
+        if (!all_pages(pages, ncols))
             continue;
         complete_keys++;
         complete_use(ns, rec, until, observed);

@@ -634,6 +634,55 @@ TEST(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first)
     CHECK(lookup1(r1, "old", 0) >= 0);
 }
 
+/* TP 9: the completeness read checks pages and updates use counts several
+ * columns at a time (8 bytes of bits, 4 pages); rank 8 is the tail. */
+TEST(complete_reads_at_tp_9_see_every_rank_and_use_every_column)
+{
+    enum { TP = 9 };
+    core_config cfg = test_config();
+    cfg.read_lease_ms = 0;
+    setup(cfg);
+    core_pool_t *r[TP];
+    for (uint32_t i = 0; i < TP; i++)
+        r[i] = make_pool(KV, i, 3);
+    hf_slice hot = K("hot");
+    bool present, owned[TP] = {false};
+    for (uint32_t missing = 0; missing < TP; missing++) { /* one rank short: not complete */
+        for (uint32_t i = 0; i < TP; i++)
+            if (i != missing && !owned[i]) {
+                own(r[i], "hot", 0);
+                owned[i] = true;
+            }
+        if (owned[missing]) {
+            core_delete(r[missing], &hot, 1, 0);
+            owned[missing] = false;
+        }
+        core_complete_exists(core, KV, &hot, 1, 0, &present);
+        CHECK(!present);
+        CK();
+    }
+    own(r[TP - 1], "hot", 0);
+    core_complete_exists(core, KV, &hot, 1, 1, &present); /* un-demotes, count 4 */
+    CHECK(present);
+    CK();
+    hf_slice warm = K("warm");
+    for (uint32_t i = 0; i < TP; i++) {
+        own(r[i], "warm", 2); /* count 3 */
+        own(r[i], "old", 2);  /* count 3 */
+    }
+    core_complete_exists(core, KV, &warm, 1, 3, &present); /* no column demoted: count 4 */
+    CHECK(present);
+    CK();
+    CK();
+    for (uint32_t i = 0; i < TP; i++) { /* the clock takes "old" (count 3), not those at 4 */
+        CHECK(alloc1(r[i], "new", CORE_ALLOC_PARTIAL, 4) >= 0);
+        CHECK_EQ(lookup1(r[i], "old", 4), -1);
+        CHECK(lookup1(r[i], "hot", 4) >= 0);
+        CHECK(lookup1(r[i], "warm", 4) >= 0);
+    }
+    CK();
+}
+
 /* Every key is found on its page, and the page gives the key back verbatim. */
 static void expect_owned_and_round_trip(core_pool_t *pool, const hf_slice *keys,
                                         const int64_t *pages, size_t n)
@@ -1008,6 +1057,7 @@ int main(void)
     RUN(a_key_is_complete_only_when_every_rank_of_the_namespace_owns_it);
     RUN(complete_reads_lease_the_key_on_every_rank);
     RUN(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first);
+    RUN(complete_reads_at_tp_9_see_every_rank_and_use_every_column);
     RUN(a_demoted_page_that_is_used_again_no_longer_goes_first);
     RUN(the_most_recently_demoted_page_goes_first);
     RUN(keys_of_every_shape_are_distinct_and_round_trip);
