@@ -684,7 +684,7 @@ static store_t *open_store(const server_options *o, const core_config *core)
 }
 
 /* Wait for SIGINT or SIGTERM; meanwhile log the summary line every
- * interval (the first call only takes the figures). */
+ * interval (its figures were first taken before the server answered). */
 static int wait_for_stop(const sigset_t *stop_signals, api_t *api, double interval_s)
 {
     int sig = 0;
@@ -693,7 +693,6 @@ static int wait_for_stop(const sigset_t *stop_signals, api_t *api, double interv
             ;
         return sig;
     }
-    api_log_summary(api);
     int64_t ms = seconds_to_ms(interval_s);
     struct timespec every = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
     for (;;) {
@@ -740,6 +739,10 @@ int main(int argc, char **argv)
         log_msg(LOG_WARN, "--host %s is not a loopback address and there is no "
                 "--auth-token-file: anyone who can reach this port can change or clear the "
                 "cache's metadata", options.host);
+    /* The summary's first figures, taken before any request can move them
+     * (taken later, what came first would never be logged). */
+    if (options.log_summary_interval_s > 0)
+        api_log_summary(api);
     http_server *http = http_start(&http_cfg, api, err, sizeof err);
     if (!http) {
         log_msg(LOG_ERROR, "%s", err);
