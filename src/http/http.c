@@ -271,6 +271,16 @@ static void count_closed(loop *lp)
 static void conn_close(conn *c)
 {
     loop *lp = c->loop;
+    /* A conn whose answer was queued in this batch can still be closed by a
+     * later read of the same batch (the client reset the connection): it
+     * leaves the send list, or the sends after the batch would use it freed. */
+    if (c->flush_queued) {
+        conn **at = &lp->flush_head;
+        while (*at != c)
+            at = &(*at)->flush_next;
+        *at = c->flush_next;
+        c->flush_queued = false;
+    }
     list_unlink(lp, c);
     close(c->fd); /* also leaves the epoll set */
     api_response_free(&c->resp);
@@ -968,8 +978,8 @@ static void sweep(loop *lp, uint64_t now)
  *
  * A conn is freed only by the handler of its own event, by the sends after
  * the batch, or by sweep: a batch holds each conn's events once, and a conn
- * queued for sending is not closed before its turn, so no pointer of the
- * batch or of the send list is to a freed conn.
+ * closed while queued for sending leaves the send list (conn_close), so no
+ * pointer of the batch or of the send list is to a freed conn.
  */
 static void *loop_run(void *arg)
 {
