@@ -649,6 +649,54 @@ def expect_true(cond, what):
         raise AssertionError(what)
 
 
+class TooSlow(Exception):
+    """The steps that had to fit inside a lease took the lease or longer: on
+    this (loaded) machine the test's premise did not hold, so it judged
+    nothing. with_lease() runs the test again with a longer lease."""
+
+
+class LeaseWindow:
+    """Times the steps that a test needs to happen inside a lease of `seconds`,
+    from the moment it is made (before the first step that starts a lease).
+
+        w = LeaseWindow(lease)
+        ...steps that must all happen before the lease ends...
+        w.fits()          # raises TooSlow if they did not
+        ...judge what they answered...
+        w.sleep_past()    # now every lease started in the window is over
+    """
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.start = time.monotonic()
+
+    def fits(self):
+        # Half the lease: the server's clock starts the lease a little after
+        # our start, and a reply read late does not mean the server was late.
+        took = time.monotonic() - self.start
+        if took >= self.seconds / 2:
+            raise TooSlow("steps took %.3f s of a %.3f s lease" % (took, self.seconds))
+
+    def sleep_past(self, margin=0.1):
+        """Sleep until every lease started in the window has ended: fits()
+        holds the steps to half a lease, so 1.5 leases from the start."""
+        time.sleep(max(0.0, self.start + self.seconds * 1.5 + margin - time.monotonic()))
+
+
+def with_lease(scenario, seconds, tries=4):
+    """Run scenario(lease) with lease = seconds; when its steps did not fit in
+    the lease (TooSlow), run it again with a lease twice as long, at most
+    `tries` times. A test whose premise never held fails: a machine that
+    cannot do a few requests in seconds is a finding too."""
+    for attempt in range(tries):
+        try:
+            return scenario(seconds)
+        except TooSlow as e:
+            sys.stderr.write("# %s; again with a %.2f s lease\n" % (e, seconds * 2))
+            seconds *= 2
+    raise AssertionError("the steps never fit inside a lease, up to %.2f s" % (seconds / 2))
+
+
 def wait_for(predicate, timeout, interval=0.05, what="condition"):
     deadline = time.monotonic() + timeout
     while True:

@@ -16,8 +16,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from harness import (Server, expect_eq, expect_true, pool_states, raw_request, s_alloc,  # noqa: E402
-                     s_confirm, s_init, s_pages, v_alloc, v_confirm, v_init, v_locations)
+from harness import (LeaseWindow, Server, expect_eq, expect_true, pool_states,  # noqa: E402
+                     raw_request, s_alloc, s_confirm, s_init, s_pages, v_alloc, v_confirm,
+                     v_init, v_locations, with_lease)
 
 
 def send_and_drop(srv, path, body):
@@ -43,57 +44,75 @@ def test_a_replayed_confirmation_is_harmless():
 
 
 def test_a_replayed_release_cannot_free_the_page_of_a_later_writer():
-    with Server("--release-grace", "0.5") as srv:
-        c = srv.client()
-        s_init(c, 0, 1)
-        page = s_alloc(c, 0, ["a"])[0][1]
-        body = {"written_keys_to_confirm": [], "pages_to_release": [page]}
-        send_and_drop(srv, "/0/confirm_write", body)
-        # During the grace nobody gets the page, and the replay is refused.
-        expect_eq(s_alloc(c, 0, ["b"]), [(False, -1)], "the released page waits for the grace")
-        s_confirm(c, 0, release=[page])
-        expect_eq(pool_states(srv.stats(), "kv", 0)[1:5], (0, 0, 0, 1),
-                  "(free, reserved, owned, draining) after the replay")
-        time.sleep(0.6)
-        expect_eq(s_alloc(c, 0, ["b"]), [(False, page)], "after the grace the page is reused")
-        s_confirm(c, 0, [("b", page)])
-        expect_eq(s_pages(c, 0, ["b"]), [page], "b owns it")
-        srv.check()
+    def scenario(grace):
+        with Server("--release-grace", str(grace)) as srv:
+            c = srv.client()
+            s_init(c, 0, 1)
+            page = s_alloc(c, 0, ["a"])[0][1]
+            body = {"written_keys_to_confirm": [], "pages_to_release": [page]}
+            w = LeaseWindow(grace)
+            send_and_drop(srv, "/0/confirm_write", body)
+            during = s_alloc(c, 0, ["b"])
+            s_confirm(c, 0, release=[page])  # the replay
+            after_replay = pool_states(srv.stats(), "kv", 0)[1:5]
+            w.fits()
+            # During the grace nobody gets the page, and the replay is refused.
+            expect_eq(during, [(False, -1)], "the released page waits for the grace")
+            expect_eq(after_replay, (0, 0, 0, 1),
+                      "(free, reserved, owned, draining) after the replay")
+            w.sleep_past()
+            expect_eq(s_alloc(c, 0, ["b"]), [(False, page)], "after the grace the page is reused")
+            s_confirm(c, 0, [("b", page)])
+            expect_eq(s_pages(c, 0, ["b"]), [page], "b owns it")
+            srv.check()
+    with_lease(scenario, 0.5)
 
 
 def test_a_replayed_allocation_only_reserves_pages_that_expire():
-    with Server("--reservation-timeout", "0.3") as srv:
-        c = srv.client()
-        v_init(c, 0, 4)
-        send_and_drop(srv, "/keys/batch_allocate", {"rank": 0, "keys": ["a", "b"]})
-        pages = v_alloc(c, 0, ["a", "b"])  # the retry: other pages, the first ones leak...
-        expect_eq(pool_states(srv.stats(), "kv", 0)[1:3], (0, 4), "(free, reserved)")
-        v_confirm(c, 0, [("a", pages[0]), ("b", pages[1])])
-        srv.check()
-        time.sleep(0.4)  # ...until their reservation lease runs out
-        expect_eq(v_alloc(c, 0, ["c"]) != [-1], True, "a page is free again")
-        st = srv.stats()[("kv", 0)]
-        expect_eq(st["expired_reservations"], 2, "the replay's reservations expired")
-        expect_eq(v_locations(c, 0, ["a", "b"]), pages, "what the client confirmed stays")
-        srv.check()
+    def scenario(lease):
+        with Server("--reservation-timeout", str(lease)) as srv:
+            c = srv.client()
+            v_init(c, 0, 4)
+            w = LeaseWindow(lease)
+            send_and_drop(srv, "/keys/batch_allocate", {"rank": 0, "keys": ["a", "b"]})
+            pages = v_alloc(c, 0, ["a", "b"])  # the retry: other pages, the first ones leak...
+            states = pool_states(srv.stats(), "kv", 0)[1:3]
+            v_confirm(c, 0, [("a", pages[0]), ("b", pages[1])])
+            w.fits()
+            expect_eq(states, (0, 4), "(free, reserved) after the retry")
+            srv.check()
+            w.sleep_past()  # ...until their reservation lease runs out
+            expect_eq(v_alloc(c, 0, ["c"]) != [-1], True, "a page is free again")
+            st = srv.stats()[("kv", 0)]
+            expect_eq(st["expired_reservations"], 2, "the replay's reservations expired")
+            expect_eq(v_locations(c, 0, ["a", "b"]), pages, "what the client confirmed stays")
+            srv.check()
+    with_lease(scenario, 0.3)
 
 
 def test_a_replayed_vllm_allocation_with_hits_keeps_them_protected_until_the_lease_bound():
-    with Server("--write-lease", "0.5", "--read-lease", "0") as srv:
-        c = srv.client()
-        v_init(c, 0, 2)
-        pa = v_alloc(c, 0, ["a"])[0]
-        v_confirm(c, 0, [("a", pa)])
-        send_and_drop(srv, "/keys/batch_allocate", {"rank": 0, "keys": ["a"]})
-        expect_eq(v_alloc(c, 0, ["a"]), [pa], "the retry: a hit again")
-        expect_eq(srv.stats()[("kv", 0)]["write_leased"], 1, "a is being written")
-        v_confirm(c, 0, [("a", pa)])  # one confirmation for two answers
-        # The dropped answer's writer may still be writing: a stays protected.
-        expect_eq(v_alloc(c, 0, ["x", "y"]), [-1, -1], "a is not evicted for new keys")
-        time.sleep(0.6)
-        got = v_alloc(c, 0, ["x", "y"])
-        expect_true(pa in got, "after the lease bound a's page can go: %r" % (got,))
-        srv.check()
+    def scenario(lease):
+        with Server("--write-lease", str(lease), "--read-lease", "0") as srv:
+            c = srv.client()
+            v_init(c, 0, 2)
+            pa = v_alloc(c, 0, ["a"])[0]
+            v_confirm(c, 0, [("a", pa)])
+            w = LeaseWindow(lease)
+            send_and_drop(srv, "/keys/batch_allocate", {"rank": 0, "keys": ["a"]})
+            retry = v_alloc(c, 0, ["a"])
+            leased = srv.stats()[("kv", 0)]["write_leased"]
+            v_confirm(c, 0, [("a", pa)])  # one confirmation for two answers
+            # The dropped answer's writer may still be writing: a stays protected.
+            new_keys = v_alloc(c, 0, ["x", "y"])
+            w.fits()
+            expect_eq(retry, [pa], "the retry: a hit again")
+            expect_eq(leased, 1, "a is being written")
+            expect_eq(new_keys, [-1, -1], "a is not evicted for new keys")
+            w.sleep_past()
+            got = v_alloc(c, 0, ["x", "y"])
+            expect_true(pa in got, "after the lease bound a's page can go: %r" % (got,))
+            srv.check()
+    with_lease(scenario, 0.5)
 
 
 def test_no_change_is_answered_with_a_status_that_the_stock_clients_retry():
