@@ -3,8 +3,10 @@
 are refused; read leases protect present keys from eviction and their pages
 from reuse; a delete during a read lease drains the page, then frees it.
 
-Servers run with --reservation-timeout 0.3 --read-lease 0.3; the tests wait
-LEASE_WAIT (well past both) for a lease to end."""
+Servers run with --reservation-timeout and --read-lease of LEASE (0.3 s). A
+test whose steps must happen inside a lease times them (harness.LeaseWindow)
+and runs again with longer leases when a loaded machine made them late; the
+tests wait well past a lease for it to end."""
 
 import os
 import sys
@@ -13,17 +15,16 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from harness import (Server, expect_eq, expect_true, pool_states, s_alloc,  # noqa: E402
-                     s_clear, s_confirm, s_delete, s_exists, s_init, s_pages, v_alloc,
-                     v_confirm, v_exists, v_init, v_locations)
+from harness import (LeaseWindow, Server, expect_eq, expect_true, pool_states,  # noqa: E402
+                     s_alloc, s_clear, s_confirm, s_delete, s_exists, s_init, s_pages,
+                     v_alloc, v_confirm, v_exists, v_init, v_locations, with_lease)
 
 LEASE = 0.3
 LEASE_WAIT = LEASE + 0.25 * harness.SLOWDOWN
-SHORT = ("--reservation-timeout", str(LEASE), "--read-lease", str(LEASE))
 
 
-def lease_server(*extra):
-    return Server(*(SHORT + extra))
+def lease_server(*extra, lease=LEASE):
+    return Server("--reservation-timeout", str(lease), "--read-lease", str(lease), *extra)
 
 
 def pool(srv, rank=0, ns="kv"):
@@ -48,55 +49,71 @@ def test_expired_reservation_frees_its_page_and_late_confirm_is_refused():
 
 
 def test_expired_reservation_page_is_reused_and_late_confirm_cannot_take_it():
-    with lease_server("--eviction", "none") as srv:
-        c = srv.client()
-        s_init(c, 0, 1)
-        p = s_alloc(c, 0, ["a"])[0][1]
-        expect_eq(p, 0, "the only page")
-        expect_eq(s_alloc(c, 0, ["b"]), [(False, -1)], "reserved pages are not reused")
-        time.sleep(LEASE_WAIT)
-        expect_eq(s_alloc(c, 0, ["b"]), [(False, 0)], "the expired page goes to b")
-        s_confirm(c, 0, [("a", 0)])                   # late: page now reserved for b
-        expect_eq(s_pages(c, 0, ["a", "b"]), [None, None], "nobody owns page 0 yet")
-        st = pool(srv)
-        expect_eq(st["refused_confirmations"]["other_key"], 1, "refused other_key")
-        s_confirm(c, 0, [("b", 0)])
-        expect_eq(s_pages(c, 0, ["a", "b"]), [None, 0], "b's confirmation is accepted")
-        srv.check()
+    def scenario(lease):
+        with lease_server("--eviction", "none", lease=lease) as srv:
+            c = srv.client()
+            s_init(c, 0, 1)
+            w = LeaseWindow(lease)
+            p = s_alloc(c, 0, ["a"])[0][1]
+            b_first = s_alloc(c, 0, ["b"])
+            w.fits()
+            expect_eq(p, 0, "the only page")
+            expect_eq(b_first, [(False, -1)], "reserved pages are not reused")
+            w.sleep_past()
+            expect_eq(s_alloc(c, 0, ["b"]), [(False, 0)], "the expired page goes to b")
+            s_confirm(c, 0, [("a", 0)])                   # late: page now reserved for b
+            expect_eq(s_pages(c, 0, ["a", "b"]), [None, None], "nobody owns page 0 yet")
+            st = pool(srv)
+            expect_eq(st["refused_confirmations"]["other_key"], 1, "refused other_key")
+            s_confirm(c, 0, [("b", 0)])
+            expect_eq(s_pages(c, 0, ["a", "b"]), [None, 0], "b's confirmation is accepted")
+            srv.check()
+    with_lease(scenario, LEASE)
 
 
 def test_reservation_confirmed_within_timeout_is_kept_and_owned_keys_never_expire():
-    with lease_server() as srv:
-        c = srv.client()
-        s_init(c, 0, 4)
-        p = s_alloc(c, 0, ["a"])[0][1]
-        time.sleep(LEASE * 0.2)
-        s_confirm(c, 0, [("a", p)])
-        time.sleep(LEASE_WAIT)
-        expect_eq(s_pages(c, 0, ["a"]), [p], "owned key after the reservation timeout")
-        st = pool(srv)
-        expect_eq((st["owned"], st["expired_reservations"]), (1, 0),
-                  "(owned, expired_reservations)")
+    def scenario(lease):
+        with lease_server(lease=lease) as srv:
+            c = srv.client()
+            s_init(c, 0, 4)
+            w = LeaseWindow(lease)
+            p = s_alloc(c, 0, ["a"])[0][1]
+            time.sleep(lease * 0.2)
+            s_confirm(c, 0, [("a", p)])
+            w.fits()
+            w.sleep_past()
+            expect_eq(s_pages(c, 0, ["a"]), [p], "owned key after the reservation timeout")
+            st = pool(srv)
+            expect_eq((st["owned"], st["expired_reservations"]), (1, 0),
+                      "(owned, expired_reservations)")
+    with_lease(scenario, LEASE)
 
 
 def _read_lease_blocks_eviction(lookup):
     """Pool of 1 page with lru: A owned and just looked up with `lookup`;
     allocating B gets -1 while the lease lasts, then B evicts A."""
-    with lease_server("--eviction", "lru") as srv:
-        c = srv.client()
-        v_init(c, 0, 1)
-        pa = v_alloc(c, 0, ["A"])[0]
-        v_confirm(c, 0, [("A", pa)])
-        lookup(c)
-        expect_eq(v_alloc(c, 0, ["B"]), [-1], "A is read-leased: B must not evict it")
-        expect_eq(s_alloc(c, 0, ["B"]), [(False, -1)], "also not for partial allocation")
-        expect_eq(pool(srv)["evictions"], 0, "evictions during the lease")
-        time.sleep(LEASE_WAIT)
-        expect_eq(v_alloc(c, 0, ["B"]), [pa], "after the lease B evicts A")
-        expect_eq(pool(srv)["evictions"], 1, "evictions")
-        v_confirm(c, 0, [("B", pa)])
-        expect_eq(s_pages(c, 0, ["A", "B"]), [None, pa], "A evicted, B owns the page")
-        srv.check()
+    def scenario(lease):
+        with lease_server("--eviction", "lru", lease=lease) as srv:
+            c = srv.client()
+            v_init(c, 0, 1)
+            pa = v_alloc(c, 0, ["A"])[0]
+            v_confirm(c, 0, [("A", pa)])
+            w = LeaseWindow(lease)
+            lookup(c)
+            whole = v_alloc(c, 0, ["B"])
+            partial = s_alloc(c, 0, ["B"])
+            evictions = pool(srv)["evictions"]
+            w.fits()
+            expect_eq(whole, [-1], "A is read-leased: B must not evict it")
+            expect_eq(partial, [(False, -1)], "also not for partial allocation")
+            expect_eq(evictions, 0, "evictions during the lease")
+            w.sleep_past()
+            expect_eq(v_alloc(c, 0, ["B"]), [pa], "after the lease B evicts A")
+            expect_eq(pool(srv)["evictions"], 1, "evictions")
+            v_confirm(c, 0, [("B", pa)])
+            expect_eq(s_pages(c, 0, ["A", "B"]), [None, pa], "A evicted, B owns the page")
+            srv.check()
+    with_lease(scenario, LEASE)
 
 
 def test_read_lease_from_batch_exists_protects_from_eviction():
@@ -127,53 +144,74 @@ def test_unleased_owned_key_is_evicted_when_pool_is_full():
 
 
 def test_batch_exists_leases_the_key_in_every_rank():
-    with lease_server("--eviction", "lru") as srv:
-        c = srv.client()
-        v_init(c, 0, 1)
-        v_init(c, 1, 1)
-        for rank in (0, 1):
-            p = v_alloc(c, rank, ["A"])[0]
-            v_confirm(c, rank, [("A", p)])
-        expect_eq(v_exists(c, ["A"]), [True], "A complete")
-        expect_eq(v_alloc(c, 1, ["B"]), [-1], "rank 1 copy of A is leased too")
-        expect_eq(v_alloc(c, 0, ["B"]), [-1], "rank 0 copy of A is leased")
+    def scenario(lease):
+        with lease_server("--eviction", "lru", lease=lease) as srv:
+            c = srv.client()
+            v_init(c, 0, 1)
+            v_init(c, 1, 1)
+            for rank in (0, 1):
+                p = v_alloc(c, rank, ["A"])[0]
+                v_confirm(c, rank, [("A", p)])
+            w = LeaseWindow(lease)
+            exists = v_exists(c, ["A"])
+            rank1 = v_alloc(c, 1, ["B"])
+            rank0 = v_alloc(c, 0, ["B"])
+            w.fits()
+            expect_eq(exists, [True], "A complete")
+            expect_eq(rank1, [-1], "rank 1 copy of A is leased too")
+            expect_eq(rank0, [-1], "rank 0 copy of A is leased")
+    with_lease(scenario, LEASE)
 
 
 def test_delete_during_read_lease_drains_the_page_then_frees_it():
-    with lease_server("--eviction", "lru") as srv:
-        c = srv.client()
-        s_init(c, 0, 1)
-        p = s_alloc(c, 0, ["A"])[0][1]
-        s_confirm(c, 0, [("A", p)])
-        expect_eq(s_exists(c, 0, ["A"]), [True], "exists")    # read lease
-        s_delete(c, 0, ["A"])
-        expect_eq(s_exists(c, 0, ["A"]), [False], "deleted key is gone at once")
-        expect_eq(pool_states(srv.stats(), "kv", 0), (1, 0, 0, 0, 1, 0),
-                  "(num_pages, free, reserved, owned, draining, keys) while draining")
-        expect_eq(s_alloc(c, 0, ["B"]), [(False, -1)], "a draining page is not reused")
-        srv.check()
-        time.sleep(LEASE_WAIT)
-        expect_eq(s_alloc(c, 0, ["B"]), [(False, p)], "the drained page is free again")
-        st = srv.stats()
-        expect_eq(pool_states(st, "kv", 0), (1, 0, 1, 0, 0, 0), "after the lease")
-        srv.check()
+    def scenario(lease):
+        with lease_server("--eviction", "lru", lease=lease) as srv:
+            c = srv.client()
+            s_init(c, 0, 1)
+            p = s_alloc(c, 0, ["A"])[0][1]
+            s_confirm(c, 0, [("A", p)])
+            w = LeaseWindow(lease)
+            exists = s_exists(c, 0, ["A"])    # read lease
+            s_delete(c, 0, ["A"])
+            after_delete = s_exists(c, 0, ["A"])
+            draining = pool_states(srv.stats(), "kv", 0)
+            b_first = s_alloc(c, 0, ["B"])
+            w.fits()
+            expect_eq(exists, [True], "exists")
+            expect_eq(after_delete, [False], "deleted key is gone at once")
+            expect_eq(draining, (1, 0, 0, 0, 1, 0),
+                      "(num_pages, free, reserved, owned, draining, keys) while draining")
+            expect_eq(b_first, [(False, -1)], "a draining page is not reused")
+            srv.check()
+            w.sleep_past()
+            expect_eq(s_alloc(c, 0, ["B"]), [(False, p)], "the drained page is free again")
+            st = srv.stats()
+            expect_eq(pool_states(st, "kv", 0), (1, 0, 1, 0, 0, 0), "after the lease")
+            srv.check()
+    with_lease(scenario, LEASE)
 
 
 def test_clear_during_read_lease_drains_the_leased_pages():
-    with lease_server("--eviction", "lru") as srv:
-        c = srv.client()
-        s_init(c, 0, 2)
-        got = s_alloc(c, 0, ["A", "B"])
-        s_confirm(c, 0, [("A", got[0][1]), ("B", got[1][1])])
-        expect_eq(s_pages(c, 0, ["A"]), [got[0][1]], "lease A only")
-        s_clear(c, 0)
-        expect_eq(pool_states(srv.stats(), "kv", 0), (2, 1, 0, 0, 1, 0),
-                  "B's page free, A's page draining")
-        expect_eq(s_alloc(c, 0, ["C", "D"]), [(False, got[1][1]), (False, -1)],
-                  "only the unleased page is handed out")
-        time.sleep(LEASE_WAIT)
-        expect_eq(s_alloc(c, 0, ["D"]), [(False, got[0][1])], "the drained page")
-        srv.check()
+    def scenario(lease):
+        with lease_server("--eviction", "lru", lease=lease) as srv:
+            c = srv.client()
+            s_init(c, 0, 2)
+            got = s_alloc(c, 0, ["A", "B"])
+            s_confirm(c, 0, [("A", got[0][1]), ("B", got[1][1])])
+            w = LeaseWindow(lease)
+            leased = s_pages(c, 0, ["A"])
+            s_clear(c, 0)
+            cleared = pool_states(srv.stats(), "kv", 0)
+            handed = s_alloc(c, 0, ["C", "D"])
+            w.fits()
+            expect_eq(leased, [got[0][1]], "lease A only")
+            expect_eq(cleared, (2, 1, 0, 0, 1, 0), "B's page free, A's page draining")
+            expect_eq(handed, [(False, got[1][1]), (False, -1)],
+                      "only the unleased page is handed out")
+            w.sleep_past()
+            expect_eq(s_alloc(c, 0, ["D"]), [(False, got[0][1])], "the drained page")
+            srv.check()
+    with_lease(scenario, LEASE)
 
 
 def test_missing_keys_get_no_lease_and_do_not_block_allocation():
