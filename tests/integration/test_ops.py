@@ -96,7 +96,10 @@ def test_no_line_is_logged_per_request_by_default():
     with LoggedServer() as srv:
         c = srv.client()
         v_init(c, 0, 8)
-        time.sleep(0.1)
+        # The last start-up line ("state is kept in ...") may come after
+        # /health answers; count from there.
+        wait_for(lambda: "state is kept in" in srv.stderr(), 5 * harness.SLOWDOWN,
+                 what="the last start-up line")
         before = srv.stderr().count("\n")
         for i in range(20):
             pages = v_alloc(c, 0, ["k%d" % i])

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import (Server, expect_eq, expect_error, expect_json, expect_no_body,  # noqa: E402
                      expect_true, pool_states, v_alloc, v_confirm, v_exists, v_init,
-                     v_locations)
+                     v_locations, LeaseWindow, with_lease)
 
 INVALID_INIT = "Invalid initialization parameters"
 
@@ -427,19 +427,23 @@ def test_vllm_get_locations_is_null_for_reserved_unconfirmed_keys():
 
 
 def test_vllm_pages_to_release_frees_reserved_pages_after_the_release_grace():
-    with Server("--eviction", "none", "--release-grace", "0.3") as srv:
-        c = srv.client()
-        v_init(c, 0, 2)
-        pa, pb = v_alloc(c, 0, ["a", "b"])
-        v_confirm(c, 0, [("a", pa)], release=[pb])
-        st = stats_of(srv)
-        expect_eq((st["free"] + st["draining"], st["reserved"], st["owned"], st["releases"]),
-                  (1, 0, 1, 1),
-                  "(free, reserved, owned, releases)")
-        expect_eq(v_alloc(c, 0, ["c"]), [-1], "the released page is not reused during the grace")
-        time.sleep(0.4)
-        expect_eq(v_alloc(c, 0, ["c"]), [pb], "the released page is the only free one")
-        expect_eq(v_exists(c, ["b"]), [False], "released key is not present")
+    def scenario(grace):
+        with Server("--eviction", "none", "--release-grace", str(grace)) as srv:
+            c = srv.client()
+            v_init(c, 0, 2)
+            pa, pb = v_alloc(c, 0, ["a", "b"])
+            w = LeaseWindow(grace)
+            v_confirm(c, 0, [("a", pa)], release=[pb])
+            st = stats_of(srv)
+            during = v_alloc(c, 0, ["c"])
+            w.fits()
+            expect_eq((st["free"] + st["draining"], st["reserved"], st["owned"],
+                       st["releases"]), (1, 0, 1, 1), "(free, reserved, owned, releases)")
+            expect_eq(during, [-1], "the released page is not reused during the grace")
+            w.sleep_past()
+            expect_eq(v_alloc(c, 0, ["c"]), [pb], "the released page is the only free one")
+            expect_eq(v_exists(c, ["b"]), [False], "released key is not present")
+    with_lease(scenario, 0.3)
 
 
 def test_vllm_confirm_write_without_pages_to_release_is_accepted():
