@@ -38,6 +38,16 @@ def help_flags():
     return sorted(set(re.findall(r"^\s+--([a-z][a-z0-9-]*)", out, re.M)))
 
 
+def test_docs_operations_md_shows_the_help_text_exactly():
+    out = subprocess.run([harness.BIN, "--help"], stdout=subprocess.PIPE, check=True,
+                         timeout=10).stdout.decode()
+    with open(os.path.join(ROOT, "docs", "operations.md")) as f:
+        doc = f.read()
+    start = doc.index("```\nUsage:") + 4
+    shown = doc[start:doc.index("```", start)]
+    expect_eq(shown, out, "the --help block of docs/operations.md")
+
+
 # Flags that are another spelling of a setting the line already shows, or
 # that choose between settings rather than being one.
 SAME_AS = {
