@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """cluster_bench.py: the Redis engine over a Redis Cluster of 1, 2 and 3
-primaries (issues 13, 18): what each call costs each shard, how the load
+primaries: what each call costs each shard, how the load
 spreads, and what one front end serves.
 
     bench/cluster_bench.py [--primaries 1,2,3] [--namespaces 6] [--ranks 2]

@@ -1,4 +1,4 @@
-# Benchmarks (issue 4): the suite (bench/run, `make bench`), its load
+# Benchmarks: the suite (bench/run, `make bench`), its load
 # generator, and the core memory figures. See docs/performance.md.
 #
 #   make bench          build, start servers, print the table (minutes)

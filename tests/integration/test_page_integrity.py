@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Page integrity under the engines' real write and read paths (issue 11).
+"""Page integrity under the engines' real write and read paths.
 
 3FS is simulated: per pool, page -> the key whose KV it holds, and who is
 writing it right now. Workers behave like each engine and talk to the real

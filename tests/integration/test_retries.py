@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Requests that arrive more than once (issue 11).
+"""Requests that arrive more than once.
 
 Both stock clients mount Retry(total=3, backoff_factor=0.3,
 status_forcelist=[500, 502, 503, 504], allowed_methods=["GET", "POST"]): a

@@ -870,7 +870,7 @@ TEST(key_index_removal_keeps_every_key_findable_for_every_tag_width)
     }
 }
 
-/* ------------------------------------------------ write protection (issue 11) */
+/* ------------------------------------------------------ write protection */
 
 static core_config lease_config(void)
 {
