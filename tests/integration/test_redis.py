@@ -326,21 +326,23 @@ def test_redis_frozen_answers_within_the_command_timeout_never_a_retried_status(
 
 
 def test_redis_wait_acknowledges_once_replicas_have_the_change():
-    with RedisServer() as primary, \
-            RedisServer(extra=[]) as replica, \
-            Server("--redis-wait", "1", "--redis-wait-timeout", "0.3",
-                   store=primary.url) as srv:
-        c = srv.client()
-        # no replica yet: the change is applied on the primary but unconfirmed
-        resp = c.post("/rank/0/initialize", {"role": "worker", "num_pages": 8})
-        expect_error(resp, 507)
+    with RedisServer() as primary, RedisServer(extra=[]) as replica:
+        with Server("--redis-wait", "1", "--redis-wait-timeout", "0.3",
+                    store=primary.url) as srv:
+            # no replica yet: the change is applied on the primary but unconfirmed
+            resp = srv.client().post("/rank/0/initialize", {"role": "worker", "num_pages": 8})
+            expect_error(resp, 507)
         replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
         wait_for(lambda: b"master_link_status:up" in replica.cmd("INFO", "replication"),
                  10 * harness.SLOWDOWN, what="replica in sync")
-        v_init(c, 0, 8)
-        pages = v_alloc(c, 0, ["k"])
-        v_confirm(c, 0, [("k", pages[0])])
-        wait_for(lambda: replica.cmd("EXISTS", "hf3fs:{6b76}") == 1, 5, what="on the replica")
+        # A replica on a loaded machine can take longer than 0.3 s to confirm.
+        with Server("--redis-wait", "1", "--redis-wait-timeout", str(5 * harness.SLOWDOWN),
+                    store=primary.url) as srv:
+            c = srv.client()
+            v_init(c, 0, 8)
+            pages = v_alloc(c, 0, ["k"])
+            v_confirm(c, 0, [("k", pages[0])])
+            wait_for(lambda: replica.cmd("EXISTS", "hf3fs:{6b76}") == 1, 5, what="on the replica")
 
 
 def _mixed_load(port, stop, statuses, lock, seed):
