@@ -60,9 +60,18 @@ $(BUILD)/hf3fs-metad: $(BUILD)/obj/$(SERVER_MAIN:.c=.o) $(BUILD)/libhfmetad.a
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/engines.h $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -Itests -o $@ $< $(BUILD)/libhfmetad.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests/unit -Itests -o $@ $< $(UNIT_EXTRA) $(BUILD)/libhfmetad.a $(LDLIBS)
 
-units: $(UNIT_BIN)
+# Disk faults beneath the log (tests/fault/fault.h): linked into test_wal,
+# and preloaded into the server by the integration tests that fill the disk.
+FAULT_SRC := tests/fault/fault.c tests/fault/fault.h
+$(BUILD)/tests/test_wal: $(FAULT_SRC)
+$(BUILD)/tests/test_wal: UNIT_EXTRA := tests/fault/fault.c
+$(BUILD)/tests/libhf3fs_fault.so: $(FAULT_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ tests/fault/fault.c -ldl
+
+units: $(UNIT_BIN) $(BUILD)/tests/libhf3fs_fault.so
 
 deps:
 	@./tests/ensure-deps.sh $(BUILD_DEPS) $(TEST_DEPS)

@@ -167,14 +167,9 @@
  *   acknowledged is lost, since acknowledgements stopped at the failure.
  *   If the writer falls WAL_MAX_PENDING bytes behind, that is a failure too.
  *
- * FAULT INJECTION (tests)
- *   HF3FS_METAD_FAULT="item,item..." with items
- *     write-fail-after=N   log writes after the first N fail with ENOSPC
- *     sync-fail-after=N    log fdatasyncs after the first N fail with EIO
- *     snapshot-fail        snapshot writes fail with ENOSPC
- *     while-exists=PATH    the items above are in force (and count) only
- *                          while PATH exists: create it to fill the disk,
- *                          remove it to free it.
+ * FAULT INJECTION
+ *   None here: the tests wrap write(2) and fdatasync(2) beneath the log
+ *   (tests/fault/fault.h), as SQLite's test_vfs.c wraps the real VFS.
  */
 #include "wal/wal_internal.h"
 
@@ -281,53 +276,10 @@ int wal__classify(const char *name, uint64_t *seq)
     return WAL_FILE_UNKNOWN;
 }
 
-/* ------------------------------------------------------ fault injection */
-
-static void faults_parse(wal_faults *f, const char *spec)
-{
-    memset(f, 0, sizeof *f);
-    f->write_fail_after = f->sync_fail_after = -1;
-    if (!spec || !*spec)
-        return;
-    char *copy = hf_xmalloc(strlen(spec) + 1), *save = NULL;
-    strcpy(copy, spec);
-    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(item, '=');
-        const char *value = eq ? eq + 1 : "";
-        if (eq)
-            *eq = '\0';
-        if (!strcmp(item, "write-fail-after"))
-            f->write_fail_after = strtoll(value, NULL, 10);
-        else if (!strcmp(item, "sync-fail-after"))
-            f->sync_fail_after = strtoll(value, NULL, 10);
-        else if (!strcmp(item, "snapshot-fail"))
-            f->snapshot_fail = true;
-        else if (!strcmp(item, "while-exists"))
-            snprintf(f->while_exists, sizeof f->while_exists, "%s", value);
-        else
-            log_msg(LOG_WARN, "HF3FS_METAD_FAULT: unknown item '%s' ignored", item);
-    }
-    free(copy);
-    f->any = true;
-    log_msg(LOG_WARN, "fault injection is on: HF3FS_METAD_FAULT=%s", spec);
-}
-
-static bool fault_in_force(const wal_faults *f)
-{
-    return f->any && (!f->while_exists[0] || access(f->while_exists, F_OK) == 0);
-}
-
 /* --------------------------------------------------------------- file I/O */
 
-int wal__write_all(wal_t *w, wal_io_kind kind, int fd, const void *p, size_t n)
+int wal__write_all(int fd, const void *p, size_t n)
 {
-    if (fault_in_force(&w->faults)) {
-        if (kind == WAL_IO_SNAPSHOT && w->faults.snapshot_fail)
-            return -ENOSPC;
-        if (kind == WAL_IO_LOG && w->faults.write_fail_after >= 0 &&
-            w->faults.writes++ >= w->faults.write_fail_after)
-            return -ENOSPC;
-    }
     const char *q = p;
     while (n > 0) {
         ssize_t k = write(fd, q, n);
@@ -344,11 +296,8 @@ int wal__write_all(wal_t *w, wal_io_kind kind, int fd, const void *p, size_t n)
     return 0;
 }
 
-int wal__datasync(wal_t *w, wal_io_kind kind, int fd)
+int wal__datasync(int fd)
 {
-    if (kind == WAL_IO_LOG && fault_in_force(&w->faults) && w->faults.sync_fail_after >= 0 &&
-        w->faults.syncs++ >= w->faults.sync_fail_after)
-        return -EIO;
     return fdatasync(fd) == 0 ? 0 : -errno;
 }
 
@@ -368,9 +317,9 @@ int wal__segment_create(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base,
     wal_file_header h = {WAL_MAGIC_LOG, WAL_VERSION, flags, seq, lsn, time_base, salt};
     uint8_t hdr[WAL_HEADER_SIZE];
     wal__header_encode(&h, hdr);
-    int rc = wal__write_all(w, WAL_IO_LOG, fd, hdr, sizeof hdr);
+    int rc = wal__write_all(fd, hdr, sizeof hdr);
     if (rc == 0)
-        rc = wal__datasync(w, WAL_IO_LOG, fd);
+        rc = wal__datasync(fd);
     if (rc == 0)
         rc = wal__sync_dir(w);
     if (rc < 0) {
@@ -394,7 +343,7 @@ static void snap_drain(snap_writer *s)
 {
     hf_buf *out = &s->w->enc.out;
     if (s->err == 0 && out->len)
-        s->err = wal__write_all(s->w, WAL_IO_SNAPSHOT, s->fd, out->ptr, out->len);
+        s->err = wal__write_all(s->fd, out->ptr, out->len);
     s->bytes += out->len;
     out->len = 0;
 }
@@ -424,7 +373,7 @@ int wal__snapshot_write(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base,
     wal_file_header h = {WAL_MAGIC_SNAPSHOT, WAL_VERSION, 0, seq, lsn, time_base, wal__new_salt()};
     uint8_t hdr[WAL_HEADER_SIZE];
     wal__header_encode(&h, hdr);
-    s.err = wal__write_all(w, WAL_IO_SNAPSHOT, s.fd, hdr, sizeof hdr);
+    s.err = wal__write_all(s.fd, hdr, sizeof hdr);
     /* The encoder is between operations: no open batch, nothing staged. */
     e->snapshot = true;
     e->records = 0;
@@ -439,7 +388,7 @@ int wal__snapshot_write(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base,
     const char *step = "write";
     if (s.err == 0) {
         step = "fdatasync";
-        s.err = wal__datasync(w, WAL_IO_SNAPSHOT, s.fd);
+        s.err = wal__datasync(s.fd);
     }
     if (close(s.fd) != 0 && s.err == 0)
         s.err = -errno;
@@ -544,7 +493,7 @@ static void fail_locked(wal_t *w, const char *what, int err)
 static int timed_sync(wal_t *w)
 {
     int64_t t0 = hf_clock_mono_us();
-    int rc = wal__datasync(w, WAL_IO_LOG, w->seg_fd);
+    int rc = wal__datasync(w->seg_fd);
     uint64_t us = (uint64_t)(hf_clock_mono_us() - t0);
     pthread_mutex_lock(&w->mu);
     w->syncs++;
@@ -635,7 +584,7 @@ static int write_batch(wal_t *w, const wal_rotation *rot, bool broken, bool sync
     int rc = 0;
     *what = "write";
     if (!broken && head > 0)
-        rc = wal__write_all(w, WAL_IO_LOG, w->seg_fd, p, head);
+        rc = wal__write_all(w->seg_fd, p, head);
     if (rc == 0 && rot->pending) {
         rc = switch_segment(w, rot, broken, what);
         if (rc < 0)
@@ -646,7 +595,7 @@ static int write_batch(wal_t *w, const wal_rotation *rot, bool broken, bool sync
     if (rc < 0 || broken)
         return rc;
     if (n > head)
-        rc = wal__write_all(w, WAL_IO_LOG, w->seg_fd, p + head, n - head);
+        rc = wal__write_all(w->seg_fd, p + head, n - head);
     if (rc == 0 && sync) {
         *what = "fdatasync";
         rc = timed_sync(w);
@@ -725,7 +674,7 @@ static void *writer_main(void *arg)
     /* Stopping: everything was written; make it durable. */
     if (!w->broken && w->seg_fd >= 0 && w->opt.fsync != WAL_FSYNC_NO && w->written > w->synced) {
         pthread_mutex_unlock(&w->mu);
-        int rc = wal__datasync(w, WAL_IO_LOG, w->seg_fd);
+        int rc = wal__datasync(w->seg_fd);
         pthread_mutex_lock(&w->mu);
         if (rc < 0)
             fail_locked(w, "fdatasync at shutdown", -rc);
@@ -1005,8 +954,8 @@ int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t *
 {
     wal_t *w = hf_xcalloc(1, sizeof *w);
     w->opt = *opt;
-    w->dir = hf_xmalloc(strlen(opt->dir) + 1);
-    strcpy(w->dir, opt->dir);
+    size_t dir_len = strlen(opt->dir) + 1;
+    w->dir = memcpy(hf_xmalloc(dir_len), opt->dir, dir_len);
     w->opt.dir = w->dir;
     w->core = core;
     w->host = *host;
@@ -1019,7 +968,6 @@ int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t *
     pthread_cond_init(&w->durable_cv, &attr);
     pthread_cond_init(&w->keeper_cv, &attr);
     pthread_condattr_destroy(&attr);
-    faults_parse(&w->faults, getenv("HF3FS_METAD_FAULT"));
     wal__enc_init(&w->enc, hf_clock_wall_ms());
     w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
     w->gather_target = 1;

@@ -18,18 +18,6 @@
 /* The snapshot encoder writes its buffer out at this size. */
 #define WAL_SNAPSHOT_CHUNK (1u << 20)
 
-/* Fault injection (HF3FS_METAD_FAULT, see wal.c). */
-typedef struct wal_faults {
-    bool any;
-    char while_exists[512]; /* faults are in force only while this file exists */
-    int64_t write_fail_after; /* -1: never */
-    int64_t sync_fail_after;
-    bool snapshot_fail;
-    int64_t writes, syncs;   /* counted while in force */
-} wal_faults;
-
-typedef enum wal_io_kind { WAL_IO_LOG, WAL_IO_SNAPSHOT } wal_io_kind;
-
 /* A pending segment switch, set under the state lock and mu, done by the writer. */
 typedef struct wal_rotation {
     bool pending;
@@ -46,7 +34,6 @@ struct wal {
     core_t *core;
     wal_host host;
     int dir_fd, lock_fd;
-    wal_faults faults;
 
     /* Under the state lock. */
     wal_encoder enc;
@@ -111,8 +98,8 @@ void wal__snap_name(char out[WAL_NAME_MAX], uint64_t seq);
 void wal__snap_tmp_name(char out[WAL_NAME_MAX], uint64_t seq);
 
 /* write(2) all of it (retrying EINTR and short writes); 0 or -errno. */
-int wal__write_all(wal_t *w, wal_io_kind kind, int fd, const void *p, size_t n);
-int wal__datasync(wal_t *w, wal_io_kind kind, int fd);
+int wal__write_all(int fd, const void *p, size_t n);
+int wal__datasync(int fd);
 int wal__sync_dir(wal_t *w);
 
 /* Create segment `seq` (header only, synced, directory synced); its fd or -errno. */

@@ -152,8 +152,10 @@ def _tail(text, limit=4000):
 class Server:
     """One hf3fs-metad process. Use as a context manager, or start()/stop()."""
 
-    def __init__(self, *flags, debug_api=True, persistence=True, port=None, store=None):
+    def __init__(self, *flags, debug_api=True, persistence=True, port=None, store=None,
+                 env=None):
         self.flags = [str(f) for f in flags]
+        self.env = env  # added to the server's environment
         self.debug_api = debug_api
         self.persistence = persistence
         self.store = store or None  # store="": the embedded engine whatever ENGINE says
@@ -201,7 +203,8 @@ class Server:
             self._stderr_path = os.path.join(self.workdir, "stderr")
             with open(self._stderr_path, "wb") as err:
                 self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err,
-                                             stderr=subprocess.STDOUT, cwd=self.workdir)
+                                             stderr=subprocess.STDOUT, cwd=self.workdir,
+                                             env=dict(os.environ, **(self.env or {})))
             with _live_lock:
                 _live_servers.add(self.proc)
             try:
@@ -647,6 +650,19 @@ def expect_eq(got, want, what=""):
 def expect_true(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+def disk_fault_env(spec):
+    """The environment that makes a server started with it meet disk faults
+    beneath its log: tests/fault/fault.h (the library the build puts in
+    tests/ beside the binary, preloaded) says what `spec` may hold."""
+    lib = os.path.join(os.path.dirname(os.path.abspath(BIN)), "tests", "libhf3fs_fault.so")
+    if not os.path.exists(lib):
+        raise AssertionError("%s does not exist: make units builds it" % lib)
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    # The sanitizer runtime wants to be the first library loaded; this one is.
+    asan = (asan + ":" if asan else "") + "verify_asan_link_order=0"
+    return {"LD_PRELOAD": lib, "HF3FS_TEST_FAULT": spec, "ASAN_OPTIONS": asan}
 
 
 class TooSlow(Exception):

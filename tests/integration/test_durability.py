@@ -13,7 +13,7 @@ import tempfile
 import time
 
 import harness
-from harness import (Server, expect_eq, expect_error, expect_status, expect_true, s_alloc,
+from harness import (Server, disk_fault_env, expect_eq, expect_error, expect_status, expect_true, s_alloc,
                      s_confirm, s_delete, s_exists, s_init, s_pages, v_alloc, v_confirm, v_exists,
                      v_init, v_locations, wait_for)
 
@@ -28,16 +28,7 @@ class DataDir:
         self.path = os.path.join(self.root, "data")
 
     def start(self, *flags, env=None):
-        old = dict(os.environ)
-        if env:
-            os.environ.update(env)
-        try:
-            srv = Server("--data-dir", self.path, *flags, persistence=False)
-            srv.start()
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
-        return srv
+        return Server("--data-dir", self.path, *flags, persistence=False, env=env).start()
 
     def files(self):
         return sorted(os.listdir(self.path))
@@ -213,7 +204,7 @@ def test_a_failing_sync_answers_507_then_503_with_detail_reads_go_on_and_nothing
 def check_fault(items):
     with DataDir() as d:
         full = os.path.join(d.root, "disk-full")
-        env = {"HF3FS_METAD_FAULT": "while-exists=%s,%s" % (full, items)}
+        env = disk_fault_env("while-exists=%s,%s" % (full, items))
         srv = d.start(env=env)
         c = srv.client()
         v_init(c, 0, 64)
@@ -265,7 +256,7 @@ def check_fault(items):
 def test_a_failing_disk_at_kill_9_time_loses_nothing_acknowledged():
     with DataDir() as d:
         full = os.path.join(d.root, "disk-full")
-        env = {"HF3FS_METAD_FAULT": "while-exists=%s,write-fail-after=0,snapshot-fail" % full}
+        env = disk_fault_env("while-exists=%s,write-fail-after=0,snapshot-fail" % full)
         srv = d.start(env=env)
         c = srv.client()
         s_init(c, 0, 32)

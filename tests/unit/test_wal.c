@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fault/fault.h"
 #include "check.h"
 #include "core/core.h"
 #include "util/log.h"
@@ -870,7 +871,7 @@ TEST(a_failing_disk_refuses_changes_then_recovers_and_keeps_them)
     unlink(full);
     char spec[600];
     snprintf(spec, sizeof spec, "while-exists=%s,write-fail-after=0,snapshot-fail", full);
-    setenv("HF3FS_METAD_FAULT", spec, 1);
+    CHECK_EQ(fault_set(spec), 0);
     mini m;
     CHECK_EQ(mini_open(&m, dir, NULL), 0);
     int64_t now = 1700000000000;
@@ -893,7 +894,7 @@ TEST(a_failing_disk_refuses_changes_then_recovers_and_keeps_them)
     core_t *live = copy_state(m.core);
     pthread_mutex_unlock(&m.lock);
     mini_close(&m, false);
-    unsetenv("HF3FS_METAD_FAULT");
+    fault_set(NULL);
     core_t *got = reopen_state(dir, NULL);
     expect_same_state(live, got, "after the disk recovered");
     core_free(got);
