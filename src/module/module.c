@@ -37,7 +37,7 @@
  *     string free order  per pool: u32 rank, u32 n, n u32 pages (LE), the
  *                        pool's free stack bottom first (core_pool_free_order)
  * rdb_load replays the events with core_apply, core_apply_finish, then
- * restores each free order (core_pool_set_free_order): pages, keys, LRU
+ * restores each free order (core_pool_set_free_order): pages, keys, recency
  * order, reservations, leases, drains and the next pages handed out are
  * those of the saved value. The pools' counters (hits, misses,
  * reservations, ...) are not saved: they count this node's work since the

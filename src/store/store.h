@@ -190,8 +190,8 @@ typedef void (*store_stats_visitor)(void *ctx, hf_slice ns, uint32_t rank,
  *     Nothing else: the API answers each of these with a status of its own
  *     and treats any other code as a bug.
  * "A change" below: init_pool, allocate, confirm, delete_keys, clear_pool,
- * clear_all. The reads (exists, lookup, complete_*) also record uses (LRU
- * order) and read leases, as the core does; they never answer
+ * clear_all. The reads (exists, lookup, complete_*) also record uses (the
+ * recency order) and read leases, as the core does; they never answer
  * STORE_EUNCERTAIN (a read whose answer was lost is refused: repeating it
  * is harmless).
  */

@@ -5,11 +5,13 @@
  * WHAT IS LOGGED
  *   The core reports every change of state as an event (core.h, "Events"):
  *   POOL_INIT, CLEAR_ALL, RESERVE, OWN, FREE, DRAIN, USE, DEMOTE,
- *   WRITE_LEASE, WRITE_DONE. Those are physical effects, not requests:
- *   replaying them with core_apply() on the state they were logged against
- *   gives exactly the same pools, pages, keys, LRU order, reservations (with
- *   their wall-clock deadlines), read leases, write leases and drains. Evictions and lease expiries are FREE events like any
- *   other, so replay never re-decides anything and never reads a clock.
+ *   WRITE_LEASE, WRITE_DONE, SWEEP. Those are physical effects, not
+ *   requests: replaying them with core_apply() on the state they were logged
+ *   against gives exactly the same pools, pages, keys, recency (use counts,
+ *   demotions, clock hands), reservations (with their wall-clock deadlines),
+ *   read leases, write leases and drains. Evictions and lease expiries are
+ *   FREE events like any other, and the clock hand's moves SWEEP events, so
+ *   replay never re-decides anything and never reads a clock.
  *
  * THE DATA DIRECTORY
  *   LOCK                      fcntl() write lock of the one server using it
@@ -28,7 +30,8 @@
  *
  * FILE HEADER (segments and snapshots; 48 bytes, integers little-endian)
  *    0   8  magic: "HF3FSLOG" (segment) or "HF3FSSNP" (snapshot)
- *    8   4  format version: 2 (version 1, without types 11 and 12, is read too)
+ *    8   4  format version: 3 (version 1, without types 11 to 13, and
+ *           version 2, without type 13, are read too)
  *   12   4  flags: bit 0 RECOVERY (segment begun by a repair, see FAILURES)
  *   16   8  seq: a segment's number (also in its name); for a snapshot the
  *           number of the segment that continues it
@@ -68,6 +71,8 @@
  *   12    WRITE_DONE pool, page, deadline          WRITE_DONE (the last writer
  *                                                  confirmed; page protected
  *                                                  until deadline)
+ *   13    SWEEP      pool, hand, full turns        SWEEP (the clock hand moves
+ *                                                  to page `hand`)
  *   `pool` is a small id: POOL_INIT gives it to (namespace, rank); the live
  *   log numbers pools 0, 1, 2... and starts again after CLEAR_ALL; a
  *   snapshot keeps the ids of the log it continues. USE events of one pool
