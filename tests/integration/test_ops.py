@@ -200,6 +200,7 @@ def test_summary_line_reports_evictions_and_refusals_in_aggregate():
     expect_true(re.search(r" in the last \d+ s: ", lines[0]), "summary format: %r" % lines[0])
 
 
+@harness.embedded_only  # the log is the embedded engine's (over Redis: test_redis.py)
 def test_health_answers_503_while_the_log_is_failing():
     with tempfile.TemporaryDirectory(prefix="hf3fs-metad-fault-") as d:
         disk_full = os.path.join(d, "disk-full")
