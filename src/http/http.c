@@ -282,7 +282,13 @@ static void conn_close(conn *c)
         c->flush_queued = false;
     }
     list_unlink(lp, c);
-    close(c->fd); /* also leaves the epoll set */
+    /* Leave the epoll set before closing: close() alone removes the socket
+     * from it only when no other descriptor refers to the socket, and the
+     * log's snapshot child holds copies of every descriptor from its fork
+     * until it closes them. Meanwhile the socket's events would still come,
+     * carrying this conn's pointer after it is freed. */
+    epoll_ctl(lp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
     api_response_free(&c->resp);
     free(c->url);
     free(c->auth);
@@ -978,8 +984,9 @@ static void sweep(loop *lp, uint64_t now)
  *
  * A conn is freed only by the handler of its own event, by the sends after
  * the batch, or by sweep: a batch holds each conn's events once, and a conn
- * closed while queued for sending leaves the send list (conn_close), so no
- * pointer of the batch or of the send list is to a freed conn.
+ * closed while queued for sending leaves the send list and the epoll set
+ * (conn_close), so no pointer of the batch, of a later batch or of the send
+ * list is to a freed conn.
  */
 static void *loop_run(void *arg)
 {

@@ -614,6 +614,46 @@ def test_clients_vanishing_mid_response_leave_the_server_serving():
         serving_correctly(srv)
 
 
+def test_clients_resetting_while_the_log_forks_snapshots_never_crash_the_server():
+    """The snapshot child holds copies of the server's sockets from its fork
+    until it closes them: a connection the server closes meanwhile must not
+    send its later events to the freed connection (this crashed the server
+    with a double free within seconds)."""
+    with Server("--snapshot-log-bytes", "4K", "--fsync", "no", "--threads", "4") as srv:
+        c = srv.client()
+        s_init(c, 0, 1000000)
+        stop = time.monotonic() + 5 * SCALE
+
+        def vanish(seed):
+            rng = random.Random(seed)
+            i = 0
+            while time.monotonic() < stop and srv.proc.poll() is None:
+                i += 1
+                keys = [["fork-%d-%d-%d" % (seed, i, j), ""] for j in range(20)]
+                try:
+                    s = connect(srv.port)
+                    s.sendall(raw_request("POST", "/0/reserve_and_allocate_page_indices",
+                                          {"keys": keys}) * rng.randrange(1, 4))
+                    if rng.random() < 0.5:
+                        time.sleep(rng.random() * 0.002)
+                    rst_close(s)
+                except OSError:
+                    pass
+        threads = [threading.Thread(target=vanish, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        expect_true(srv.proc.poll() is None, "the server died: exit status %r"
+                    % srv.proc.returncode)
+        text = srv.client().get("/metrics").body.decode()
+        snapshots = re.search(r"^hf3fs_metad_snapshots_total (\S+)$", text, re.M)
+        expect_true(snapshots and float(snapshots.group(1)) >= 3,
+                    "the log forked few snapshots during the resets: %r"
+                    % (snapshots and snapshots.group(0)))
+        serving_correctly(srv)
+
+
 # -- the operator ---------------------------------------------------------------------
 
 def _writers(srv, stop, acked, errors, n=8):
