@@ -9,7 +9,6 @@ Scale: HF3FS_ABUSE_SCALE (default 1) multiplies connection counts and durations.
 import json
 import os
 import random
-import re
 import select
 import shutil
 import signal
@@ -20,6 +19,7 @@ import threading
 import time
 
 import harness
+import metrics_text
 from harness import (Server, expect_eq, expect_true, raw_request, s_alloc, s_confirm, s_init,
                      s_pages, v_alloc, v_confirm, v_init)
 
@@ -181,13 +181,15 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def answered_requests(srv):
-    """Requests the server has answered (hf3fs_metad_requests_total, every
-    route and status), from a scrape of /metrics."""
+def scrape(srv):
     r = srv.client().get("/metrics")
     expect_eq(r.status, 200, "GET /metrics")
-    return sum(float(v) for v in re.findall(r"^hf3fs_metad_requests_total\{.*\} (\S+)$",
-                                              r.body.decode(), re.M))
+    return metrics_text.parse(r.body.decode())
+
+
+def answered_requests(srv):
+    """Requests the server has answered, every route and status."""
+    return metrics_text.total(scrape(srv), "hf3fs_metad_requests_total")
 
 
 def expect_idle(srv, what):
@@ -646,11 +648,9 @@ def test_clients_resetting_while_the_log_forks_snapshots_never_crash_the_server(
             t.join()
         expect_true(srv.proc.poll() is None, "the server died: exit status %r"
                     % srv.proc.returncode)
-        text = srv.client().get("/metrics").body.decode()
-        snapshots = re.search(r"^hf3fs_metad_snapshots_total (\S+)$", text, re.M)
-        expect_true(snapshots and float(snapshots.group(1)) >= 3,
-                    "the log forked few snapshots during the resets: %r"
-                    % (snapshots and snapshots.group(0)))
+        snapshots = metrics_text.value(scrape(srv), "hf3fs_metad_snapshots_total", 0)
+        expect_true(snapshots >= 3,
+                    "the log forked %r snapshots during the resets, too few" % snapshots)
         serving_correctly(srv)
 
 
