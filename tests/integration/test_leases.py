@@ -31,6 +31,25 @@ def pool(srv, rank=0, ns="kv"):
     return srv.stats()[(ns, rank)]
 
 
+def v_own(c, rank, keys, lease):
+    """Allocate and confirm `keys` (vLLM dialect); the confirmation must come
+    inside the reservation lease, else the scenario is rerun (TooSlow)."""
+    w = LeaseWindow(lease)
+    pages = v_alloc(c, rank, keys)
+    v_confirm(c, rank, list(zip(keys, pages)))
+    w.fits()
+    return pages
+
+
+def s_own(c, rank, keys, lease):
+    """The same in the SGLang dialect; returns the pages."""
+    w = LeaseWindow(lease)
+    pages = [p for _, p in s_alloc(c, rank, keys)]
+    s_confirm(c, rank, list(zip(keys, pages)))
+    w.fits()
+    return pages
+
+
 def test_expired_reservation_frees_its_page_and_late_confirm_is_refused():
     with lease_server("--eviction", "none") as srv:
         c = srv.client()
@@ -90,20 +109,21 @@ def test_reservation_confirmed_within_timeout_is_kept_and_owned_keys_never_expir
 
 
 def _read_lease_blocks_eviction(lookup):
-    """Pool of 1 page with lru: A owned and just looked up with `lookup`;
-    allocating B gets -1 while the lease lasts, then B evicts A."""
+    """Pool of 1 page with lru: A owned and just looked up with `lookup` (which
+    answers whether it found A); allocating B gets -1 while the lease lasts,
+    then B evicts A."""
     def scenario(lease):
         with lease_server("--eviction", "lru", lease=lease) as srv:
             c = srv.client()
             v_init(c, 0, 1)
-            pa = v_alloc(c, 0, ["A"])[0]
-            v_confirm(c, 0, [("A", pa)])
+            pa = v_own(c, 0, ["A"], lease)[0]
             w = LeaseWindow(lease)
-            lookup(c)
+            found = lookup(c)
             whole = v_alloc(c, 0, ["B"])
             partial = s_alloc(c, 0, ["B"])
             evictions = pool(srv)["evictions"]
             w.fits()
+            expect_true(found, "the lookup finds A")
             expect_eq(whole, [-1], "A is read-leased: B must not evict it")
             expect_eq(partial, [(False, -1)], "also not for partial allocation")
             expect_eq(evictions, 0, "evictions during the lease")
@@ -117,30 +137,31 @@ def _read_lease_blocks_eviction(lookup):
 
 
 def test_read_lease_from_batch_exists_protects_from_eviction():
-    _read_lease_blocks_eviction(lambda c: expect_eq(v_exists(c, ["A"]), [True], "exists"))
+    _read_lease_blocks_eviction(lambda c: v_exists(c, ["A"]) == [True])
 
 
 def test_read_lease_from_get_locations_protects_from_eviction():
-    _read_lease_blocks_eviction(
-        lambda c: expect_true(v_locations(c, 0, ["A"])[0] is not None, "location"))
+    _read_lease_blocks_eviction(lambda c: v_locations(c, 0, ["A"])[0] is not None)
 
 
 def test_read_lease_from_sglang_exists_protects_from_eviction():
-    _read_lease_blocks_eviction(lambda c: expect_eq(s_exists(c, 0, ["A"]), [True], "exists"))
+    _read_lease_blocks_eviction(lambda c: s_exists(c, 0, ["A"]) == [True])
 
 
 def test_read_lease_from_get_page_indices_protects_from_eviction():
-    _read_lease_blocks_eviction(
-        lambda c: expect_true(s_pages(c, 0, ["A"])[0] is not None, "page index"))
+    _read_lease_blocks_eviction(lambda c: s_pages(c, 0, ["A"])[0] is not None)
 
 
 def test_unleased_owned_key_is_evicted_when_pool_is_full():
-    with lease_server("--eviction", "lru") as srv:
-        c = srv.client()
-        s_init(c, 0, 1)
-        p = s_alloc(c, 0, ["A"])[0][1]
-        s_confirm(c, 0, [("A", p)])
-        expect_eq(s_alloc(c, 0, ["B"]), [(False, p)], "B evicts A: writes give no read lease")
+    def scenario(lease):
+        with lease_server("--eviction", "lru", lease=lease) as srv:
+            c = srv.client()
+            s_init(c, 0, 1)
+            p = s_own(c, 0, ["A"], lease)[0]
+            expect_eq(s_alloc(c, 0, ["B"]), [(False, p)],
+                      "B evicts A: writes give no read lease")
+            expect_eq(pool(srv)["evictions"], 1, "evictions")
+    with_lease(scenario, LEASE)
 
 
 def test_batch_exists_leases_the_key_in_every_rank():
@@ -150,8 +171,7 @@ def test_batch_exists_leases_the_key_in_every_rank():
             v_init(c, 0, 1)
             v_init(c, 1, 1)
             for rank in (0, 1):
-                p = v_alloc(c, rank, ["A"])[0]
-                v_confirm(c, rank, [("A", p)])
+                v_own(c, rank, ["A"], lease)
             w = LeaseWindow(lease)
             exists = v_exists(c, ["A"])
             rank1 = v_alloc(c, 1, ["B"])
@@ -168,8 +188,7 @@ def test_delete_during_read_lease_drains_the_page_then_frees_it():
         with lease_server("--eviction", "lru", lease=lease) as srv:
             c = srv.client()
             s_init(c, 0, 1)
-            p = s_alloc(c, 0, ["A"])[0][1]
-            s_confirm(c, 0, [("A", p)])
+            p = s_own(c, 0, ["A"], lease)[0]
             w = LeaseWindow(lease)
             exists = s_exists(c, 0, ["A"])    # read lease
             s_delete(c, 0, ["A"])
@@ -196,20 +215,19 @@ def test_clear_during_read_lease_drains_the_leased_pages():
         with lease_server("--eviction", "lru", lease=lease) as srv:
             c = srv.client()
             s_init(c, 0, 2)
-            got = s_alloc(c, 0, ["A", "B"])
-            s_confirm(c, 0, [("A", got[0][1]), ("B", got[1][1])])
+            got = s_own(c, 0, ["A", "B"], lease)
             w = LeaseWindow(lease)
             leased = s_pages(c, 0, ["A"])
             s_clear(c, 0)
             cleared = pool_states(srv.stats(), "kv", 0)
             handed = s_alloc(c, 0, ["C", "D"])
             w.fits()
-            expect_eq(leased, [got[0][1]], "lease A only")
+            expect_eq(leased, [got[0]], "lease A only")
             expect_eq(cleared, (2, 1, 0, 0, 1, 0), "B's page free, A's page draining")
-            expect_eq(handed, [(False, got[1][1]), (False, -1)],
+            expect_eq(handed, [(False, got[1]), (False, -1)],
                       "only the unleased page is handed out")
             w.sleep_past()
-            expect_eq(s_alloc(c, 0, ["D"]), [(False, got[0][1])], "the drained page")
+            expect_eq(s_alloc(c, 0, ["D"]), [(False, got[0])], "the drained page")
             srv.check()
     with_lease(scenario, LEASE)
 
