@@ -142,15 +142,11 @@ def test_vllm_initialize_alias_takes_rank_from_body():
                      not_initialized(0))
 
 
-def test_vllm_billion_page_pool_initializes_at_once():
+def test_vllm_billion_page_pool_initializes_without_a_per_page_array():
     with Server("--max-pages", "2000000000") as srv:
         c = srv.client()
-        t0 = time.monotonic()
         v_init(c, 0, 10 ** 9)
         v_init(c, 1, 10 ** 9)
-        dt = time.monotonic() - t0
-        expect_true(dt < 0.5 * harness.SLOWDOWN,
-                    "two 10^9-page pools took %.2f s to initialize" % dt)
         pages = v_alloc(c, 0, ["a", "b", "c"])
         expect_true(all(0 <= p < 10 ** 9 for p in pages) and len(set(pages)) == 3,
                     "pages distinct and in range: %r" % (pages,))
@@ -159,8 +155,9 @@ def test_vllm_billion_page_pool_initializes_at_once():
                   "(num_pages, free, reserved)")
         with open("/proc/%d/status" % srv.proc.pid) as f:
             rss_kb = [int(line.split()[1]) for line in f if line.startswith("VmRSS:")][0]
-        expect_true(rss_kb < 300 * 1024,
-                    "server RSS %d MiB after two 10^9-page pools: a per-page array?"
+        sys.stdout.write("# server RSS %d KiB\n" % rss_kb)
+        expect_true(rss_kb < 64 * 1024,
+                    "server RSS %d MiB after two 10^9-page pools: a per-page array or bitmap?"
                     % (rss_kb // 1024))
 
 
