@@ -26,6 +26,7 @@ runs with the ASan runtime preloaded (module_env()). The cluster's nodes
 import atexit
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -117,27 +118,35 @@ def pick_port(taken=()):
     raise RuntimeError("no free port pair (p, p + 10000) for redis")
 
 
+def _answering_pid(port, password):
+    """The process_id of the redis-server answering on 127.0.0.1:port."""
+    c = Resp(port=port)
+    try:
+        if password:
+            c.cmd("AUTH", password)
+        c.cmd("PING")
+        info = c.cmd("INFO", "server").decode()
+    finally:
+        c.close()
+    return int(re.search(r"process_id:(\d+)", info).group(1))
+
+
 def spawn(args, port, password=None, timeout=10.0, env=None):
     """redis-server with args (flags or a config file), once it answers PING
-    on 127.0.0.1:port (AUTH first with password). None if it exited or did
-    not answer within timeout (then it is killed). env: its environment
-    (default ours)."""
+    on 127.0.0.1:port (AUTH first with password) as itself: another test's
+    server that took the port in the meantime does not count. None if it
+    exited (the port taken) or did not answer within timeout (then it is
+    killed). env: its environment (default ours)."""
     proc = subprocess.Popen([REDIS_SERVER] + list(args), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _live.add(proc)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            c = Resp(port=port)
-            try:
-                if password:
-                    c.cmd("AUTH", password)
-                c.cmd("PING")
-            finally:
-                c.close()
-            return proc
+            if _answering_pid(port, password) == proc.pid:
+                return proc
         except RedisError as e:
-            if "LOADING" not in str(e):
+            if "LOADING" not in str(e) and proc.poll() is None:
                 return proc
         except OSError:
             pass
@@ -275,7 +284,14 @@ class RedisServer:
                 env["ASAN_OPTIONS"] += ":log_path=" + os.path.join(self.dir, "asan")
                 env["UBSAN_OPTIONS"] += ":log_path=" + os.path.join(self.dir, "ubsan")
         args += self.extra
-        self.proc = spawn(args, self.port, self.password, timeout, env)
+        first = self.proc is None
+        for _ in range(5):
+            self.proc = spawn(args, self.port, self.password, timeout, env)
+            if self.proc is not None or not first:
+                break
+            # another test's server took the port since pick_port: another one
+            self.port = pick_port()
+            args[args.index("--port") + 1] = str(self.port)
         if self.proc is None:
             raise RuntimeError("redis-server did not start: " + self.log())
         return self
