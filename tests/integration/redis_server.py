@@ -107,13 +107,49 @@ def _port_free(port):
     return True
 
 
+# Machine-wide, not under TMPDIR (each run of the suites has its own).
+_PORTS_DIR = "/tmp/hf3fs-test-ports-%d" % os.getuid()
+
+
+def _claim(port):
+    """Claim port for this process among the suites that run at once: a file
+    named after it holds the claimant's pid; a claim whose process is gone
+    is taken over. The claim lasts as long as the process, so a node killed
+    and started again finds its port still its own."""
+    os.makedirs(_PORTS_DIR, exist_ok=True)
+    path = os.path.join(_PORTS_DIR, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    pid = int(f.read() or 0)
+            except (OSError, ValueError):
+                return False
+            if pid == os.getpid():
+                return True
+            if pid and os.path.exists("/proc/%d" % pid):
+                return False
+            try:
+                os.unlink(path)  # its process is gone
+            except OSError:
+                pass
+            continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+    return False
+
+
 def pick_port(taken=()):
-    """A port p where p and p + 10000 (its cluster bus) are free now. The
-    range stays below Linux's ephemeral ports, which other tests' servers
-    get from binding port 0."""
+    """A port p where p and p + 10000 (its cluster bus) are free now, and
+    claimed by no other live test process (_claim). The range stays below
+    Linux's ephemeral ports, which other tests' servers get from binding
+    port 0."""
     for _ in range(1000):
         p = random.randrange(20000, 22700)
-        if p not in taken and _port_free(p) and _port_free(p + 10000):
+        if p not in taken and _port_free(p) and _port_free(p + 10000) and _claim(p):
             return p
     raise RuntimeError("no free port pair (p, p + 10000) for redis")
 
