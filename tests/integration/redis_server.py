@@ -113,32 +113,36 @@ _PORTS_DIR = "/tmp/hf3fs-test-ports-%d" % os.getuid()
 
 def _claim(port):
     """Claim port for this process among the suites that run at once: a file
-    named after it holds the claimant's pid; a claim whose process is gone
-    is taken over. The claim lasts as long as the process, so a node killed
-    and started again finds its port still its own."""
+    named after it holds the claimant's pid (written whole, then linked into
+    place); a claim whose process is gone is taken over. The claim lasts as
+    long as the process, so a node killed and started again finds its port
+    still its own."""
     os.makedirs(_PORTS_DIR, exist_ok=True)
     path = os.path.join(_PORTS_DIR, str(port))
+    mine = os.path.join(_PORTS_DIR, ".pid-%d" % os.getpid())
+    if not os.path.exists(mine):
+        with open(mine + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(mine + ".tmp", mine)
     for _ in range(2):
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            os.link(mine, path)
+            return True
         except FileExistsError:
-            try:
-                with open(path) as f:
-                    pid = int(f.read() or 0)
-            except (OSError, ValueError):
-                return False
-            if pid == os.getpid():
-                return True
-            if pid and os.path.exists("/proc/%d" % pid):
-                return False
-            try:
-                os.unlink(path)  # its process is gone
-            except OSError:
-                pass
-            continue
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        return True
+            pass
+        try:
+            with open(path) as f:
+                pid = int(f.read())
+        except (OSError, ValueError):
+            return False
+        if pid == os.getpid():
+            return True
+        if os.path.exists("/proc/%d" % pid):
+            return False
+        try:
+            os.unlink(path)  # its process is gone
+        except OSError:
+            pass
     return False
 
 
