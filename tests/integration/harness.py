@@ -54,6 +54,8 @@ import threading
 import time
 import traceback
 
+import ports  # noqa: E402
+
 BIN = os.environ.get("HF3FS_METAD_BIN", "build/hf3fs-metad")
 # A command put before the server's (tests/valgrind.sh sets it to valgrind).
 WRAPPER = shlex.split(os.environ.get("HF3FS_METAD_WRAPPER", ""))
@@ -139,10 +141,33 @@ class ServerError(AssertionError):
 
 
 def free_port():
-    """A port that was free a moment ago (bind port 0 and close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and claimed by this process (ports.py): no other
+    suite's server and no client connection takes it meanwhile."""
+    return ports.pick(23000, 30000)
+
+
+def listens(pid, port):
+    """Whether process pid holds a TCP socket listening on port: the server
+    that answers there is that one, not another suite's."""
+    inodes = set()
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        with open("/proc/%d/net/tcp" % pid) as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return False
+    for row in rows:
+        fields = row.split()
+        if (fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port
+                and fields[9] in inodes):
+            return True
+    return False
 
 
 def _tail(text, limit=4000):
@@ -236,7 +261,7 @@ class Server:
                 resp = conn.getresponse()
                 resp.read()
                 conn.close()
-                if resp.status == 200:
+                if resp.status == 200 and listens(self.proc.pid, self.port):
                     return
             except (OSError, http.client.HTTPException):
                 pass

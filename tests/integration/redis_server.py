@@ -25,13 +25,14 @@ runs with the ASan runtime preloaded (module_env()). The cluster's nodes
 
 import atexit
 import os
-import random
 import re
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+
+import ports
 
 REDIS_SERVER = os.environ.get("HF3FS_REDIS_SERVER", "redis-server")
 MODULE_FILE = "hf3fs_metad_redis.so"
@@ -98,64 +99,10 @@ def _kill_all():
 atexit.register(_kill_all)
 
 
-def _port_free(port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-# Machine-wide, not under TMPDIR (each run of the suites has its own).
-_PORTS_DIR = "/tmp/hf3fs-test-ports-%d" % os.getuid()
-
-
-def _claim(port):
-    """Claim port for this process among the suites that run at once: a file
-    named after it holds the claimant's pid (written whole, then linked into
-    place); a claim whose process is gone is taken over. The claim lasts as
-    long as the process, so a node killed and started again finds its port
-    still its own."""
-    os.makedirs(_PORTS_DIR, exist_ok=True)
-    path = os.path.join(_PORTS_DIR, str(port))
-    mine = os.path.join(_PORTS_DIR, ".pid-%d" % os.getpid())
-    if not os.path.exists(mine):
-        with open(mine + ".tmp", "w") as f:
-            f.write(str(os.getpid()))
-        os.replace(mine + ".tmp", mine)
-    for _ in range(2):
-        try:
-            os.link(mine, path)
-            return True
-        except FileExistsError:
-            pass
-        try:
-            with open(path) as f:
-                pid = int(f.read())
-        except (OSError, ValueError):
-            return False
-        if pid == os.getpid():
-            return True
-        if os.path.exists("/proc/%d" % pid):
-            return False
-        try:
-            os.unlink(path)  # its process is gone
-        except OSError:
-            pass
-    return False
-
-
 def pick_port(taken=()):
-    """A port p where p and p + 10000 (its cluster bus) are free now, and
-    claimed by no other live test process (_claim). The range stays below
-    Linux's ephemeral ports, which other tests' servers get from binding
-    port 0."""
-    for _ in range(1000):
-        p = random.randrange(20000, 22700)
-        if p not in taken and _port_free(p) and _port_free(p + 10000) and _claim(p):
-            return p
-    raise RuntimeError("no free port pair (p, p + 10000) for redis")
+    """A port p where p and p + 10000 (its cluster bus) are free now, claimed
+    by this process (ports.py)."""
+    return ports.pick(20000, 22700, taken, also_free=10000)
 
 
 def _answering_pid(port, password):
