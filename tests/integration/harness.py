@@ -146,30 +146,6 @@ def free_port():
     return ports.pick(23000, 30000)
 
 
-def listens(pid, port):
-    """Whether process pid holds a TCP socket listening on port: the server
-    that answers there is that one, not another suite's."""
-    inodes = set()
-    try:
-        for fd in os.listdir("/proc/%d/fd" % pid):
-            try:
-                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inodes.add(link[8:-1])
-        with open("/proc/%d/net/tcp" % pid) as f:
-            rows = f.read().splitlines()[1:]
-    except OSError:
-        return False
-    for row in rows:
-        fields = row.split()
-        if (fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port
-                and fields[9] in inodes):
-            return True
-    return False
-
-
 def _tail(text, limit=4000):
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
@@ -261,7 +237,7 @@ class Server:
                 resp = conn.getresponse()
                 resp.read()
                 conn.close()
-                if resp.status == 200 and listens(self.proc.pid, self.port):
+                if resp.status == 200 and ports.listens(self.proc.pid, self.port):
                     return
             except (OSError, http.client.HTTPException):
                 pass

@@ -7,7 +7,9 @@ and claimed for the picking process: a file named after the port under
 hard-linked into place). Another suite never picks a claimed port, also while
 the claimant's server is stopped and about to start again on it; a claim whose
 process is gone is taken over. Ranges: redis_server.pick_port 20000-22699 (and
-its cluster bus, + 10000), harness.free_port 23000-29999.
+its cluster bus, + 10000), harness.free_port 23000-29999. Both harnesses
+count a server as started only when its own process listens on its port
+(listens), not when another suite's server answers there.
 """
 
 import os
@@ -25,6 +27,30 @@ def is_free(port):
         except OSError:
             return False
     return True
+
+
+def listens(pid, port):
+    """Whether process pid holds a TCP socket listening on port: the server
+    that answers there is that one, not another suite's."""
+    inodes = set()
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        with open("/proc/%d/net/tcp" % pid) as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return False
+    for row in rows:
+        fields = row.split()
+        if (fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port
+                and fields[9] in inodes):
+            return True
+    return False
 
 
 def _claim(port):

@@ -25,7 +25,6 @@ runs with the ASan runtime preloaded (module_env()). The cluster's nodes
 
 import atexit
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -105,23 +104,11 @@ def pick_port(taken=()):
     return ports.pick(20000, 22700, taken, also_free=10000)
 
 
-def _answering_pid(port, password):
-    """The process_id of the redis-server answering on 127.0.0.1:port."""
-    c = Resp(port=port)
-    try:
-        if password:
-            c.cmd("AUTH", password)
-        c.cmd("PING")
-        info = c.cmd("INFO", "server").decode()
-    finally:
-        c.close()
-    return int(re.search(r"process_id:(\d+)", info).group(1))
-
-
 def spawn(args, port, password=None, timeout=10.0, env=None):
     """redis-server with args (flags or a config file), once it answers PING
-    on 127.0.0.1:port (AUTH first with password) as itself: another test's
-    server that took the port in the meantime does not count. None if it
+    on 127.0.0.1:port (AUTH first with password) and its own process
+    listens there (ports.listens): another test's server that took the port
+    in the meantime does not count. None if it
     exited (the port taken) or did not answer within timeout (then it is
     killed). env: its environment (default ours)."""
     proc = subprocess.Popen([REDIS_SERVER] + list(args), env=env,
@@ -130,13 +117,20 @@ def spawn(args, port, password=None, timeout=10.0, env=None):
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if _answering_pid(port, password) == proc.pid:
-                return proc
+            c = Resp(port=port)
+            try:
+                if password:
+                    c.cmd("AUTH", password)
+                c.cmd("PING")
+            finally:
+                c.close()
+            answers = True
         except RedisError as e:
-            if "LOADING" not in str(e) and proc.poll() is None:
-                return proc
+            answers = "LOADING" not in str(e)
         except OSError:
-            pass
+            answers = False
+        if answers and ports.listens(proc.pid, port):
+            return proc
         if proc.poll() is not None or time.monotonic() > deadline:
             kill(proc)
             return None

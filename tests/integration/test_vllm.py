@@ -6,7 +6,6 @@ completeness across ranks, confirm/release rules, /clear."""
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
