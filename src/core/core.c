@@ -1009,6 +1009,13 @@ static void page_demote(core_pool_t *pool, uint32_t page)
     pool->demoted[pool->ndemoted_stack++] = page;
 }
 
+/* The end of the lease every OWNED page has after core_recovered() (the
+ * read lease of the configuration in force), or INT64_MIN. */
+static inline int64_t lease_floor(const core_t *core)
+{
+    return core->recovered ? core->recovered_at + core->config.read_lease_ms : INT64_MIN;
+}
+
 /* An OWNED page leaves OWNED: its column is cleared (the record stays, for
  * the caller to demote its other ranks and then rec_release_if_empty). The
  * caller gives the page its new state. Returns the record id; *deadline
@@ -1037,6 +1044,9 @@ static uint32_t page_disown(core_pool_t *pool, uint32_t page, int64_t now)
 {
     int64_t deadline;
     uint32_t id = owned_leave(pool, page, &deadline);
+    int64_t floor = lease_floor(pool->core);
+    if (floor > deadline)
+        deadline = floor;
     if (deadline > now)
         page_drain(pool, page, deadline);
     else
@@ -1083,11 +1093,10 @@ static inline void bits_use(core_pool_t *pool, uint8_t *bits)
     bits_undemote(pool, bits);
 }
 
+/* Volatile (core.h "What is durable"): no event. */
 static void page_touch(core_pool_t *pool, uint32_t page)
 {
-    uint32_t id = page_owner(pool, page);
-    bits_use(pool, col_bits(pool, id));
-    emit(pool, CORE_EV_USE, page, *col_deadline(pool, id));
+    bits_use(pool, col_bits(pool, page_owner(pool, page)));
 }
 
 static void page_lease(core_pool_t *pool, uint32_t page, int64_t now)
@@ -1192,6 +1201,7 @@ void core_clear_all(core_t *core)
     hf_xfree(core->namespaces);
     core->namespaces = NULL;
     core->nns = 0;
+    core->recovered = false; /* no page left to protect */
 }
 
 void core_free(core_t *core)
@@ -1298,7 +1308,7 @@ void core_pool_clear(core_pool_t *pool, int64_t now)
 static void demote_in_other_ranks(core_pool_t *pool, uint32_t id, int64_t now)
 {
     core_ns *ns = pool->ns;
-    if (ns->npools < 2)
+    if (ns->npools < 2 || now < lease_floor(pool->core))
         return;
     uint8_t *rec = core__krec(ns, id);
     const uint32_t *pages = core__krec_pages(ns, rec);
@@ -1307,8 +1317,7 @@ static void demote_in_other_ranks(core_pool_t *pool, uint32_t id, int64_t now)
         core_pool_t *other = ns->by_col[c];
         if (other == pool || pages[c] == CORE_NIL || deadlines[c] > now)
             continue;
-        page_demote(other, pages[c]);
-        emit(other, CORE_EV_DEMOTE, pages[c], 0);
+        page_demote(other, pages[c]); /* volatile: no event */
     }
 }
 
@@ -1403,7 +1412,8 @@ static uint32_t clock_sweep(core_pool_t *pool, evict_scan *scan, int64_t now)
 
 static uint32_t find_evictable(core_pool_t *pool, evict_scan *scan, int64_t now)
 {
-    if (!pool->core->config.evict_lru || pool->nowned == 0 || scan->exhausted)
+    if (!pool->core->config.evict_lru || pool->nowned == 0 || scan->exhausted ||
+        now < lease_floor(pool->core))
         return CORE_NIL;
     uint32_t page = take_demoted(pool, now);
     return page != CORE_NIL ? page : clock_sweep(pool, scan, now);
@@ -1431,7 +1441,7 @@ static int can_take(core_pool_t *pool, uint64_t need, int64_t now)
     uint64_t avail = pool_free_count(pool);
     if (avail >= need)
         return 1;
-    if (!pool->core->config.evict_lru)
+    if (!pool->core->config.evict_lru || now < lease_floor(pool->core))
         return 0;
     for (uint64_t p = 0; p < pool->touched && avail < need; p++)
         if (page_is_owned(pool, (uint32_t)p) && page_evictable(pool, (uint32_t)p, now))
@@ -1724,13 +1734,12 @@ static inline bool all_pages(const uint32_t *pages, uint32_t n)
 }
 
 /* A complete key's use in every column: the read lease, one more to the
- * use count, no longer demoted; one USE event per pool (rank order). */
-static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until, bool observed)
+ * use count, no longer demoted (volatile: no event). */
+static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until)
 {
     uint32_t ncols = ns->ncols;
     int64_t *deadlines = core__krec_deadlines(ns, rec);
     uint8_t *bits = rec_bits(rec);
-    const uint32_t *pages = core__krec_pages(ns, rec);
     /* the columns' bits 8 at a time: a byte's bit 6 (count 4) moves to
      * bit 4 within the byte, and no byte carries into the next (a count
      * that takes one is at most 3, so the sum stays in bits 4-6) */
@@ -1745,7 +1754,7 @@ static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until, bool o
     for (uint32_t c = wide; c < ncols; c++)
         any |= bits[c];
     uint64_t demoted_w = 0x0101010101010101ull * CORE_REC_DEMOTED;
-    if (!observed && !(any & CORE_REC_DEMOTED) && !(anyw & demoted_w)) {
+    if (!(any & CORE_REC_DEMOTED) && !(anyw & demoted_w)) {
         /* the common case, without a branch per column: a count below
          * CORE_USE_MAX (4) has bit 6 clear, and then takes one more */
         for (uint32_t c = 0; c < ncols; c++) {
@@ -1772,8 +1781,6 @@ static inline void complete_use(core_ns *ns, uint8_t *rec, int64_t until, bool o
             bits[c] &= (uint8_t)~CORE_REC_DEMOTED;
             ns->by_col[c]->ndemoted--;
         }
-        if (observed)
-            emit(ns->by_col[c], CORE_EV_USE, pages[c], deadlines[c]);
     }
 }
 
@@ -1795,7 +1802,6 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
         return;
     uint32_t want = rank == CORE_NIL ? CORE_NIL : ns->by_rank[rank]->col;
     int64_t until = now + core->config.read_lease_ms;
-    bool observed = core->observer && !core->replaying;
     uint64_t complete_keys = 0;
     core_key enc_buf[PIPE_STACK];
     size_t home_buf[PIPE_STACK];
@@ -1822,7 +1828,7 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
         if (!all_pages(pages, ncols))
             continue;
         complete_keys++;
-        complete_use(ns, rec, until, observed);
+        complete_use(ns, rec, until);
         answer[i] = want == CORE_NIL ? 0 : pages[want];
     }
     if (enc != enc_buf)
@@ -2030,17 +2036,9 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
         }
         page_drain(pool, page, ev->deadline);
         return 0;
-    case CORE_EV_USE:
-        if (!apply_target(pool, ev->page, CORE_PAGE_OWNED))
-            return CORE_EINVAL;
-        *page_deadline(pool, page) = ev->deadline;
-        page_touch(pool, page);
-        return 0;
+    case CORE_EV_USE:    /* recency of an older log or value: volatile, ignored */
     case CORE_EV_DEMOTE:
-        if (!apply_target(pool, ev->page, CORE_PAGE_OWNED))
-            return CORE_EINVAL;
-        page_demote(pool, page);
-        return 0;
+        return apply_target(pool, ev->page, CORE_PAGE_OWNED) ? 0 : CORE_EINVAL;
     case CORE_EV_SWEEP:
         if (!pool || ev->page >= pool->num_pages || ev->deadline < 0)
             return CORE_EINVAL;
@@ -2171,6 +2169,17 @@ size_t core_memory_usage(const core_t *core)
     return total;
 }
 
+void core_recovered(core_t *core, int64_t now)
+{
+    for (size_t n = 0; n < core->nns; n++) {
+        if (core->namespaces[n]->nrecs > 0) {
+            core->recovered = true;
+            core->recovered_at = now;
+            return;
+        }
+    }
+}
+
 void core_apply_finish(core_t *core)
 {
     for (size_t n = 0; n < core->nns; n++) {
@@ -2207,64 +2216,15 @@ static void walk_emit(core_observer_fn fn, void *ctx, const core_pool_t *pool,
     fn(ctx, &ev);
 }
 
-/* The USEs that follow OWN for an owned page in a snapshot, and how many
- * SWEEPs (turns that lower its count by one) must follow them. */
-static unsigned walk_uses(uint8_t bits, int64_t deadline, unsigned *sweeps)
-{
-    unsigned use = core__bits_use(bits), nuse = 0;
-    if (deadline > 0 || use > CORE_USE_INSERT)
-        nuse = use > CORE_USE_INSERT + 1 ? use - CORE_USE_INSERT : 1;
-    unsigned top = CORE_USE_INSERT + nuse > CORE_USE_MAX ? CORE_USE_MAX : CORE_USE_INSERT + nuse;
-    *sweeps = top - use;
-    return nuse;
-}
-
-/* Owned pages, in groups by the sweeps they need (most first), each group
- * followed by a SWEEP of a full turn that leaves the hand where it is;
- * then the demoted pages in stack order. */
+/* Owned pages: RESERVE + OWN each (their recency is volatile: not walked). */
 static void walk_owned(const core_pool_t *pool, core_observer_fn fn, void *ctx)
 {
-    unsigned most = 0, sweeps;
-    for (uint64_t p = 0; p < pool->touched; p++) {
-        if (page_is_owned(pool, (uint32_t)p)) {
-            walk_uses(*page_bits(pool, (uint32_t)p), *page_deadline(pool, (uint32_t)p), &sweeps);
-            if (sweeps > most)
-                most = sweeps;
-        }
-    }
-    for (unsigned g = most + 1; pool->nowned > 0 && g-- > 0;) {
-        for (uint64_t p = 0; p < pool->touched; p++) {
-            if (!page_is_owned(pool, (uint32_t)p))
-                continue;
-            int64_t deadline = *page_deadline(pool, (uint32_t)p);
-            unsigned nuse = walk_uses(*page_bits(pool, (uint32_t)p), deadline, &sweeps);
-            if (sweeps != g)
-                continue;
-            walk_emit(fn, ctx, pool, CORE_EV_RESERVE, (uint32_t)p, 0);
-            walk_emit(fn, ctx, pool, CORE_EV_OWN, (uint32_t)p, 0);
-            for (unsigned u = 0; u < nuse; u++)
-                walk_emit(fn, ctx, pool, CORE_EV_USE, (uint32_t)p, deadline);
-        }
-        if (g > 0)
-            walk_emit(fn, ctx, pool, CORE_EV_SWEEP, pool->hand, 1);
-    }
-    if (pool->ndemoted == 0)
-        return;
-    /* the topmost entry of each demoted page, top first, then emitted bottom first */
-    uint32_t *order = hf_xmalloc(pool->ndemoted * sizeof *order);
-    uint64_t *seen = hf_xcalloc((size_t)(pool->touched + 63) / 64, sizeof *seen);
-    size_t n = 0;
-    for (size_t i = pool->ndemoted_stack; i-- > 0 && n < pool->ndemoted;) {
-        uint32_t page = pool->demoted[i];
-        if (!page_demoted(pool, page) || (seen[page / 64] >> (page % 64) & 1))
+    for (uint64_t p = 0; p < pool->touched && pool->nowned > 0; p++) {
+        if (!page_is_owned(pool, (uint32_t)p))
             continue;
-        seen[page / 64] |= 1ull << (page % 64);
-        order[n++] = page;
+        walk_emit(fn, ctx, pool, CORE_EV_RESERVE, (uint32_t)p, 0);
+        walk_emit(fn, ctx, pool, CORE_EV_OWN, (uint32_t)p, 0);
     }
-    while (n-- > 0)
-        walk_emit(fn, ctx, pool, CORE_EV_DEMOTE, order[n], 0);
-    hf_xfree(seen);
-    hf_xfree(order);
 }
 
 static void walk_pool(const core_pool_t *pool, core_observer_fn fn, void *ctx)

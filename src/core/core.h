@@ -40,7 +40,27 @@
  *   not a hit of the same allocation. RESERVED and DRAINING pages are
  *   never taken. Every step depends only on the calls and their times, so
  *   a reference model follows it exactly (tests/unit/test_model.c), and
- *   the hand's moves are events (CORE_EV_SWEEP), so replay rebuilds them.
+ *   the hand's moves are events (CORE_EV_SWEEP), so replay rebuilds the
+ *   hand (not the counts: see below).
+ *
+ * What is durable (docs/protocol.md "What a read changes")
+ *   Recency and read leases are volatile: use counts, demotion marks and
+ *   read-lease deadlines live in this process only. A read (exists, lookup,
+ *   a completeness read, an allocation hit, a re-confirmation) changes
+ *   nothing else and reports no event, so a host that logs or replicates
+ *   the events writes nothing for it. Everything a change does is an event:
+ *   pool creation, reservations, ownership, frees, drains (with their
+ *   deadlines, which may come from a read lease), write leases and their
+ *   ends, the clock hand's moves, and (through those) the free order. A
+ *   replayed or followed core therefore has the primary's durable state
+ *   (core_walk_state describes exactly that) and its own recency: every
+ *   page starts at CORE_USE_INSERT, lowered by the sweeps replayed, with
+ *   no demotion and no read lease.
+ *   A worker told where a key is reads that page for up to a read lease,
+ *   so a host calls core_recovered() when a core it rebuilt (a restart, a
+ *   load, a promoted replica) starts serving: until one read lease after
+ *   that moment every OWNED page is treated as read-leased (never evicted
+ *   or demoted; deleted or cleared, it drains until then).
  *
  * Memory: a pool costs O(1) to create whatever num_pages is; pages are backed
  * by storage only once handed out. Keys are stored once per namespace: one
@@ -194,7 +214,8 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
 void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages, size_t n,
                   const int64_t *release, size_t nrel, int64_t now, size_t *refused);
 
-/* Per-pool presence (SGLang exists); present keys get a read lease and a use. */
+/* Per-pool presence (SGLang exists); present keys get a read lease and a use
+ * (volatile: no event). */
 void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, bool *present);
 
 /* Per-pool lookup (SGLang get_page_indices): page or -1; leases like exists. */
@@ -237,7 +258,8 @@ core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *
  * With an observer set, every state change is reported as it happens, in
  * order, under the caller's serialization. Replaying the same events with
  * core_apply() on an empty core (then core_apply_finish()) rebuilds the
- * same pools, pages, keys, recency (use counts, demotions, clock hands), reservations, leases and drains.
+ * same durable state: pools, pages, keys, clock hands, reservations, write
+ * leases and drains (recency is volatile: "What is durable" above).
  * Pointers in an event are valid during the observer call only.
  */
 typedef enum core_event_type {
@@ -247,9 +269,10 @@ typedef enum core_event_type {
     CORE_EV_OWN,           /* RESERVED page -> OWNED by its key, use count CORE_USE_INSERT */
     CORE_EV_FREE,          /* RESERVED, OWNED or DRAINING page -> FREE */
     CORE_EV_DRAIN,         /* OWNED or FREE page -> DRAINING until `deadline` */
-    CORE_EV_USE,           /* OWNED page: a use (count + 1, up to CORE_USE_MAX; no longer
-                            * demoted); its lease ends at `deadline` */
-    CORE_EV_DEMOTE,        /* OWNED page -> demoted (evicted first; the latest demoted first) */
+    CORE_EV_USE,           /* never produced (recency is volatile); in logs and values of
+                            * earlier versions: an OWNED page was used. core_apply checks
+                            * the page is OWNED and ignores it */
+    CORE_EV_DEMOTE,        /* never produced, as CORE_EV_USE: a demotion */
     CORE_EV_WRITE_LEASE,   /* OWNED page: one more writer, protected until `deadline` */
     CORE_EV_WRITE_DONE,    /* OWNED page: one writer is done (it confirmed, or the lease's
                             * end passed: one event per writer left); with the last
@@ -285,6 +308,15 @@ int core_apply(core_t *core, const core_event *ev);
 void core_apply_finish(core_t *core);
 
 /*
+ * The core was rebuilt (core_apply, core_apply_live or a load) and starts
+ * serving at `now`: until now + read_lease_ms (of the configuration in
+ * force at each later call) every OWNED page, including pages owned in
+ * that time, is read-leased ("What is durable" above). Nothing if no page
+ * is OWNED. core_clear_all() ends it.
+ */
+void core_recovered(core_t *core, int64_t now);
+
+/*
  * Apply one event to a live core, as a replica follows its primary: no
  * core_apply_finish() is needed, and the free stack follows the events
  * (FREE pushes; a RESERVE or a DRAIN of a FREE page takes it off), so a
@@ -311,14 +343,12 @@ int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n)
 size_t core_memory_usage(const core_t *core);
 
 /*
- * Report the whole current state to fn as the events that rebuild it (for
+ * Report the whole durable state to fn as the events that rebuild it (for
  * snapshots): per pool POOL_INIT, a SWEEP that puts the clock hand in
  * place (if it is not at page 0), then reservations, then owned pages
- * (RESERVE + OWN, and USE if read-leased or counted above CORE_USE_INSERT)
- * in groups separated by SWEEPs that do not move the hand, so that each
- * page's use count comes out right, then a DEMOTE per demoted page (the
- * latest last), then a WRITE_LEASE per writer of each write lease, then
- * draining pages (DRAIN of a FREE page, which only replay accepts).
+ * (RESERVE + OWN), then a WRITE_LEASE per writer of each write lease,
+ * then draining pages (DRAIN of a FREE page, which only replay accepts).
+ * Recency (use counts, demotions, read leases) is not reported.
  */
 void core_walk_state(const core_t *core, core_observer_fn fn, void *ctx);
 

@@ -208,6 +208,8 @@ struct core {
     void *observer_ctx;
     bool replaying;
     bool live_apply; /* core_apply_live: the free stack follows each event */
+    bool recovered;  /* core_recovered() was called, at recovered_at */
+    int64_t recovered_at;
     core_ns **namespaces;
     size_t nns;
 };

@@ -351,6 +351,10 @@ int store_mem_open(const core_config *config, const store_clock *clock,
         mem_destroy(&m->base);
         return store_error_of_wal(rc);
     }
+    /* reads answered before the restart: their pages stay read-leased */
+    pthread_mutex_lock(&m->lock);
+    core_recovered(m->core, m->clock.now_ms(m->clock.ctx));
+    pthread_mutex_unlock(&m->lock);
     *out = &m->base;
     return STORE_OK;
 }

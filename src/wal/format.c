@@ -310,7 +310,6 @@ void wal__pools_put(wal_pools *t, uint32_t id, hf_slice ns, uint32_t rank)
     e->ns_len = ns.len;
     e->rank = rank;
     e->hash = pool_hash(ns, rank);
-    e->use_count = 0;
     t->used++;
     if (!t->slots || (size_t)t->used * 2 > t->mask + 1) {
         size_t cap = t->slots ? (t->mask + 1) * 2 : 64;
@@ -327,10 +326,8 @@ void wal__pools_put(wal_pools *t, uint32_t id, hf_slice ns, uint32_t rank)
 
 void wal__pools_clear(wal_pools *t)
 {
-    for (uint32_t i = 0; i < t->count; i++) {
+    for (uint32_t i = 0; i < t->count; i++)
         free(t->ents[i].ns);
-        free(t->ents[i].use_pages);
-    }
     free(t->ents);
     free(t->slots);
     memset(t, 0, sizeof *t);
@@ -358,7 +355,6 @@ void wal__enc_free(wal_encoder *e)
     hf_buf_free(&e->out);
     hf_buf_free(&e->body);
     hf_buf_free(&e->held_key);
-    free(e->open);
     memset(e, 0, sizeof *e);
 }
 
@@ -373,21 +369,6 @@ static void body_emit(wal_encoder *e)
 {
     wal__frame_append(&e->out, e->salt, e->body.ptr, e->body.len);
     e->records++;
-}
-
-static void use_flush(wal_encoder *e, uint32_t id)
-{
-    wal_pool_ent *p = &e->pools.ents[id];
-    if (p->use_count == 0)
-        return;
-    body_start(e, WAL_REC_USE);
-    put_varint(&e->body, id);
-    put_deadline(&e->body, e->time_base, p->use_deadline);
-    put_varint(&e->body, p->use_count);
-    for (uint32_t i = 0; i < p->use_count; i++)
-        put_varint(&e->body, p->use_pages[i]);
-    body_emit(e);
-    p->use_count = 0;
 }
 
 static void held_flush(wal_encoder *e)
@@ -406,35 +387,9 @@ static void held_flush(wal_encoder *e)
 void wal__enc_flush(wal_encoder *e)
 {
     held_flush(e);
-    for (uint32_t i = 0; i < e->nopen; i++)
-        use_flush(e, e->open[i]);
-    e->nopen = 0;
 }
 
-static void use_add(wal_encoder *e, uint32_t id, uint64_t page, int64_t deadline)
-{
-    wal_pool_ent *p = &e->pools.ents[id];
-    if (p->use_count > 0 && (p->use_deadline != deadline || p->use_count == WAL_USE_BATCH))
-        use_flush(e, id); /* stays on the open list */
-    if (p->use_count == 0) {
-        if (!p->use_pages)
-            p->use_pages = hf_xmalloc(WAL_USE_BATCH * sizeof *p->use_pages);
-        bool listed = false;
-        for (uint32_t i = 0; i < e->nopen && !listed; i++)
-            listed = e->open[i] == id;
-        if (!listed) {
-            if (e->nopen == e->open_cap) {
-                e->open_cap = e->open_cap ? e->open_cap * 2 : 16;
-                e->open = hf_xreallocarray(e->open, e->open_cap, sizeof *e->open);
-            }
-            e->open[e->nopen++] = id;
-        }
-        p->use_deadline = deadline;
-    }
-    p->use_pages[p->use_count++] = (uint32_t)page;
-}
-
-/* The id of the event's pool; its gathered USE events are written first. */
+/* The id of the event's pool. */
 static uint32_t pool_of(wal_encoder *e, const core_event *ev)
 {
     int64_t id = wal__pools_find(&e->pools, ev->ns, ev->rank);
@@ -486,11 +441,6 @@ void wal__enc_event(void *ctx, const core_event *ev)
         return;
     }
     uint32_t id = pool_of(e, ev);
-    if (ev->type == CORE_EV_USE) {
-        use_add(e, id, ev->page, ev->deadline);
-        return;
-    }
-    use_flush(e, id);
     if (ev->type == CORE_EV_RESERVE && ev->deadline == 0) {
         e->held = true;
         e->held_pool = id;
@@ -502,11 +452,11 @@ void wal__enc_event(void *ctx, const core_event *ev)
     static const uint8_t types[] = {
         [CORE_EV_RESERVE] = WAL_REC_RESERVE, [CORE_EV_OWN] = WAL_REC_OWN,
         [CORE_EV_FREE] = WAL_REC_FREE,       [CORE_EV_DRAIN] = WAL_REC_DRAIN,
-        [CORE_EV_DEMOTE] = WAL_REC_DEMOTE,   [CORE_EV_WRITE_LEASE] = WAL_REC_WRITE_LEASE,
+        [CORE_EV_WRITE_LEASE] = WAL_REC_WRITE_LEASE,
         [CORE_EV_WRITE_DONE] = WAL_REC_WRITE_DONE, [CORE_EV_SWEEP] = WAL_REC_SWEEP,
     };
     if ((size_t)ev->type >= sizeof types || types[ev->type] == 0)
-        abort(); /* an event type this log does not know: a bug */
+        abort(); /* an event type this log does not write (USE, DEMOTE): a bug */
     body_start(e, types[ev->type]);
     put_varint(&e->body, id);
     put_varint(&e->body, ev->page);

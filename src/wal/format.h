@@ -17,15 +17,15 @@
 #include "util/buf.h"
 #include "util/slice.h"
 
-#define WAL_VERSION 3         /* written; WAL_VERSION_OLDEST.. are read */
-#define WAL_VERSION_OLDEST 1  /* version 1 lacks WRITE_LEASE and WRITE_DONE, 2 lacks SWEEP */
+#define WAL_VERSION 4         /* written; WAL_VERSION_OLDEST.. are read */
+#define WAL_VERSION_OLDEST 1  /* version 1 lacks WRITE_LEASE and WRITE_DONE, 2 lacks SWEEP;
+                               * 1 to 3 have USE and DEMOTE records (read, then ignored) */
 #define WAL_HEADER_SIZE 48
 #define WAL_MAGIC_LOG "HF3FSLOG"
 #define WAL_MAGIC_SNAPSHOT "HF3FSSNP"
 #define WAL_FLAG_RECOVERY 1u      /* segment opened by a snapshot that repairs a failed log */
 #define WAL_MAX_BODY (1u << 24)   /* larger lengths are damage */
 #define WAL_MAX_FRAME_OVERHEAD 8  /* CRC (4) + length varint (<= 4) */
-#define WAL_USE_BATCH 256         /* pages per USE record at most */
 
 /* Record types (the first byte of a body). */
 enum {
@@ -35,8 +35,8 @@ enum {
     WAL_REC_OWN = 4,
     WAL_REC_FREE = 5,
     WAL_REC_DRAIN = 6,
-    WAL_REC_USE = 7,
-    WAL_REC_DEMOTE = 8,
+    WAL_REC_USE = 7,    /* versions 1-3 only (recency is no longer logged) */
+    WAL_REC_DEMOTE = 8, /* versions 1-3 only */
     WAL_REC_OWNED = 9,
     WAL_REC_END = 10,
     WAL_REC_WRITE_LEASE = 11,
@@ -91,10 +91,6 @@ typedef struct wal_pool_ent {
     size_t ns_len;
     uint32_t rank;
     uint32_t hash;
-    /* the open USE batch of this pool (encoder only) */
-    uint32_t *use_pages;
-    uint32_t use_count;
-    int64_t use_deadline;
 } wal_pool_ent;
 
 /* Pools by id and by (namespace, rank). The live log numbers pools 0, 1, 2...
@@ -112,16 +108,13 @@ int64_t wal__pools_find(const wal_pools *t, hf_slice ns, uint32_t rank);
 /* Add (ns, rank) as pool `id` (unused, < WAL_MAX_POOL_ID). */
 void wal__pools_put(wal_pools *t, uint32_t id, hf_slice ns, uint32_t rank);
 void wal__pools_clear(wal_pools *t);
-/* Copy src's pools (not their batches) into the empty dst. */
+/* Copy src's pools into the empty dst. */
 void wal__pools_copy(wal_pools *dst, const wal_pools *src);
 
 /* ---------------------------------------------------------------- encoder */
 
 /*
- * Turns core events into records. USE events are gathered per pool (a USE of
- * pool A commutes with every event of another pool) and written as one USE
- * record per pool and lease deadline when that pool's next other event
- * comes, or at wal__enc_flush. A RESERVE with deadline 0 followed by the OWN
+ * Turns core events into records. A RESERVE with deadline 0 followed by the OWN
  * of the same page (how snapshots describe an owned page) becomes one OWNED
  * record. Records accumulate in `out`, which the caller drains.
  */
@@ -132,8 +125,6 @@ typedef struct wal_encoder {
     int64_t time_base;
     uint32_t salt; /* of the file the records go to */
     uint64_t records;
-    uint32_t *open; /* pool ids with an open USE batch */
-    uint32_t nopen, open_cap;
     bool held;      /* a RESERVE with deadline 0 waits for its OWN */
     uint32_t held_pool;
     uint64_t held_page;
@@ -145,7 +136,7 @@ void wal__enc_init(wal_encoder *e, int64_t time_base);
 void wal__enc_free(wal_encoder *e);
 /* A core_observer_fn: ctx is the encoder. */
 void wal__enc_event(void *ctx, const core_event *ev);
-/* Write every gathered USE batch and a held RESERVE. */
+/* Write a held RESERVE. */
 void wal__enc_flush(wal_encoder *e);
 /* The END record of a snapshot (after wal__enc_flush): `records` before it. */
 void wal__enc_end(wal_encoder *e);

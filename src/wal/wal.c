@@ -4,14 +4,18 @@
  *
  * WHAT IS LOGGED
  *   The core reports every change of state as an event (core.h, "Events"):
- *   POOL_INIT, CLEAR_ALL, RESERVE, OWN, FREE, DRAIN, USE, DEMOTE,
- *   WRITE_LEASE, WRITE_DONE, SWEEP. Those are physical effects, not
- *   requests: replaying them with core_apply() on the state they were logged
- *   against gives exactly the same pools, pages, keys, recency (use counts,
- *   demotions, clock hands), reservations (with their wall-clock deadlines),
- *   read leases, write leases and drains. Evictions and lease expiries are
+ *   POOL_INIT, CLEAR_ALL, RESERVE, OWN, FREE, DRAIN, WRITE_LEASE,
+ *   WRITE_DONE, SWEEP. Those are physical effects, not requests: replaying
+ *   them with core_apply() on the state they were logged against gives
+ *   exactly the same durable state (core.h "What is durable"): pools,
+ *   pages, keys, clock hands, reservations (with their wall-clock
+ *   deadlines), write leases and drains. Evictions and lease expiries are
  *   FREE events like any other, and the clock hand's moves SWEEP events, so
  *   replay never re-decides anything and never reads a clock.
+ *   Reads are not logged: use counts, demotions and read leases are
+ *   volatile, so a read-only workload writes nothing. After recovery the
+ *   store calls core_recovered(): every owned page is read-leased for one
+ *   read lease, covering the reads answered before the restart.
  *
  * THE DATA DIRECTORY
  *   LOCK                      fcntl() write lock of the one server using it
@@ -30,8 +34,9 @@
  *
  * FILE HEADER (segments and snapshots; 48 bytes, integers little-endian)
  *    0   8  magic: "HF3FSLOG" (segment) or "HF3FSSNP" (snapshot)
- *    8   4  format version: 3 (version 1, without types 11 to 13, and
- *           version 2, without type 13, are read too)
+ *    8   4  format version: 4 (versions 1 to 3 are read too: version 1
+ *           lacks types 11 to 13, version 2 type 13; their USE and DEMOTE
+ *           records are read and ignored, recency being volatile)
  *   12   4  flags: bit 0 RECOVERY (segment begun by a repair, see FAILURES)
  *   16   8  seq: a segment's number (also in its name); for a snapshot the
  *           number of the segment that continues it
@@ -62,9 +67,9 @@
  *    4    OWN        pool, page                    OWN
  *    5    FREE       pool, page                    FREE
  *    6    DRAIN      pool, page, deadline          DRAIN
- *    7    USE        pool, deadline, count,        USE of each page in order
- *                    count x page                  (one lease deadline)
- *    8    DEMOTE     pool, page                    DEMOTE
+ *    7    USE        pool, deadline, count,        versions 1-3 only: checked
+ *                    count x page                  (pages OWNED), else ignored
+ *    8    DEMOTE     pool, page                    versions 1-3 only: as USE
  *    9    OWNED      pool, page, key               RESERVE (no deadline) + OWN
  *   10    END        record count                  end of a snapshot
  *   11    WRITE_LEASE pool, page, deadline         WRITE_LEASE (one writer more)
@@ -75,10 +80,7 @@
  *                                                  to page `hand`)
  *   `pool` is a small id: POOL_INIT gives it to (namespace, rank); the live
  *   log numbers pools 0, 1, 2... and starts again after CLEAR_ALL; a
- *   snapshot keeps the ids of the log it continues. USE events of one pool
- *   are gathered into one record per operation (a USE commutes with every
- *   event of other pools, so gathering keeps each pool's order), which makes
- *   a 128-key read about 3 bytes a key and a page instead of ~12.
+ *   snapshot keeps the ids of the log it continues.
  *
  * A VALID RECORD
  *   (1) all its bytes are in the file, (2) its length is 1..2^24 and its
@@ -133,9 +135,10 @@
  *   sync share the next one. Under everysec and no a change waits for the
  *   write only (so it survives kill -9, as in Redis, which writes the AOF
  *   before it replies), and the writer syncs once a second (everysec) or
- *   never (no). Reads publish their USE records and never wait; the writer
- *   writes them at once and syncs them with the next change (at the latest
- *   within a second under always and everysec).
+ *   never (no). A read publishes only what the expiries it ran produced
+ *   (usually nothing) and never waits; the writer writes those records at
+ *   once and syncs them with the next change (at the latest within a
+ *   second under always and everysec).
  *
  * SNAPSHOTS
  *   The keeper thread takes the store lock, asks the writer to switch to

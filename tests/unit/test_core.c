@@ -1026,6 +1026,53 @@ TEST(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back)
     CK();
 }
 
+/* A rebuilt core (restart, load, promotion) does not know which pages were
+ * read just before: core_recovered leases every OWNED page for one read
+ * lease (core.h "What is durable"). */
+TEST(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease)
+{
+    setup(test_config()); /* read lease 5000 */
+    core_pool_t *a = make_pool(KV, 0, 2);
+    core_pool_t *b = make_pool(KV, 1, 2);
+    own(a, "x", 0);
+    own(a, "y", 0);
+    own(b, "x", 0);
+    core_recovered(core, 100000);
+    /* inside the lease: a full pool evicts nothing (all or nothing refuses,
+     * partial gets no page), in neither mode */
+    CHECK_EQ(alloc1(a, "z", CORE_ALLOC_PARTIAL, 100001), -1);
+    CHECK_EQ(alloc1(a, "z", CORE_ALLOC_ALL_OR_NOTHING, 104999), -1);
+    CHECK_EQ(stats(a).evictions, 0);
+    /* a delete drains the page until the lease's end; the other rank's
+     * page of the key is not demoted */
+    hf_slice x = K("x");
+    core_delete(b, &x, 1, 102000);
+    hf_slice key;
+    char buf[64];
+    int64_t deadline;
+    CHECK_EQ(core_page_get(b, 0, &key, buf, &deadline), CORE_PAGE_DRAINING);
+    CHECK_EQ(deadline, 105000);
+    CK();
+    /* after it: eviction and freeing as before */
+    int64_t p = alloc1(a, "z", CORE_ALLOC_PARTIAL, 105000);
+    CHECK(p == 0 || p == 1);
+    CHECK_EQ(stats(a).evictions, 1);
+    core_pool_expire(b, 105000);
+    CHECK_EQ(core_page_get(b, 0, NULL, NULL, NULL), CORE_PAGE_FREE);
+    CK();
+}
+
+TEST(core_recovered_on_a_core_without_owned_pages_protects_nothing)
+{
+    setup(test_config());
+    core_pool_t *a = make_pool(KV, 0, 1);
+    core_recovered(core, 100000);
+    own(a, "x", 100000);
+    CHECK_EQ(alloc1(a, "y", CORE_ALLOC_PARTIAL, 100001), 0); /* x evicted at once */
+    CHECK_EQ(stats(a).evictions, 1);
+    CK();
+}
+
 int main(void)
 {
     RUN(pool_init_is_idempotent_and_keeps_state_and_size);
@@ -1072,6 +1119,8 @@ int main(void)
     RUN(hits_get_no_write_lease_from_sglang_nor_from_a_vllm_allocation_that_failed);
     RUN(a_released_page_drains_for_the_grace_so_a_replayed_release_cannot_free_another_writers_page);
     RUN(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back);
+    RUN(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease);
+    RUN(core_recovered_on_a_core_without_owned_pages_protects_nothing);
     core_free(core);
     return TEST_SUMMARY();
 }
