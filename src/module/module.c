@@ -22,10 +22,16 @@
  * (wire_event_append, deadlines computed with this node's clock); if there
  * is any, the command propagates
  *     HF3FS.APPLY key ns events
- * to replicas and the AOF, never itself. Every event is propagated, reads'
- * USE events (recency, read leases) included, so that a replica and an AOF
- * hold exactly the primary's state, free stack included (core_apply_live
- * follows it). HF3FS.APPLY is refused unless it comes from the primary's
+ * to replicas and the AOF, never itself. The core reports every change and
+ * no read (core.h "What is durable": use counts, demotions and read leases
+ * are volatile), so a replica and an AOF hold exactly the primary's durable
+ * state, free stack included (core_apply_live follows it), and a read
+ * (EXISTS, LOOKUP, CEXISTS, CLOC) propagates nothing and leaves Redis's
+ * change counter (rdb_changes_since_last_save) alone, unless it expired
+ * reservations or drains, which are changes. Reads open their key
+ * read-only; they stay `write` commands so that a replica refuses them and
+ * cluster clients send them to primaries: a read lease given by a replica
+ * would protect nothing on the primary. HF3FS.APPLY is refused unless it comes from the primary's
  * stream or from the AOF being loaded; on a replica it propagates itself
  * verbatim to the replica's own AOF. HF3FS.CLEARALL propagates a DEL of
  * each value it deletes (CORE_EV_CLEAR_ALL is never produced).
@@ -37,9 +43,11 @@
  *     string free order  per pool: u32 rank, u32 n, n u32 pages (LE), the
  *                        pool's free stack bottom first (core_pool_free_order)
  * rdb_load replays the events with core_apply, core_apply_finish, then
- * restores each free order (core_pool_set_free_order): pages, keys, recency
- * order, reservations, leases, drains and the next pages handed out are
- * those of the saved value. The pools' counters (hits, misses,
+ * restores each free order (core_pool_set_free_order): pages, keys, clock
+ * hands, reservations, write leases, drains and the next pages handed out
+ * are those of the saved value (recency is not saved; values of modules
+ * that saved USE and DEMOTE events load, those events checked and
+ * ignored). The pools' counters (hits, misses,
  * reservations, ...) are not saved: they count this node's work since the
  * value was loaded, as Redis's INFO stats do; the gauges (free, owned, ...)
  * follow from the state and survive. So SAVE/BGSAVE, restarts, DEBUG
@@ -49,7 +57,22 @@
  *     HF3FS.REBUILD key ns events freeorder
  * the same three fields, accepted only while the AOF is loaded.
  * digest (DEBUG DIGEST-VALUE, DEBUG DIGEST) covers exactly those three
- * fields, so a replica and its primary digest equal iff their states are.
+ * fields, the durable state, so a replica and its primary digest equal iff
+ * their durable states are (their use counts and read leases may differ).
+ *
+ * Reads across a rebuild. A worker told "key K is at page P" reads P for
+ * up to a read lease, which lives in the primary's memory only. So a value
+ * that may have served reads elsewhere before it was rebuilt here calls
+ * core_recovered (every OWNED page read-leased for one read lease from
+ * that moment): a value made by rdb_load (restart, DEBUG RELOAD, full
+ * sync, RESTORE, MIGRATE) or HF3FS.REBUILD, at its load; every value, at
+ * the end of any load (LOADING ended: the AOF's HF3FS.APPLY tail too) and
+ * when this node becomes a primary (REPLICAOF NO ONE, Sentinel, a cluster
+ * failover). The last two bump `rebuilt_epoch`; each value catches up at
+ * the next command that opens it (O(1), no scan). The lease's length is
+ * the read_lease_ms of the configuration each command brings: the module
+ * sees no front end's flags before a command arrives, so the moment is
+ * kept and the length read per call.
  *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
  * changes; rdb_load keeps reading every older version (there is one so
@@ -86,7 +109,13 @@ typedef struct hf_value {
     core_t *core;
     char *ns;
     size_t ns_len;
+    uint64_t epoch; /* the rebuilt_epoch it caught up with */
 } hf_value;
+
+/* Bumped when this node starts serving values it did not serve before
+ * (a load ended, promotion to primary), at rebuilt_at (ms). */
+static uint64_t rebuilt_epoch;
+static long long rebuilt_at;
 
 static hf_slice value_ns(const hf_value *v)
 {
@@ -120,6 +149,7 @@ static hf_value *value_new(hf_slice ns, const core_config *cfg)
         memcpy(v->ns, ns.ptr, ns.len);
     v->ns[ns.len] = 0;
     v->ns_len = ns.len;
+    v->epoch = rebuilt_epoch;
     return v;
 }
 
@@ -233,6 +263,7 @@ static hf_value *value_from_snapshot(hf_slice ns, const char *ev, size_t evlen,
         }
     }
     hf_xfree(pages);
+    core_recovered(v->core, rm_Milliseconds());
     return v;
 fail:
     value_free(v);
@@ -325,11 +356,12 @@ static void observe(void *ctx, const core_event *ev)
     wire_event_append(ctx, ev);
 }
 
-/* Open argv[1]. 0, or -1 after replying WRONGTYPE. */
-static int cmd_open(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv)
+/* Open argv[1] (mode: REDISMODULE_READ for reads, with REDISMODULE_WRITE
+ * for changes). 0, or -1 after replying WRONGTYPE. */
+static int cmd_open_mode(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, int mode)
 {
     *c = (cmd){ctx, argv, NULL, NULL, {0}};
-    c->key = rm_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    c->key = rm_OpenKey(ctx, argv[1], mode);
     int t = rm_KeyType(c->key);
     if (t == REDISMODULE_KEYTYPE_EMPTY)
         return 0;
@@ -340,7 +372,16 @@ static int cmd_open(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv)
         return -1;
     }
     c->v = rm_ModuleTypeGetValue(c->key);
+    if (c->v->epoch != rebuilt_epoch) { /* see "Reads across a rebuild" */
+        core_recovered(c->v->core, rebuilt_at);
+        c->v->epoch = rebuilt_epoch;
+    }
     return 0;
+}
+
+static int cmd_open(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv)
+{
+    return cmd_open_mode(c, ctx, argv, REDISMODULE_READ | REDISMODULE_WRITE);
 }
 
 /* Start observing the value's core (before the core call). */
@@ -373,6 +414,10 @@ static int reply_enopool(RedisModuleCtx *ctx)
 {
     return reply_err(ctx, "ENOPOOL pool not initialized");
 }
+
+/* Key modes of cmd_open_mode. */
+#define READ REDISMODULE_READ
+#define CHANGE (REDISMODULE_READ | REDISMODULE_WRITE)
 
 /* Argument parsers: 0, or -1 after replying the error. */
 
@@ -506,10 +551,10 @@ static core_pool_t *cmd_pool(cmd *c, uint32_t rank)
 
 /* The common start of `CMD key now cfg rank ...`: the key opened, now, cfg,
  * rank and the pool; 0, or -1 after an error reply (the key closed). */
-static int cmd_start_pool(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, int64_t *now,
-                          uint32_t *rank, core_pool_t **pool)
+static int cmd_start_pool(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, int mode,
+                          int64_t *now, uint32_t *rank, core_pool_t **pool)
 {
-    if (cmd_open(c, ctx, argv) != 0)
+    if (cmd_open_mode(c, ctx, argv, mode) != 0)
         return -1;
     if (arg_now(ctx, argv[2], now) != 0 || arg_cfg(c, argv[3], NULL) != 0 ||
         arg_rank(ctx, argv[4], rank) != 0 || !(*pool = cmd_pool(c, *rank))) {
@@ -597,7 +642,7 @@ static int cmd_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     int64_t now, mode;
     uint32_t rank;
     core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, &now, &rank, &pool) != 0)
+    if (cmd_start_pool(&c, ctx, argv, CHANGE, &now, &rank, &pool) != 0)
         return REDISMODULE_OK;
     hf_slice *keys = NULL;
     size_t n;
@@ -634,7 +679,7 @@ static int cmd_confirm(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     int64_t now;
     uint32_t rank;
     core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, &now, &rank, &pool) != 0)
+    if (cmd_start_pool(&c, ctx, argv, CHANGE, &now, &rank, &pool) != 0)
         return REDISMODULE_OK;
     hf_slice *keys = NULL;
     int64_t *pages = NULL, *release = NULL;
@@ -669,7 +714,7 @@ static int cmd_keys_op(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, 
     int64_t now;
     uint32_t rank;
     core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, &now, &rank, &pool) != 0)
+    if (cmd_start_pool(&c, ctx, argv, op == OP_DELETE ? CHANGE : READ, &now, &rank, &pool) != 0)
         return REDISMODULE_OK;
     hf_slice *keys = NULL;
     size_t n;
@@ -735,7 +780,7 @@ static int cmd_clearpool(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int64_t now;
     uint32_t rank;
     core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, &now, &rank, &pool) != 0)
+    if (cmd_start_pool(&c, ctx, argv, CHANGE, &now, &rank, &pool) != 0)
         return REDISMODULE_OK;
     cmd_observe(&c);
     core_pool_clear(pool, now);
@@ -750,7 +795,7 @@ static int cmd_cexists(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (argc != 5)
         return rm_WrongArity(ctx);
     cmd c;
-    if (cmd_open(&c, ctx, argv) != 0)
+    if (cmd_open_mode(&c, ctx, argv, READ) != 0)
         return REDISMODULE_OK;
     int64_t now;
     hf_slice *keys = NULL;
@@ -1063,6 +1108,22 @@ static int cmd_clearall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     return REDISMODULE_OK;
 }
 
+/* ---- server events ---- */
+
+/* This node serves values from now on that may have served reads elsewhere
+ * (see "Reads across a rebuild"). */
+static void on_rebuilt(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent, void *data)
+{
+    bool now_primary = eid.id == REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED &&
+                       subevent == REDISMODULE_SUBEVENT_REPLROLECHANGED_NOW_MASTER;
+    bool loaded = eid.id == REDISMODULE_EVENT_LOADING &&
+                  subevent == REDISMODULE_SUBEVENT_LOADING_ENDED;
+    if (now_primary || loaded) {
+        rebuilt_epoch++;
+        rebuilt_at = rm_Milliseconds();
+    }
+}
+
 /* ---- loading ---- */
 
 static int rm_load_api(RedisModuleCtx *ctx)
@@ -1127,6 +1188,11 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     };
     hf_type = rm_CreateDataType(ctx, HF3FS_TYPE_NAME, HF3FS_TYPE_ENCVER, &tm);
     if (!hf_type)
+        return REDISMODULE_ERR;
+    static const RedisModuleEvent role_changed = {REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, 1},
+                                  loading = {REDISMODULE_EVENT_LOADING, 1};
+    if (rm_SubscribeToServerEvent(ctx, role_changed, on_rebuilt) != REDISMODULE_OK ||
+        rm_SubscribeToServerEvent(ctx, loading, on_rebuilt) != REDISMODULE_OK)
         return REDISMODULE_ERR;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (rm_CreateCommand(ctx, commands[i].name, commands[i].fn, commands[i].flags,

@@ -48,9 +48,23 @@ typedef struct RedisModuleIO RedisModuleIO;
 typedef struct RedisModuleDigest RedisModuleDigest;
 typedef struct RedisModuleScanCursor RedisModuleScanCursor;
 
+/* Server events (SubscribeToServerEvent): the event's id and the version of
+ * the data its callback receives; only those we subscribe to. */
+typedef struct RedisModuleEvent {
+    uint64_t id;
+    uint64_t dataver;
+} RedisModuleEvent;
+#define REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED 0
+#define REDISMODULE_EVENT_LOADING 3
+#define REDISMODULE_SUBEVENT_REPLROLECHANGED_NOW_MASTER 0
+#define REDISMODULE_SUBEVENT_LOADING_ENDED 3
+
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 typedef void (*RedisModuleScanCB)(RedisModuleCtx *ctx, RedisModuleString *keyname,
                                   RedisModuleKey *key, void *privdata);
+
+typedef void (*RedisModuleEventCallback)(RedisModuleCtx *ctx, RedisModuleEvent eid,
+                                         uint64_t subevent, void *data);
 
 typedef void *(*RedisModuleTypeLoadFunc)(RedisModuleIO *rdb, int encver);
 typedef void (*RedisModuleTypeSaveFunc)(RedisModuleIO *rdb, void *value);
@@ -118,7 +132,9 @@ typedef struct RedisModuleTypeMethods {
     X(ScanCursorDestroy, void, (RedisModuleScanCursor * cursor))                            \
     X(Scan, int,                                                                            \
       (RedisModuleCtx * ctx, RedisModuleScanCursor * cursor, RedisModuleScanCB fn,          \
-       void *privdata))
+       void *privdata))                                                                     \
+    X(SubscribeToServerEvent, int,                                                          \
+      (RedisModuleCtx * ctx, RedisModuleEvent event, RedisModuleEventCallback callback))
 
 /* Format letters of Replicate / EmitAOF (documented): "s" a
  * RedisModuleString *, "b" a buffer as two arguments (const char *, size_t),

@@ -72,8 +72,7 @@ HEX = ["%064x" % (0xabc0000 + i) for i in range(12)]
 
 
 def snapshot_of(srv):
-    """Everything an observer can see without changing the LRU order:
-    per-pool figures from /v1/stats."""
+    """Per-pool figures from /v1/stats."""
     out = {}
     for key, p in srv.stats().items():
         out[key] = tuple(p[f] for f in ("num_pages", "free", "reserved", "owned", "draining",
@@ -92,12 +91,11 @@ def check_round_trip(restart):
             pages = v_alloc(c, rank, HEX[:6])
             v_confirm(c, rank, list(zip(HEX[:5], pages[:5])))  # HEX[5] stays reserved
             vpages[rank] = pages
-        s_init(c, 0, 4, ns="lru")
-        got = s_alloc(c, 0, ["a", "b", "c", "d"], ns="lru")
-        lru_pages = {k: p for k, (_, p) in zip("abcd", got)}
-        s_confirm(c, 0, list(lru_pages.items()), ns="lru")
-        s_exists(c, 0, ["c"], ns="lru")
-        s_exists(c, 0, ["a"], ns="lru")  # LRU order, oldest first: b, d, c, a
+        s_init(c, 0, 4, ns="clock")
+        got = s_alloc(c, 0, ["a", "b", "c", "d"], ns="clock")
+        clock_pages = {k: p for k, (_, p) in zip("abcd", got)}
+        s_confirm(c, 0, list(clock_pages.items()), ns="clock")
+        s_exists(c, 0, ["a", "b"], ns="clock")  # uses: volatile, not logged
         s_init(c, 3, 8, ns="other")
         res = s_alloc(c, 3, ["r1", "r2", "key with spaces/and:colons"], ns="other")
         s_confirm(c, 3, [("r1", res[0][1])], ns="other")  # r2 and the third stay reserved
@@ -113,13 +111,15 @@ def check_round_trip(restart):
         expect_eq(v_locations(c, 0, HEX[:6]), vpages[0][:6], "vLLM rank 0 pages")
         expect_eq(s_pages(c, 3, ["r1", "r2"], ns="other"), [res[0][1], res[1][1]],
                   "SGLang pages after confirming a reservation made before the restart")
-        # LRU order survived: two new keys evict b and d, the least recently used.
-        time.sleep(0.4)  # the read leases of the exists calls are over
-        new = s_alloc(c, 0, ["x", "y"], ns="lru")
-        expect_eq(sorted(p for _, p in new), sorted([lru_pages["b"], lru_pages["d"]]),
-                  "pages of the two least recently used keys")
-        expect_eq(s_pages(c, 0, ["a", "b", "c", "d"], ns="lru"),
-                  [lru_pages["a"], None, lru_pages["c"], None], "keys left after eviction")
+        # Recency starts again (core.h "What is durable"): after the read
+        # lease every page has after recovery, the clock takes pages from its
+        # hand (page 0, where it was) on, whatever was read before.
+        time.sleep(0.4)  # the recovery's read lease (0.3 s) is over
+        new = s_alloc(c, 0, ["x", "y"], ns="clock")
+        expect_eq(sorted(p for _, p in new), [0, 1], "pages the clock takes after a restart")
+        expect_eq(s_pages(c, 0, ["a", "b", "c", "d"], ns="clock"),
+                  [None if clock_pages[k] in (0, 1) else clock_pages[k] for k in "abcd"],
+                  "keys left after eviction")
         srv.check()
         srv.stop()
 
@@ -138,32 +138,67 @@ def kill_restart(d, srv):
     return d.start("--read-lease", "0.3")
 
 
-def test_state_with_owned_keys_reservations_and_lru_order_survives_a_clean_restart():
+def test_state_with_owned_keys_reservations_and_clock_hand_survives_a_clean_restart():
     check_round_trip(clean_restart)
 
 
-def test_state_with_owned_keys_reservations_and_lru_order_survives_kill_9():
+def test_state_with_owned_keys_reservations_and_clock_hand_survives_kill_9():
     check_round_trip(kill_restart)
 
 
-def test_read_leases_survive_kill_9():
+def test_pages_read_before_kill_9_are_not_handed_out_within_the_read_lease_and_are_after():
+    def scenario(lease):
+        with DataDir() as d:
+            flags = ("--read-lease", "%.3f" % lease)
+            srv = d.start(*flags)
+            c = srv.client()
+            s_init(c, 0, 2)
+            got = s_alloc(c, 0, ["a", "b"])
+            pages = [got[0][1], got[1][1]]
+            s_confirm(c, 0, [("a", pages[0]), ("b", pages[1])])
+            expect_eq(s_exists(c, 0, ["a", "b"]), [True, True], "exists")  # workers read a, b
+            kill9(srv)  # the read leases were in memory only
+            w = harness.LeaseWindow(lease)
+            srv = d.start(*flags)
+            c = srv.client()
+            during = s_alloc(c, 0, ["c"])
+            w.fits()
+            # every owned page is read-leased for one lease after recovery
+            expect_eq(during, [(False, -1)], "allocation in the read lease after recovery")
+            expect_eq(s_pages(c, 0, ["a", "b"]), pages, "read keys kept")
+            w.sleep_past()
+            after = s_alloc(c, 0, ["c"])
+            expect_true(after[0][1] in pages, "after the lease the clock evicts: %r" % (after,))
+            srv.check()
+            srv.stop()
+    harness.with_lease(scenario, 1.0 * SLOW)
+
+
+def test_a_read_only_load_writes_nothing_to_the_log():
     with DataDir() as d:
-        srv = d.start("--read-lease", "60")
+        srv = d.start()
         c = srv.client()
-        s_init(c, 0, 2)
-        got = s_alloc(c, 0, ["a", "b"])
-        s_confirm(c, 0, [("a", got[0][1]), ("b", got[1][1])])
-        expect_eq(s_exists(c, 0, ["a", "b"]), [True, True], "exists")  # both leased 60 s
-        # A read does not wait for the log: its lease records reach the disk
-        # with the next change (docs/durability.md), which waits for every
-        # record before it. Without this change, kill -9 races the writer.
-        s_delete(c, 0, ["not-a-key"])
-        kill9(srv)
-        srv = d.start("--read-lease", "60")
-        c = srv.client()
-        # Without the leases, c would evict a; with them, nothing can be had.
-        expect_eq(s_alloc(c, 0, ["c"]), [(False, -1)], "allocation while every key is leased")
-        expect_eq(s_pages(c, 0, ["a", "b"]), [got[0][1], got[1][1]], "leased keys kept")
+        keys = ["%032x" % i for i in range(128)]  # vLLM's keys: MD5 hex
+        for rank in (0, 1):
+            v_init(c, rank, 256)
+            v_confirm(c, rank, list(zip(keys, v_alloc(c, rank, keys))))
+        s_init(c, 0, 64, ns="sg")
+        got = s_alloc(c, 0, keys[:8], ns="sg")
+        s_confirm(c, 0, [(k, p) for k, (_, p) in zip(keys[:8], got)], ns="sg")
+
+        def log_bytes():
+            r = c.get("/v1/stats")
+            expect_status(r, 200)
+            return r.json()["server"]["persistence"]["log_bytes"]
+        before = log_bytes()
+        for _ in range(50):
+            expect_eq(v_exists(c, keys), [True] * 128, "batch_exists")
+            expect_eq(len(v_locations(c, 1, keys)), 128, "get_locations")
+            expect_eq(s_exists(c, 0, keys[:8], ns="sg"), [True] * 8, "exists")
+            expect_eq(len(s_pages(c, 0, keys[:8], ns="sg")), 8, "get_page_indices")
+            expect_eq([e for e, _ in s_alloc(c, 0, keys[:8], ns="sg")], [True] * 8,
+                      "an SGLang allocation of hits only")
+        expect_eq(log_bytes(), before, "log bytes after 250 reads")
         srv.stop()
 
 
