@@ -62,17 +62,19 @@
  *
  * Reads across a rebuild. A worker told "key K is at page P" reads P for
  * up to a read lease, which lives in the primary's memory only. So a value
- * that may have served reads elsewhere before it was rebuilt here calls
- * core_recovered (every OWNED page read-leased for one read lease from
- * that moment): a value made by rdb_load (restart, DEBUG RELOAD, full
- * sync, RESTORE, MIGRATE) or HF3FS.REBUILD, at its load; every value, at
- * the end of any load (LOADING ended: the AOF's HF3FS.APPLY tail too) and
- * when this node becomes a primary (REPLICAOF NO ONE, Sentinel, a cluster
- * failover). The last two bump `rebuilt_epoch`; each value catches up at
- * the next command that opens it (O(1), no scan). The lease's length is
- * the read_lease_ms of the configuration each command brings: the module
- * sees no front end's flags before a command arrives, so the moment is
- * kept and the length read per call.
+ * that may have served reads elsewhere before it was rebuilt here gets
+ * core_recovered (every OWNED page read-leased for one read lease): a
+ * value made by rdb_load (restart, DEBUG RELOAD, full sync, RESTORE,
+ * MIGRATE) or HF3FS.REBUILD; every value after any load ends (LOADING
+ * ended: the AOF's HF3FS.APPLY tail too) and when this node becomes a
+ * primary (REPLICAOF NO ONE, Sentinel, a cluster failover). The last two
+ * bump `rebuilt_epoch`, nothing more: no scan. A value rebuilt or behind
+ * the epoch catches up at the next command that brings a configuration
+ * (arg_cfg): the lease runs from that command's `now`, in its caller's
+ * clock (a read answered before the rebuild was answered before it, so
+ * its lease ends before this one), and its length is that
+ * configuration's read_lease_ms: the module sees no front end's flags
+ * before a command arrives.
  *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
  * changes; rdb_load keeps reading every older version (there is one so
@@ -110,12 +112,12 @@ typedef struct hf_value {
     char *ns;
     size_t ns_len;
     uint64_t epoch; /* the rebuilt_epoch it caught up with */
+    bool rebuilt;   /* made by a load: core_recovered at the next command */
 } hf_value;
 
-/* Bumped when this node starts serving values it did not serve before
- * (a load ended, promotion to primary), at rebuilt_at (ms). */
+/* Bumped when this node starts serving values it did not serve before:
+ * a load ended, or it became a primary. */
 static uint64_t rebuilt_epoch;
-static long long rebuilt_at;
 
 static hf_slice value_ns(const hf_value *v)
 {
@@ -263,7 +265,7 @@ static hf_value *value_from_snapshot(hf_slice ns, const char *ev, size_t evlen,
         }
     }
     hf_xfree(pages);
-    core_recovered(v->core, rm_Milliseconds());
+    v->rebuilt = true;
     return v;
 fail:
     value_free(v);
@@ -372,10 +374,6 @@ static int cmd_open_mode(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, 
         return -1;
     }
     c->v = rm_ModuleTypeGetValue(c->key);
-    if (c->v->epoch != rebuilt_epoch) { /* see "Reads across a rebuild" */
-        core_recovered(c->v->core, rebuilt_at);
-        c->v->epoch = rebuilt_epoch;
-    }
     return 0;
 }
 
@@ -458,9 +456,10 @@ static int arg_rank(RedisModuleCtx *ctx, RedisModuleString *a, uint32_t *rank)
     return 0;
 }
 
-/* cfg applied to the value's core (its hash seed kept); without a value,
- * into *out only. */
-static int arg_cfg(cmd *c, RedisModuleString *a, core_config *out)
+/* cfg applied to the value's core (its hash seed kept), and the value
+ * caught up with a rebuild at `now` ("Reads across a rebuild"); without a
+ * value, into *out only. */
+static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out)
 {
     size_t len;
     const char *p = rm_StringPtrLen(a, &len);
@@ -476,6 +475,11 @@ static int arg_cfg(cmd *c, RedisModuleString *a, core_config *out)
         cfg.max_ranks = CORE_MAX_RANKS_LIMIT;
     if (c->v)
         core_set_config(c->v->core, &cfg);
+    if (c->v && (c->v->rebuilt || c->v->epoch != rebuilt_epoch)) {
+        core_recovered(c->v->core, now);
+        c->v->rebuilt = false;
+        c->v->epoch = rebuilt_epoch;
+    }
     if (out)
         *out = cfg;
     return 0;
@@ -556,7 +560,7 @@ static int cmd_start_pool(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv,
 {
     if (cmd_open_mode(c, ctx, argv, mode) != 0)
         return -1;
-    if (arg_now(ctx, argv[2], now) != 0 || arg_cfg(c, argv[3], NULL) != 0 ||
+    if (arg_now(ctx, argv[2], now) != 0 || arg_cfg(c, argv[3], *now, NULL) != 0 ||
         arg_rank(ctx, argv[4], rank) != 0 || !(*pool = cmd_pool(c, *rank))) {
         cmd_close(c);
         return -1;
@@ -580,7 +584,7 @@ static int cmd_init(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     size_t nslen, keylen;
     const char *ns = rm_StringPtrLen(argv[4], &nslen);
     const char *key = rm_StringPtrLen(argv[1], &keylen);
-    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg(&c, argv[3], &cfg) != 0 ||
+    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg(&c, argv[3], now, &cfg) != 0 ||
         arg_rank(ctx, argv[5], &rank) != 0 ||
         arg_i64(ctx, argv[6], "num_pages", 0, INT64_MAX, &num_pages) != 0)
         goto out;
@@ -800,7 +804,7 @@ static int cmd_cexists(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     int64_t now;
     hf_slice *keys = NULL;
     size_t n;
-    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg(&c, argv[3], NULL) != 0 ||
+    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg(&c, argv[3], now, NULL) != 0 ||
         arg_keys(ctx, argv[4], &keys, &n) != 0)
         goto out;
     bool *present = hf_xcalloc(n ? n : 1, 1);
@@ -1118,10 +1122,8 @@ static void on_rebuilt(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subev
                        subevent == REDISMODULE_SUBEVENT_REPLROLECHANGED_NOW_MASTER;
     bool loaded = eid.id == REDISMODULE_EVENT_LOADING &&
                   subevent == REDISMODULE_SUBEVENT_LOADING_ENDED;
-    if (now_primary || loaded) {
+    if (now_primary || loaded)
         rebuilt_epoch++;
-        rebuilt_at = rm_Milliseconds();
-    }
 }
 
 /* ---- loading ---- */

@@ -9,7 +9,11 @@ packed with struct), no front end involved. What is protected:
   an AOF rewrite without RDB preamble (HF3FS.REBUILD), on a replica, and after
   a slot move (MIGRATE) in a small cluster;
 - a primary and its replica agree after 100,000 random operations (reads,
-  deletes, clears, leases expiring through the `now` argument);
+  deletes, clears, leases expiring through the `now` argument) on the
+  durable state (the digest: recency is volatile);
+- reads reach neither the replicas, nor the AOF, nor Redis's save counter;
+  pages read before a restart from the AOF, DEBUG RELOAD, RESTORE or a
+  replica's promotion are kept for one read lease, then evictable again;
 - changes reach replicas and the AOF as HF3FS.APPLY effects, never as the
   command itself;
 - MEMORY USAGE grows with the keys and INFO used_memory counts the core;
@@ -367,12 +371,119 @@ def test_a_primary_and_its_replica_agree_after_100000_random_operations():
         expect_true(total[4] > 0 and total[11] > 1000 and total[13] > 0 and total[14] > 0 and
                     total[16] > 0, "the operations did something: %r" % total)
         expect_true(errors < 5000, "mostly initialized pools (%d ENOPOOL)" % errors)
-        # promoted, the replica decides as the primary would
+        # promoted, the replica answers reads as the primary and hands out the
+        # free pages the primary would; within the read lease after its
+        # promotion it evicts nothing (reads on the primary were not sent)
         rep.cmd("REPLICAOF", "NO", "ONE")
         a, b = Ns(p, "kv"), Ns(rep, "kv")
-        keys = ["fresh-%d" % i for i in range(20)]
-        expect_eq(b.alloc(0, keys, 0, now + 1), a.alloc(0, keys, 0, now + 1))
-        expect_eq(digest(rep, vkey("kv")), digest(p, vkey("kv")))
+        old = ["k%d" % i for i in range(400)]
+        expect_eq(b.lookup(0, old, now + 1), a.lookup(0, old, now + 1), "lookups after promotion")
+        free = [row[2] for row in rep.cmd("HF3FS.STATS", vkey("kv"), now + 1) if row[0] == 0][0]
+        keys = ["fresh-%d" % i for i in range(free + 5)]
+        (pa, fa), (pb, fb) = a.alloc(0, keys, 0, now + 1), b.alloc(0, keys, 0, now + 1)
+        expect_eq(pb[:free], pa[:free], "the free pages, in the primary's order")
+        expect_eq(pb[free:], [-1] * 5, "no eviction in the read lease after the promotion")
+        expect_eq(fb, fa, "hits")
+
+
+# -- reads are volatile ---------------------------------------------------------
+
+def _info_int(r, section, field):
+    return int(r.cmd("INFO", section).decode().split(field + ":")[1].split()[0])
+
+
+def test_reads_reach_neither_the_replicas_nor_the_aof_nor_the_save_counter():
+    with server(appendonly=True, extra=["--repl-ping-replica-period", "3600"]) as p, \
+            server() as rep:
+        rep.cmd("REPLICAOF", "127.0.0.1", str(p.port))
+        a = Ns(p, "kv")
+        keys = ["%032x" % i for i in range(128)]  # vLLM's keys: MD5 hex
+        for rank in (0, 1):
+            a.init(rank, 256)
+            pages, _ = a.alloc(rank, keys)
+            expect_eq(a.confirm(rank, list(zip(keys, pages))), 0)
+        wait_replica(p, rep)
+
+        def marks():
+            aof = sum(os.path.getsize(f) for f in glob.glob(os.path.join(p.dir, "*", "*.aof")))
+            return {"master_repl_offset": _info_int(p, "replication", "master_repl_offset"),
+                    "rdb_changes_since_last_save":
+                        _info_int(p, "persistence", "rdb_changes_since_last_save"),
+                    "aof bytes": aof}
+        before = marks()
+        for i in range(50):  # every read, and an allocation of hits only (SGLang)
+            now = T0 + i
+            expect_eq(a.cexists(keys, now), [1] * 128)
+            expect_eq(len(pages_of(p.cmd("HF3FS.CLOC", a.key, now, CFG, 1, kl(keys)))), 128)
+            expect_eq(a.exists(0, keys, now), [1] * 128)
+            expect_eq(min(a.lookup(1, keys, now)), 0)
+            expect_eq(a.alloc(0, keys, 0, now)[1], [1] * 128)
+        expect_eq(marks(), before, "after 250 reads")
+        # a change still goes everywhere
+        a.confirm(0, [], [a.alloc(0, ["new"], 0, T0 + 60)[0][0]], T0 + 60)
+        after = marks()
+        expect_true(all(after[k] > before[k] for k in before), "a change: %r" % after)
+
+
+def _lease_across(rebuild):
+    """Keys a, b of a full 2-page pool are read on the primary (read lease
+    1 s, to T0 + 1010); rebuild(primary, replica) answers the node that then
+    serves: within one read lease of its first command nothing is evicted,
+    after it the clock takes a page again."""
+    with server(appendonly=True) as p, server() as rep:
+        rep.cmd("REPLICAOF", "127.0.0.1", str(p.port))
+        a = Ns(p, "kv")
+        a.init(0, 2)
+        pages, _ = a.alloc(0, ["a", "b"], 1, T0)
+        expect_eq(a.confirm(0, list(zip(["a", "b"], pages)), (), T0), 0)
+        expect_eq(a.exists(0, ["a", "b"], T0 + 10), [1, 1])  # workers read a and b
+        wait_replica(p, rep)
+        n = Ns(rebuild(p, rep), "kv")
+        expect_eq(n.alloc(0, ["c"], 0, T0 + 20), ([-1], [0]))  # its lease: to T0 + 1020
+        expect_eq(n.lookup(0, ["a", "b"], T0 + 20), pages, "the read keys are kept")
+        got, _ = n.alloc(0, ["c"], 0, T0 + 1020)
+        expect_true(got[0] in pages, "after the lease the clock evicts: %r" % got)
+        expect_eq(n.check(), b"OK")
+
+
+def _restart_from_the_aof(p, rep):
+    p.kill9()
+    p.start()
+    return p
+
+
+def _debug_reload(p, rep):
+    expect_eq(p.cmd("DEBUG", "RELOAD"), b"OK")
+    return p
+
+
+def _dump_and_restore(p, rep):
+    key = vkey("kv")
+    blob = p.cmd("DUMP", key)
+    p.cmd("DEL", key)
+    expect_eq(p.cmd("RESTORE", key, 0, blob), b"OK")
+    return p
+
+
+def _promote_the_replica(p, rep):
+    expect_eq(rep.cmd("REPLICAOF", "NO", "ONE"), b"OK")
+    return rep
+
+
+def test_pages_read_before_a_restart_from_the_aof_are_kept_for_one_read_lease():
+    _lease_across(_restart_from_the_aof)
+
+
+def test_pages_read_before_debug_reload_are_kept_for_one_read_lease():
+    _lease_across(_debug_reload)
+
+
+def test_pages_read_before_a_restore_are_kept_for_one_read_lease():
+    _lease_across(_dump_and_restore)
+
+
+def test_pages_read_on_the_primary_are_kept_for_one_read_lease_by_a_promoted_replica():
+    _lease_across(_promote_the_replica)
 
 
 # -- cluster ------------------------------------------------------------------
