@@ -243,10 +243,11 @@ class SglangLoader(Worker):
                 self.files.read(SG_NS, rank, page, key)
 
 
-def run_engines(srv_holder, seconds, restart_at=None, extra_flags=()):
+def run_engines(srv_holder, seconds, restart_at=None, extra_flags=(), restarter=None):
     """Run every kind of worker against the server for `seconds`; with
     restart_at, kill -9 the server at that moment and start it again on the
-    same port and data directory. Returns (files, pool stats)."""
+    same port and data directory (or call restarter(), which restarts
+    something else). Returns (files, pool stats)."""
     files = Files()
     stop = threading.Event()
     kinds = [VllmSaver] * VLLM_WORKERS + [VllmLoader] * 2 + \
@@ -264,7 +265,10 @@ def run_engines(srv_holder, seconds, restart_at=None, extra_flags=()):
         # pool counters start again at 0 after a restart: keep the first half's
         files.evictions_before_restart = sum(p["evictions"]
                                              for p in srv_holder[0].stats().values())
-        srv_holder[0] = restart(srv_holder[0], extra_flags)
+        if restarter:
+            restarter()
+        else:
+            srv_holder[0] = restart(srv_holder[0], extra_flags)
     time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
     # A loaded machine does less in those seconds: go on until the run has
     # exercised what check_run requires (or for four times as long).
@@ -376,7 +380,7 @@ def test_no_page_is_written_for_two_keys_with_workers_split_across_two_front_end
             srv.stop()
 
 
-def test_write_leases_survive_a_kill_9_restart_in_the_middle_of_the_writes():
+def test_no_page_is_shared_across_a_kill_9_restart_in_the_middle_of_writes_and_reads():
     if requests is None:
         raise AssertionError("python3-requests is missing (make deps installs it)")
     holder = [Server(*LEASE_FLAGS).start()]
@@ -390,6 +394,30 @@ def test_write_leases_survive_a_kill_9_restart_in_the_middle_of_the_writes():
         holder[0].stop()
         if extra:
             shutil.rmtree(extra, ignore_errors=True)
+
+
+@harness.embedded_only  # it starts a redis-server of its own, to restart it
+def test_no_page_is_shared_across_a_redis_restart_from_its_aof_in_the_middle_of_the_load():
+    """Over Redis, the read leases lived in the killed redis-server only: the
+    pages read just before are leased again for one read lease after the
+    AOF is loaded (docs/protocol.md, "What a read changes")."""
+    if requests is None:
+        raise AssertionError("python3-requests is missing (make deps installs it)")
+    from redis_server import RedisServer
+    with RedisServer(appendonly=True) as redis:
+        holder = [Server(*LEASE_FLAGS, store=redis.url).start()]
+        try:
+            initialize(holder[0])
+
+            def restart_redis():
+                redis.kill9()
+                redis.start()
+            files, stats = run_engines(holder, SECONDS, restart_at=SECONDS / 2,
+                                       restarter=restart_redis)
+            check_run("with a Redis restart from its AOF", files, stats)
+            holder[0].check()
+        finally:
+            holder[0].stop()
 
 
 if __name__ == "__main__":

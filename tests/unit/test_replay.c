@@ -1,11 +1,12 @@
 /*
- * test_replay.c: the event stream rebuilds the state exactly.
+ * test_replay.c: the event stream rebuilds the durable state exactly.
  *
  * Random operations run on a core whose observer records every event. At
  * checkpoints, a fresh core replays (a) the whole event log, (b) a snapshot
  * taken by core_walk_state at an earlier checkpoint plus the events logged
  * since; both must describe exactly the same state as the live core (same
- * pools, pages, keys, deadlines, LRU order, reservation order, drains),
+ * pools, pages, keys, clock hands, reservations, write leases, drains: the
+ * durable state of core.h "What is durable"),
  * compared through core_walk_state, and pass core_check().
  */
 #include <stdlib.h>

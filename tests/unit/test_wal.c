@@ -2,8 +2,8 @@
  * test_wal.c: the write-ahead log keeps the state, cuts exactly a torn tail
  * and refuses (or salvages) damage before it.
  *
- * States are compared through a text rendering of core_walk_state (pools,
- * pages, keys, deadlines, LRU order, reservation order, drains), as in
+ * States are compared through a text rendering of core_walk_state (the
+ * durable state: pools, pages, keys, hands, reservations, drains), as in
  * test_replay.c. Each test works in its own temporary directory.
  */
 #include <dirent.h>
