@@ -16,7 +16,8 @@ each comparison alternate, and each figure is the median of --runs runs.
   redis      a front end over a Redis with the module, with appendonly yes
              (everysec) and a replica attached, against a front end over a
              Redis without either; and that Redis's replication stream
-             (INFO master_repl_offset) and AOF bytes per read.
+             (INFO master_repl_offset) and AOF bytes per read (no automatic
+             AOF rewrite in the run).
 
 Prints a table and the targets of docs/performance.md ("What a read
 costs"). --smoke: one run of 1 s, 2,000 keys: checks the script works.
@@ -163,6 +164,7 @@ class Redis:
 def redis(opts, tmp, bodies, log):
     plain = Redis(tmp, log, "--appendonly", "no")
     kept = Redis(tmp, log, "--appendonly", "yes", "--appendfsync", "everysec",
+                 "--auto-aof-rewrite-percentage", "0",
                  "--repl-ping-replica-period", "3600")
     replica = Redis(tmp, log, "--appendonly", "no")
     replica.c.cmd("REPLICAOF", "127.0.0.1", str(kept.port))

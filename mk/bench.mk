@@ -1,7 +1,8 @@
 # Benchmarks: the suite (bench/run, `make bench`), its load
 # generator, and the core memory figures. See docs/performance.md.
 #
-#   make bench          build, start servers, print the table (minutes)
+#   make bench          build, start servers, print the tables (minutes): bench/run,
+#                       then bench/read_cost.py (what persistence costs a reader)
 #   make bench-smoke    the same in seconds, one run, tiny loads (no figures)
 #   make bench-memory   core memory per entry (in-process, 1M entries)
 
@@ -23,6 +24,7 @@ bench-tools: $(BUILD)/hf3fs-metad $(BENCH_BIN)
 
 bench:
 	./bench/run
+	/usr/bin/python3 bench/read_cost.py
 
 bench-smoke:
 	./bench/run --smoke

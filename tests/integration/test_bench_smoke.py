@@ -1,4 +1,4 @@
-"""test_bench_smoke.py: the benchmark suite (bench/run) still works.
+"""test_bench_smoke.py: the benchmark suite (bench/run, bench/read_cost.py) still works.
 
 Runs `bench/run --smoke` once (seconds: one run per scenario, tiny loads) and
 checks the shape of what it prints: a row with figures for every scenario, the
@@ -170,6 +170,27 @@ def test_ab_script_runs_both_sides_alternately_and_prints_a_median_for_each():
     assert not bad, "runs with errors: %s" % bad
     for side in "AB":
         assert re.search(r"^%s median requests/s: \d+(\.\d+)?$" % side, out, re.M), out[-2000:]
+
+def test_read_cost_smoke_run_prints_both_comparisons_and_their_targets():
+    """bench/read_cost.py --smoke: the embedded and Redis rows and the four
+    target lines have figures (none is judged here)."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "read_cost.py"), "--smoke"],
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300)
+    out = proc.stdout
+    if "is not installed" in out:
+        print("  (skipped: %s)" % out.strip().splitlines()[-1])
+        return
+    assert proc.returncode == 0, "bench/read_cost.py exited %d:\n%s" % (proc.returncode,
+                                                                        out[-2000:])
+    assert re.search(r"^\| embedded .* \| \d+ \| \d+ \| [\d.]+x \| log: \d+ bytes", out, re.M), \
+        out[-2000:]
+    assert re.search(r"^\| Redis .* \| \d+ \| \d+ \| [\d.]+x \| replication [\d.]+ B, AOF", out,
+                     re.M), out[-2000:]
+    targets = [line for line in out.splitlines() if re.match(r"^  .*: \S+( bytes)? (met|MISSED)$",
+                                                             line)]
+    assert len(targets) == 4, "four target lines expected:\n" + out[-2000:]
+
 
 def main():
     tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)]
