@@ -18,6 +18,9 @@ promotion -> first success.
 
 A primary starved of CPU (SIGSTOP for a moment) under load: no 500.
 
+Pages read on a primary just before it dies are kept by its promoted replica
+for one read lease (read leases are volatile: the replica never saw them).
+
 HF3FS_CLUSTER_LONG=1: three failovers in a row, and three slot moves.
 These tests run whatever HF3FS_TEST_ENGINE says (they start their own cluster).
 """
@@ -206,6 +209,44 @@ def test_failover_of_the_pool_primary_under_load_loses_no_acknowledged_confirmat
         expect_true(cl["map_refreshes"] >= 2, "map refreshed after the failover: %r" % cl)
         expect_true(any(n["errors"] > 0 for n in cl["nodes"].values()),
                     "errors counted on the dead node: %r" % cl["nodes"])
+
+
+def test_pages_read_before_a_cluster_failover_are_kept_for_one_read_lease_by_the_new_primary():
+    """The module's commands on the slot's primary (read lease 1 s of the
+    tests' clock): a and b fill a 2-page pool and are read; the primary dies;
+    its promoted replica (which never saw the reads) hands neither page out
+    within one read lease of its first command, and evicts after it."""
+    import struct
+    rc = cluster()
+    rc.wait_ok()
+    ns, t0 = "lease-failover", 1_700_000_000_000
+    cfg = "5000,1000,3000,500,1,100000000,64"
+    key = "hf3fs:{%s}" % ns.encode().hex()
+
+    def kl(keys):
+        return b"".join(struct.pack("<I", len(k)) + k.encode() for k in keys)
+
+    def pages(reply):
+        raw = reply.encode("latin-1")
+        return list(struct.unpack("<%dq" % (len(raw) // 8), raw))
+    owner = rc.slot_owner(rc.call(rc.ports()[0], "CLUSTER", "KEYSLOT", key))
+    rc.call(owner, "HF3FS.INIT", key, t0, cfg, ns, 0, 2)
+    got = pages(rc.call(owner, "HF3FS.ALLOC", key, t0, cfg, 0, 1, kl(["a", "b"]))[0])
+    expect_eq(rc.call(owner, "HF3FS.CONFIRM", key, t0, cfg, 0, kl(["a", "b"]),
+                      struct.pack("<2q", *got), b""), 0)
+    rc.call(owner, "HF3FS.EXISTS", key, t0 + 10, cfg, 0, kl(["a", "b"]))
+    expect_true(rc.call(owner, "WAIT", 1, 10000) >= 1, "the replica has the pages")
+    rc.kill9(owner)
+    promoted, _ = rc.wait_failover(owner)
+    try:
+        during = pages(rc.call(promoted, "HF3FS.ALLOC", key, t0 + 20, cfg, 0, 0, kl(["c"]))[0])
+        expect_eq(during, [-1], "allocation within the read lease after the failover")
+        after = pages(rc.call(promoted, "HF3FS.ALLOC", key, t0 + 1020, cfg, 0, 0, kl(["c"]))[0])
+        expect_true(after[0] in got, "after the lease the clock evicts: %r" % after)
+        expect_eq(rc.call(promoted, "HF3FS.CHECK", key), "OK")
+    finally:
+        rc.restart(owner)
+        rc.wait_ok()
 
 
 def test_moving_the_pool_slot_under_load_loses_no_acknowledged_confirmation():
