@@ -251,6 +251,20 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
     wal__dec_free(&dec);
 }
 
+/* Decode every record of out (salt) with dec into core (wal__apply_event). */
+static void replay_records(wal_decoder *dec, const hf_buf *out, uint32_t salt, core_t *core)
+{
+    for (size_t off = 0; off < out->len;) {
+        size_t rec_len, body_len;
+        const uint8_t *body;
+        uint64_t end = 0;
+        CHECK_EQ(wal__frame(out->ptr + off, out->len - off, salt, &rec_len, &body, &body_len),
+                 WAL_FRAME_OK);
+        CHECK_EQ(wal__decode(dec, body, body_len, wal__apply_event, core, &end), WAL_DEC_OK);
+        off += rec_len;
+    }
+}
+
 TEST(reads_write_nothing_to_the_log)
 {
     core_t *core = core_new(&CFG);
@@ -292,11 +306,6 @@ TEST(reads_write_nothing_to_the_log)
     wal__enc_free(&enc);
 }
 
-static int apply_event(void *ctx, const core_event *ev)
-{
-    return core_apply(ctx, ev) != 0;
-}
-
 /* USE (type 7) and DEMOTE (type 8) records, as versions 1 to 3 wrote them
  * (this build writes none), are read: they must name OWNED pages of known
  * pools, and then change nothing. */
@@ -319,15 +328,7 @@ TEST(use_and_demote_records_of_older_versions_are_checked_and_ignored)
     wal_decoder dec;
     wal__dec_init(&dec);
     dec.time_base = enc.time_base;
-    for (size_t off = 0; off < enc.out.len;) {
-        size_t rec_len, body_len;
-        const uint8_t *body;
-        uint64_t end = 0;
-        CHECK_EQ(wal__frame(enc.out.ptr + off, enc.out.len - off, enc.salt, &rec_len, &body,
-                            &body_len), WAL_FRAME_OK);
-        CHECK_EQ(wal__decode(&dec, body, body_len, apply_event, replayed, &end), WAL_DEC_OK);
-        off += rec_len;
-    }
+    replay_records(&dec, &enc.out, enc.salt, replayed);
     /* USE of pool 0: deadline 5 ms after the time base, pages 0 and 0 */
     static const uint8_t use_owned[] = {WAL_REC_USE, 0, 11, 2, 0, 0};
     static const uint8_t demote_owned[] = {WAL_REC_DEMOTE, 0, 0};
@@ -335,15 +336,15 @@ TEST(use_and_demote_records_of_older_versions_are_checked_and_ignored)
     static const uint8_t demote_free[] = {WAL_REC_DEMOTE, 0, 3};
     static const uint8_t use_no_pool[] = {WAL_REC_USE, 9, 0, 1, 0};
     uint64_t end = 0;
-    CHECK_EQ(wal__decode(&dec, use_owned, sizeof use_owned, apply_event, replayed, &end),
+    CHECK_EQ(wal__decode(&dec, use_owned, sizeof use_owned, wal__apply_event, replayed, &end),
              WAL_DEC_OK);
-    CHECK_EQ(wal__decode(&dec, demote_owned, sizeof demote_owned, apply_event, replayed, &end),
+    CHECK_EQ(wal__decode(&dec, demote_owned, sizeof demote_owned, wal__apply_event, replayed, &end),
              WAL_DEC_OK);
-    CHECK_EQ(wal__decode(&dec, use_free, sizeof use_free, apply_event, replayed, &end),
+    CHECK_EQ(wal__decode(&dec, use_free, sizeof use_free, wal__apply_event, replayed, &end),
              WAL_DEC_REFUSED);
-    CHECK_EQ(wal__decode(&dec, demote_free, sizeof demote_free, apply_event, replayed, &end),
+    CHECK_EQ(wal__decode(&dec, demote_free, sizeof demote_free, wal__apply_event, replayed, &end),
              WAL_DEC_REFUSED);
-    CHECK_EQ(wal__decode(&dec, use_no_pool, sizeof use_no_pool, apply_event, replayed, &end),
+    CHECK_EQ(wal__decode(&dec, use_no_pool, sizeof use_no_pool, wal__apply_event, replayed, &end),
              WAL_DEC_REFUSED);
     core_apply_finish(replayed);
     expect_same_state(live, replayed, "after old USE and DEMOTE records");
@@ -379,15 +380,7 @@ TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
         wal_decoder dec;
         wal__dec_init(&dec);
         dec.time_base = enc.time_base;
-        for (size_t off = 0; off < enc.out.len;) {
-            size_t rec_len, body_len;
-            const uint8_t *body;
-            uint64_t end;
-            CHECK_EQ(wal__frame(enc.out.ptr + off, enc.out.len - off, 99, &rec_len, &body,
-                                &body_len), WAL_FRAME_OK);
-            CHECK_EQ(wal__decode(&dec, body, body_len, wal__apply_event, copy, &end), WAL_DEC_OK);
-            off += rec_len;
-        }
+        replay_records(&dec, &enc.out, 99, copy);
         core_apply_finish(copy);
         expect_same_state(live, copy, "replay of the whole log");
         core_free(copy);
