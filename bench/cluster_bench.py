@@ -47,53 +47,19 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from redis_cluster import RedisCluster  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import NCPU, free_port, parse, pin, wait_port  # noqa: E402
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 SERVER = os.path.join(BUILD, "hf3fs-metad")
 LOADGEN = os.path.join(BUILD, "bench", "loadgen")
-NCPU = os.cpu_count() or 1
-
-
-def pin(cpu):
-    if NCPU >= 2 and shutil.which("taskset"):
-        return ["taskset", "-c", str(cpu)]
-    return []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, timeout=15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("hf3fs-metad exited with %s" % proc.returncode)
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("hf3fs-metad did not listen on %d" % port)
-
-
-def parse(line):
-    """loadgen/wrk's "requests=.. rps=X ..." line as a dict of floats."""
-    out = {}
-    for k, v in re.findall(r"(\w+)=([0-9.]+)", line):
-        out[k] = float(v)
-    return out
 
 
 def node_stats(rc, port):

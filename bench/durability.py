@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,16 +34,12 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import free_port  # noqa: E402
 BIN = os.path.join(ROOT, "build", "hf3fs-metad")
 LOAD = os.path.join(ROOT, "build", "bench", "durability_load")
 servers = []
 LOGS = tempfile.gettempdir()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(port, method, path, body=None, timeout=60):

@@ -28,9 +28,7 @@ import argparse
 import glob
 import json
 import os
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,38 +39,22 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from redis_server import Resp  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import free_port, parse, pin, wait_port  # noqa: E402
 
 BIN = os.path.join(ROOT, "build", "hf3fs-metad")
 LOADGEN = os.path.join(ROOT, "build", "bench", "loadgen")
 MODULE = os.path.join(ROOT, "build", "hf3fs_metad_redis.so")
-SERVER_CPU, LOAD_CPU = ("1", "0") if (os.cpu_count() or 1) >= 2 else ("0", "0")
+SERVER_CPU, LOAD_CPU = 1, 0
 ENV = dict(os.environ, KEYCHARS="32")
 procs = []
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, what):
-    for _ in range(600):
-        if proc.poll() is not None:
-            sys.exit("%s exited while starting" % what)
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit("%s did not start" % what)
-
-
 def spawn(args, port, what, log):
-    p = subprocess.Popen(["taskset", "-c", SERVER_CPU] + args, stdin=subprocess.DEVNULL,
+    p = subprocess.Popen(pin(SERVER_CPU) + args, stdin=subprocess.DEVNULL,
                          stdout=log, stderr=subprocess.STDOUT, env=ENV)
     procs.append(p)
-    wait_port(port, p, what)
+    wait_port(port, p, timeout=60, what=what)
     return p
 
 
@@ -101,14 +83,14 @@ class Front:
                            "--log-level", "warn"] + list(flags), self.port, "hf3fs-metad", log)
 
     def load(self, opts):
-        subprocess.run(["taskset", "-c", LOAD_CPU, LOADGEN, "load", str(self.port),
+        subprocess.run(pin(LOAD_CPU) + [LOADGEN, "load", str(self.port),
                         str(opts.keys), "2", "1000000"], check=True, env=ENV,
                        stdout=subprocess.DEVNULL)
 
 
 def wrk(port, bodies, opts):
     """One wrk run: (requests/s, requests answered)."""
-    out = subprocess.run(["taskset", "-c", LOAD_CPU, "wrk", "-t1", "-c%d" % opts.conns,
+    out = subprocess.run(pin(LOAD_CPU) + ["wrk", "-t1", "-c%d" % opts.conns,
                           "-d%ds" % opts.seconds, "--timeout", "10s", "-s",
                           os.path.join(ROOT, "bench", "wrk", "bodies.lua"),
                           "http://127.0.0.1:%d" % port, "--", bodies],
@@ -116,10 +98,10 @@ def wrk(port, bodies, opts):
     line = [x for x in out.splitlines() if x.startswith("requests=")]
     if not line:
         sys.exit("wrk printed no figures:\n" + out)
-    f = dict(kv.split("=") for kv in line[0].split())
-    if int(f["errors"]) != 0:
+    f = parse(line[0])
+    if f["errors"] != 0:
         sys.exit("unexpected answers in a run: " + line[0])
-    return float(f["rps"]), int(f["requests"])
+    return f["rps"], int(f["requests"])
 
 
 def med(xs):
@@ -203,9 +185,8 @@ def main():
     opts = ap.parse_args()
     if opts.smoke:
         opts.runs, opts.seconds, opts.keys = 1, 1, 2000
-    for tool in ("wrk", "taskset"):
-        if not shutil.which(tool):
-            sys.exit("%s is not installed (apt-get install wrk util-linux)" % tool)
+    if not shutil.which("wrk"):
+        sys.exit("wrk is not installed (apt-get install wrk)")
     subprocess.run(["make", "-s", "-C", ROOT, "build/hf3fs-metad", "build/bench/loadgen",
                     "build/hf3fs_metad_redis.so"], check=True)
     tmp = tempfile.mkdtemp(prefix="hf3fs-read-cost.")

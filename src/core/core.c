@@ -1016,6 +1016,13 @@ static inline int64_t lease_floor(const core_t *core)
     return core->recovered ? core->recovered_at + core->config.read_lease_ms : INT64_MIN;
 }
 
+/* Is every OWNED page read-leased at `now` (core_recovered)? Then nothing
+ * is evicted or demoted. */
+static inline bool all_owned_leased(const core_t *core, int64_t now)
+{
+    return now < lease_floor(core);
+}
+
 /* An OWNED page leaves OWNED: its column is cleared (the record stays, for
  * the caller to demote its other ranks and then rec_release_if_empty). The
  * caller gives the page its new state. Returns the record id; *deadline
@@ -1308,7 +1315,7 @@ void core_pool_clear(core_pool_t *pool, int64_t now)
 static void demote_in_other_ranks(core_pool_t *pool, uint32_t id, int64_t now)
 {
     core_ns *ns = pool->ns;
-    if (ns->npools < 2 || now < lease_floor(pool->core))
+    if (ns->npools < 2 || all_owned_leased(pool->core, now))
         return;
     uint8_t *rec = core__krec(ns, id);
     const uint32_t *pages = core__krec_pages(ns, rec);
@@ -1413,7 +1420,7 @@ static uint32_t clock_sweep(core_pool_t *pool, evict_scan *scan, int64_t now)
 static uint32_t find_evictable(core_pool_t *pool, evict_scan *scan, int64_t now)
 {
     if (!pool->core->config.evict_lru || pool->nowned == 0 || scan->exhausted ||
-        now < lease_floor(pool->core))
+        all_owned_leased(pool->core, now))
         return CORE_NIL;
     uint32_t page = take_demoted(pool, now);
     return page != CORE_NIL ? page : clock_sweep(pool, scan, now);
@@ -1441,7 +1448,7 @@ static int can_take(core_pool_t *pool, uint64_t need, int64_t now)
     uint64_t avail = pool_free_count(pool);
     if (avail >= need)
         return 1;
-    if (!pool->core->config.evict_lru || now < lease_floor(pool->core))
+    if (!pool->core->config.evict_lru || all_owned_leased(pool->core, now))
         return 0;
     for (uint64_t p = 0; p < pool->touched && avail < need; p++)
         if (page_is_owned(pool, (uint32_t)p) && page_evictable(pool, (uint32_t)p, now))

@@ -68,8 +68,9 @@
  * MIGRATE) or HF3FS.REBUILD; every value after any load ends (LOADING
  * ended: the AOF's HF3FS.APPLY tail too) and when this node becomes a
  * primary (REPLICAOF NO ONE, Sentinel, a cluster failover). The last two
- * bump `rebuilt_epoch`, nothing more: no scan. A value rebuilt or behind
- * the epoch catches up at the next command that brings a configuration
+ * bump `rebuilt_epoch`, nothing more: no scan; a loaded value starts at
+ * EPOCH_LOADED. A value behind the epoch catches up at the next command
+ * that brings a configuration
  * (arg_cfg): the lease runs from that command's `now`, in its caller's
  * clock (a read answered before the rebuild was answered before it, so
  * its lease ends before this one), and its length is that
@@ -111,13 +112,15 @@ typedef struct hf_value {
     core_t *core;
     char *ns;
     size_t ns_len;
-    uint64_t epoch; /* the rebuilt_epoch it caught up with */
-    bool rebuilt;   /* made by a load: core_recovered at the next command */
+    uint64_t epoch; /* the rebuilt_epoch it caught up with; EPOCH_LOADED: none */
 } hf_value;
 
 /* Bumped when this node starts serving values it did not serve before:
  * a load ended, or it became a primary. */
 static uint64_t rebuilt_epoch;
+/* The epoch of a value made by a load: behind every epoch, so that the
+ * next command catches it up ("Reads across a rebuild"). */
+#define EPOCH_LOADED UINT64_MAX
 
 static hf_slice value_ns(const hf_value *v)
 {
@@ -265,7 +268,7 @@ static hf_value *value_from_snapshot(hf_slice ns, const char *ev, size_t evlen,
         }
     }
     hf_xfree(pages);
-    v->rebuilt = true;
+    v->epoch = EPOCH_LOADED;
     return v;
 fail:
     value_free(v);
@@ -358,8 +361,12 @@ static void observe(void *ctx, const core_event *ev)
     wire_event_append(ctx, ev);
 }
 
-/* Open argv[1] (mode: REDISMODULE_READ for reads, with REDISMODULE_WRITE
- * for changes). 0, or -1 after replying WRONGTYPE. */
+/* Key modes of cmd_open_mode. */
+#define READ REDISMODULE_READ
+#define CHANGE (REDISMODULE_READ | REDISMODULE_WRITE)
+
+/* Open argv[1] (mode: READ for reads, CHANGE for changes). 0, or -1 after
+ * replying WRONGTYPE. */
 static int cmd_open_mode(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, int mode)
 {
     *c = (cmd){ctx, argv, NULL, NULL, {0}};
@@ -379,7 +386,7 @@ static int cmd_open_mode(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, 
 
 static int cmd_open(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv)
 {
-    return cmd_open_mode(c, ctx, argv, REDISMODULE_READ | REDISMODULE_WRITE);
+    return cmd_open_mode(c, ctx, argv, CHANGE);
 }
 
 /* Start observing the value's core (before the core call). */
@@ -412,10 +419,6 @@ static int reply_enopool(RedisModuleCtx *ctx)
 {
     return reply_err(ctx, "ENOPOOL pool not initialized");
 }
-
-/* Key modes of cmd_open_mode. */
-#define READ REDISMODULE_READ
-#define CHANGE (REDISMODULE_READ | REDISMODULE_WRITE)
 
 /* Argument parsers: 0, or -1 after replying the error. */
 
@@ -475,9 +478,8 @@ static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out)
         cfg.max_ranks = CORE_MAX_RANKS_LIMIT;
     if (c->v)
         core_set_config(c->v->core, &cfg);
-    if (c->v && (c->v->rebuilt || c->v->epoch != rebuilt_epoch)) {
+    if (c->v && c->v->epoch != rebuilt_epoch) { /* "Reads across a rebuild" */
         core_recovered(c->v->core, now);
-        c->v->rebuilt = false;
         c->v->epoch = rebuilt_epoch;
     }
     if (out)

@@ -160,15 +160,18 @@ def workload(ns, rng, steps, now=T0, nkeys=60, ranks=(0, 1)):
     return now
 
 
+def _info_int(r, section, field):
+    """An integer field of INFO section."""
+    return int(r.cmd("INFO", section).decode().split(field + ":")[1].split()[0])
+
+
 def wait_replica(primary, replica):
     """Until replica has everything primary propagated so far."""
     def caught_up():
-        info = replica.cmd("INFO", "replication").decode()
-        if "master_link_status:up" not in info:
+        if b"master_link_status:up" not in replica.cmd("INFO", "replication"):
             return False
-        off = int(primary.cmd("INFO", "replication").decode()
-                  .split("master_repl_offset:")[1].split()[0])
-        return int(info.split("slave_repl_offset:")[1].split()[0]) >= off
+        return (_info_int(replica, "replication", "slave_repl_offset")
+                >= _info_int(primary, "replication", "master_repl_offset"))
     wait_for(caught_up, 30 * SLOW, what="replica caught up")
 
 
@@ -387,10 +390,6 @@ def test_a_primary_and_its_replica_agree_after_100000_random_operations():
 
 
 # -- reads are volatile ---------------------------------------------------------
-
-def _info_int(r, section, field):
-    return int(r.cmd("INFO", section).decode().split(field + ":")[1].split()[0])
-
 
 def test_reads_reach_neither_the_replicas_nor_the_aof_nor_the_save_counter():
     with server(appendonly=True, extra=["--repl-ping-replica-period", "3600"]) as p, \

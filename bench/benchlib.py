@@ -1,0 +1,50 @@
+"""bench/benchlib.py: what the Python benchmark scripts share (stdlib only).
+
+Ports, CPU pinning, waiting for a server, and the load generators' one-line
+figures ("requests=.. rps=X .."). Imported by bench/cluster_bench.py,
+bench/durability.py and bench/read_cost.py.
+"""
+
+import os
+import re
+import shutil
+import socket
+import time
+
+NCPU = os.cpu_count() or 1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pin(cpu):
+    """The command prefix that runs a process on CPU `cpu` (none on one CPU)."""
+    if NCPU >= 2 and shutil.which("taskset"):
+        return ["taskset", "-c", str(cpu)]
+    return []
+
+
+def wait_port(port, proc, timeout=15, what="hf3fs-metad"):
+    """Until 127.0.0.1:port accepts connections; RuntimeError if proc exits
+    first or timeout seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s" % (what, proc.returncode))
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("%s did not listen on %d" % (what, port))
+
+
+def parse(line):
+    """loadgen/wrk's "requests=.. rps=X ..." line as a dict of floats."""
+    out = {}
+    for k, v in re.findall(r"(\w+)=([0-9.]+)", line):
+        out[k] = float(v)
+    return out
