@@ -176,6 +176,10 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
         /* Redis shares the 2 cores with every suite running at once: a
          * command timeout that a loaded machine does not reach */
         store_redis_options o = {.url = url, .clock = clock, .command_timeout_ms = 10000};
+        /* HF3FS_TEST_STRIPES: the stripes of the namespaces the tests create */
+        const char *stripes = getenv("HF3FS_TEST_STRIPES");
+        if (stripes && *stripes)
+            o.stripes = (uint32_t)strtoul(stripes, NULL, 10);
         /* the clock's ctx outlives the store; the options are copied */
         int rc = store_redis_open(config, &o, &e->store, err, errlen);
         if (rc != STORE_OK)

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/slot.h"
 #include "util/xalloc.h"
 
 #define DEFAULT_TIMEOUT_MS 1000
@@ -145,29 +146,9 @@ __attribute__((format(printf, 2, 3))) static void set_error(cluster_t *c, const 
 
 /* ---- slots ---- */
 
-/* CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, as Redis's crc16.c. */
-static uint16_t crc16(const unsigned char *p, size_t len)
-{
-    uint16_t crc = 0;
-    for (size_t i = 0; i < len; i++) {
-        crc ^= (uint16_t)(p[i] << 8);
-        for (int bit = 0; bit < 8; bit++)
-            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-    }
-    return crc;
-}
-
 int cluster_key_slot(const void *key, size_t len)
 {
-    const unsigned char *k = key;
-    const unsigned char *open = len ? memchr(k, '{', len) : NULL;
-    if (open) {
-        size_t from = (size_t)(open - k) + 1;
-        const unsigned char *close = memchr(k + from, '}', len - from);
-        if (close && close > k + from)
-            return crc16(k + from, (size_t)(close - (k + from))) & (CLUSTER_SLOTS - 1);
-    }
-    return crc16(k, len) & (CLUSTER_SLOTS - 1);
+    return hf_key_slot(key, len);
 }
 
 /* ---- nodes ---- */

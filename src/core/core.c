@@ -1655,6 +1655,37 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
         *refused = count;
 }
 
+/* Undo an allocation that no client saw: see core.h. */
+void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
+                 const bool *existed, size_t n, int64_t now)
+{
+    if (n == 0)
+        return;
+    core_pool_expire(pool, now);
+    core_key *enc = hf_xmalloc(n * sizeof *enc);
+    size_t *dup = hf_xmalloc(n * sizeof *dup);
+    for (size_t i = 0; i < n; i++)
+        core__key_encode(pool->core, keys[i], &enc[i]);
+    find_repeats(enc, n, dup);
+    for (size_t i = n; i-- > 0;) { /* last taken first: the free stack as it was */
+        if (dup[i] != i || !page_in_range(pool, pages[i]) || (uint64_t)pages[i] >= pool->touched)
+            continue;
+        uint32_t p = (uint32_t)pages[i], ref = *core__ref(pool, p);
+        core_page_state state = core__page_state(pool, p);
+        if (!existed[i] && state == CORE_PAGE_RESERVED) {
+            const core_side *e = &pool->side[ref & ~CORE_REF_SIDE];
+            if (core__keyst_eq(&e->key, e->key_kind, &enc[i]))
+                page_unreserve(pool, p);
+        } else if (existed[i] && state == CORE_PAGE_OWNED) {
+            uint8_t *rec = core__krec(pool->ns, ref);
+            if (core__keyst_eq(rec_key(rec), *rec_kind(rec), &enc[i]))
+                page_write_done(pool, p, now);
+        }
+    }
+    hf_xfree(dup);
+    hf_xfree(enc);
+}
+
 /* ------------------------------------------------------------- readers */
 
 void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, bool *present)

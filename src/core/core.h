@@ -214,6 +214,20 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
 void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages, size_t n,
                   const int64_t *release, size_t nrel, int64_t now, size_t *refused);
 
+/*
+ * Undo core_allocate's answer (keys, pages, existed as it gave them, in its
+ * ALL_OR_NOTHING mode) when no client saw it: a front end that split one
+ * request over several cores (stripes) and could not give every key a page
+ * on all of them. Each page still reserved by its key is FREE at once (no
+ * release grace: no client knows it), pushed back so that the next
+ * allocation takes it first; each hit still OWNED by its key loses the
+ * write lease the allocation gave (as a confirmation ends it). Pages that
+ * changed meanwhile are left alone, and so are the keys the allocation
+ * evicted to make room (evicted is evicted). Counters are not rolled back.
+ */
+void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
+                 const bool *existed, size_t n, int64_t now);
+
 /* Per-pool presence (SGLang exists); present keys get a read lease and a use
  * (volatile: no event). */
 void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, bool *present);

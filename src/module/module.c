@@ -113,6 +113,7 @@ typedef struct hf_value {
     char *ns;
     size_t ns_len;
     uint64_t epoch; /* the rebuilt_epoch it caught up with; EPOCH_LOADED: none */
+    wire_stripe st; /* which stripe of its namespace it is (wire.h "Stripes") */
 } hf_value;
 
 /* Bumped when this node starts serving values it did not serve before:
@@ -139,7 +140,7 @@ static core_config default_config(void)
     return cfg;
 }
 
-static hf_value *value_new(hf_slice ns, const core_config *cfg)
+static hf_value *value_new(hf_slice ns, const core_config *cfg, wire_stripe st)
 {
     core_config c = *cfg;
     if (getrandom(&c.hash_seed, sizeof c.hash_seed, GRND_NONBLOCK) != sizeof c.hash_seed)
@@ -155,7 +156,25 @@ static hf_value *value_new(hf_slice ns, const core_config *cfg)
     v->ns[ns.len] = 0;
     v->ns_len = ns.len;
     v->epoch = rebuilt_epoch;
+    v->st = st;
     return v;
+}
+
+/* The stripe of an APPLY or a REBUILD: argv[i], argv[i + 1] if given (a
+ * value of one stripe otherwise, as every module before stripes wrote);
+ * 0, or -1 if malformed. */
+static int arg_stripe_opt(RedisModuleString **argv, int argc, int i, wire_stripe *st)
+{
+    *st = (wire_stripe){1, 0};
+    if (argc <= i)
+        return 0;
+    long long count, index;
+    if (argc != i + 2 || rm_StringToLongLong(argv[i], &count) != REDISMODULE_OK ||
+        rm_StringToLongLong(argv[i + 1], &index) != REDISMODULE_OK || count < 1 ||
+        count > WIRE_MAX_STRIPES || index < 0 || index >= count)
+        return -1;
+    *st = (wire_stripe){(uint32_t)count, (uint32_t)index};
+    return 0;
 }
 
 static void value_free(void *p)
@@ -217,12 +236,12 @@ static void snapshot(const hf_value *v, hf_buf *events, hf_buf *order)
 
 /* A value rebuilt from a snapshot, or NULL (why in err) if it does not
  * describe a state. */
-static hf_value *value_from_snapshot(hf_slice ns, const char *ev, size_t evlen,
+static hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev, size_t evlen,
                                      const char *order, size_t orderlen, char *err,
                                      size_t errlen)
 {
     core_config cfg = default_config();
-    hf_value *v = value_new(ns, &cfg);
+    hf_value *v = value_new(ns, &cfg, st);
     if (!v) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -285,6 +304,8 @@ static void type_rdb_save(RedisModuleIO *io, void *p)
     rm_SaveStringBuffer(io, v->ns, v->ns_len);
     rm_SaveStringBuffer(io, ev.ptr ? (const char *)ev.ptr : "", ev.len);
     rm_SaveStringBuffer(io, order.ptr ? (const char *)order.ptr : "", order.len);
+    rm_SaveUnsigned(io, v->st.count);
+    rm_SaveUnsigned(io, v->st.index);
     hf_buf_free(&ev);
     hf_buf_free(&order);
 }
@@ -301,10 +322,20 @@ static void *type_rdb_load(RedisModuleIO *io, int encver)
     char *ns = rm_LoadStringBuffer(io, &nslen);
     char *ev = rm_LoadStringBuffer(io, &evlen);
     char *order = rm_LoadStringBuffer(io, &orderlen);
+    wire_stripe st = {1, 0}; /* version 1: a namespace of one value */
+    if (encver >= 2) {
+        uint64_t count = rm_LoadUnsigned(io), index = rm_LoadUnsigned(io);
+        st = (wire_stripe){(uint32_t)count, (uint32_t)index};
+        if (count < 1 || count > WIRE_MAX_STRIPES || index >= count) {
+            rm_LogIOError(io, "warning", "hf3fsmeta: a saved value names stripe %" PRIu64
+                          " of %" PRIu64, index, count);
+            st.count = 0;
+        }
+    }
     hf_value *v = NULL;
-    if (ns && ev && order) {
+    if (ns && ev && order && st.count) {
         char err[200];
-        v = value_from_snapshot((hf_slice){ns, nslen}, ev, evlen, order, orderlen, err,
+        v = value_from_snapshot((hf_slice){ns, nslen}, st, ev, evlen, order, orderlen, err,
                                 sizeof err);
         if (!v)
             rm_LogIOError(io, "warning", "hf3fsmeta: a saved value is damaged: %s", err);
@@ -320,8 +351,9 @@ static void type_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p
     hf_value *v = p;
     hf_buf ev, order;
     snapshot(v, &ev, &order);
-    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbb", key, v->ns, v->ns_len, ev.ptr ? (const char *)ev.ptr : "", ev.len,
-               order.ptr ? (const char *)order.ptr : "", order.len);
+    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbbll", key, v->ns, v->ns_len,
+               ev.ptr ? (const char *)ev.ptr : "", ev.len, order.ptr ? (const char *)order.ptr : "",
+               order.len, (long long)v->st.count, (long long)v->st.index);
     hf_buf_free(&ev);
     hf_buf_free(&order);
 }
@@ -340,6 +372,9 @@ static void type_digest(RedisModuleDigest *md, void *p)
     rm_DigestAddStringBuffer(md, v->ns, v->ns_len);
     rm_DigestAddStringBuffer(md, ev.ptr ? (const char *)ev.ptr : "", ev.len);
     rm_DigestAddStringBuffer(md, order.ptr ? (const char *)order.ptr : "", order.len);
+    char st[24];
+    int stlen = snprintf(st, sizeof st, "%" PRIu32 ",%" PRIu32, v->st.count, v->st.index);
+    rm_DigestAddStringBuffer(md, st, (size_t)stlen);
     rm_DigestEndSequence(md);
     hf_buf_free(&ev);
     hf_buf_free(&order);
@@ -401,8 +436,9 @@ static void cmd_close(cmd *c)
     if (c->v) {
         core_set_observer(c->v->core, NULL, NULL);
         if (c->events.len)
-            rm_Replicate(c->ctx, "HF3FS.APPLY", "sbb", c->argv[1], c->v->ns, c->v->ns_len,
-                         (const char *)c->events.ptr, c->events.len);
+            rm_Replicate(c->ctx, "HF3FS.APPLY", "sbbll", c->argv[1], c->v->ns, c->v->ns_len,
+                         (const char *)c->events.ptr, c->events.len, (long long)c->v->st.count,
+                         (long long)c->v->st.index);
     }
     hf_buf_free(&c->events);
     if (c->key)
@@ -461,17 +497,32 @@ static int arg_rank(RedisModuleCtx *ctx, RedisModuleString *a, uint32_t *rank)
 
 /* cfg applied to the value's core (its hash seed kept), and the value
  * caught up with a rebuild at `now` ("Reads across a rebuild"); without a
- * value, into *out only. */
-static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out)
+ * value, into *out only. The stripe the caller names (*st_out, may be
+ * NULL) must be the value's: else -ESTRIPES <the value's count>, so that a
+ * front end that took the namespace for another count learns the real one
+ * before anything is done. */
+static int arg_cfg_st(cmd *c, RedisModuleString *a, int64_t now, core_config *out,
+                      wire_stripe *st_out)
 {
     size_t len;
     const char *p = rm_StringPtrLen(a, &len);
     core_config cfg = c->v ? *core_get_config(c->v->core) : default_config();
-    if (wire_cfg_parse(p, len, &cfg) != 0) {
+    wire_stripe st;
+    if (wire_cfg_parse(p, len, &cfg, &st) != 0) {
         rm_ReplyWithError(c->ctx, "ERR malformed cfg (reservation_ms,read_lease_ms,"
-                                  "write_lease_ms,release_grace_ms,evict,max_pages,max_ranks)");
+                                  "write_lease_ms,release_grace_ms,evict,max_pages,max_ranks"
+                                  "[,stripes,stripe])");
         return -1;
     }
+    if (c->v && (st.count != c->v->st.count || st.index != c->v->st.index)) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "ESTRIPES %" PRIu32 " the value is stripe %" PRIu32 " of %" PRIu32,
+                 c->v->st.count, c->v->st.index, c->v->st.count);
+        rm_ReplyWithError(c->ctx, msg);
+        return -1;
+    }
+    if (st_out)
+        *st_out = st;
     if (cfg.max_pages > CORE_MAX_PAGES_LIMIT)
         cfg.max_pages = CORE_MAX_PAGES_LIMIT;
     if (cfg.max_ranks > CORE_MAX_RANKS_LIMIT)
@@ -485,6 +536,11 @@ static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out)
     if (out)
         *out = cfg;
     return 0;
+}
+
+static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out)
+{
+    return arg_cfg_st(c, a, now, out, NULL);
 }
 
 /* A key list: *keys (hf_xfree it) and *n. Empty keys are refused. */
@@ -583,10 +639,11 @@ static int cmd_init(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     int64_t now, num_pages;
     uint32_t rank;
     core_config cfg;
+    wire_stripe st;
     size_t nslen, keylen;
     const char *ns = rm_StringPtrLen(argv[4], &nslen);
     const char *key = rm_StringPtrLen(argv[1], &keylen);
-    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg(&c, argv[3], now, &cfg) != 0 ||
+    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg_st(&c, argv[3], now, &cfg, &st) != 0 ||
         arg_rank(ctx, argv[5], &rank) != 0 ||
         arg_i64(ctx, argv[6], "num_pages", 0, INT64_MAX, &num_pages) != 0)
         goto out;
@@ -597,21 +654,21 @@ static int cmd_init(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
             goto out;
         }
     } else {
-        char want[64];
-        size_t wlen = WIRE_VALUE_KEY_LEN(nslen);
-        char *w = wlen <= sizeof want ? want : hf_xmalloc(wlen);
-        wire_value_key(nss, w, wlen);
+        char want[128];
+        size_t cap = WIRE_STRIPE_KEY_MAX(nslen);
+        char *w = cap <= sizeof want ? want : hf_xmalloc(cap);
+        size_t wlen = wire_stripe_key(nss, st, w, cap);
         int ok = wlen == keylen && memcmp(w, key, keylen) == 0;
         if (w != want)
             hf_xfree(w);
         if (!ok) {
-            reply_err(ctx, "ERR the key is not the namespace's (hf3fs:{hex ns})");
+            reply_err(ctx, "ERR the key is not the namespace's stripe's (wire_stripe_key)");
             goto out;
         }
     }
     bool fresh = c.v == NULL;
     if (fresh) {
-        c.v = value_new(nss, &cfg);
+        c.v = value_new(nss, &cfg, st);
         if (!c.v) {
             reply_err(ctx, "OOM cannot create the value");
             goto out;
@@ -705,6 +762,56 @@ out:
     hf_xfree(keys);
     hf_xfree(pages);
     hf_xfree(release);
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.CANCEL key now cfg rank keys pages existed: core_cancel of an
+ * ALLOC's answer that no client saw (existed: a flag list). */
+static int cmd_cancel(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 8)
+        return rm_WrongArity(ctx);
+    cmd c;
+    int64_t now;
+    uint32_t rank;
+    core_pool_t *pool;
+    if (cmd_start_pool(&c, ctx, argv, CHANGE, &now, &rank, &pool) != 0)
+        return REDISMODULE_OK;
+    hf_slice *keys = NULL;
+    int64_t *pages = NULL;
+    size_t n, np, nflags;
+    const char *flags = rm_StringPtrLen(argv[7], &nflags);
+    if (arg_keys(ctx, argv[5], &keys, &n) != 0 || arg_pages(ctx, argv[6], &pages, &np) != 0)
+        goto out;
+    if (np != n || nflags != n) {
+        reply_err(ctx, "ERR as many pages and flags as keys");
+        goto out;
+    }
+    bool *existed = hf_xmalloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        existed[i] = flags[i] != 0;
+    cmd_observe(&c);
+    core_cancel(pool, keys, pages, existed, n, now);
+    rm_ReplyWithSimpleString(ctx, "OK");
+    hf_xfree(existed);
+out:
+    hf_xfree(keys);
+    hf_xfree(pages);
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.STRIPES key: the stripe count the value records (its namespace's),
+ * 0 without a value. */
+static int cmd_stripes(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 2)
+        return rm_WrongArity(ctx);
+    cmd c;
+    if (cmd_open_mode(&c, ctx, argv, READ) != 0)
+        return REDISMODULE_OK;
+    rm_ReplyWithLongLong(ctx, c.v ? (long long)c.v->st.count : 0);
     cmd_close(&c);
     return REDISMODULE_OK;
 }
@@ -806,9 +913,14 @@ static int cmd_cexists(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     int64_t now;
     hf_slice *keys = NULL;
     size_t n;
-    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg(&c, argv[3], now, NULL) != 0 ||
+    wire_stripe st;
+    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg_st(&c, argv[3], now, NULL, &st) != 0 ||
         arg_keys(ctx, argv[4], &keys, &n) != 0)
         goto out;
+    if (!c.v && st.index > 0) { /* a stripe missing: the caller checks its count */
+        reply_enopool(ctx);
+        goto out;
+    }
     bool *present = hf_xcalloc(n ? n : 1, 1);
     if (c.v) {
         cmd_observe(&c);
@@ -950,11 +1062,14 @@ out:
 /* HF3FS.APPLY key ns events: the effects of a command of the primary. */
 static int cmd_apply(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
-    if (argc != 4)
+    if (argc != 4 && argc != 6)
         return rm_WrongArity(ctx);
     if (!(rm_GetContextFlags(ctx) &
           (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
         return reply_err(ctx, "ERR HF3FS.APPLY is accepted only from the primary or the AOF");
+    wire_stripe st;
+    if (arg_stripe_opt(argv, argc, 4, &st) != 0)
+        return reply_err(ctx, "ERR HF3FS.APPLY: malformed stripe");
     cmd c;
     if (cmd_open(&c, ctx, argv) != 0)
         return REDISMODULE_OK;
@@ -965,7 +1080,7 @@ static int cmd_apply(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     bool fresh = c.v == NULL;
     if (fresh) {
         core_config cfg = default_config();
-        c.v = value_new(nss, &cfg);
+        c.v = value_new(nss, &cfg, st);
     } else if (!hf_slice_eq(nss, value_ns(c.v))) {
         c.v = NULL; /* not ours to propagate */
         reply_err(ctx, "ERR HF3FS.APPLY: the value holds another namespace");
@@ -1010,10 +1125,13 @@ out:
 /* HF3FS.REBUILD key ns events freeorder: a value as aof_rewrite wrote it. */
 static int cmd_rebuild(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
-    if (argc != 5)
+    if (argc != 5 && argc != 7)
         return rm_WrongArity(ctx);
     if (!(rm_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_LOADING))
         return reply_err(ctx, "ERR HF3FS.REBUILD is accepted only from the AOF");
+    wire_stripe st;
+    if (arg_stripe_opt(argv, argc, 5, &st) != 0)
+        return reply_err(ctx, "ERR HF3FS.REBUILD: malformed stripe");
     cmd c;
     if (cmd_open(&c, ctx, argv) != 0)
         return REDISMODULE_OK;
@@ -1023,7 +1141,7 @@ static int cmd_rebuild(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     const char *ev = rm_StringPtrLen(argv[3], &evlen);
     const char *order = rm_StringPtrLen(argv[4], &olen);
     char err[200];
-    hf_value *v = value_from_snapshot((hf_slice){ns, nslen}, ev, evlen, order, olen, err,
+    hf_value *v = value_from_snapshot((hf_slice){ns, nslen}, st, ev, evlen, order, olen, err,
                                       sizeof err);
     if (!v) {
         rm_Log(ctx, "warning", "hf3fsmeta: HF3FS.REBUILD: %s", err);
@@ -1154,6 +1272,8 @@ static const struct {
      * they run under maxmemory too (a refused confirmation would strand a
      * page that was written) */
     {"hf3fs.confirm", cmd_confirm, "write", 1, 1, 1},
+    {"hf3fs.cancel", cmd_cancel, "write", 1, 1, 1},
+    {"hf3fs.stripes", cmd_stripes, "readonly", 1, 1, 1},
     {"hf3fs.exists", cmd_exists, "write", 1, 1, 1},
     {"hf3fs.lookup", cmd_lookup, "write", 1, 1, 1},
     {"hf3fs.delete", cmd_delete, "write", 1, 1, 1},

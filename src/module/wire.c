@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/slot.h"
 #include "util/xalloc.h"
 
 static const char hexd[] = "0123456789abcdef";
@@ -134,16 +135,30 @@ static int cfg_field(const char *p, size_t len, size_t *pos, bool last, int64_t 
     return 0;
 }
 
-int wire_cfg_parse(const char *p, size_t len, core_config *cfg)
+int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st)
 {
-    int64_t f[7];
-    size_t pos = 0;
-    for (int i = 0; i < 7; i++)
-        if (cfg_field(p, len, &pos, i == 6, &f[i]) != 0)
+    int64_t f[9];
+    size_t pos = 0, nf = 7;
+    for (size_t i = 0; i < nf; i++) {
+        if (i == 6 && pos < len) { /* max_ranks ends the 7-field form */
+            size_t j = pos;
+            while (j < len && p[j] != ',')
+                j++;
+            if (j < len)
+                nf = 9;
+        }
+        if (cfg_field(p, len, &pos, i == nf - 1, &f[i]) != 0)
             return -1;
+    }
     if (f[0] < 0 || f[1] < 0 || f[2] < 0 || f[3] < 0 || (f[4] != 0 && f[4] != 1) || f[5] < 0 ||
         f[6] < 0 || f[6] > UINT32_MAX)
         return -1;
+    wire_stripe s = {1, 0};
+    if (nf == 9) {
+        if (f[7] < 1 || f[7] > WIRE_MAX_STRIPES || f[8] < 0 || f[8] >= f[7])
+            return -1;
+        s = (wire_stripe){(uint32_t)f[7], (uint32_t)f[8]};
+    }
     cfg->reservation_ms = f[0];
     cfg->read_lease_ms = f[1];
     cfg->write_lease_ms = f[2];
@@ -151,7 +166,68 @@ int wire_cfg_parse(const char *p, size_t len, core_config *cfg)
     cfg->evict_lru = f[4] == 1;
     cfg->max_pages = (uint64_t)f[5];
     cfg->max_ranks = (uint32_t)f[6];
+    if (st)
+        *st = s;
     return 0;
+}
+
+/* ---- stripes ---- */
+
+uint64_t wire_stripe_hash(hf_slice key)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, 64 bits */
+    for (size_t i = 0; i < key.len; i++)
+        h = (h ^ (unsigned char)key.ptr[i]) * 0x100000001b3ull;
+    h ^= h >> 33; /* MurmurHash3's fmix64: every bit of the key reaches the top bits */
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+uint32_t wire_stripe_of(hf_slice key, uint32_t count)
+{
+    return (uint32_t)(((wire_stripe_hash(key) >> 32) * count) >> 32);
+}
+
+uint64_t wire_stripe_pages(uint64_t num_pages, wire_stripe st)
+{
+    return num_pages > st.index ? (num_pages - st.index + st.count - 1) / st.count : 0;
+}
+
+/* "hf3fs:{<hex ns>.<count>.<index>.<t>}" (t decimal) into out (cap >= its
+ * length); the length. */
+static size_t stripe_key_try(hf_slice ns, wire_stripe st, uint32_t t, char *out, size_t cap)
+{
+    size_t n = wire_value_key(ns, out, cap) - 1; /* over the '}' */
+    int m = snprintf(out + n, cap - n, ".%" PRIu32 ".%" PRIu32 ".%" PRIu32 "}", st.count,
+                     st.index, t);
+    return n + (size_t)m;
+}
+
+size_t wire_stripe_key(hf_slice ns, wire_stripe st, char *out, size_t cap)
+{
+    size_t base = wire_value_key(ns, out, cap);
+    if (st.index == 0 || base > cap || cap < WIRE_STRIPE_KEY_MAX(ns.len))
+        return st.index == 0 ? base : WIRE_STRIPE_KEY_MAX(ns.len);
+    /* Stripe i's slot lies in [a + i*16384/S, a + (i+1)*16384/S) (mod
+     * 16384), a = the anchor's slot: evenly spaced from the anchor, so that
+     * any split of the slots into contiguous ranges of about equal size
+     * (what redis-cli --cluster create and rebalance make) gives each shard
+     * its share of the stripes. t is the first suffix that lands there. */
+    uint32_t a = (uint32_t)hf_key_slot(out, base);
+    uint32_t lo = (uint32_t)(((uint64_t)st.index * HF_CLUSTER_SLOTS) / st.count);
+    uint32_t width = (uint32_t)(((uint64_t)(st.index + 1) * HF_CLUSTER_SLOTS) / st.count) - lo;
+    lo = (a + lo) % HF_CLUSTER_SLOTS;
+    size_t n = 0;
+    for (uint32_t t = 0;; t++) {
+        n = stripe_key_try(ns, st, t, out, cap);
+        uint32_t slot = (uint32_t)hf_key_slot(out, n);
+        if ((slot + HF_CLUSTER_SLOTS - lo) % HF_CLUSTER_SLOTS < width)
+            break;
+    }
+    return n;
 }
 
 static void put_varint(hf_buf *b, uint64_t v)

@@ -10,7 +10,9 @@
  *   flag list  one byte per item, 0 or 1
  *   cfg        decimal fields joined by ',': reservation_ms, read_lease_ms,
  *              write_lease_ms, release_grace_ms, evict (0/1), max_pages,
- *              max_ranks
+ *              max_ranks, and optionally stripes, stripe (the namespace's
+ *              stripe count and the index of the value the command names;
+ *              without them 1, 0)
  *   events     for each core event: u8 type, then varints: rank, page,
  *              zigzag(deadline); RESERVE adds varint key length and the key.
  *              The namespace is the value's own and is not repeated.
@@ -31,11 +33,11 @@
 #define HF3FS_MODULE_NAME "hf3fsmeta"
 /* Bumped whenever a command, an argument or a reply changes meaning: a
  * front end talks only to a module of exactly its version. */
-#define HF3FS_MODULE_VERSION 1
+#define HF3FS_MODULE_VERSION 2
 /* The data type's name (exactly 9 characters) and its serialized form's
  * version; rdb_load keeps reading every older version. */
 #define HF3FS_TYPE_NAME "hf3fsmeta"
-#define HF3FS_TYPE_ENCVER 1
+#define HF3FS_TYPE_ENCVER 2
 
 /* The Redis key of namespace ns: "hf3fs:{" hex(ns) "}" ("hf3fs:{-}" for the
  * empty namespace), so that any namespace is a valid hash tag. Writes at
@@ -55,11 +57,39 @@ void wire_i64_append(hf_buf *b, const int64_t *v, size_t n);
 /* Item i of a page list (the caller checked len == 8 * count). */
 int64_t wire_i64_at(const char *p, size_t i);
 
-/* cfg: formats the fields listed above into out (NUL-terminated; cap >= 128)
- * and returns the length; parse sets those fields of *cfg (others unchanged),
+/*
+ * Stripes (docs/redis-module.md "Stripes"). A namespace of S stripes is S
+ * values; stripe i holds the keys with wire_stripe_of(key, S) == i, of every
+ * rank, and page p of every pool with p % S == i, as its local page p / S.
+ * Stripe 0 is the value under wire_value_key(ns) (the anchor: the same key
+ * whatever S, so it records the namespace's S); stripe i > 0 is under
+ * wire_stripe_key(ns, {S, i}). The hash and the keys never change: front
+ * ends of every version must agree on them (tests/unit/test_wire.c pins
+ * them).
+ */
+#define WIRE_MAX_STRIPES 256
+typedef struct wire_stripe {
+    uint32_t count; /* S, 1..WIRE_MAX_STRIPES */
+    uint32_t index; /* < count */
+} wire_stripe;
+
+/* The key-to-stripe hash: FNV-1a 64 of the key's bytes, then MurmurHash3's
+ * 64-bit finalizer; a key's stripe is (hash >> 32) * S >> 32. */
+uint64_t wire_stripe_hash(hf_slice key);
+uint32_t wire_stripe_of(hf_slice key, uint32_t count);
+/* The pages of a num_pages pool that stripe st holds. */
+uint64_t wire_stripe_pages(uint64_t num_pages, wire_stripe st);
+/* The Redis key of stripe st of ns (index 0: wire_value_key(ns)); writes it
+ * when cap >= WIRE_STRIPE_KEY_MAX(ns.len), returns its length. */
+size_t wire_stripe_key(hf_slice ns, wire_stripe st, char *out, size_t cap);
+#define WIRE_STRIPE_KEY_MAX(nslen) (WIRE_VALUE_KEY_LEN(nslen) + 33)
+
+/* cfg: formats the seven core fields listed above into out (NUL-terminated;
+ * cap >= 128) and returns the length (the caller appends ",S,i"); parse
+ * sets those fields of *cfg (others unchanged) and *st (NULL: not wanted),
  * 0 or -1 if malformed. */
 size_t wire_cfg_format(const core_config *cfg, char *out, size_t cap);
-int wire_cfg_parse(const char *p, size_t len, core_config *cfg);
+int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st);
 
 /* Events. */
 void wire_event_append(hf_buf *b, const core_event *ev);

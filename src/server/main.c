@@ -51,6 +51,9 @@
 #define EXIT_DATA_DIR 4 /* the data directory is foreign, locked or unreadable */
 #define EXIT_STORE 5    /* --store: the shared store cannot be reached or refused us */
 #define EXIT_NOMODULE 6 /* --store: Redis has not loaded the hf3fs-metad module (of this version) */
+/* --store redis-cluster://: the stripes of a namespace it creates (docs/redis-module.md
+ * "Stripes": why 16) */
+#define DEFAULT_CLUSTER_STRIPES 16
 
 typedef struct server_options {
     const char *host;
@@ -87,6 +90,7 @@ typedef struct server_options {
     double redis_connect_timeout_s;
     double redis_timeout_s;
     uint64_t redis_wait;
+    uint64_t stripes; /* 0: the store URL's default */
     double redis_wait_timeout_s;
 } server_options;
 
@@ -126,6 +130,7 @@ enum {
     OPT_LOG_SUMMARY_INTERVAL, OPT_DATA_DIR, OPT_FSYNC, OPT_SNAPSHOT_LOG_BYTES, OPT_SALVAGE,
     OPT_WRITE_LEASE, OPT_RELEASE_GRACE, OPT_STORE, OPT_REDIS_PASSWORD_FILE,
     OPT_REDIS_CONNECT_TIMEOUT, OPT_REDIS_TIMEOUT, OPT_REDIS_WAIT, OPT_REDIS_WAIT_TIMEOUT,
+    OPT_STRIPES,
     OPT_REDIS_USE_LOG_BYTES, OPT_HELP,
 };
 
@@ -164,6 +169,7 @@ static const struct option long_options[] = {
     {"redis-timeout", required_argument, NULL, OPT_REDIS_TIMEOUT},
     {"redis-wait", required_argument, NULL, OPT_REDIS_WAIT},
     {"redis-wait-timeout", required_argument, NULL, OPT_REDIS_WAIT_TIMEOUT},
+    {"stripes", required_argument, NULL, OPT_STRIPES},
     {"redis-use-log-bytes", required_argument, NULL, OPT_REDIS_USE_LOG_BYTES},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -233,6 +239,9 @@ static void usage(FILE *out)
         "  --redis-wait N              acknowledge a change once N replicas have it (WAIT;\n"
         "                              default 0: once the Redis primary applied it)\n"
         "  --redis-wait-timeout SECS   how long WAIT waits for them (default 1)\n"
+        "  --stripes N                 Redis values per namespace this front end creates,\n"
+        "                              1-256 (default 1; redis-cluster://: 16); a namespace\n"
+        "                              keeps the count it was created with\n"
         "  --help                      this text\n"
         "\n"
         "Exit status: 0 stopped by SIGTERM/SIGINT; 2 a bad flag or --store address; 3 the log\n"
@@ -347,6 +356,7 @@ static void parse_flag(server_options *o, int id, const char *arg)
         break;
     case OPT_REDIS_TIMEOUT: o->redis_timeout_s = parse_seconds(flag, arg, 0.001, 3600); break;
     case OPT_REDIS_WAIT: o->redis_wait = parse_count(flag, arg, 0, 1000, false); break;
+    case OPT_STRIPES: o->stripes = parse_count(flag, arg, 1, 256, false); break;
     case OPT_REDIS_WAIT_TIMEOUT:
         o->redis_wait_timeout_s = parse_seconds(flag, arg, 0.001, 3600);
         break;
@@ -396,6 +406,11 @@ static void parse_options(int argc, char **argv, server_options *o)
     if (optind < argc) {
         fprintf(stderr, "hf3fs-metad: unexpected argument '%s'\nTry 'hf3fs-metad --help'.\n",
                 argv[optind]);
+        exit(EXIT_USAGE);
+    }
+    if (o->stripes && !o->store) {
+        fprintf(stderr, "hf3fs-metad: --stripes applies to --store only (the embedded engine "
+                        "keeps a namespace in one core)\nTry 'hf3fs-metad --help'.\n");
         exit(EXIT_USAGE);
     }
     if (o->threads == 0) {
@@ -651,6 +666,10 @@ static store_t *open_store(const server_options *o, const core_config *core)
             .command_timeout_ms = seconds_to_ms(o->redis_timeout_s),
             .wait_replicas = (unsigned)o->redis_wait,
             .wait_timeout_ms = seconds_to_ms(o->redis_wait_timeout_s),
+            .stripes = (uint32_t)(o->stripes ? o->stripes
+                                  : strncmp(o->store, "redis-cluster://", 16) == 0
+                                      ? DEFAULT_CLUSTER_STRIPES
+                                      : 1),
         };
         store_t *store = NULL;
         char err[1024];

@@ -8,6 +8,7 @@
 
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,17 @@ typedef struct store_redis {
     bool has_clock;
     store_clock clock;
     redis_link *link;
+    uint32_t stripes;          /* of the namespaces it creates (options.stripes) */
+    pthread_mutex_t lock;      /* layouts, retired */
+    struct layout *layouts;    /* every namespace's, once known */
+    struct layout *retired;    /* stale ones, freed at destroy */
 } store_redis;
+
+/* Outcomes of a call beside the STORE_* codes, never returned by an op. */
+enum {
+    RESTRIPE = -100,     /* a stripe says the layout is stale (-ESTRIPES) */
+    NO_NAMESPACE = -101, /* the namespace has no value */
+};
 
 static store_redis *R(store_t *s)
 {
@@ -109,7 +120,16 @@ static void args_free(args *a)
     memset(a, 0, sizeof *a);
 }
 
-/* CMD key: the namespace's value key (its slot routes the command). */
+/* CMD key: a value's key (its slot routes the command). */
+static void args_cmd_key(args *a, const char *cmd, const char *key, size_t klen, int slot)
+{
+    memset(a, 0, sizeof *a);
+    args_str(a, cmd);
+    args_add(a, key, klen);
+    a->slot = slot;
+}
+
+/* CMD key for the anchor (stripe 0) of ns. */
 static void args_cmd(args *a, const char *cmd, hf_slice ns)
 {
     memset(a, 0, sizeof *a);
@@ -123,14 +143,6 @@ static void args_cmd(args *a, const char *cmd, hf_slice ns)
 static int64_t now_of(const store_redis *r)
 {
     return r->has_clock ? r->clock.now_ms(r->clock.ctx) : 0;
-}
-
-/* CMD key now cfg: what every operation on a namespace starts with. */
-static void args_begin(store_redis *r, args *a, const char *cmd, hf_slice ns)
-{
-    args_cmd(a, cmd, ns);
-    args_int(a, now_of(r));
-    args_add(a, r->cfgs, r->cfglen);
 }
 
 static redis_cmd cmd_of(args *a)
@@ -186,6 +198,8 @@ static int judge(store_redis *r, redis_cmd *c, redisReply **out)
     int code = STORE_EUNAVAILABLE;
     if (starts(rep, "ENOPOOL")) {
         code = STORE_ENOPOOL;
+    } else if (starts(rep, "ESTRIPES")) {
+        code = RESTRIPE;
     } else if (starts(rep, "EINVAL")) {
         code = STORE_EINVAL;
     } else if (refused_before_running(rep)) {
@@ -238,64 +252,547 @@ static bool is_bulk(const redisReply *e, size_t len)
     return e->type == REDIS_REPLY_STRING && e->len == len;
 }
 
-static void decode_pages(const char *p, size_t n, int64_t *pages)
+/* ------------------------------------------------------------- stripes */
+
+/*
+ * Where a namespace's values are (wire.h "Stripes"): its stripe count, as
+ * its anchor records it, and each stripe's key and slot. Cached per
+ * namespace once asked (HF3FS.STRIPES on the anchor) or created; a cached
+ * layout never changes: a stale one (the namespace cleared and created
+ * again with another count by another front end) is replaced, and kept
+ * until destroy, since a call may still be using it.
+ */
+typedef struct layout {
+    struct layout *next;
+    char *ns;
+    size_t nslen;
+    uint32_t count;
+    char **key;
+    size_t *keylen;
+    int *slot;
+} layout;
+
+static layout *layout_new(hf_slice ns, uint32_t count)
 {
-    for (size_t i = 0; i < n; i++)
-        pages[i] = wire_i64_at(p, i);
+    layout *L = hf_xcalloc(1, sizeof *L);
+    L->ns = hf_xmalloc(ns.len + 1);
+    if (ns.len)
+        memcpy(L->ns, ns.ptr, ns.len);
+    L->nslen = ns.len;
+    L->count = count;
+    L->key = hf_xcalloc(count, sizeof *L->key);
+    L->keylen = hf_xcalloc(count, sizeof *L->keylen);
+    L->slot = hf_xcalloc(count, sizeof *L->slot);
+    size_t cap = WIRE_STRIPE_KEY_MAX(ns.len);
+    for (uint32_t i = 0; i < count; i++) {
+        L->key[i] = hf_xmalloc(cap);
+        L->keylen[i] = wire_stripe_key(ns, (wire_stripe){count, i}, L->key[i], cap);
+        L->slot[i] = redis_link_slot(L->key[i], L->keylen[i]);
+    }
+    return L;
 }
 
-static void decode_flags(const char *p, size_t n, bool *flags)
+static void layouts_free(layout *L)
 {
-    for (size_t i = 0; i < n; i++)
-        flags[i] = p[i] != 0;
+    while (L) {
+        layout *next = L->next;
+        for (uint32_t i = 0; i < L->count; i++)
+            free(L->key[i]);
+        free(L->key);
+        free(L->keylen);
+        free(L->slot);
+        free(L->ns);
+        free(L);
+        L = next;
+    }
+}
+
+static bool layout_is(const layout *L, hf_slice ns)
+{
+    return L->nslen == ns.len && (ns.len == 0 || memcmp(L->ns, ns.ptr, ns.len) == 0);
+}
+
+static const layout *layout_cached(store_redis *r, hf_slice ns)
+{
+    pthread_mutex_lock(&r->lock);
+    layout *L = r->layouts;
+    while (L && !layout_is(L, ns))
+        L = L->next;
+    pthread_mutex_unlock(&r->lock);
+    return L;
+}
+
+/* Cache ns as a namespace of `count` stripes (the anchor's word). */
+static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count)
+{
+    pthread_mutex_lock(&r->lock);
+    layout **at = &r->layouts;
+    while (*at && !layout_is(*at, ns))
+        at = &(*at)->next;
+    layout *L = *at;
+    if (L && L->count == count) {
+        pthread_mutex_unlock(&r->lock);
+        return L;
+    }
+    if (L) { /* stale: retired, not freed */
+        *at = L->next;
+        L->next = r->retired;
+        r->retired = L;
+    }
+    L = layout_new(ns, count);
+    L->next = r->layouts;
+    r->layouts = L;
+    pthread_mutex_unlock(&r->lock);
+    if (count != r->stripes)
+        log_msg(LOG_WARN,
+                "namespace '%.*s' has %" PRIu32 " stripe(s), recorded when it was created: "
+                "this front end uses them (its --stripes %" PRIu32 " applies to the namespaces "
+                "it creates)", (int)(ns.len > 100 ? 100 : ns.len), ns.ptr, count, r->stripes);
+    return L;
+}
+
+/* Forget every cached layout (after a clear of everything). */
+static void layouts_forget(store_redis *r)
+{
+    pthread_mutex_lock(&r->lock);
+    while (r->layouts) {
+        layout *L = r->layouts;
+        r->layouts = L->next;
+        L->next = r->retired;
+        r->retired = L;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The stripe count ns's anchor records (0: no anchor, so no namespace). */
+static int ask_stripes(store_redis *r, hf_slice ns, uint32_t *count)
+{
+    args a;
+    args_cmd(&a, "HF3FS.STRIPES", ns);
+    redisReply *rep;
+    int rc = call(r, &a, false, &rep);
+    if (rc != STORE_OK)
+        return rc;
+    if (rep->type != REDIS_REPLY_INTEGER || rep->integer < 0 || rep->integer > WIRE_MAX_STRIPES)
+        return malformed(r, rep, "HF3FS.STRIPES");
+    *count = (uint32_t)rep->integer;
+    freeReplyObject(rep);
+    return STORE_OK;
+}
+
+/* The layout of ns, cached or (fresh, or not cached) asked: STORE_OK and
+ * *out (NULL: the namespace has no value), or a code. */
+static int layout_of(store_redis *r, hf_slice ns, bool fresh, const layout **out)
+{
+    *out = fresh ? NULL : layout_cached(r, ns);
+    if (*out)
+        return STORE_OK;
+    uint32_t count;
+    int rc = ask_stripes(r, ns, &count);
+    if (rc == STORE_OK && count)
+        *out = layout_put(r, ns, count);
+    return rc;
+}
+
+/* A call's keys grouped by stripe: stripe i's are pos/keys[start[i] ..
+ * start[i + 1]), pos[j] their places in the call, in the call's order. */
+typedef struct split {
+    size_t *start; /* count + 1 */
+    size_t *pos;
+    hf_slice *keys;
+} split;
+
+static void split_keys(split *sp, uint32_t count, const hf_slice *keys, size_t n)
+{
+    sp->start = hf_xcalloc((size_t)count + 1, sizeof *sp->start);
+    sp->pos = hf_xmalloc((n ? n : 1) * sizeof *sp->pos);
+    sp->keys = hf_xmalloc((n ? n : 1) * sizeof *sp->keys);
+    if (count == 1) {
+        sp->start[1] = n;
+        for (size_t i = 0; i < n; i++) {
+            sp->pos[i] = i;
+            sp->keys[i] = keys[i];
+        }
+        return;
+    }
+    uint32_t *of = hf_xmalloc((n ? n : 1) * sizeof *of);
+    for (size_t i = 0; i < n; i++) {
+        of[i] = wire_stripe_of(keys[i], count);
+        sp->start[of[i] + 1]++;
+    }
+    for (uint32_t i = 0; i < count; i++)
+        sp->start[i + 1] += sp->start[i];
+    size_t *fill = hf_xmalloc((size_t)count * sizeof *fill);
+    memcpy(fill, sp->start, (size_t)count * sizeof *fill);
+    for (size_t i = 0; i < n; i++) {
+        size_t j = fill[of[i]]++;
+        sp->pos[j] = i;
+        sp->keys[j] = keys[i];
+    }
+    free(fill);
+    free(of);
+}
+
+static void split_free(split *sp)
+{
+    free(sp->start);
+    free(sp->pos);
+    free(sp->keys);
+}
+
+/* Page numbers: local page l of stripe i of S is page l * S + i. */
+static int64_t page_global(int64_t local, const layout *L, uint32_t i)
+{
+    return local < 0 ? -1 : local * (int64_t)L->count + (int64_t)i;
+}
+
+/* The local page of `page` in stripe i, or -1 (refused there as out of
+ * range) if it is not one of stripe i's. */
+static int64_t page_local(int64_t page, const layout *L, uint32_t i)
+{
+    if (page < 0 || (uint64_t)page % L->count != i)
+        return -1;
+    return page / (int64_t)L->count;
+}
+
+/* The commands of one call: one per stripe it touches, all sent at once. */
+typedef struct batch {
+    size_t m;
+    uint32_t *stripe;
+    args *as;
+    redis_cmd *cmds;
+    redisReply **reps; /* batch_run: the replies judged STORE_OK */
+    int *codes;
+} batch;
+
+static void batch_init(batch *b, size_t cap)
+{
+    cap = cap ? cap : 1;
+    b->m = 0;
+    b->stripe = hf_xcalloc(cap, sizeof *b->stripe);
+    b->as = hf_xcalloc(cap, sizeof *b->as);
+    b->cmds = hf_xcalloc(cap, sizeof *b->cmds);
+    b->reps = hf_xcalloc(cap, sizeof *b->reps);
+    b->codes = hf_xcalloc(cap, sizeof *b->codes);
+}
+
+/* CMD key now cfg for stripe i of L: the next command of b. */
+static args *batch_add(store_redis *r, batch *b, const char *cmd, const layout *L, uint32_t i)
+{
+    args *a = &b->as[b->m];
+    b->stripe[b->m++] = i;
+    args_cmd_key(a, cmd, L->key[i], L->keylen[i], L->slot[i]);
+    args_int(a, now_of(r));
+    char cfg[sizeof r->cfgs + 24];
+    memcpy(cfg, r->cfgs, r->cfglen);
+    int k = snprintf(cfg + r->cfglen, sizeof cfg - r->cfglen, ",%" PRIu32 ",%" PRIu32, L->count, i);
+    args_add(a, cfg, r->cfglen + (size_t)k);
+    return a;
+}
+
+/* Send every command of b at once, then judge each. */
+static void batch_run(store_redis *r, batch *b, bool change)
+{
+    for (size_t k = 0; k < b->m; k++)
+        b->cmds[k] = cmd_of(&b->as[k]);
+    redis_link_exec(r->link, b->cmds, b->m, change);
+    for (size_t k = 0; k < b->m; k++)
+        b->codes[k] = judge(r, &b->cmds[k], &b->reps[k]);
+}
+
+static void batch_free(batch *b)
+{
+    for (size_t k = 0; k < b->m; k++) {
+        args_free(&b->as[k]);
+        if (b->reps[k])
+            freeReplyObject(b->reps[k]);
+    }
+    redis_cmds_free(b->cmds, b->m);
+    free(b->stripe);
+    free(b->as);
+    free(b->reps);
+    free(b->codes);
+}
+
+/*
+ * The outcome of a batch: STORE_OK if every command's. Else, if none took
+ * effect: RESTRIPE when a stripe says the layout is stale (-ESTRIPES, or
+ * a stripe other than the anchor has no value, unless `last` or the
+ * anchor answered in the same batch, which checks the count: ENOPOOL
+ * there may mean a layout of another count), or the first failure. A
+ * change that took effect on some stripes and not on others has an
+ * unknown outcome as a whole: STORE_EUNCERTAIN.
+ */
+static int batch_outcome(const batch *b, bool change, bool last)
+{
+    size_t ok = 0;
+    int first = STORE_OK;
+    bool restripe = false, uncertain = false, vouched = last;
+    for (size_t k = 0; k < b->m; k++) /* the anchor checked the count */
+        if (b->stripe[k] == 0 && (b->codes[k] == STORE_OK || b->codes[k] == STORE_ENOPOOL))
+            vouched = true;
+    for (size_t k = 0; k < b->m; k++) {
+        int c = b->codes[k];
+        if (c == STORE_OK) {
+            ok++;
+            continue;
+        }
+        if (c == RESTRIPE || (c == STORE_ENOPOOL && b->stripe[k] > 0 && !vouched))
+            restripe = true;
+        if (c == STORE_EUNCERTAIN)
+            uncertain = true;
+        if (first == STORE_OK || first == RESTRIPE)
+            first = c == RESTRIPE ? RESTRIPE : c;
+    }
+    if (ok == b->m)
+        return STORE_OK;
+    if (change && (uncertain || ok > 0))
+        return STORE_EUNCERTAIN;
+    if (restripe)
+        return RESTRIPE;
+    return first == RESTRIPE ? STORE_EUNAVAILABLE : first;
+}
+
+/* An operation on one layout; `last`: the layout was just asked (ENOPOOL
+ * anywhere is ENOPOOL). */
+typedef int (*striped_fn)(store_redis *r, const layout *L, void *ctx, bool last);
+
+/* Run fn on ns's layout; once more on the anchor's word if it was stale.
+ * NO_NAMESPACE: ns has no value. */
+static int run_striped(store_redis *r, hf_slice ns, striped_fn fn, void *ctx)
+{
+    const layout *L;
+    int rc = layout_of(r, ns, false, &L);
+    if (rc != STORE_OK)
+        return rc;
+    if (!L)
+        return NO_NAMESPACE;
+    rc = fn(r, L, ctx, false);
+    if (rc != RESTRIPE)
+        return rc;
+    rc = layout_of(r, ns, true, &L);
+    if (rc != STORE_OK)
+        return rc;
+    if (!L)
+        return NO_NAMESPACE;
+    rc = fn(r, L, ctx, true);
+    return rc == RESTRIPE ? STORE_EUNAVAILABLE : rc;
 }
 
 /* ---------------------------------------------------------------- ops */
+
+typedef struct init_call {
+    uint32_t rank;
+    uint64_t num_pages;
+    bool created;
+    uint64_t existing;
+} init_call;
+
+/* INIT on the stripes [from, to) of L. */
+static int init_on(store_redis *r, const layout *L, init_call *c, uint32_t from, uint32_t to,
+                   bool last)
+{
+    batch b;
+    batch_init(&b, to - from);
+    for (uint32_t i = from; i < to; i++) {
+        args *a = batch_add(r, &b, "HF3FS.INIT", L, i);
+        args_add(a, L->ns, L->nslen);
+        args_int(a, c->rank);
+        args_int(a, (int64_t)wire_stripe_pages(c->num_pages, (wire_stripe){L->count, i}));
+    }
+    batch_run(r, &b, true);
+    int rc = batch_outcome(&b, true, last);
+    for (size_t k = 0; rc == STORE_OK && k < b.m; k++) {
+        const redisReply *rep = b.reps[k];
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+            rc = malformed(r, NULL, "HF3FS.INIT");
+            break;
+        }
+        if (b.stripe[k] == 0)
+            c->created = int_of(rep->element[0]) == 1;
+        c->existing += (uint64_t)int_of(rep->element[1]);
+    }
+    batch_free(&b);
+    return rc;
+}
+
+static int init_fn(store_redis *r, const layout *L, void *ctx, bool last)
+{
+    init_call *c = ctx;
+    c->existing = 0;
+    return init_on(r, L, c, 0, L->count, last);
+}
 
 static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
                         bool *created, uint64_t *existing_pages)
 {
     store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.INIT", ns);
-    args_add(&a, ns.ptr, ns.len);
-    args_int(&a, rank);
-    args_int(&a, (int64_t)num_pages);
-    redisReply *rep;
-    int rc = call(r, &a, true, &rep);
+    if (num_pages > r->cfg.max_pages || rank >= r->cfg.max_ranks)
+        return STORE_EINVAL;
+    init_call c = {rank, num_pages, false, 0};
+    int rc = run_striped(r, ns, init_fn, &c);
+    if (rc == NO_NAMESPACE) {
+        /* A new namespace: its anchor first, which records our count (or
+         * tells the count another front end gave it meanwhile), then the
+         * other stripes. */
+        layout *mine = layout_new(ns, r->stripes);
+        rc = init_on(r, mine, &c, 0, 1, true);
+        layouts_free(mine);
+        bool made = rc == STORE_OK && c.created;
+        if (rc == RESTRIPE || rc == STORE_OK)
+            rc = run_striped(r, ns, init_fn, &c);
+        c.created = c.created || made;
+        if (rc == NO_NAMESPACE) /* cleared meanwhile */
+            rc = STORE_EUNAVAILABLE;
+    }
     if (rc != STORE_OK)
         return rc;
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
-        return malformed(r, rep, "HF3FS.INIT");
     if (created)
-        *created = int_of(rep->element[0]) == 1;
+        *created = c.created;
     if (existing_pages)
-        *existing_pages = (uint64_t)int_of(rep->element[1]);
-    freeReplyObject(rep);
+        *existing_pages = c.existing;
     return STORE_OK;
+}
+
+typedef struct keys_call {
+    uint32_t rank;
+    const hf_slice *keys;
+    size_t n;
+    core_alloc_mode mode;
+    int64_t *pages;
+    bool *existed;
+    bool *present;
+    const int64_t *in_pages; /* confirm */
+    const int64_t *release;
+    size_t nrel;
+    size_t refused;
+} keys_call;
+
+/* One command per stripe that has keys of the call (or, all: every
+ * stripe), CMD key now cfg [rank] keys. */
+static void batch_keys(store_redis *r, batch *b, const char *cmd, const layout *L,
+                       const split *sp, bool with_rank, uint32_t rank, bool all)
+{
+    batch_init(b, L->count);
+    for (uint32_t i = 0; i < L->count; i++) {
+        size_t from = sp->start[i], m = sp->start[i + 1] - from;
+        if (m == 0 && !all)
+            continue;
+        args *a = batch_add(r, b, cmd, L, i);
+        if (with_rank)
+            args_int(a, rank);
+        args_keys(a, sp->keys + from, m);
+    }
+}
+
+static int alloc_fn(store_redis *r, const layout *L, void *ctx, bool last)
+{
+    keys_call *c = ctx;
+    split sp;
+    split_keys(&sp, L->count, c->keys, c->n);
+    batch b;
+    batch_init(&b, L->count);
+    for (uint32_t i = 0; i < L->count; i++) {
+        size_t from = sp.start[i], m = sp.start[i + 1] - from;
+        if (m == 0)
+            continue;
+        args *a = batch_add(r, &b, "HF3FS.ALLOC", L, i);
+        args_int(a, c->rank);
+        args_str(a, c->mode == CORE_ALLOC_ALL_OR_NOTHING ? "1" : "0");
+        args_keys(a, sp.keys + from, m);
+    }
+    batch_run(r, &b, true);
+    size_t ok = 0;
+    bool uncertain = false, short_of_pages = false;
+    for (size_t k = 0; k < b.m; k++) {
+        uint32_t i = b.stripe[k];
+        size_t from = sp.start[i], m = sp.start[i + 1] - from;
+        const redisReply *rep = b.reps[k];
+        if (b.codes[k] == STORE_OK &&
+            (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+             !is_bulk(rep->element[0], 8 * m) || !is_bulk(rep->element[1], m))) {
+            /* malformed: outcome unknown on that stripe */
+            freeReplyObject(b.reps[k]);
+            b.reps[k] = NULL;
+            malformed(r, NULL, "HF3FS.ALLOC");
+            b.codes[k] = STORE_EUNCERTAIN;
+        }
+        if (b.codes[k] == STORE_EUNCERTAIN)
+            uncertain = true;
+        if (b.codes[k] != STORE_OK)
+            continue;
+        ok++;
+        for (size_t j = 0; j < m; j++) {
+            int64_t local = wire_i64_at(rep->element[0]->str, j);
+            bool hit = rep->element[1]->str[j] != 0;
+            c->pages[sp.pos[from + j]] = page_global(local, L, i);
+            if (c->existed)
+                c->existed[sp.pos[from + j]] = hit;
+            if (local < 0 && !hit)
+                short_of_pages = true;
+        }
+    }
+    bool all_or_nothing = c->mode == CORE_ALLOC_ALL_OR_NOTHING && L->count > 1;
+    int rc = batch_outcome(&b, true, last);
+    if (ok > 0 && (ok < b.m || (all_or_nothing && short_of_pages))) {
+        /* Roll back what the stripes that answered gave: no client saw it. */
+        batch u;
+        batch_init(&u, b.m);
+        for (size_t k = 0; k < b.m; k++) {
+            if (b.codes[k] != STORE_OK)
+                continue;
+            uint32_t i = b.stripe[k];
+            size_t from = sp.start[i], m = sp.start[i + 1] - from;
+            args *a = batch_add(r, &u, "HF3FS.CANCEL", L, i);
+            args_int(a, c->rank);
+            args_keys(a, sp.keys + from, m);
+            args_add(a, b.reps[k]->element[0]->str, 8 * m);
+            args_add(a, b.reps[k]->element[1]->str, m);
+        }
+        batch_run(r, &u, true);
+        if (batch_outcome(&u, true, true) != STORE_OK) {
+            log_msg(LOG_WARN, "Redis: an allocation over %" PRIu32 " stripes could not be "
+                    "rolled back on every stripe: its reservations there expire with the "
+                    "reservation lease", L->count);
+            uncertain = true;
+        }
+        batch_free(&u);
+        if (ok == b.m) { /* every stripe answered, one was short of pages: all -1 */
+            for (size_t j = 0; j < c->n; j++)
+                if (!c->existed || !c->existed[j])
+                    c->pages[j] = -1;
+            rc = STORE_OK;
+        } else if (!uncertain) { /* nothing left anywhere: as if refused */
+            rc = STORE_EUNAVAILABLE;
+            for (size_t k = 0; k < b.m; k++)
+                if (b.codes[k] == RESTRIPE || (b.codes[k] == STORE_ENOPOOL && !last))
+                    rc = RESTRIPE;
+            if (rc != RESTRIPE)
+                for (size_t k = 0; k < b.m; k++)
+                    if (b.codes[k] == STORE_ENOPOOL)
+                        rc = STORE_ENOPOOL;
+        }
+    }
+    batch_free(&b);
+    split_free(&sp);
+    return rc;
+}
+
+static int no_pool(int rc)
+{
+    return rc == NO_NAMESPACE ? STORE_ENOPOOL : rc;
 }
 
 static int rd_allocate(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                        core_alloc_mode mode, int64_t *pages, bool *existed)
 {
-    store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.ALLOC", ns);
-    args_int(&a, rank);
-    args_str(&a, mode == CORE_ALLOC_ALL_OR_NOTHING ? "1" : "0");
-    args_keys(&a, keys, n);
-    redisReply *rep;
-    int rc = call(r, &a, true, &rep);
-    if (rc != STORE_OK)
-        return rc;
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
-        !is_bulk(rep->element[0], 8 * n) || !is_bulk(rep->element[1], n))
-        return malformed(r, rep, "HF3FS.ALLOC");
-    decode_pages(rep->element[0]->str, n, pages);
-    if (existed)
-        decode_flags(rep->element[1]->str, n, existed);
-    freeReplyObject(rep);
-    return STORE_OK;
+    bool *hits = existed ? existed : hf_xmalloc(n ? n : 1);
+    keys_call c = {.rank = rank, .keys = keys, .n = n, .mode = mode, .pages = pages,
+                   .existed = hits};
+    int rc = no_pool(run_striped(R(s), ns, alloc_fn, &c));
+    if (hits != existed)
+        free(hits);
+    return rc;
 }
 
 static _Thread_local size_t last_refused;
@@ -305,116 +802,186 @@ size_t store_redis_last_refused(void)
     return last_refused;
 }
 
+static int confirm_fn(store_redis *r, const layout *L, void *ctx, bool last)
+{
+    keys_call *c = ctx;
+    split sp;
+    split_keys(&sp, L->count, c->keys, c->n);
+    /* The releases by stripe: page p is stripe p % S's (a page that is no
+     * stripe's, negative, goes to the anchor as -1: refused there). */
+    size_t *rstart = hf_xcalloc((size_t)L->count + 1, sizeof *rstart);
+    int64_t *rel = hf_xmalloc((c->nrel ? c->nrel : 1) * sizeof *rel);
+    for (size_t j = 0; j < c->nrel; j++)
+        rstart[(c->release[j] < 0 ? 0 : (uint64_t)c->release[j] % L->count) + 1]++;
+    for (uint32_t i = 0; i < L->count; i++)
+        rstart[i + 1] += rstart[i];
+    size_t *fill = hf_xmalloc((size_t)L->count * sizeof *fill);
+    memcpy(fill, rstart, (size_t)L->count * sizeof *fill);
+    for (size_t j = 0; j < c->nrel; j++) {
+        uint32_t i = c->release[j] < 0 ? 0 : (uint32_t)((uint64_t)c->release[j] % L->count);
+        rel[fill[i]++] = page_local(c->release[j], L, i);
+    }
+    free(fill);
+    batch b;
+    batch_init(&b, L->count);
+    int64_t *local = hf_xmalloc((c->n ? c->n : 1) * sizeof *local);
+    for (uint32_t i = 0; i < L->count; i++) {
+        size_t from = sp.start[i], m = sp.start[i + 1] - from;
+        size_t rfrom = rstart[i], rm = rstart[i + 1] - rfrom;
+        if (m == 0 && rm == 0)
+            continue;
+        for (size_t j = 0; j < m; j++)
+            local[from + j] = page_local(c->in_pages[sp.pos[from + j]], L, i);
+        args *a = batch_add(r, &b, "HF3FS.CONFIRM", L, i);
+        args_int(a, c->rank);
+        args_keys(a, sp.keys + from, m);
+        args_pages(a, local + from, m);
+        args_pages(a, rel + rfrom, rm);
+    }
+    batch_run(r, &b, true);
+    int rc = batch_outcome(&b, true, last);
+    c->refused = 0;
+    for (size_t k = 0; rc == STORE_OK && k < b.m; k++) {
+        if (b.reps[k]->type != REDIS_REPLY_INTEGER) {
+            rc = malformed(r, NULL, "HF3FS.CONFIRM");
+            break;
+        }
+        c->refused += (size_t)b.reps[k]->integer;
+    }
+    batch_free(&b);
+    free(local);
+    free(rel);
+    free(rstart);
+    split_free(&sp);
+    return rc;
+}
+
 static int rd_confirm(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys,
                       const int64_t *pages, size_t n, const int64_t *release, size_t nrel)
 {
-    store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.CONFIRM", ns);
-    args_int(&a, rank);
-    args_keys(&a, keys, n);
-    args_pages(&a, pages, n);
-    args_pages(&a, release, nrel);
-    redisReply *rep;
-    int rc = call(r, &a, true, &rep);
-    if (rc != STORE_OK)
-        return rc;
-    if (rep->type != REDIS_REPLY_INTEGER)
-        return malformed(r, rep, "HF3FS.CONFIRM");
-    last_refused = (size_t)rep->integer;
-    freeReplyObject(rep);
-    return STORE_OK;
+    keys_call c = {.rank = rank, .keys = keys, .n = n, .in_pages = pages, .release = release,
+                   .nrel = nrel};
+    int rc = no_pool(run_striped(R(s), ns, confirm_fn, &c));
+    if (rc == STORE_OK)
+        last_refused = c.refused;
+    return rc;
 }
 
-/* A read whose answer is one bulk string of `width` bytes per key: a flag
- * list (width 1, into present) or a page list (width 8, into pages). */
-static int read_list(store_redis *r, args *a, const char *what, size_t n, bool *present,
-                     int64_t *pages)
+/* A read whose answer is, per stripe, one bulk string of 1 (flags, into
+ * present) or 8 (pages, into pages) bytes per key. CEXISTS (no rank) of a
+ * stripe that has no value answers all false for its keys, once the
+ * layout is known to be right. */
+typedef struct read_call {
+    keys_call k;
+    const char *cmd;
+    bool with_rank;
+} read_call;
+
+static int read_fn(store_redis *r, const layout *L, void *ctx, bool last)
 {
-    redisReply *rep;
-    int rc = call(r, a, false, &rep);
-    if (rc != STORE_OK)
-        return rc;
-    if (!is_bulk(rep, (pages ? 8 : 1) * n))
-        return malformed(r, rep, what);
-    if (pages)
-        decode_pages(rep->str, n, pages);
-    else
-        decode_flags(rep->str, n, present);
-    freeReplyObject(rep);
-    return STORE_OK;
+    read_call *c = ctx;
+    split sp;
+    split_keys(&sp, L->count, c->k.keys, c->k.n);
+    batch b;
+    batch_keys(r, &b, c->cmd, L, &sp, c->with_rank, c->k.rank, false);
+    batch_run(r, &b, false);
+    if (!c->with_rank && last)
+        for (size_t k = 0; k < b.m; k++)
+            if (b.codes[k] == STORE_ENOPOOL)
+                b.codes[k] = STORE_OK; /* reps[k] NULL: no value, all false */
+    int rc = batch_outcome(&b, false, last);
+    size_t width = c->k.pages ? 8 : 1;
+    for (size_t k = 0; rc == STORE_OK && k < b.m; k++) {
+        uint32_t i = b.stripe[k];
+        size_t from = sp.start[i], m = sp.start[i + 1] - from;
+        const redisReply *rep = b.reps[k];
+        if (rep && !is_bulk(rep, width * m)) {
+            rc = malformed(r, NULL, c->cmd);
+            break;
+        }
+        for (size_t j = 0; j < m; j++) {
+            size_t at = sp.pos[from + j];
+            if (c->k.pages)
+                c->k.pages[at] = page_global(wire_i64_at(rep->str, j), L, i);
+            else
+                c->k.present[at] = rep && rep->str[j] != 0;
+        }
+    }
+    batch_free(&b);
+    split_free(&sp);
+    return rc;
 }
 
 static int rd_exists(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                      bool *present)
 {
-    store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.EXISTS", ns);
-    args_int(&a, rank);
-    args_keys(&a, keys, n);
-    return read_list(r, &a, "HF3FS.EXISTS", n, present, NULL);
+    read_call c = {{.rank = rank, .keys = keys, .n = n, .present = present}, "HF3FS.EXISTS", true};
+    return no_pool(run_striped(R(s), ns, read_fn, &c));
 }
 
 static int rd_lookup(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                      int64_t *pages)
 {
-    store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.LOOKUP", ns);
-    args_int(&a, rank);
-    args_keys(&a, keys, n);
-    return read_list(r, &a, "HF3FS.LOOKUP", n, NULL, pages);
+    read_call c = {{.rank = rank, .keys = keys, .n = n, .pages = pages}, "HF3FS.LOOKUP", true};
+    return no_pool(run_striped(R(s), ns, read_fn, &c));
 }
 
 static int rd_complete_exists(store_t *s, hf_slice ns, const hf_slice *keys, size_t n,
                               bool *present)
 {
-    store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.CEXISTS", ns);
-    args_keys(&a, keys, n);
-    return read_list(r, &a, "HF3FS.CEXISTS", n, present, NULL);
+    read_call c = {{.keys = keys, .n = n, .present = present}, "HF3FS.CEXISTS", false};
+    int rc = run_striped(R(s), ns, read_fn, &c);
+    if (rc == NO_NAMESPACE) { /* no pool: nothing is complete */
+        for (size_t i = 0; i < n; i++)
+            present[i] = false;
+        rc = STORE_OK;
+    }
+    return rc;
 }
 
 static int rd_complete_locations(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys,
                                  size_t n, int64_t *pages)
 {
-    store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.CLOC", ns);
-    args_int(&a, rank);
-    args_keys(&a, keys, n);
-    return read_list(r, &a, "HF3FS.CLOC", n, NULL, pages);
+    read_call c = {{.rank = rank, .keys = keys, .n = n, .pages = pages}, "HF3FS.CLOC", true};
+    return no_pool(run_striped(R(s), ns, read_fn, &c));
 }
 
-/* A change whose answer carries nothing more than success. */
-static int call_change(store_redis *r, args *a)
+static int delete_fn(store_redis *r, const layout *L, void *ctx, bool last)
 {
-    redisReply *rep;
-    int rc = call(r, a, true, &rep);
-    if (rc == STORE_OK)
-        freeReplyObject(rep);
+    keys_call *c = ctx;
+    split sp;
+    split_keys(&sp, L->count, c->keys, c->n);
+    batch b;
+    batch_keys(r, &b, "HF3FS.DELETE", L, &sp, true, c->rank, false);
+    batch_run(r, &b, true);
+    int rc = batch_outcome(&b, true, last);
+    batch_free(&b);
+    split_free(&sp);
     return rc;
 }
 
 static int rd_delete_keys(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n)
 {
-    store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.DELETE", ns);
-    args_int(&a, rank);
-    args_keys(&a, keys, n);
-    return call_change(r, &a);
+    keys_call c = {.rank = rank, .keys = keys, .n = n};
+    return no_pool(run_striped(R(s), ns, delete_fn, &c));
+}
+
+static int clear_fn(store_redis *r, const layout *L, void *ctx, bool last)
+{
+    const uint32_t *rank = ctx;
+    batch b;
+    batch_init(&b, L->count);
+    for (uint32_t i = 0; i < L->count; i++)
+        args_int(batch_add(r, &b, "HF3FS.CLEARPOOL", L, i), *rank);
+    batch_run(r, &b, true);
+    int rc = batch_outcome(&b, true, last);
+    batch_free(&b);
+    return rc;
 }
 
 static int rd_clear_pool(store_t *s, hf_slice ns, uint32_t rank)
 {
-    store_redis *r = R(s);
-    args a;
-    args_begin(r, &a, "HF3FS.CLEARPOOL", ns);
-    args_int(&a, rank);
-    return call_change(r, &a);
+    return no_pool(run_striped(R(s), ns, clear_fn, &rank));
 }
 
 /* The outcome of a command sent to every primary: STORE_OK if each one
@@ -428,7 +995,8 @@ static int judge_all(store_redis *r, redis_cmd *cmds, size_t n)
         if (rc == STORE_OK)
             cmds[i].reply = rep; /* given back to the command */
         else if (code == STORE_OK || rc == STORE_EUNCERTAIN)
-            code = rc == STORE_ENOPOOL || rc == STORE_EINVAL ? STORE_EUNAVAILABLE : rc;
+            code = rc == STORE_ENOPOOL || rc == STORE_EINVAL || rc == RESTRIPE ? STORE_EUNAVAILABLE
+                                                                               : rc;
     }
     return code;
 }
@@ -442,6 +1010,7 @@ static int rd_clear_all(store_t *s)
     redis_cmd *cmds = redis_link_on_primaries(r->link, 1, argv, lens, true, &n);
     int code = judge_all(r, cmds, n);
     redis_cmds_free(cmds, n);
+    layouts_forget(r);
     return code;
 }
 
@@ -517,46 +1086,24 @@ static int namespaces(store_redis *r, ns_name **out, size_t *nout)
     return STORE_OK;
 }
 
-/* One command per namespace (HF3FS.STATS key now, HF3FS.CHECK key), all at
- * once; cmds[i] and as[i] per namespace (the caller frees both). */
-static void per_namespace(store_redis *r, const char *cmd, bool with_now, const ns_name *v,
-                          size_t n, args **as_out, redis_cmd **cmds_out)
-{
-    args *as = hf_xcalloc(n ? n : 1, sizeof *as);
-    redis_cmd *cmds = hf_xcalloc(n ? n : 1, sizeof *cmds);
-    for (size_t i = 0; i < n; i++) {
-        args_cmd(&as[i], cmd, (hf_slice){v[i].p, v[i].len});
-        if (with_now)
-            args_int(&as[i], now_of(r));
-        cmds[i] = cmd_of(&as[i]);
-    }
-    redis_link_exec(r->link, cmds, n, false);
-    *as_out = as;
-    *cmds_out = cmds;
-}
-
-static void per_namespace_free(args *as, redis_cmd *cmds, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        args_free(&as[i]);
-    free(as);
-    redis_cmds_free(cmds, n);
-}
-
 enum { STATS_FIELDS = 19 + 2 * CORE_REFUSE_COUNT };
 
-/* One pool's row of HF3FS.STATS; -1 if malformed. */
-static int stats_row(const redisReply *row, uint32_t *rank, core_pool_stats *st)
+/* One pool's row of HF3FS.STATS as numbers (v[0] the rank); -1 if
+ * malformed. */
+static int stats_values(const redisReply *row, int64_t *v)
 {
     if (row->type != REDIS_REPLY_ARRAY || row->elements != STATS_FIELDS)
         return -1;
-    int64_t v[STATS_FIELDS];
     for (size_t j = 0; j < STATS_FIELDS; j++) {
         if (row->element[j]->type != REDIS_REPLY_INTEGER)
             return -1;
         v[j] = row->element[j]->integer;
     }
-    *rank = (uint32_t)v[0];
+    return 0;
+}
+
+static void stats_of(const int64_t *v, core_pool_stats *st)
+{
     uint64_t *dst[] = {
         &st->num_pages,    &st->free,          &st->reserved,
         &st->owned,        &st->draining,      &st->write_leased,
@@ -572,22 +1119,55 @@ static int stats_row(const redisReply *row, uint32_t *rank, core_pool_stats *st)
         st->refused_confirms[j] = (uint64_t)v[k++];
     for (int j = 0; j < CORE_REFUSE_COUNT; j++)
         st->refused_releases[j] = (uint64_t)v[k++];
-    return 0;
 }
 
-typedef struct stat_row {
-    uint32_t rank;
-    const redisReply *row;
-} stat_row;
+/* A pool's figures summed over the stripes of its namespace. */
+typedef struct pool_sum {
+    int64_t v[STATS_FIELDS]; /* v[0]: the rank */
+} pool_sum;
 
-static int row_cmp(const void *x, const void *y)
+static int sum_cmp(const void *x, const void *y)
 {
-    const stat_row *a = x, *b = y;
-    return a->rank < b->rank ? -1 : a->rank > b->rank;
+    const pool_sum *a = x, *b = y;
+    return a->v[0] < b->v[0] ? -1 : a->v[0] > b->v[0];
 }
 
-/* Every pool's figures: by namespace (byte order), then rank. A namespace
- * that went away meanwhile (a clear) has no pools. */
+/* Every namespace's layout (NULL: its anchor is gone) and one command per
+ * stripe of each, CMD key [now], all at once: b's commands in namespace
+ * then stripe order. */
+static int per_stripe(store_redis *r, const char *cmd, bool with_now, const ns_name *v, size_t n,
+                      const layout **Ls, batch *b, bool judged)
+{
+    int code = STORE_OK;
+    size_t total = 0;
+    for (size_t i = 0; i < n && code == STORE_OK; i++) {
+        code = layout_of(r, (hf_slice){v[i].p, v[i].len}, false, &Ls[i]);
+        total += Ls[i] ? Ls[i]->count : 0;
+    }
+    batch_init(b, total);
+    if (code != STORE_OK)
+        return code;
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t j = 0; Ls[i] && j < Ls[i]->count; j++) {
+            args *a = &b->as[b->m];
+            b->stripe[b->m++] = j;
+            args_cmd_key(a, cmd, Ls[i]->key[j], Ls[i]->keylen[j], Ls[i]->slot[j]);
+            if (with_now)
+                args_int(a, now_of(r));
+        }
+    if (judged) {
+        batch_run(r, b, false);
+    } else {
+        for (size_t k = 0; k < b->m; k++)
+            b->cmds[k] = cmd_of(&b->as[k]);
+        redis_link_exec(r->link, b->cmds, b->m, false);
+    }
+    return STORE_OK;
+}
+
+/* Every pool's figures, summed over its stripes: by namespace (byte
+ * order), then rank. A namespace or a stripe that went away meanwhile (a
+ * clear) has no pools. */
 static int rd_stats(store_t *s, store_stats_visitor fn, void *ctx)
 {
     store_redis *r = R(s);
@@ -596,48 +1176,65 @@ static int rd_stats(store_t *s, store_stats_visitor fn, void *ctx)
     int code = namespaces(r, &v, &n);
     if (code != STORE_OK)
         return code;
-    args *as;
-    redis_cmd *cmds;
-    per_namespace(r, "HF3FS.STATS", true, v, n, &as, &cmds);
-    redisReply **reps = hf_xcalloc(n ? n : 1, sizeof *reps);
-    for (size_t i = 0; i < n; i++) {
-        int rc = judge(r, &cmds[i], &reps[i]);
-        if (rc != STORE_OK && rc != STORE_ENOPOOL && code == STORE_OK)
-            code = rc == STORE_EINVAL ? STORE_EUNAVAILABLE : rc;
-        if (rc == STORE_OK && reps[i]->type != REDIS_REPLY_ARRAY && code == STORE_OK)
-            code = malformed(r, NULL, "HF3FS.STATS");
-    }
-    for (size_t i = 0; code == STORE_OK && i < n; i++) {
-        if (!reps[i])
-            continue;
-        size_t m = reps[i]->elements;
-        stat_row *rows = hf_xcalloc(m ? m : 1, sizeof *rows);
-        core_pool_stats st;
-        for (size_t j = 0; j < m && code == STORE_OK; j++) {
-            rows[j].row = reps[i]->element[j];
-            if (stats_row(rows[j].row, &rows[j].rank, &st) != 0)
+    const layout **Ls = hf_xcalloc(n ? n : 1, sizeof *Ls);
+    batch b;
+    code = per_stripe(r, "HF3FS.STATS", true, v, n, Ls, &b, true);
+    size_t k = 0;
+    pool_sum *sums = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < n && code == STORE_OK; i++) {
+        size_t nsum = 0;
+        for (uint32_t j = 0; Ls[i] && j < Ls[i]->count && code == STORE_OK; j++, k++) {
+            if (b.codes[k] == STORE_ENOPOOL)
+                continue;
+            if (b.codes[k] != STORE_OK) {
+                code = b.codes[k] == STORE_EINVAL || b.codes[k] == RESTRIPE ? STORE_EUNAVAILABLE
+                                                                             : b.codes[k];
+                break;
+            }
+            const redisReply *rep = b.reps[k];
+            if (rep->type != REDIS_REPLY_ARRAY) {
                 code = malformed(r, NULL, "HF3FS.STATS");
-        }
-        if (code == STORE_OK) {
-            qsort(rows, m, sizeof *rows, row_cmp);
-            for (size_t j = 0; j < m; j++) {
-                memset(&st, 0, sizeof st);
-                stats_row(rows[j].row, &rows[j].rank, &st);
-                fn(ctx, (hf_slice){v[i].p, v[i].len}, rows[j].rank, &st);
+                break;
+            }
+            for (size_t e = 0; e < rep->elements; e++) {
+                int64_t row[STATS_FIELDS];
+                if (stats_values(rep->element[e], row) != 0) {
+                    code = malformed(r, NULL, "HF3FS.STATS");
+                    break;
+                }
+                size_t at = 0;
+                while (at < nsum && sums[at].v[0] != row[0])
+                    at++;
+                if (at == nsum) {
+                    if (nsum == cap) {
+                        cap = cap ? 2 * cap : 8;
+                        sums = hf_xreallocarray(sums, cap, sizeof *sums);
+                    }
+                    memset(&sums[nsum++], 0, sizeof *sums);
+                    sums[at].v[0] = row[0];
+                }
+                for (size_t f = 1; f < STATS_FIELDS; f++)
+                    sums[at].v[f] += row[f];
             }
         }
-        free(rows);
+        if (code != STORE_OK)
+            break;
+        qsort(sums, nsum, sizeof *sums, sum_cmp);
+        for (size_t j = 0; j < nsum; j++) {
+            core_pool_stats st;
+            stats_of(sums[j].v, &st);
+            fn(ctx, (hf_slice){v[i].p, v[i].len}, (uint32_t)sums[j].v[0], &st);
+        }
     }
-    for (size_t i = 0; i < n; i++)
-        if (reps[i])
-            freeReplyObject(reps[i]);
-    free(reps);
-    per_namespace_free(as, cmds, n);
+    free(sums);
+    batch_free(&b);
+    free(Ls);
     names_free(v, n);
     return code;
 }
 
-/* 0, or -1 with what is wrong (the first namespace whose check fails), or
+/* 0, or -1 with what is wrong (the first value whose check fails), or
  * STORE_EUNAVAILABLE / STORE_EUNCERTAIN when Redis could not be asked. */
 static int rd_check(store_t *s, char *err, size_t errlen)
 {
@@ -649,27 +1246,35 @@ static int rd_check(store_t *s, char *err, size_t errlen)
         snprintf(err, errlen, "Redis: %s", store_describe(s, code));
         return STORE_EUNAVAILABLE;
     }
-    args *as;
-    redis_cmd *cmds;
-    per_namespace(r, "HF3FS.CHECK", false, v, n, &as, &cmds);
+    const layout **Ls = hf_xcalloc(n ? n : 1, sizeof *Ls);
+    batch b;
+    code = per_stripe(r, "HF3FS.CHECK", false, v, n, Ls, &b, false);
     int bad = 0;
-    for (size_t i = 0; i < n && bad == 0; i++) {
-        redis_cmd *c = &cmds[i];
-        if (c->code != STORE_OK) {
-            snprintf(err, errlen, "Redis: %s", store_describe(s, c->code));
-            bad = STORE_EUNAVAILABLE;
-        } else if (c->reply->type == REDIS_REPLY_ERROR && !starts(c->reply, "ENOPOOL")) {
-            if (refused_before_running(c->reply)) {
-                snprintf(err, errlen, "Redis refused the check: %s", c->reply->str);
+    if (code != STORE_OK) {
+        snprintf(err, errlen, "Redis: %s", store_describe(s, code));
+        bad = STORE_EUNAVAILABLE;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n && bad == 0; i++)
+        for (uint32_t j = 0; Ls[i] && j < Ls[i]->count && bad == 0; j++, k++) {
+            redis_cmd *c = &b.cmds[k];
+            if (c->code != STORE_OK) {
+                snprintf(err, errlen, "Redis: %s", store_describe(s, c->code));
                 bad = STORE_EUNAVAILABLE;
-            } else {
-                snprintf(err, errlen, "namespace '%.*s': %s", (int)(v[i].len > 100 ? 100 : v[i].len),
-                         v[i].p, c->reply->str);
-                bad = -1;
+            } else if (c->reply->type == REDIS_REPLY_ERROR && !starts(c->reply, "ENOPOOL")) {
+                if (refused_before_running(c->reply)) {
+                    snprintf(err, errlen, "Redis refused the check: %s", c->reply->str);
+                    bad = STORE_EUNAVAILABLE;
+                } else {
+                    snprintf(err, errlen, "namespace '%.*s' stripe %" PRIu32 " of %" PRIu32 ": %s",
+                             (int)(v[i].len > 100 ? 100 : v[i].len), v[i].p, j, Ls[i]->count,
+                             c->reply->str);
+                    bad = -1;
+                }
             }
         }
-    }
-    per_namespace_free(as, cmds, n);
+    batch_free(&b);
+    free(Ls);
     names_free(v, n);
     return bad;
 }
@@ -678,37 +1283,54 @@ int store_redis_pages(store_t *s, hf_slice ns, uint32_t rank, store_redis_page *
                       size_t npages)
 {
     store_redis *r = R(s);
-    args a;
-    args_cmd(&a, "HF3FS.PAGES", ns);
-    args_int(&a, now_of(r));
-    args_int(&a, rank);
-    args_int(&a, 0);
-    args_int(&a, (int64_t)npages);
-    redisReply *rep;
-    int rc = call(r, &a, false, &rep);
+    const layout *L;
+    int rc = layout_of(r, ns, false, &L);
     if (rc != STORE_OK)
         return rc;
-    if (rep->type != REDIS_REPLY_ARRAY)
-        return malformed(r, rep, "HF3FS.PAGES");
-    for (size_t i = 0; i < npages; i++) {
-        store_redis_page *p = &pages[i];
-        memset(p, 0, sizeof *p);
-        if (i >= rep->elements)
-            continue;
-        const redisReply *e = rep->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 3)
-            return malformed(r, rep, "HF3FS.PAGES");
-        p->state = (int)int_of(e->element[0]);
-        p->deadline = int_of(e->element[1]);
-        if (e->element[2]->type == REDIS_REPLY_STRING) {
-            p->key_len = e->element[2]->len < sizeof p->key - 1 ? e->element[2]->len
-                                                                : sizeof p->key - 1;
-            memcpy(p->key, e->element[2]->str, p->key_len);
-        }
-        p->key[p->key_len] = '\0';
+    if (!L)
+        return STORE_ENOPOOL;
+    memset(pages, 0, npages * sizeof *pages);
+    batch b;
+    batch_init(&b, L->count);
+    for (uint32_t i = 0; i < L->count; i++) {
+        args *a = &b.as[b.m];
+        b.stripe[b.m++] = i;
+        args_cmd_key(a, "HF3FS.PAGES", L->key[i], L->keylen[i], L->slot[i]);
+        args_int(a, now_of(r));
+        args_int(a, rank);
+        args_int(a, 0);
+        args_int(a, (int64_t)wire_stripe_pages(npages, (wire_stripe){L->count, i}));
     }
-    freeReplyObject(rep);
-    return STORE_OK;
+    batch_run(r, &b, false);
+    rc = batch_outcome(&b, false, true);
+    for (size_t k = 0; rc == STORE_OK && k < b.m; k++) {
+        const redisReply *rep = b.reps[k];
+        if (rep->type != REDIS_REPLY_ARRAY) {
+            rc = malformed(r, NULL, "HF3FS.PAGES");
+            break;
+        }
+        for (size_t l = 0; l < rep->elements && rc == STORE_OK; l++) {
+            size_t at = l * L->count + b.stripe[k];
+            const redisReply *e = rep->element[l];
+            if (at >= npages)
+                break;
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 3) {
+                rc = malformed(r, NULL, "HF3FS.PAGES");
+                break;
+            }
+            store_redis_page *p = &pages[at];
+            p->state = (int)int_of(e->element[0]);
+            p->deadline = int_of(e->element[1]);
+            if (e->element[2]->type == REDIS_REPLY_STRING) {
+                p->key_len = e->element[2]->len < sizeof p->key - 1 ? e->element[2]->len
+                                                                    : sizeof p->key - 1;
+                memcpy(p->key, e->element[2]->str, p->key_len);
+            }
+            p->key[p->key_len] = '\0';
+        }
+    }
+    batch_free(&b);
+    return rc;
 }
 
 /* ------------------------------------------------------ the rest of ops */
@@ -728,6 +1350,9 @@ static void rd_destroy(store_t *s)
 {
     store_redis *r = R(s);
     redis_link_close(r->link);
+    layouts_free(r->layouts);
+    layouts_free(r->retired);
+    pthread_mutex_destroy(&r->lock);
     free(r);
 }
 
@@ -836,6 +1461,13 @@ int store_redis_open(const core_config *config, const store_redis_options *optio
     if (r->cfg.max_pages == 0 || r->cfg.max_pages > CORE_MAX_PAGES_LIMIT)
         r->cfg.max_pages = CORE_MAX_PAGES_LIMIT;
     r->cfglen = wire_cfg_format(&r->cfg, r->cfgs, sizeof r->cfgs);
+    r->stripes = options->stripes ? options->stripes : 1;
+    if (r->stripes > WIRE_MAX_STRIPES) {
+        snprintf(err, errlen, "--stripes must be 1 to %d", WIRE_MAX_STRIPES);
+        free(r);
+        return STORE_ECONFIG;
+    }
+    pthread_mutex_init(&r->lock, NULL);
     if (options->clock) {
         r->has_clock = true;
         r->clock = *options->clock;
@@ -854,6 +1486,7 @@ int store_redis_open(const core_config *config, const store_redis_options *optio
                                                       : lo.command_timeout_ms;
     int rc = redis_link_open(&lo, &r->link, err, errlen);
     if (rc != STORE_OK) {
+        pthread_mutex_destroy(&r->lock);
         free(r);
         return rc;
     }

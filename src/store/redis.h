@@ -62,6 +62,10 @@ typedef struct store_redis_options {
     /* Tests: the clock of every call (milliseconds), sent with each command;
      * NULL (the server): Redis's own clock, the one clock of every front end. */
     const store_clock *clock;
+    /* The stripe count of the namespaces this front end creates (0: 1);
+     * a namespace keeps the count it was created with (docs/redis-module.md
+     * "Stripes"). 1..WIRE_MAX_STRIPES (256). */
+    uint32_t stripes;
 } store_redis_options;
 
 /*

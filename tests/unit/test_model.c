@@ -24,14 +24,24 @@
  * fake clock (the global `now`), so that the same model checks every
  * engine: HF3FS_TEST_ENGINE names it (tests/engines.h; default: the
  * embedded engine).
+ *
+ * Stripes (HF3FS_TEST_STRIPES=S over Redis: docs/redis-module.md
+ * "Stripes"): a pool's page p belongs to stripe p % S, a key to stripe
+ * wire_stripe_of(key, S), and each stripe is a core of its own: free
+ * pages, eviction and its clock hand are per stripe (the model keeps
+ * global page numbers and one hand per stripe). An all-or-nothing
+ * allocation that one stripe cannot serve is undone on the others after
+ * they ran it (core_cancel): their evictions stay, their reservations
+ * are free again, their hits' write leases end.
  */
 #include <stdlib.h>
 
 #include "check.h"
 #include "core/core.h"
 #include "engines.h"
+#include "module/wire.h"
 
-enum { NNS = 2, NRANKS = 3, MAXP = 6, NKEYS = 14, STEPS = 200000 };
+enum { NNS = 2, NRANKS = 3, MAXP = 6, NKEYS = 14, STEPS = 200000, MAXS = 8 };
 
 static const hf_slice NS[NNS] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns2")};
 static const int64_t RESERVE_MS = 1000, LEASE_MS = 500, WRITE_LEASE_MS = 700, GRACE_MS = 300;
@@ -52,9 +62,16 @@ typedef struct mpage {
 typedef struct mpool {
     bool exists;
     int num_pages;
-    int hand;
+    int hand[MAXS]; /* per stripe, a local page */
     mpage pages[MAXP];
 } mpool;
+
+static int S = 1; /* the engine's stripes per namespace */
+
+static int stripe_pages(const mpool *p, int st)
+{
+    return (int)wire_stripe_pages((uint64_t)p->num_pages, (wire_stripe){(uint32_t)S, (uint32_t)st});
+}
 
 static mpool model[NNS][NRANKS];
 static int64_t demote_seq = 0, now;
@@ -65,6 +82,7 @@ static bool m_evict;
 static struct {
     long evictions, no_page, hits, refusals, drains, expiries, write_leases;
     long demoted_taken, clock_taken, clock_turns_without; /* which rule of "Recency" took it */
+    long rollbacks; /* all-or-nothing allocations undone on stripes that served them */
 } seen;
 static test_engine engine;
 static uint64_t rng = 88172645463325252ull;
@@ -140,12 +158,14 @@ static bool m_evictable(const mpool *p, int page, const bool *protected)
     return pg->state == CORE_PAGE_OWNED && pg->deadline <= now && !protected[page];
 }
 
-/* The page that eviction takes (core.h "Recency"), or -1; *exhausted is set
- * when a clock sweep found nothing (the call sweeps no more). */
-static int m_victim(mpool *p, const bool *protected, bool *exhausted)
+/* The page of stripe st that eviction takes (core.h "Recency"), or -1;
+ * *exhausted is set when a clock sweep found nothing (the call sweeps no
+ * more). */
+static int m_victim(mpool *p, int st, const bool *protected, bool *exhausted)
 {
-    int best = -1, owned = 0;
-    for (int i = 0; i < p->num_pages; i++) {
+    int best = -1, owned = 0, n = stripe_pages(p, st);
+    for (int l = 0; l < n; l++) {
+        int i = l * S + st;
         owned += p->pages[i].state == CORE_PAGE_OWNED;
         if (p->pages[i].state == CORE_PAGE_OWNED && p->pages[i].demoted &&
             m_evictable(p, i, protected) && (best < 0 || p->pages[i].demoted > p->pages[best].demoted))
@@ -157,13 +177,13 @@ static int m_victim(mpool *p, const bool *protected, bool *exhausted)
     /* the clock: a full turn without an evictable page takes nothing */
     bool seen_evictable = false;
     for (int steps = 0;; steps++) {
-        if (steps > 0 && steps % p->num_pages == 0 && !seen_evictable) {
+        if (steps > 0 && steps % n == 0 && !seen_evictable) {
             *exhausted = true;
             seen.clock_turns_without++;
             return -1;
         }
-        int page = p->hand;
-        p->hand = (p->hand + 1) % p->num_pages;
+        int page = p->hand[st] * S + st;
+        p->hand[st] = (p->hand[st] + 1) % n;
         mpage *pg = &p->pages[page];
         if (pg->state != CORE_PAGE_OWNED)
             continue;
@@ -179,10 +199,10 @@ static int m_victim(mpool *p, const bool *protected, bool *exhausted)
     }
 }
 
-static int m_free_count(const mpool *p)
+static int m_free_count(const mpool *p, int st)
 {
     int n = 0;
-    for (int i = 0; i < p->num_pages; i++)
+    for (int i = st; i < p->num_pages; i += S)
         n += p->pages[i].state == CORE_PAGE_FREE;
     return n;
 }
@@ -414,31 +434,25 @@ static void compare_all(long step)
 
 /* ------------------------------------------------------- the operations */
 
-static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
+/* One stripe's part of an allocation (the keys of `keys` in stripe st), as
+ * its core runs it; *give: whether its new keys got pages (all or nothing:
+ * all of them could). */
+static void m_allocate_stripe(long step, int ns, int rank, mpool *m, int st, const int *keys,
+                              const int64_t *pages, const bool *existed, int n,
+                              core_alloc_mode mode, bool *give_out)
 {
-    int n = 1 + pick(5);
-    int keys[5];
-    hf_slice slices[5];
-    int64_t pages[5];
-    bool existed[5];
-    core_alloc_mode mode = pick(2) ? CORE_ALLOC_PARTIAL : CORE_ALLOC_ALL_OR_NOTHING;
-    for (int i = 0; i < n; i++) {
-        keys[i] = pick(NKEYS);
-        slices[i] = key_slices[keys[i]];
-    }
-    e_allocate(pool, slices, (size_t)n, mode, pages, existed);
-
-    m_expire(m);
     bool protected[MAXP] = {false};
     int expect[5], first[5], need = 0;
+    bool mine[5];
     for (int i = 0; i < n; i++) {
+        mine[i] = (S == 1 ? 0 : (int)wire_stripe_of(key_slices[keys[i]], (uint32_t)S)) == st;
         first[i] = i;
         for (int j = 0; j < i; j++)
             if (keys[j] == keys[i]) {
                 first[i] = j;
                 break;
             }
-        if (first[i] != i)
+        if (first[i] != i || !mine[i])
             continue;
         expect[i] = m_owned(m, keys[i]);
         if (expect[i] >= 0) {
@@ -450,14 +464,17 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
     }
     bool give = true;
     if (mode == CORE_ALLOC_ALL_OR_NOTHING) {
-        int avail = m_free_count(m);
-        for (int i = 0; i < m->num_pages && m_evict; i++)
+        int avail = m_free_count(m, st);
+        for (int i = st; i < m->num_pages && m_evict; i += S)
             avail += m->pages[i].state == CORE_PAGE_OWNED && m->pages[i].deadline <= now &&
                      !protected[i];
         give = avail >= need;
     }
+    *give_out = give;
     bool lease_hits = mode == CORE_ALLOC_ALL_OR_NOTHING && give, exhausted = false;
     for (int i = 0; i < n; i++) {
+        if (!mine[i])
+            continue;
         if (first[i] != i) {
             if (pages[i] != pages[first[i]] || existed[i] != existed[first[i]])
                 TEST_FAIL("step %ld: repeated key answered differently", step);
@@ -475,13 +492,20 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
         if (existed[i])
             TEST_FAIL("step %ld: new key reported as existing", step);
         int page = -1;
-        if (give && m_free_count(m) > 0) {
+        if (give && m_free_count(m, st) > 0 && pages[i] < 0 && S > 1 &&
+            mode == CORE_ALLOC_ALL_OR_NOTHING) {
+            /* taken, then given back by core_cancel (op_allocate checks
+             * that another stripe failed): which FREE page is not said */
+            for (page = st; m->pages[page].state != CORE_PAGE_FREE; page += S)
+                ;
+        } else if (give && m_free_count(m, st) > 0) {
             page = (int)pages[i];
-            if (page < 0 || page >= m->num_pages || m->pages[page].state != CORE_PAGE_FREE)
+            if (page < 0 || page >= m->num_pages || page % S != st ||
+                m->pages[page].state != CORE_PAGE_FREE)
                 TEST_FAIL("step %ld: core handed out page %d, which the model holds in state %d",
                           step, page, page >= 0 && page < m->num_pages ? (int)m->pages[page].state : -1);
         } else if (give && m_evict) {
-            page = m_victim(m, protected, &exhausted);
+            page = m_victim(m, st, protected, &exhausted);
             if (page >= 0) {
                 seen.evictions++;
                 m_demote_others(ns, rank, m->pages[page].key);
@@ -489,11 +513,62 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
             }
         }
         seen.no_page += page < 0;
-        if (pages[i] != page)
+        if (pages[i] != page && !(mode == CORE_ALLOC_ALL_OR_NOTHING && S > 1 && pages[i] == -1))
             TEST_FAIL("step %ld: new key %d: core page %lld, model %d (mode %d)", step, keys[i],
                       (long long)pages[i], page, mode);
         if (page >= 0)
             m->pages[page] = (mpage){CORE_PAGE_RESERVED, keys[i], now + RESERVE_MS, 0, 0, 0, 0};
+    }
+}
+
+static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
+{
+    int n = 1 + pick(5);
+    int keys[5];
+    hf_slice slices[5];
+    int64_t pages[5];
+    bool existed[5];
+    core_alloc_mode mode = pick(2) ? CORE_ALLOC_PARTIAL : CORE_ALLOC_ALL_OR_NOTHING;
+    for (int i = 0; i < n; i++) {
+        keys[i] = pick(NKEYS);
+        slices[i] = key_slices[keys[i]];
+    }
+    e_allocate(pool, slices, (size_t)n, mode, pages, existed);
+
+    m_expire(m);
+    /* Each stripe as its core runs it; the engine's answer holds -1 for
+     * every new key if one stripe could not serve all of its own. */
+    bool give[MAXS], all = true;
+    mpool before = *m;
+    for (int st = 0; st < S; st++) {
+        m_allocate_stripe(step, ns, rank, m, st, keys, pages, existed, n, mode, &give[st]);
+        all = all && give[st];
+    }
+    if (mode != CORE_ALLOC_ALL_OR_NOTHING || S == 1)
+        return;
+    for (int i = 0; i < n; i++)
+        if (!existed[i] && (pages[i] >= 0) != all)
+            TEST_FAIL("step %ld: new key %d: core page %lld, though %s", step, keys[i],
+                      (long long)pages[i], all ? "every stripe could serve" : "one stripe could not");
+    if (all)
+        return;
+    for (int st = 0; st < S; st++)
+        seen.rollbacks += give[st];
+    /* core_cancel on the stripes that served: their reservations free
+     * again, their hits' write leases ended. */
+    for (int i = 0; i < m->num_pages; i++) {
+        mpage *pg = &m->pages[i];
+        if (!give[i % S])
+            continue;
+        if (pg->state == CORE_PAGE_RESERVED && before.pages[i].state != CORE_PAGE_RESERVED)
+            *pg = (mpage){CORE_PAGE_FREE, -1, 0, 0, 0, 0, 0};
+    }
+    for (int i = 0; i < n; i++) {
+        bool dup = false;
+        for (int j = 0; j < i; j++)
+            dup = dup || keys[j] == keys[i];
+        if (!dup && existed[i] && pages[i] >= 0 && give[pages[i] % S])
+            m_write_done(m, (int)pages[i]);
     }
 }
 
@@ -716,6 +791,10 @@ static void run_model(bool evict, uint64_t seed)
     if (test_engine_open(&engine, test_engine_name(), &cfg, &clock, err, sizeof err) != 0)
         TEST_FAIL("%s", err);
     m_evict = evict;
+    const char *stripes = getenv("HF3FS_TEST_STRIPES");
+    S = strcmp(engine.name, "mem") != 0 && stripes && *stripes ? atoi(stripes) : 1;
+    if (S < 1 || S > MAXS)
+        TEST_FAIL("HF3FS_TEST_STRIPES=%s: 1 to %d", stripes, MAXS);
     memset(&seen, 0, sizeof seen);
     memset(model, 0, sizeof model);
     rng = seed;
@@ -726,7 +805,7 @@ static void run_model(bool evict, uint64_t seed)
         step_once(step);
         compare_all(step);
     }
-    printf("  %s: %ld steps\n", engine.name, steps);
+    printf("  %s: %ld steps, %d stripe(s)\n", engine.name, steps, S);
     test_engine_close(&engine);
     printf("  seen: %ld evictions, %ld keys without a page, %ld hits, %ld refusals, "
            "%ld drains, %ld expired reservations, %ld write leases\n", seen.evictions,
@@ -734,8 +813,10 @@ static void run_model(bool evict, uint64_t seed)
     CHECK(evict ? seen.evictions > k : seen.evictions == 0);
     CHECK(seen.no_page > k && seen.hits > k && seen.refusals > k);
     CHECK(seen.drains > 3 * k / 100 && seen.expiries > k && seen.write_leases > k);
-    printf("  recency: %ld demoted pages taken, %ld by the clock, %ld clock turns without one\n",
-           seen.demoted_taken, seen.clock_taken, seen.clock_turns_without);
+    printf("  recency: %ld demoted pages taken, %ld by the clock, %ld clock turns without one; "
+           "%ld stripe rollbacks\n", seen.demoted_taken, seen.clock_taken,
+           seen.clock_turns_without, seen.rollbacks);
+    CHECK(S == 1 ? seen.rollbacks == 0 : seen.rollbacks > k);
     CHECK(evict ? seen.demoted_taken > k / 10 && seen.clock_taken > k && seen.clock_turns_without > k / 10
                 : seen.demoted_taken + seen.clock_taken == 0);
 }

@@ -115,7 +115,7 @@ TEST(cfg_round_trips_and_malformed_cfg_is_refused)
     CHECK(strcmp(text, "600000,5000,0,77,1,4294967294,4294967295") == 0);
     core_config d = {.hash_seed = 999};
     char *p = exact(text, len);
-    CHECK_EQ(wire_cfg_parse(p, len, &d), 0);
+    CHECK_EQ(wire_cfg_parse(p, len, &d, NULL), 0);
     free(p);
     CHECK(d.reservation_ms == c.reservation_ms && d.read_lease_ms == c.read_lease_ms &&
           d.write_lease_ms == c.write_lease_ms && d.release_grace_ms == c.release_grace_ms &&
@@ -131,7 +131,7 @@ TEST(cfg_round_trips_and_malformed_cfg_is_refused)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         core_config e = c;
         p = exact(bad[i], strlen(bad[i]));
-        int rc = wire_cfg_parse(p, strlen(bad[i]), &e);
+        int rc = wire_cfg_parse(p, strlen(bad[i]), &e, NULL);
         free(p);
         if (rc != -1)
             TEST_FAIL("cfg %s accepted", bad[i]);
@@ -246,7 +246,7 @@ TEST(random_bytes_never_decode_beyond_their_length)
             free(out);
         }
         core_config c = {0};
-        (void)wire_cfg_parse(p, len, &c);
+        (void)wire_cfg_parse(p, len, &c, NULL);
         free(p);
     }
 }
