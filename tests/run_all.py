@@ -41,6 +41,8 @@ PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrency",
                      "test_malformed", "test_metrics", "test_ops", "test_load", "test_cli",
                      "test_client_lib", "test_crash", "test_page_integrity", "test_retries"]
+# Over the cluster, with several stripes per namespace (the rest: one).
+STRIPED_SUITES = ["test_page_integrity", "test_crash", "test_concurrency", "test_load"]
 # The tests of tests/unit/test_model.c, by a part of their names.
 MODEL_RUNS = ["with_clock_eviction", "without_eviction", "another_seed"]
 # Shares of the fuzz corpus replayed over Redis (test_fuzz_corpus.py).
@@ -98,13 +100,20 @@ def build_jobs(build, check):
     for name in scripts:
         if name in ONCE:
             continue
+        # the cluster's own suites (failover, slot moves) with 4 stripes
+        striped = dict(server, HF3FS_TEST_STRIPES="4") if name + ".py" in CLUSTER_SCRIPTS else server
         jobs.append(Job(name + ".py" + tag,
                         [PYTHON, os.path.join("tests", "integration", name + ".py")],
-                        server, weight=2))
+                        striped, weight=2))
     if check:
         return jobs
-    for engine, weight in (("redis", 3), ("redis-cluster", 4)):
-        over = dict(env, HF3FS_TEST_ENGINE=engine)
+    # Over one Redis a namespace is one value (stripes 1, the default of
+    # redis://). Over the cluster the reference model and STRIPED_SUITES run
+    # with 4 stripes (tiny pools: at the cluster's default of 16 most stripes
+    # would have no page), the suites that count the pages of tiny pools
+    # exactly with 1.
+    for engine, weight, stripes in (("redis", 3, "1"), ("redis-cluster", 4, "4")):
+        over = dict(env, HF3FS_TEST_ENGINE=engine, HF3FS_TEST_STRIPES=stripes)
         # The reference model's three runs (each minutes over the network)
         # as three jobs, each with a Redis of its own.
         for run in MODEL_RUNS:
@@ -113,7 +122,9 @@ def build_jobs(build, check):
         for name in SUITES_OVER_REDIS:
             jobs.append(Job("%s.py[%s]%s" % (name, engine, tag),
                             [PYTHON, os.path.join("tests", "integration", name + ".py")],
-                            dict(server, HF3FS_TEST_ENGINE=engine), weight))
+                            dict(server, HF3FS_TEST_ENGINE=engine,
+                                 HF3FS_TEST_STRIPES=stripes if name in STRIPED_SUITES else "1"),
+                            weight))
     return jobs
 
 

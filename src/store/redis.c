@@ -402,24 +402,14 @@ typedef struct split {
     hf_slice *keys;
 } split;
 
-static void split_keys(split *sp, uint32_t count, const hf_slice *keys, size_t n)
+/* Group keys[0..n) by of[i] (count groups), keeping the call's order in each. */
+static void split_by(split *sp, uint32_t count, const hf_slice *keys, size_t n, const uint32_t *of)
 {
     sp->start = hf_xcalloc((size_t)count + 1, sizeof *sp->start);
     sp->pos = hf_xmalloc((n ? n : 1) * sizeof *sp->pos);
     sp->keys = hf_xmalloc((n ? n : 1) * sizeof *sp->keys);
-    if (count == 1) {
-        sp->start[1] = n;
-        for (size_t i = 0; i < n; i++) {
-            sp->pos[i] = i;
-            sp->keys[i] = keys[i];
-        }
-        return;
-    }
-    uint32_t *of = hf_xmalloc((n ? n : 1) * sizeof *of);
-    for (size_t i = 0; i < n; i++) {
-        of[i] = wire_stripe_of(keys[i], count);
+    for (size_t i = 0; i < n; i++)
         sp->start[of[i] + 1]++;
-    }
     for (uint32_t i = 0; i < count; i++)
         sp->start[i + 1] += sp->start[i];
     size_t *fill = hf_xmalloc((size_t)count * sizeof *fill);
@@ -430,6 +420,28 @@ static void split_keys(split *sp, uint32_t count, const hf_slice *keys, size_t n
         sp->keys[j] = keys[i];
     }
     free(fill);
+}
+
+/* By the keys' stripes. */
+static void split_keys(split *sp, uint32_t count, const hf_slice *keys, size_t n)
+{
+    uint32_t *of = hf_xcalloc(n ? n : 1, sizeof *of);
+    for (size_t i = 0; count > 1 && i < n; i++)
+        of[i] = wire_stripe_of(keys[i], count);
+    split_by(sp, count, keys, n, of);
+    free(of);
+}
+
+/* Confirmations, by the stripe of their pages (confirm_stripe). */
+static uint32_t confirm_stripe(hf_slice key, int64_t page, uint32_t count);
+
+static void split_confirm(split *sp, uint32_t count, const hf_slice *keys, const int64_t *pages,
+                          size_t n)
+{
+    uint32_t *of = hf_xcalloc(n ? n : 1, sizeof *of);
+    for (size_t i = 0; count > 1 && i < n; i++)
+        of[i] = confirm_stripe(keys[i], pages[i], count);
+    split_by(sp, count, keys, n, of);
     free(of);
 }
 
@@ -520,17 +532,26 @@ static void batch_free(batch *b)
  * a stripe other than the anchor has no value, unless `last` or the
  * anchor answered in the same batch, which checks the count: ENOPOOL
  * there may mean a layout of another count), or the first failure. A
- * change that took effect on some stripes and not on others has an
- * unknown outcome as a whole: STORE_EUNCERTAIN.
+ * change that took effect on some stripes and found no pool on the others
+ * (a clear or an initialization running meanwhile) is STORE_ENOPOOL; one
+ * that took effect on some and failed otherwise on others has an unknown
+ * outcome as a whole: STORE_EUNCERTAIN.
  */
+/* Whether the anchor answered in b, so checked the layout's count. */
+static bool batch_vouched(const batch *b)
+{
+    for (size_t k = 0; k < b->m; k++)
+        if (b->stripe[k] == 0 && (b->codes[k] == STORE_OK || b->codes[k] == STORE_ENOPOOL))
+            return true;
+    return false;
+}
+
 static int batch_outcome(const batch *b, bool change, bool last)
 {
     size_t ok = 0;
     int first = STORE_OK;
-    bool restripe = false, uncertain = false, vouched = last;
-    for (size_t k = 0; k < b->m; k++) /* the anchor checked the count */
-        if (b->stripe[k] == 0 && (b->codes[k] == STORE_OK || b->codes[k] == STORE_ENOPOOL))
-            vouched = true;
+    bool restripe = false, uncertain = false, only_nopool = true;
+    bool vouched = last || batch_vouched(b);
     for (size_t k = 0; k < b->m; k++) {
         int c = b->codes[k];
         if (c == STORE_OK) {
@@ -541,11 +562,15 @@ static int batch_outcome(const batch *b, bool change, bool last)
             restripe = true;
         if (c == STORE_EUNCERTAIN)
             uncertain = true;
+        if (c != STORE_ENOPOOL)
+            only_nopool = false;
         if (first == STORE_OK || first == RESTRIPE)
             first = c == RESTRIPE ? RESTRIPE : c;
     }
     if (ok == b->m)
         return STORE_OK;
+    if (change && ok > 0 && only_nopool)
+        return STORE_ENOPOOL; /* the rest of the pool is being cleared or created */
     if (change && (uncertain || ok > 0))
         return STORE_EUNCERTAIN;
     if (restripe)
@@ -802,11 +827,21 @@ size_t store_redis_last_refused(void)
     return last_refused;
 }
 
+/* The stripe a confirmation goes to: its page's (a reservation of the key
+ * can only be there, and any other stripe's core judges the item as the
+ * one core of a single value would: another key's page, or no
+ * reservation), or, for a negative page, the key's (refused there as out
+ * of range). */
+static uint32_t confirm_stripe(hf_slice key, int64_t page, uint32_t count)
+{
+    return page >= 0 ? (uint32_t)((uint64_t)page % count) : wire_stripe_of(key, count);
+}
+
 static int confirm_fn(store_redis *r, const layout *L, void *ctx, bool last)
 {
     keys_call *c = ctx;
     split sp;
-    split_keys(&sp, L->count, c->keys, c->n);
+    split_confirm(&sp, L->count, c->keys, c->in_pages, c->n);
     /* The releases by stripe: page p is stripe p % S's (a page that is no
      * stripe's, negative, goes to the anchor as -1: refused there). */
     size_t *rstart = hf_xcalloc((size_t)L->count + 1, sizeof *rstart);
@@ -885,7 +920,7 @@ static int read_fn(store_redis *r, const layout *L, void *ctx, bool last)
     batch b;
     batch_keys(r, &b, c->cmd, L, &sp, c->with_rank, c->k.rank, false);
     batch_run(r, &b, false);
-    if (!c->with_rank && last)
+    if (!c->with_rank && (last || batch_vouched(&b)))
         for (size_t k = 0; k < b.m; k++)
             if (b.codes[k] == STORE_ENOPOOL)
                 b.codes[k] = STORE_OK; /* reps[k] NULL: no value, all false */

@@ -186,6 +186,8 @@ class Server:
             args = WRAPPER + [os.path.abspath(BIN), "--host", "127.0.0.1", "--port", str(self.port)]
             if self.store:
                 args += ["--store", self.store]
+                if os.environ.get("HF3FS_TEST_STRIPES"):
+                    args += ["--stripes", os.environ["HF3FS_TEST_STRIPES"]]
                 if self._flush_store:
                     self._flush_store = False
                     r = shared_redis()
