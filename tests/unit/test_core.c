@@ -1073,6 +1073,35 @@ TEST(core_recovered_on_a_core_without_owned_pages_protects_nothing)
     CK();
 }
 
+/* A front end that split an all-or-nothing allocation over stripes and
+ * could not serve one stripe undoes the others' (core_cancel): their
+ * reservations are free at once, in the order they were taken, and their
+ * hits' write leases end; a page that changed meanwhile is left alone. */
+TEST(cancel_frees_reservations_at_once_and_ends_hit_write_leases)
+{
+    setup(lease_config());
+    core_pool_t *pool = make_pool(KV, 0, 4);
+    int64_t pa = own(pool, "a", 0);
+    hf_slice ks[4] = {K("a"), K("x"), K("y"), K("x")};
+    int64_t pages[4];
+    bool existed[4];
+    core_allocate(pool, ks, 4, CORE_ALLOC_ALL_OR_NOTHING, 10, pages, existed);
+    CHECK(pages[0] == pa && existed[0] && pages[1] >= 0 && pages[2] >= 0 && pages[3] == pages[1]);
+    CHECK_EQ(stats(pool).reserved, 2);
+    CHECK_EQ(stats(pool).write_leased, 1);
+    /* a reservation confirmed meanwhile is no longer the allocation's to undo */
+    CHECK_EQ(confirm1(pool, "y", pages[2], 11), 0);
+    core_cancel(pool, ks, pages, existed, 4, 12);
+    CK();
+    core_pool_stats st = stats(pool);
+    CHECK(st.reserved == 0 && st.draining == 0 && st.write_leased == 0 && st.owned == 2);
+    CHECK_EQ(lookup1(pool, "y", 13), pages[2]);
+    /* the page given back is the next one handed out, with no release grace */
+    CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 13), pages[1]);
+    CHECK_EQ(stats(pool).write_leases_ended, 1); /* a's, ended by the cancel */
+    CK();
+}
+
 int main(void)
 {
     RUN(pool_init_is_idempotent_and_keeps_state_and_size);
@@ -1121,6 +1150,7 @@ int main(void)
     RUN(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back);
     RUN(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease);
     RUN(core_recovered_on_a_core_without_owned_pages_protects_nothing);
+    RUN(cancel_frees_reservations_at_once_and_ends_hit_write_leases);
     core_free(core);
     return TEST_SUMMARY();
 }

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "module/wire.h"
+#include "util/slot.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -251,12 +252,109 @@ TEST(random_bytes_never_decode_beyond_their_length)
     }
 }
 
+TEST(cfg_carries_the_stripe_and_a_stripe_out_of_range_is_refused)
+{
+    core_config c = {0};
+    wire_stripe st = {0, 0};
+    const char *with = "1,2,3,4,1,5,6,16,15";
+    char *p = exact(with, strlen(with));
+    CHECK_EQ(wire_cfg_parse(p, strlen(with), &c, &st), 0);
+    free(p);
+    CHECK(st.count == 16 && st.index == 15 && c.max_ranks == 6);
+    const char *without = "1,2,3,4,1,5,6";
+    p = exact(without, strlen(without));
+    CHECK_EQ(wire_cfg_parse(p, strlen(without), &c, &st), 0);
+    free(p);
+    CHECK(st.count == 1 && st.index == 0); /* the form before stripes: one value */
+    const char *bad[] = {"1,2,3,4,1,5,6,16,16", "1,2,3,4,1,5,6,0,0", "1,2,3,4,1,5,6,257,0",
+                         "1,2,3,4,1,5,6,16", "1,2,3,4,1,5,6,16,-1", "1,2,3,4,1,5,6,16,1,0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p = exact(bad[i], strlen(bad[i]));
+        int rc = wire_cfg_parse(p, strlen(bad[i]), &c, &st);
+        free(p);
+        if (rc != -1)
+            TEST_FAIL("cfg %s accepted", bad[i]);
+    }
+}
+
+/* Every front end of every version must agree on these: a change here
+ * scatters every existing namespace's keys over the wrong stripes. */
+TEST(key_to_stripe_hash_is_pinned)
+{
+    CHECK_EQ(wire_stripe_hash(HF_SLICE_LIT("")), 0xefd01f60ba992926ull);
+    CHECK_EQ(wire_stripe_hash(HF_SLICE_LIT("kv")), 0x7d8a90a684e72796ull);
+    CHECK_EQ(wire_stripe_hash(HF_SLICE_LIT("0123456789abcdef0123456789abcdef")),
+             0x26d521498b2056f3ull);
+    CHECK_EQ(wire_stripe_of(HF_SLICE_LIT("0123456789abcdef0123456789abcdef"), 16), 2);
+    CHECK_EQ(wire_stripe_of(HF_SLICE_LIT("a1b2"), 16), 9);
+    CHECK_EQ(wire_stripe_of(HF_SLICE_LIT("a1b2"), 4), 2);
+    CHECK_EQ(wire_stripe_of(HF_SLICE_LIT("a1b2"), 1), 0);
+    /* 32-hex keys (vLLM's MD5) spread evenly: 16,000 keys, 16 stripes */
+    unsigned count[16] = {0};
+    for (int i = 0; i < 16000; i++) {
+        char k[33];
+        snprintf(k, sizeof k, "%016llx%016llx", (unsigned long long)next(),
+                 (unsigned long long)next());
+        count[wire_stripe_of((hf_slice){k, 32}, 16)]++;
+    }
+    for (int i = 0; i < 16; i++)
+        if (count[i] < 850 || count[i] > 1150)
+            TEST_FAIL("stripe %d of 16 got %u of 16000 keys", i, count[i]);
+}
+
+TEST(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor)
+{
+    char out[128];
+    size_t n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 0}, out, sizeof out);
+    CHECK(n == 12 && memcmp(out, "hf3fs:{6b76}", n) == 0); /* the anchor: the value key */
+    n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 1}, out, sizeof out);
+    CHECK(n == 19 && memcmp(out, "hf3fs:{6b76.16.1.2}", n) == 0);
+    n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 15}, out, sizeof out);
+    CHECK(n == 21 && memcmp(out, "hf3fs:{6b76.16.15.61}", n) == 0);
+    const hf_slice names[] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("mamba"), {"", 0}, {"}{\0", 3}};
+    const uint32_t counts[] = {2, 3, 16, 100, 256};
+    for (size_t a = 0; a < sizeof names / sizeof names[0]; a++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            uint32_t S = counts[c];
+            n = wire_stripe_key(names[a], (wire_stripe){S, 0}, out, sizeof out);
+            int anchor = hf_key_slot(out, n);
+            for (uint32_t i = 0; i < S; i++) {
+                n = wire_stripe_key(names[a], (wire_stripe){S, i}, out, sizeof out);
+                CHECK(n <= WIRE_STRIPE_KEY_MAX(names[a].len));
+                int off = (hf_key_slot(out, n) - anchor + HF_CLUSTER_SLOTS) % HF_CLUSTER_SLOTS;
+                if ((uint64_t)off < (uint64_t)i * HF_CLUSTER_SLOTS / S ||
+                    (uint64_t)off >= (uint64_t)(i + 1) * HF_CLUSTER_SLOTS / S)
+                    TEST_FAIL("stripe %u of %u: slot %d from the anchor", i, S, off);
+            }
+        }
+}
+
+TEST(stripes_share_every_page_of_a_pool_exactly_once)
+{
+    for (uint64_t pages = 0; pages < 70; pages++)
+        for (uint32_t S = 1; S <= 17; S++) {
+            uint64_t sum = 0;
+            for (uint32_t i = 0; i < S; i++) {
+                uint64_t mine = wire_stripe_pages(pages, (wire_stripe){S, i});
+                sum += mine;
+                /* local pages 0..mine-1 are global l * S + i, all < pages */
+                CHECK(mine == 0 || (mine - 1) * S + i < pages);
+                CHECK(mine * S + i >= pages);
+            }
+            CHECK_EQ(sum, pages);
+        }
+}
+
 int main(void)
 {
     RUN(value_keys_are_valid_hash_tags_for_every_namespace);
     RUN(key_lists_round_trip_and_malformed_ones_are_refused);
     RUN(page_lists_round_trip_every_int64);
     RUN(cfg_round_trips_and_malformed_cfg_is_refused);
+    RUN(cfg_carries_the_stripe_and_a_stripe_out_of_range_is_refused);
+    RUN(key_to_stripe_hash_is_pinned);
+    RUN(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor);
+    RUN(stripes_share_every_page_of_a_pool_exactly_once);
     RUN(events_round_trip_and_truncated_or_malformed_events_are_refused);
     RUN(random_bytes_never_decode_beyond_their_length);
     return TEST_SUMMARY();
