@@ -40,7 +40,8 @@ PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 # kills the front end: Redis must have every acknowledged change.
 SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrency",
                      "test_malformed", "test_metrics", "test_ops", "test_load", "test_cli",
-                     "test_client_lib", "test_crash", "test_page_integrity", "test_retries"]
+                     "test_client_lib", "test_crash", "test_page_integrity", "test_retries",
+                     "test_stripes"]
 # Over the cluster, with several stripes per namespace (the rest: one).
 STRIPED_SUITES = ["test_page_integrity", "test_crash", "test_concurrency", "test_load"]
 # The tests of tests/unit/test_model.c, by a part of their names.
