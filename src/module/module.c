@@ -4,12 +4,14 @@
  *
  * Specification
  *
- * Layout. One Redis value of the type "hf3fsmeta" per namespace, under the
- * key wire_value_key(ns) = "hf3fs:{<hex ns>}". A value is a core_t that
- * holds that one namespace with all its ranks (pools), plus the namespace's
- * name. Every command names one value (key position 1) and runs one core
- * call on it, alone on Redis's thread: the Lua scripts' atomicity, with the
- * embedded engine's code. HF3FS.NAMESPACES and HF3FS.CLEARALL have no key
+ * Layout. One Redis value of the type "hf3fsmeta" per stripe of a
+ * namespace (wire.h "Stripes"), under wire_stripe_key(ns, stripe): stripe 0,
+ * the anchor, under wire_value_key(ns) = "hf3fs:{<hex ns>}". A value is a
+ * core_t that holds its stripe of that one namespace with all its ranks
+ * (pools), plus the namespace's name and which stripe of how many it is
+ * (checked against every command's cfg: -ESTRIPES). Every command names
+ * one value (key position 1) and runs one core call on it, alone on
+ * Redis's thread: one atomic step, with the embedded engine's code. HF3FS.NAMESPACES and HF3FS.CLEARALL have no key
  * and act on the values of the node (its selected database) they are sent
  * to.
  *
@@ -21,7 +23,7 @@
  * observer on the value's core appends every core event it produces
  * (wire_event_append, deadlines computed with this node's clock); if there
  * is any, the command propagates
- *     HF3FS.APPLY key ns events
+ *     HF3FS.APPLY key ns events stripes stripe
  * to replicas and the AOF, never itself. The core reports every change and
  * no read (core.h "What is durable": use counts, demotions and read leases
  * are volatile), so a replica and an AOF hold exactly the primary's durable
@@ -37,11 +39,12 @@
  * each value it deletes (CORE_EV_CLEAR_ALL is never produced).
  *
  * What survives what. The serialized form of a value (rdb_save; DUMP,
- * RESTORE and MIGRATE use it too) is, at encoding version 1:
+ * RESTORE and MIGRATE use it too) is, at encoding version 2:
  *     string ns
  *     string events      core_walk_state, wire_event_append encoding
  *     string free order  per pool: u32 rank, u32 n, n u32 pages (LE), the
  *                        pool's free stack bottom first (core_pool_free_order)
+ *     unsigned stripes, unsigned stripe   (version 1 has neither: 1, 0)
  * rdb_load replays the events with core_apply, core_apply_finish, then
  * restores each free order (core_pool_set_free_order): pages, keys, clock
  * hands, reservations, write leases, drains and the next pages handed out
@@ -54,8 +57,8 @@
  * RELOAD, full syncs and slot moves keep the state; the AOF keeps it too
  * (every change is an APPLY in it). AOF rewrite without an RDB preamble
  * (aof_rewrite) emits
- *     HF3FS.REBUILD key ns events freeorder
- * the same three fields, accepted only while the AOF is loaded.
+ *     HF3FS.REBUILD key ns events freeorder stripes stripe
+ * the same fields, accepted only while the AOF is loaded.
  * digest (DEBUG DIGEST-VALUE, DEBUG DIGEST) covers exactly those three
  * fields, the durable state, so a replica and its primary digest equal iff
  * their durable states are (their use counts and read leases may differ).
@@ -79,7 +82,7 @@
  *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
  * changes; rdb_load keeps reading every older version (there is one so
- * far) and refuses newer ones (a value saved by a newer module: the load
+ * version 1, before stripes) and refuses newer ones (a value saved by a newer module: the load
  * fails rather than guessing). HF3FS_MODULE_VERSION (MODULE LIST) is bumped
  * whenever a command changes meaning; the front end requires exactly its
  * own.

@@ -413,6 +413,8 @@ static void parse_options(int argc, char **argv, server_options *o)
                         "keeps a namespace in one core)\nTry 'hf3fs-metad --help'.\n");
         exit(EXIT_USAGE);
     }
+    if (o->store && o->stripes == 0)
+        o->stripes = strncmp(o->store, "redis-cluster://", 16) == 0 ? DEFAULT_CLUSTER_STRIPES : 1;
     if (o->threads == 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (uint64_t)cpus;
@@ -615,16 +617,17 @@ static void log_settings(const server_options *o, uint16_t port)
     if (o->store) {
         log_msg(LOG_INFO, "state is kept in Redis (store %s, redis-password-file %s, "
                 "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %" PRIu64
-                ", redis-wait-timeout %g s): this process is a stateless front end; data-dir, "
+                ", redis-wait-timeout %g s, stripes %" PRIu64 " for the namespaces it creates): "
+                "this process is a stateless front end; data-dir, "
                 "fsync, save-interval, snapshot-log-bytes and salvage do not apply",
                 redact_url(o->store), o->redis_password_file ? o->redis_password_file : "none",
                 o->redis_connect_timeout_s, o->redis_timeout_s, o->redis_wait,
-                o->redis_wait_timeout_s);
+                o->redis_wait_timeout_s, o->stripes);
         return;
     }
     log_msg(LOG_INFO, "store: the embedded engine (no --store; redis-password-file, "
-            "redis-connect-timeout, redis-timeout, redis-wait and redis-wait-timeout apply to "
-            "--store only)");
+            "redis-connect-timeout, redis-timeout, redis-wait, redis-wait-timeout and stripes "
+            "apply to --store only)");
     if (o->in_memory)
         log_msg(LOG_INFO, "state is kept in memory only (--in-memory): a restart forgets every "
                 "pool");
@@ -666,10 +669,7 @@ static store_t *open_store(const server_options *o, const core_config *core)
             .command_timeout_ms = seconds_to_ms(o->redis_timeout_s),
             .wait_replicas = (unsigned)o->redis_wait,
             .wait_timeout_ms = seconds_to_ms(o->redis_wait_timeout_s),
-            .stripes = (uint32_t)(o->stripes ? o->stripes
-                                  : strncmp(o->store, "redis-cluster://", 16) == 0
-                                      ? DEFAULT_CLUSTER_STRIPES
-                                      : 1),
+            .stripes = (uint32_t)o->stripes,
         };
         store_t *store = NULL;
         char err[1024];

@@ -3,24 +3,31 @@
  * redis-server) with the hf3fs-metad module loaded (build/hf3fs_metad_redis.so,
  * docs/redis-module.md), and any number of hf3fs-metad front ends serve it.
  *
- * The module is src/core inside Redis: one value per namespace (the key
- * wire_value_key(ns), src/module/wire.h) holds that namespace's pools, and
- * every store call is one HF3FS.* command on that value, one atomic step in
- * Redis that runs one core call. Completeness, cross-rank demotion and
- * eviction are the core's, as in the embedded engine: this engine encodes
- * the arguments, sends the one command and decodes its answer; it keeps no
- * rule of its own. Deadlines come from Redis's clock (the engine sends now
- * = 0), so front ends whose clocks disagree still agree on every lease; a
- * test's clock (options.clock) is sent instead. The same call sequence
- * gives the same answers as the embedded engine (tests/unit/test_model.c).
- * stats, check and clear_all ask every node that holds values
- * (HF3FS.NAMESPACES, HF3FS.CLEARALL), then each namespace's value.
+ * The module is src/core inside Redis. A namespace is S values, its stripes
+ * (docs/redis-module.md "Stripes"; S recorded in its stripe-0 value, the
+ * anchor, by the front end that created it with options.stripes): stripe i
+ * holds the keys wire_stripe_of(key, S) == i of every rank and page p of
+ * every pool with p % S == i (as its local page p / S). Every store call
+ * is one HF3FS.* command per stripe it touches, sent at once, each one
+ * atomic step in Redis that runs one core call; the answers are merged in
+ * the call's order, page numbers mapped. Completeness, cross-rank demotion
+ * and eviction are the core's, per stripe; this engine encodes, fans out,
+ * maps and merges, and keeps no rule of its own but one: an
+ * all-or-nothing allocation that a stripe could not serve is undone on
+ * the others (HF3FS.CANCEL) before the all -1 answer. Deadlines come from
+ * Redis's clock (the engine sends now = 0), so front ends whose clocks
+ * disagree still agree on every lease; a test's clock (options.clock) is
+ * sent instead. The same call sequence gives the same answers as the
+ * embedded engine per stripe (tests/unit/test_model.c). stats, check and
+ * clear_all ask every node that holds values (HF3FS.NAMESPACES,
+ * HF3FS.CLEARALL), then each stripe of each namespace.
  *
- * Over a Redis Cluster (redis-cluster://seeds) a namespace's value lives on
- * the shard of its hash tag: namespaces spread over shards, one namespace's
- * load goes to one shard. Each call goes to the primary of its namespace's
- * slot through src/cluster (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, failovers).
- * A value moves whole with its slot (MIGRATE carries the module's type).
+ * Over a Redis Cluster (redis-cluster://seeds) each stripe lives on the
+ * shard of its slot, the stripes of a namespace evenly spaced over the
+ * slots: one namespace's load spreads over the shards. Each command goes
+ * to the primary of its slot through src/cluster (MOVED, ASK, TRYAGAIN,
+ * CLUSTERDOWN, failovers). A value moves whole with its slot (MIGRATE
+ * carries the module's type).
  *
  * At open, MODULE LIST on the Redis (on every primary of a cluster) must
  * show the module "hf3fsmeta" of exactly HF3FS_MODULE_VERSION: otherwise
