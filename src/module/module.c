@@ -81,7 +81,7 @@
  * before a command arrives.
  *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
- * changes; rdb_load keeps reading every older version (there is one so
+ * changes; rdb_load keeps reading every older version (there is one:
  * version 1, before stripes) and refuses newer ones (a value saved by a newer module: the load
  * fails rather than guessing). HF3FS_MODULE_VERSION (MODULE LIST) is bumped
  * whenever a command changes meaning; the front end requires exactly its
