@@ -1482,6 +1482,18 @@ static void find_repeats(const core_key *enc, size_t n, size_t *dup)
     hf_xfree(table);
 }
 
+/* The keys of a call encoded (*enc) and their repeats found (*dup, as
+ * find_repeats); the caller frees both. */
+static void encode_call(const core_pool_t *pool, const hf_slice *keys, size_t n, core_key **enc,
+                        size_t **dup)
+{
+    *enc = hf_xmalloc(n * sizeof **enc);
+    *dup = hf_xmalloc(n * sizeof **dup);
+    for (size_t i = 0; i < n; i++)
+        core__key_encode(pool->core, keys[i], &(*enc)[i]);
+    find_repeats(*enc, n, *dup);
+}
+
 /* The page of `key` in `pool`, or CORE_NIL. */
 static inline uint32_t pool_find(const core_pool_t *pool, const core_key *key)
 {
@@ -1495,11 +1507,9 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
     if (n == 0)
         return;
     core_pool_expire(pool, now);
-    core_key *enc = hf_xmalloc(n * sizeof *enc);
-    size_t *dup = hf_xmalloc(n * sizeof *dup);
-    for (size_t i = 0; i < n; i++)
-        core__key_encode(pool->core, keys[i], &enc[i]);
-    find_repeats(enc, n, dup);
+    core_key *enc;
+    size_t *dup;
+    encode_call(pool, keys, n, &enc, &dup);
 
     /* Pass 1: hits answer their page, count a use and are pinned. */
     uint64_t hits = 0, need = 0;
@@ -1662,11 +1672,9 @@ void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
     if (n == 0)
         return;
     core_pool_expire(pool, now);
-    core_key *enc = hf_xmalloc(n * sizeof *enc);
-    size_t *dup = hf_xmalloc(n * sizeof *dup);
-    for (size_t i = 0; i < n; i++)
-        core__key_encode(pool->core, keys[i], &enc[i]);
-    find_repeats(enc, n, dup);
+    core_key *enc;
+    size_t *dup;
+    encode_call(pool, keys, n, &enc, &dup);
     for (size_t i = n; i-- > 0;) { /* last taken first: the free stack as it was */
         if (dup[i] != i || !page_in_range(pool, pages[i]) || (uint64_t)pages[i] >= pool->touched)
             continue;
