@@ -27,6 +27,7 @@ const tenant tenant_default = {
 struct tenant_table {
     uint64_t seed;
     size_t ntokens, ntenants;
+    size_t nclients; /* tenants other than the operator */
     hf_slice *tokens;        /* each its own allocation */
     uint32_t *owners;        /* tokens[i] belongs to tenants[owners[i]] */
     tenant *tenants;         /* names and prefixes each their own allocation */
@@ -262,6 +263,8 @@ int tenant_table_parse(const char *text, size_t len, uint64_t seed, tenant_table
         return fail(err, errlen, "holds no token (it is empty, or only blank lines and "
                     "comments)");
     }
+    for (size_t i = 0; i < t->ntenants; i++)
+        t->nclients += !t->tenants[i].operator_;
     free(t->name_slots);
     free(t->names);
     free(t->quota_named);
@@ -280,10 +283,7 @@ const tenant *tenant_table_find(const tenant_table *t, const char *secret, size_
 
 size_t tenant_table_tenants(const tenant_table *t)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < t->ntenants; i++)
-        n += !t->tenants[i].operator_;
-    return n;
+    return t->nclients;
 }
 
 size_t tenant_table_tokens(const tenant_table *t)
