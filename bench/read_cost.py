@@ -23,7 +23,10 @@ each comparison alternate, and each figure is the median of --runs runs.
              token each; the keys loaded into each tenant's own `kv`
              through its token), read as tenant a with HTTP Basic
              credentials (what `requests` sends from netrc), against the
-             same server without auth; both with --threads T.
+             same server without auth; both with --threads T. Beside the
+             rates: each server's CPU time (/proc/PID/stat) per request
+             answered, median of the runs, which a machine shared with
+             other work disturbs less than the rates.
 
 Prints a table and the targets of docs/performance.md ("What a read
 costs", "What tenants cost"). --smoke: one run of 1 s, 2,000 keys: checks the script works.
@@ -47,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from redis_server import Resp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import free_port, parse, pin, wait_port  # noqa: E402
+from benchlib import cpu_seconds, free_port, parse, pin, wait_port  # noqa: E402
 
 BIN = os.path.join(ROOT, "build", "hf3fs-metad")
 LOADGEN = os.path.join(ROOT, "build", "bench", "loadgen")
@@ -206,10 +209,14 @@ def auth(opts, tmp, bodies, log):
     for token in TOKENS:
         on.load(opts, basic(token))
     rates = {"off": [], "on": []}
+    cpu = {"off": [], "on": []}  # server CPU microseconds per request
     for _ in range(opts.runs):
-        rates["off"].append(wrk(off.port, bodies, opts)[0])
-        rates["on"].append(wrk(on.port, bodies, opts, basic(TOKENS[0]))[0])
-    return rates
+        for side, f, authorization in (("off", off, None), ("on", on, basic(TOKENS[0]))):
+            before = cpu_seconds(f.proc.pid)
+            rps, answered = wrk(f.port, bodies, opts, authorization)
+            rates[side].append(rps)
+            cpu[side].append(1e6 * (cpu_seconds(f.proc.pid) - before) / answered)
+    return rates, cpu
 
 
 def main():
@@ -254,12 +261,12 @@ def main():
                         ("log growth in a read-only run <= 64 KiB", max(grew) <= 65536,
                          "%d bytes" % max(grew))]
         if "auth" in only:
-            rates = auth(opts, tmp, bodies, log)
+            rates, cpu = auth(opts, tmp, bodies, log)
             on, off = med(rates["on"]), med(rates["off"])
             print("| --auth-token-file, 2 tenants, Basic auth vs no auth, --in-memory --threads "
-                  "%d | %.0f | %.0f | %.3fx | runs: %s vs %s |"
-                  % (opts.threads, on, off, on / off, " ".join("%.0f" % x for x in rates["on"]),
-                     " ".join("%.0f" % x for x in rates["off"])))
+                  "%d | %.0f | %.0f | %.3fx | server CPU per request %.1f vs %.1f us: %.3fx |"
+                  % (opts.threads, on, off, on / off, med(cpu["on"]), med(cpu["off"]),
+                     med(cpu["on"]) / med(cpu["off"])))
             targets += [("reads with 2 tenants and auth >= 0.95x of without auth", on / off >= 0.95,
                          "%.3fx" % (on / off))]
         if "redis" in only and not opts.no_redis and shutil.which("redis-server"):

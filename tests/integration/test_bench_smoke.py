@@ -187,8 +187,8 @@ def test_read_cost_smoke_run_prints_both_comparisons_and_their_targets():
         out[-2000:]
     assert re.search(r"^\| Redis .* \| \d+ \| \d+ \| [\d.]+x \| replication [\d.]+ B, AOF", out,
                      re.M), out[-2000:]
-    assert re.search(r"^\| --auth-token-file, 2 tenants, .* \| \d+ \| \d+ \| [\d.]+x \| runs", out,
-                     re.M), out[-2000:]
+    assert re.search(r"^\| --auth-token-file, 2 tenants, .* \| \d+ \| \d+ \| [\d.]+x \| "
+                     r"server CPU", out, re.M), out[-2000:]
     targets = [line for line in out.splitlines() if re.match(r"^  .*: \S+( bytes)? (met|MISSED)$",
                                                              line)]
     assert len(targets) == 5, "five target lines expected:\n" + out[-2000:]
