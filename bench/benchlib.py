@@ -1,7 +1,7 @@
 """bench/benchlib.py: what the Python benchmark scripts share (stdlib only).
 
 Ports, CPU pinning, waiting for a server, and the load generators' one-line
-figures ("requests=.. rps=X .."). Imported by bench/cluster_bench.py,
+figures ("requests=.. rps=X .."), a process's CPU time. Imported by bench/cluster_bench.py,
 bench/durability.py and bench/read_cost.py.
 """
 
@@ -40,6 +40,15 @@ def wait_port(port, proc, timeout=15, what="hf3fs-metad"):
         except OSError:
             time.sleep(0.05)
     raise RuntimeError("%s did not listen on %d" % (what, port))
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far (/proc/PID/stat): what the
+    node really spent, where commandstats' durations would also count the
+    time a node waited for the CPU it shares with the others here."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
 
 
 def parse(line):

@@ -55,7 +55,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from redis_cluster import RedisCluster  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import NCPU, free_port, parse, pin, wait_port  # noqa: E402
+from benchlib import cpu_seconds, NCPU, free_port, parse, pin, wait_port  # noqa: E402
 
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 SERVER = os.path.join(BUILD, "hf3fs-metad")
@@ -73,15 +73,6 @@ def node_stats(rc, port):
         if name not in ("info", "config", "cluster", "ping", "dbsize", "module"):
             usec += int(u)
     return calls, usec
-
-
-def cpu_seconds(pid):
-    """User + system CPU time of a process so far (/proc/PID/stat): what the
-    node really spent, where commandstats' durations would also count the
-    time a node waited for the CPU it shares with the others here."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
 
 
 def used_memory(rc, port):

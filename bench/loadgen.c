@@ -42,6 +42,9 @@
  *       that a /proc CPU delta of the Redis around the run divides by all
  *       of them. An answer with a missing field is an error.
  *
+ * With $HF3FS_AUTHORIZATION set, every request carries it as its
+ * Authorization header (bench/auth_cost.py).
+ *
  * Keys are 64 (or KEYCHARS) lowercase hex characters derived from an integer,
  * the same in every subcommand. Requests use the stock Python clients' JSON
  * spacing ({"keys": ["...", "..."]}). Latency is per HTTP request, from the
@@ -78,6 +81,7 @@
 #define FRESH_BASE (1ull << 40)
 
 static int key_chars = 64;
+static const char *authorization; /* $HF3FS_AUTHORIZATION, or NULL */
 /* the SGLang dialect's "namespace" member of every body (NULL: none, i.e. kv) */
 static const char *sg_ns = NULL;
 
@@ -388,7 +392,13 @@ static void start_request(conn *c, const char *path, const text *body)
 {
     c->out.len = 0;
     text_printf(&c->out, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                "application/json\r\nContent-Length: %zu\r\n\r\n", path, body->len);
+                "application/json\r\nContent-Length: %zu\r\n", path, body->len);
+    if (authorization) {
+        text_put(&c->out, "Authorization: ", 15);
+        text_put(&c->out, authorization, strlen(authorization));
+        text_put(&c->out, "\r\n", 2);
+    }
+    text_put(&c->out, "\r\n", 2);
     text_put(&c->out, body->ptr, body->len);
     c->sent = 0;
     c->in.len = 0;
@@ -1112,6 +1122,7 @@ static int cmd_hmget(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    authorization = getenv("HF3FS_AUTHORIZATION");
     if (argc < 2)
         die("usage: loadgen load|bodies|save|mixed|hmget-load|hmget ...");
     uint32_t *hist = calloc(HIST_US, sizeof *hist);

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
-"""bench/read_cost.py: what persistence and replication cost a reader (stdlib only).
+"""bench/read_cost.py: what persistence, replication and tenants cost a reader (stdlib only).
 
     bench/read_cost.py [--runs 3] [--seconds 4] [--conns 16] [--keys 100000]
-                       [--threads 2] [--no-redis] [--smoke]
+                       [--threads 2] [--no-redis] [--only embedded,redis,auth] [--smoke]
 
 Reads write nothing (core.h "What is durable"): this measures that they
-also cost nothing more than in memory. Every server runs on CPU 1, the load
+also cost nothing more than in memory; and that tokens and tenants cost a
+reader next to nothing. Every server runs on CPU 1, the load
 generator (wrk -t1, 128-key vLLM batch_exists of complete keys on 2 ranks,
 32-hex keys: vLLM's MD5 hex digests) on CPU 0; the runs of the two sides of
 each comparison alternate, and each figure is the median of --runs runs.
@@ -18,13 +19,22 @@ each comparison alternate, and each figure is the median of --runs runs.
              Redis without either; and that Redis's replication stream
              (INFO master_repl_offset) and AOF bytes per read (no automatic
              AOF rewrite in the run).
+  auth       hf3fs-metad --in-memory --auth-token-file with two tenants (a
+             token each; the keys loaded into each tenant's own `kv`
+             through its token), read as tenant a with HTTP Basic
+             credentials (what `requests` sends from netrc), against the
+             same server without auth; both with --threads T. Beside the
+             rates: each server's CPU time (/proc/PID/stat) per request
+             answered, median of the runs, which a machine shared with
+             other work disturbs less than the rates.
 
 Prints a table and the targets of docs/performance.md ("What a read
-costs"). --smoke: one run of 1 s, 2,000 keys: checks the script works.
+costs", "What tenants cost"). --smoke: one run of 1 s, 2,000 keys: checks the script works.
 Every process started here is stopped.
 """
 
 import argparse
+import base64
 import glob
 import json
 import os
@@ -40,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from redis_server import Resp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import free_port, parse, pin, wait_port  # noqa: E402
+from benchlib import cpu_seconds, free_port, parse, pin, wait_port  # noqa: E402
 
 BIN = os.path.join(ROOT, "build", "hf3fs-metad")
 LOADGEN = os.path.join(ROOT, "build", "bench", "loadgen")
@@ -82,19 +92,26 @@ class Front:
         self.proc = spawn([BIN, "--host", "127.0.0.1", "--port", str(self.port),
                            "--log-level", "warn"] + list(flags), self.port, "hf3fs-metad", log)
 
-    def load(self, opts):
+    def load(self, opts, authorization=None):
         subprocess.run(pin(LOAD_CPU) + [LOADGEN, "load", str(self.port),
-                        str(opts.keys), "2", "1000000"], check=True, env=ENV,
-                       stdout=subprocess.DEVNULL)
+                        str(opts.keys), "2", "1000000"], check=True,
+                       env=with_authorization(authorization), stdout=subprocess.DEVNULL)
 
 
-def wrk(port, bodies, opts):
+def with_authorization(authorization):
+    """ENV, with HF3FS_AUTHORIZATION (the Authorization header of every
+    request of loadgen and bodies.lua) if given."""
+    return dict(ENV, HF3FS_AUTHORIZATION=authorization) if authorization else ENV
+
+
+def wrk(port, bodies, opts, authorization=None):
     """One wrk run: (requests/s, requests answered)."""
     out = subprocess.run(pin(LOAD_CPU) + ["wrk", "-t1", "-c%d" % opts.conns,
                           "-d%ds" % opts.seconds, "--timeout", "10s", "-s",
                           os.path.join(ROOT, "bench", "wrk", "bodies.lua"),
                           "http://127.0.0.1:%d" % port, "--", bodies],
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True,
+                         env=with_authorization(authorization)).stdout
     line = [x for x in out.splitlines() if x.startswith("requests=")]
     if not line:
         sys.exit("wrk printed no figures:\n" + out)
@@ -173,6 +190,35 @@ def redis(opts, tmp, bodies, log):
     return rates, stream, aof
 
 
+TOKENS = ("bench-token-of-tenant-a-5d1e7f0c2b9a", "bench-token-of-tenant-b-93c4a8e1f6d0")
+
+
+def basic(token):
+    return "Basic " + base64.b64encode(("hf3fs:" + token).encode()).decode()
+
+
+def auth(opts, tmp, bodies, log):
+    tokens = os.path.join(tmp, "tokens")
+    with open(tokens, "w") as f:
+        f.write("%s a\n%s b\n" % TOKENS)
+    os.chmod(tokens, 0o600)
+    off = Front(opts, log, "--in-memory", "--threads", str(opts.threads))
+    on = Front(opts, log, "--in-memory", "--threads", str(opts.threads),
+               "--auth-token-file", tokens)
+    off.load(opts)
+    for token in TOKENS:
+        on.load(opts, basic(token))
+    rates = {"off": [], "on": []}
+    cpu = {"off": [], "on": []}  # server CPU microseconds per request
+    for _ in range(opts.runs):
+        for side, f, authorization in (("off", off, None), ("on", on, basic(TOKENS[0]))):
+            before = cpu_seconds(f.proc.pid)
+            rps, answered = wrk(f.port, bodies, opts, authorization)
+            rates[side].append(rps)
+            cpu[side].append(1e6 * (cpu_seconds(f.proc.pid) - before) / answered)
+    return rates, cpu
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -181,6 +227,8 @@ def main():
     ap.add_argument("--keys", type=int, default=100000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--only", default="embedded,redis,auth",
+                    help="comparisons to run, of embedded,redis,auth")
     ap.add_argument("--smoke", action="store_true")
     opts = ap.parse_args()
     if opts.smoke:
@@ -201,14 +249,27 @@ def main():
         print()
         print("| side | requests/s | other side | ratio | written per read |")
         print("|---|---|---|---|---|")
-        rates, grew = embedded(opts, tmp, bodies, log)
-        m, d = med(rates["mem"]), med(rates["disk"])
-        print("| embedded --data-dir vs --in-memory, --threads %d | %.0f | %.0f | %.2fx | "
-              "log: %d bytes in the largest run |" % (opts.threads, d, m, d / m, max(grew)))
-        targets = [("persistent reads >= 0.95x of in memory", d / m >= 0.95, "%.2fx" % (d / m)),
-                   ("log growth in a read-only run <= 64 KiB", max(grew) <= 65536,
-                    "%d bytes" % max(grew))]
-        if not opts.no_redis and shutil.which("redis-server"):
+        only = opts.only.split(",")
+        targets = []
+        if "embedded" in only:
+            rates, grew = embedded(opts, tmp, bodies, log)
+            m, d = med(rates["mem"]), med(rates["disk"])
+            print("| embedded --data-dir vs --in-memory, --threads %d | %.0f | %.0f | %.2fx | "
+                  "log: %d bytes in the largest run |" % (opts.threads, d, m, d / m, max(grew)))
+            targets += [("persistent reads >= 0.95x of in memory", d / m >= 0.95,
+                         "%.2fx" % (d / m)),
+                        ("log growth in a read-only run <= 64 KiB", max(grew) <= 65536,
+                         "%d bytes" % max(grew))]
+        if "auth" in only:
+            rates, cpu = auth(opts, tmp, bodies, log)
+            on, off = med(rates["on"]), med(rates["off"])
+            print("| --auth-token-file, 2 tenants, Basic auth vs no auth, --in-memory --threads "
+                  "%d | %.0f | %.0f | %.3fx | server CPU per request %.1f vs %.1f us: %.3fx |"
+                  % (opts.threads, on, off, on / off, med(cpu["on"]), med(cpu["off"]),
+                     med(cpu["on"]) / med(cpu["off"])))
+            targets += [("reads with 2 tenants and auth >= 0.95x of without auth", on / off >= 0.95,
+                         "%.3fx" % (on / off))]
+        if "redis" in only and not opts.no_redis and shutil.which("redis-server"):
             rates, stream, aof = redis(opts, tmp, bodies, log)
             p, k = med(rates["plain"]), med(rates["kept"])
             print("| Redis with a replica and appendonly yes vs without | %.0f | %.0f | %.2fx | "

@@ -2,7 +2,7 @@
 # generator, and the core memory figures. See docs/performance.md.
 #
 #   make bench          build, start servers, print the tables (minutes): bench/run,
-#                       then bench/read_cost.py (what persistence costs a reader)
+#                       then bench/read_cost.py (what persistence and tenants cost a reader)
 #   make bench-smoke    the same in seconds, one run, tiny loads (no figures)
 #   make bench-memory   core memory per entry (in-process, 1M entries)
 

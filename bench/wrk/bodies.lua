@@ -3,6 +3,7 @@
 --   wrk -t1 -c16 -d10s -s bench/wrk/bodies.lua http://127.0.0.1:PORT -- FILE
 --
 -- FILE has one request per line, "PATH<TAB>JSON BODY" (bench/loadgen bodies).
+-- With $HF3FS_AUTHORIZATION set, every request carries it as Authorization.
 -- The requests are formatted once, in init(); request() hands them out in
 -- turn. done() prints one machine-readable line (latencies in microseconds):
 --   requests=R seconds=S rps=X p50_us=A p99_us=B errors=E
@@ -15,6 +16,9 @@ local next_index = 1
 function init(args)
   local file = assert(io.open(args[1], "r"), "cannot open " .. tostring(args[1]))
   local headers = { ["Content-Type"] = "application/json" }
+  -- bench/auth_cost.py: the Authorization header of every request
+  local authorization = os.getenv("HF3FS_AUTHORIZATION")
+  if authorization then headers["Authorization"] = authorization end
   for line in file:lines() do
     local path, body = line:match("^([^\t]+)\t(.*)$")
     if path then

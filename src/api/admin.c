@@ -5,7 +5,7 @@
  *   GET /health    200 {"status":"ok"} while the store accepts changes, else
  *                  503 {"status":"unavailable","detail":<why>}. Never needs
  *                  auth: it is what load balancers and systemd probes call.
- *   GET /v1/stats  200 {"server":{...},"pools":[{namespace, rank, num_pages,
+ *   GET /v1/stats  200 {"server":{...},"pools":[{tenant, namespace, rank, num_pages,
  *                  pages per state, keys, counters, refused_confirmations{...},
  *                  refused_releases{...}}]}
  *   GET /v1/check  200 {"ok":true} or 500 {"ok":false,"detail":...} (503 when the
@@ -15,8 +15,12 @@
  *                  route and status, connections, server state, the store
  *                  engine's own families (store_ops.metrics: the embedded
  *                  engine's log and snapshots), then per pool (labels
- *                  namespace, rank) pages per state, keys and the pool
- *                  counters. docs/operations.md has the table of every family.
+ *                  tenant, namespace, rank) pages per state, keys and the
+ *                  pool counters. docs/operations.md has the table of every
+ *                  family.
+ * The pools of /v1/stats and /metrics are the caller's tenant's (every
+ * tenant's for the operator), named as that tenant's requests name them
+ * (api__pools); the server's own figures are the whole server's.
  *
  * Prometheus wants every sample of a metric family together, so /metrics
  * first copies each pool's figures (the store hands them out one pool at a
@@ -100,13 +104,18 @@ static void put_refusals(json_buf *out, const char *name, const uint64_t *counts
     json_put_char(out, '}');
 }
 
-static void put_pool_json(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *s)
+static void put_pool_json(void *ctx, bool mine, hf_slice owner, hf_slice ns, uint32_t rank,
+                          const core_pool_stats *s)
 {
     stats_writer *w = ctx;
     json_buf *out = w->out;
+    if (!mine)
+        return;
     if (w->pools++)
         json_put_char(out, ',');
-    json_put_lit(out, "{\"namespace\":");
+    json_put_lit(out, "{\"tenant\":");
+    json_put_str(out, owner.ptr, owner.len);
+    json_put_lit(out, ",\"namespace\":");
     json_put_str(out, ns.ptr, ns.len);
     put_counter(out, "rank", rank);
     put_counter(out, "num_pages", s->num_pages);
@@ -277,7 +286,7 @@ static void stats(api__req *req)
     json_put_char(req->out, '{');
     put_server_json(req);
     json_put_lit(req->out, ",\"pools\":[");
-    int err = req->store->ops->stats(req->store, put_pool_json, &writer);
+    int err = api__pools(req, put_pool_json, &writer);
     if (err != STORE_OK) {
         api__store_failed(req, err);
         return;
@@ -311,7 +320,7 @@ static void check(api__req *req)
 
 typedef struct pool_figures {
     struct pool_figures *next;
-    hf_slice ns; /* copied into the request arena */
+    hf_slice tenant, ns; /* copied into the request arena */
     uint32_t rank;
     core_pool_stats stats;
 } pool_figures;
@@ -321,15 +330,24 @@ typedef struct pool_list {
     pool_figures *head, **tail;
 } pool_list;
 
-static void collect_pool(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *s)
+static hf_slice arena_copy(json_doc *doc, hf_slice s)
+{
+    char *copy = json_doc_alloc(doc, s.len + 1);
+    if (s.len)
+        memcpy(copy, s.ptr, s.len);
+    return (hf_slice){copy, s.len};
+}
+
+static void collect_pool(void *ctx, bool mine, hf_slice owner, hf_slice ns, uint32_t rank,
+                         const core_pool_stats *s)
 {
     pool_list *list = ctx;
+    if (!mine)
+        return;
     pool_figures *pool = json_doc_alloc(list->doc, sizeof *pool);
-    char *name = json_doc_alloc(list->doc, ns.len + 1);
-    if (ns.len)
-        memcpy(name, ns.ptr, ns.len);
     pool->next = NULL;
-    pool->ns = (hf_slice){name, ns.len};
+    pool->tenant = arena_copy(list->doc, owner);
+    pool->ns = arena_copy(list->doc, ns);
     pool->rank = rank;
     pool->stats = *s;
     *list->tail = pool;
@@ -364,12 +382,14 @@ static void put_family(json_buf *out, const char *name, const char *type, const 
     json_put_char(out, '\n');
 }
 
-/* name{namespace="..",rank="..",<extra>} value */
+/* name{tenant="..",namespace="..",rank="..",<extra>} value */
 static void put_sample(json_buf *out, const char *name, const pool_figures *pool,
                        const char *extra, uint64_t value)
 {
     json_put_raw(out, name, strlen(name));
-    json_put_lit(out, "{namespace=\"");
+    json_put_lit(out, "{tenant=\"");
+    put_label_value(out, pool->tenant);
+    json_put_lit(out, "\",namespace=\"");
     put_label_value(out, pool->ns);
     json_put_lit(out, "\",rank=\"");
     json_put_uint(out, pool->rank);
@@ -600,7 +620,7 @@ static void metrics(api__req *req)
 {
     pool_list pools = {.doc = req->doc, .head = NULL};
     pools.tail = &pools.head;
-    int err = req->store->ops->stats(req->store, collect_pool, &pools);
+    int err = api__pools(req, collect_pool, &pools);
     if (err != STORE_OK) {
         api__store_failed(req, err);
         return;
@@ -735,9 +755,9 @@ void api__summary_log(api__summary *summary, store_t *store)
 }
 
 const api__route api__admin_routes[] = {
-    {"GET", "/health", health, API__NO_BODY},
-    {"GET", "/metrics", metrics, API__NO_BODY},
-    {"GET", "/v1/stats", stats, API__NO_BODY},
-    {"GET", "/v1/check", check, API__NO_BODY | API__DEBUG_ONLY},
+    {"GET", "/health", health, API__NO_BODY | API__OPERATOR_OK},
+    {"GET", "/metrics", metrics, API__NO_BODY | API__OPERATOR_OK},
+    {"GET", "/v1/stats", stats, API__NO_BODY | API__OPERATOR_OK},
+    {"GET", "/v1/check", check, API__NO_BODY | API__DEBUG_ONLY | API__OPERATOR_OK},
 };
 const size_t api__admin_route_count = sizeof api__admin_routes / sizeof api__admin_routes[0];

@@ -19,9 +19,13 @@
  */
 #include "api/api_internal.h"
 
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "api/auth.h"
@@ -36,7 +40,16 @@
 
 struct api {
     store_t *store;
-    api_config config; /* config.auth_token points to our own copy */
+    api_config config; /* config.auth_token is NULL: the tokens are in `tenants` */
+    /* The token table in force, NULL without auth. A reload swaps it; the
+     * tables it replaced stay in `retired` until api_free, since a request
+     * may still hold one of their tenants. */
+    _Atomic(tenant_table *) tenants;
+    tenant_table **retired;
+    size_t nretired;
+    uint64_t seed;               /* of the tables' hash */
+    pthread_mutex_t reload_lock; /* reloads, one at a time */
+    pthread_mutex_t quota_lock;  /* initializes of tenants with a quota, one at a time */
     const api__route **routes;
     size_t nroutes;
     const char **route_names; /* metric labels: the patterns, then "unmatched" */
@@ -67,11 +80,22 @@ api_t *api_new(store_t *store, const api_config *config)
     api->route_names[total] = "unmatched";
     api->metrics = api__metrics_new(total);
     api->summary = api__summary_new();
+    if (getrandom(&api->seed, sizeof api->seed, 0) != (ssize_t)sizeof api->seed)
+        api->seed = (uint64_t)hf_clock_mono_ns();
+    pthread_mutex_init(&api->reload_lock, NULL);
+    pthread_mutex_init(&api->quota_lock, NULL);
+    atomic_init(&api->tenants, NULL);
+    api->config.auth_token = NULL;
+    api->config.auth_token_len = 0;
     if (config->auth_token) {
-        char *token = hf_xmalloc(config->auth_token_len + 1);
-        memcpy(token, config->auth_token, config->auth_token_len);
-        token[config->auth_token_len] = '\0';
-        api->config.auth_token = token;
+        tenant_table *table;
+        char err[256];
+        if (tenant_table_parse(config->auth_token, config->auth_token_len, api->seed, &table,
+                               err, sizeof err) != 0) {
+            log_msg(LOG_ERROR, "api_new: the token file: %s", err);
+            abort();
+        }
+        atomic_store(&api->tenants, table);
     }
     api->started_ms = hf_clock_wall_ms();
     return api;
@@ -85,8 +109,29 @@ void api_free(api_t *api)
     free(api->route_names);
     api__metrics_free(api->metrics);
     api__summary_free(api->summary);
-    free((char *)api->config.auth_token);
+    tenant_table_free(atomic_load(&api->tenants));
+    for (size_t i = 0; i < api->nretired; i++)
+        tenant_table_free(api->retired[i]);
+    free(api->retired);
+    pthread_mutex_destroy(&api->reload_lock);
+    pthread_mutex_destroy(&api->quota_lock);
     free(api);
+}
+
+int api_reload_tokens(api_t *api, const char *text, size_t len, char *err, size_t errlen)
+{
+    tenant_table *table;
+    if (!atomic_load(&api->tenants)) {
+        snprintf(err, errlen, "auth is off (no --auth-token-file at start)");
+        return -1;
+    }
+    if (tenant_table_parse(text, len, api->seed, &table, err, errlen) != 0)
+        return -1;
+    pthread_mutex_lock(&api->reload_lock);
+    api->retired = hf_xreallocarray(api->retired, api->nretired + 1, sizeof *api->retired);
+    api->retired[api->nretired++] = atomic_exchange(&api->tenants, table);
+    pthread_mutex_unlock(&api->reload_lock);
+    return 0;
 }
 
 /* ---- responses ---- */
@@ -102,6 +147,7 @@ void api_response_init(api_response *resp, const api_t *api)
     resp->status = 0;
     resp->content_type = NULL;
     resp->www_authenticate = NULL;
+    resp->tenant = NULL;
     json_buf_init(&resp->body, answer_max);
     json_doc_init(&resp->doc, &json);
 }
@@ -471,8 +517,105 @@ int api__decode_namespace(api__req *req, hf_slice *ns)
                   req->limits->max_key_bytes);
         return -1;
     }
+    if (node->u.str[0] == TENANT_NS_BYTE) {
+        api__fail(req, 400, "'namespace' may not begin with the byte 0x%02x: it marks the "
+                  "namespaces of tenants", (unsigned)(unsigned char)TENANT_NS_BYTE);
+        return -1;
+    }
     *ns = json_slice(node);
     return 0;
+}
+
+/* ---- tenants ---- */
+
+hf_slice api__store_ns(api__req *req, hf_slice ns)
+{
+    hf_slice prefix = req->tenant->prefix;
+    if (!prefix.len)
+        return ns;
+    char *p = json_doc_alloc(req->doc, prefix.len + ns.len);
+    memcpy(p, prefix.ptr, prefix.len);
+    memcpy(p + prefix.len, ns.ptr, ns.len);
+    return (hf_slice){p, prefix.len + ns.len};
+}
+
+const char *api__tenant_words(api__req *req)
+{
+    if (!req->resp->tenant)
+        return "";
+    size_t len = req->tenant->name.len + 10;
+    char *text = json_doc_alloc(req->doc, len + 1);
+    snprintf(text, len + 1, " (tenant %s)", req->tenant->name.ptr);
+    return text;
+}
+
+typedef struct pool_filter {
+    const tenant *caller;
+    api__pool_visitor fn;
+    void *ctx;
+} pool_filter;
+
+static void filter_pool(void *ctx, hf_slice store_ns, uint32_t rank, const core_pool_stats *s)
+{
+    pool_filter *f = ctx;
+    hf_slice name, ns;
+    tenant_split(store_ns, &name, &ns);
+    f->fn(f->ctx, f->caller->operator_ || hf_slice_eq(name, f->caller->name), name, ns, rank, s);
+}
+
+int api__pools(api__req *req, api__pool_visitor fn, void *ctx)
+{
+    pool_filter f = {.caller = req->tenant, .fn = fn, .ctx = ctx};
+    return req->store->ops->stats(req->store, filter_pool, &f);
+}
+
+/* The pages of a tenant's pools, and whether the pool asked for exists. */
+typedef struct quota_count {
+    hf_slice ns;
+    uint32_t rank;
+    uint64_t pages;
+    bool exists;
+} quota_count;
+
+static void count_pages(void *ctx, bool mine, hf_slice owner, hf_slice ns, uint32_t rank,
+                        const core_pool_stats *s)
+{
+    quota_count *q = ctx;
+    (void)owner;
+    if (!mine)
+        return;
+    q->pages += s->num_pages;
+    q->exists |= rank == q->rank && hf_slice_eq(ns, q->ns);
+}
+
+static void fail_body(api__req *req, const char *problem);
+
+int api__init_pool(api__req *req, hf_slice ns, uint64_t num_pages, bool *created,
+                   uint64_t *existing)
+{
+    store_t *store = req->store;
+    hf_slice sns = api__store_ns(req, ns);
+    uint64_t quota = req->tenant->quota_pages;
+    if (quota == TENANT_NO_QUOTA)
+        return store->ops->init_pool(store, sns, req->rank, num_pages, created, existing);
+    /* One at a time, so that two initializes cannot pass the quota together
+     * (within this process: docs/operations.md). */
+    pthread_mutex_lock(&req->api->quota_lock);
+    quota_count q = {.ns = ns, .rank = req->rank};
+    int err = api__pools(req, count_pages, &q);
+    if (err == STORE_OK && !q.exists && (num_pages > quota || q.pages > quota - num_pages)) {
+        pthread_mutex_unlock(&req->api->quota_lock);
+        char problem[320];
+        snprintf(problem, sizeof problem, "tenant '%s' has a quota of %" PRIu64 " pages: its "
+                 "pools have %" PRIu64 " and this initialize asks for %" PRIu64 " more",
+                 req->tenant->name.ptr, quota, q.pages, num_pages);
+        fail_body(req, problem);
+        return API__ANSWERED;
+    }
+    if (err == STORE_OK)
+        err = store->ops->init_pool(store, sns, req->rank, num_pages, created, existing);
+    pthread_mutex_unlock(&req->api->quota_lock);
+    return err;
 }
 
 /* ---- routing ---- */
@@ -616,15 +759,28 @@ static void dispatch(api__req *req, hf_slice rank_seg, const char *body, size_t 
     }
 }
 
-/* With a token configured, everything but /health needs it (auth.h). */
+/* With a token file, everything but /health needs one of its tokens
+ * (auth.h), which names the request's tenant (tenants.h). */
 static bool authorized(api__req *req, hf_slice path, const char *authorization)
 {
-    const api_config *config = &req->api->config;
-    if (!config->auth_token || hf_slice_eq(path, HF_SLICE_LIT("/health")))
+    const tenant_table *table = atomic_load_explicit(&req->api->tenants, memory_order_acquire);
+    req->tenant = &tenant_default;
+    if (!table)
         return true;
-    auth_result result = auth_check(config->auth_token, config->auth_token_len, authorization);
-    if (result == AUTH_OK)
+    req->resp->tenant = "-";
+    req->shared = tenant_table_tenants(table) > 1;
+    if (hf_slice_eq(path, HF_SLICE_LIT("/health")))
         return true;
+    char buf[AUTH_MAX_CREDENTIALS];
+    const char *secret;
+    size_t len;
+    auth_result result = auth_secret(authorization, buf, sizeof buf, &secret, &len);
+    const tenant *t = result == AUTH_OK ? tenant_table_find(table, secret, len) : NULL;
+    if (t) {
+        req->tenant = t;
+        req->resp->tenant = t->name.ptr;
+        return true;
+    }
     api__fail(req, 401, "%s",
               result == AUTH_MISSING
                   ? "Not authenticated: send 'Authorization: Bearer <token>', or HTTP Basic "
@@ -645,6 +801,7 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *autho
     resp->body.len = 0;
     resp->body.overflow = false;
     resp->www_authenticate = NULL;
+    resp->tenant = NULL;
     api__req req = {
         .api = api,
         .store = api->store,
@@ -660,6 +817,9 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *autho
         /* counted under the route asked for, without saying whether it exists */
     } else if (index == api->nroutes) {
         api__fail(&req, status, status == 405 ? "Method Not Allowed" : "Not Found");
+    } else if (req.tenant->operator_ && !(api->routes[index]->flags & API__OPERATOR_OK)) {
+        api__fail(&req, 403, "Forbidden: the operator's token reads /metrics, /v1/stats and "
+                  "the debug routes; %s needs a tenant's token", api->routes[index]->pattern);
     } else {
         req.route = api->routes[index];
         dispatch(&req, rank_seg, body, len);

@@ -16,9 +16,13 @@
  * api_t at once, each with its own api_response.
  *
  * Auth (api_config.auth_token set): every request but those to /health
- * must carry the token, as "Authorization: Bearer TOKEN" or as the password
- * of "Authorization: Basic ..." (any user name); otherwise 401
- * {"detail": ...} with resp->www_authenticate set. See auth.c.
+ * must carry a token of the token file, as "Authorization: Bearer TOKEN" or
+ * as the password of "Authorization: Basic ..." (any user name); otherwise
+ * 401 {"detail": ...} with resp->www_authenticate set (auth.c). The token
+ * names the request's tenant (tenants.h): the dialects, /clear, /v1/stats
+ * and /metrics see only that tenant's namespaces; the operator's token ("*")
+ * reads /metrics, /v1/stats and the debug routes of every tenant and gets
+ * 403 elsewhere.
  */
 #ifndef HF_API_API_H
 #define HF_API_API_H
@@ -42,7 +46,9 @@ typedef struct api_limits {
 typedef struct api_config {
     api_limits limits;
     bool debug_api; /* serve GET /v1/check (walks every pool: for tests) */
-    /* The shared secret, or NULL: no auth. Copied by api_new. */
+    /* The text of the token file (tenants.h: "TOKEN [TENANT [pages=N]]"
+     * lines; a lone token is one), or NULL: no auth. Parsed by api_new,
+     * which aborts if tenant_table_parse refuses it: check it first. */
     const char *auth_token;
     size_t auth_token_len;
 } api_config;
@@ -52,6 +58,12 @@ typedef struct api api_t;
 /* The store is borrowed: it must outlive the api. Aborts on out-of-memory. */
 api_t *api_new(store_t *store, const api_config *config);
 void api_free(api_t *api);
+
+/* Replace the token file's text (SIGHUP); only when auth was on at api_new.
+ * 0; or -1 with why in err, and the tokens in force stay. A request that
+ * already started keeps the tenant it was given; the previous tokens stay
+ * in memory until api_free. */
+int api_reload_tokens(api_t *api, const char *text, size_t len, char *err, size_t errlen);
 
 /*
  * The answer, and the scratch memory of the request that produced it. Owned
@@ -64,6 +76,9 @@ typedef struct api_response {
     int status;
     const char *content_type; /* static string; NULL when there is no body */
     const char *www_authenticate; /* static string for a 401's WWW-Authenticate, else NULL */
+    /* For the access log: the request's tenant; "-" when it has none (401,
+     * /health); NULL without auth. Valid until api_free. */
+    const char *tenant;
     json_buf body;
     json_doc doc;             /* the decoded request and its arena */
 } api_response;

@@ -18,6 +18,7 @@
 
 #include "api/api.h"
 #include "api/json.h"
+#include "api/tenants.h"
 
 typedef struct api__req api__req;
 typedef void (*api__handler)(api__req *req);
@@ -27,7 +28,11 @@ enum {
     API__NO_BODY = 2,       /* the body is not read at all (GET routes) */
     API__DEBUG_ONLY = 4,    /* only when api_config.debug_api */
     API__INIT_ERRORS = 8,   /* every 400 is "Invalid initialization parameters" (vLLM) */
+    API__OPERATOR_OK = 16,  /* the operator's token may call it (else 403) */
 };
+
+/* What api__init_pool returns when it answered the request itself. */
+#define API__ANSWERED 1
 
 /* pattern: '/'-separated literal segments, at most one "{rank}". */
 typedef struct api__route {
@@ -47,6 +52,8 @@ struct api__req {
     json_doc *doc;          /* == &resp->doc: arena for decoded arrays */
     const json_node *body;  /* the request object, or NULL (empty body, GET) */
     uint32_t rank;          /* the {rank} path segment, when the route has one */
+    const tenant *tenant;   /* whose request it is (tenants.h) */
+    bool shared;            /* the token file names more than one tenant */
 };
 
 extern const api__route api__vllm_routes[];
@@ -92,8 +99,30 @@ int api__decode_confirmations(api__req *req, const json_node *list, const char *
 /* Absent or null: no pages (*n = 0). Else a list of integers. */
 int api__decode_pages(api__req *req, const json_node *node, const char *field, int64_t **pages,
                       size_t *n);
-/* Absent or null: "kv". Else a non-empty string of at most max_key_bytes. */
+/* Absent or null: "kv". Else a non-empty string of at most max_key_bytes,
+ * not beginning with TENANT_NS_BYTE (tenants.h). The namespace as the
+ * request names it: api__store_ns gives the store's. */
 int api__decode_namespace(api__req *req, hf_slice *ns);
+
+/* ---- tenants (tenants.h) ---- */
+
+/* The store's namespace for the request's namespace ns (in the arena,
+ * unless the tenant's namespaces are the store's). */
+hf_slice api__store_ns(api__req *req, hf_slice ns);
+/* " (tenant NAME)" with auth on, "" without: for log lines. */
+const char *api__tenant_words(api__req *req);
+/* One pool, as the request's tenant sees it: owner is the pool's tenant's
+ * name, ns its namespace as that tenant's requests name it, mine whether
+ * the request may see it (its own tenant's, or the operator asks). */
+typedef void (*api__pool_visitor)(void *ctx, bool mine, hf_slice owner, hf_slice ns,
+                                  uint32_t rank, const core_pool_stats *stats);
+/* store_ops.stats over every pool, through fn. */
+int api__pools(api__req *req, api__pool_visitor fn, void *ctx);
+/* store_ops.init_pool of the request's tenant's pool (ns, req->rank),
+ * within its quota: STORE_OK, a store error, or API__ANSWERED after a 400
+ * naming the quota (nothing changed). */
+int api__init_pool(api__req *req, hf_slice ns, uint64_t num_pages, bool *created,
+                   uint64_t *existing);
 
 static inline bool api__is_list(const json_node *node)
 {

@@ -67,21 +67,23 @@ static long base64_decode(const char *src, size_t len, unsigned char *out, size_
     return (long)n;
 }
 
-static auth_result check_basic(const char *token, size_t token_len, const char *cred, size_t len)
+/* The password of Basic credentials, decoded into buf (cap bytes). */
+static auth_result basic_password(const char *cred, size_t len, char *buf, size_t cap,
+                                  const char **secret, size_t *secret_len)
 {
-    unsigned char decoded[AUTH_MAX_CREDENTIALS];
-    long n = base64_decode(cred, len, decoded, sizeof decoded);
+    long n = base64_decode(cred, len, (unsigned char *)buf, cap);
     if (n < 0)
         return AUTH_MALFORMED;
-    const unsigned char *colon = memchr(decoded, ':', (size_t)n);
+    const char *colon = memchr(buf, ':', (size_t)n);
     if (!colon)
         return AUTH_MALFORMED;
-    const char *password = (const char *)colon + 1;
-    size_t password_len = (size_t)n - (size_t)(colon + 1 - decoded);
-    return auth_same_secret(password, password_len, token, token_len) ? AUTH_OK : AUTH_WRONG;
+    *secret = colon + 1;
+    *secret_len = (size_t)n - (size_t)(colon + 1 - buf);
+    return AUTH_OK;
 }
 
-auth_result auth_check(const char *token, size_t token_len, const char *header)
+auth_result auth_secret(const char *header, char *buf, size_t cap, const char **secret,
+                        size_t *secret_len)
 {
     if (!header)
         return AUTH_MISSING;
@@ -99,9 +101,23 @@ auth_result auth_check(const char *token, size_t token_len, const char *header)
         len--;
     if (len == 0 || len > AUTH_MAX_CREDENTIALS * 4 / 3 + 4)
         return AUTH_MALFORMED;
-    if (scheme_len == 6 && strncasecmp(p, "Bearer", 6) == 0)
-        return auth_same_secret(cred, len, token, token_len) ? AUTH_OK : AUTH_WRONG;
+    if (scheme_len == 6 && strncasecmp(p, "Bearer", 6) == 0) {
+        *secret = cred;
+        *secret_len = len;
+        return AUTH_OK;
+    }
     if (scheme_len == 5 && strncasecmp(p, "Basic", 5) == 0)
-        return check_basic(token, token_len, cred, len);
+        return basic_password(cred, len, buf, cap, secret, secret_len);
     return AUTH_MALFORMED;
+}
+
+auth_result auth_check(const char *token, size_t token_len, const char *header)
+{
+    char buf[AUTH_MAX_CREDENTIALS];
+    const char *secret;
+    size_t len;
+    auth_result result = auth_secret(header, buf, sizeof buf, &secret, &len);
+    if (result != AUTH_OK)
+        return result;
+    return auth_same_secret(secret, len, token, token_len) ? AUTH_OK : AUTH_WRONG;
 }

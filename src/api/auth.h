@@ -32,6 +32,13 @@ typedef enum auth_result {
     AUTH_WRONG,     /* well formed, wrong token */
 } auth_result;
 
+/* The secret an Authorization header value (NULL: absent) carries: the
+ * Bearer token (pointing into header) or the Basic password (decoded into
+ * buf, cap >= AUTH_MAX_CREDENTIALS bytes). AUTH_OK with *secret and
+ * *secret_len set, or AUTH_MISSING / AUTH_MALFORMED. */
+auth_result auth_secret(const char *header, char *buf, size_t cap, const char **secret,
+                        size_t *secret_len);
+
 /* Check an Authorization header value (NULL: absent) against token[0..len-1]
  * (len > 0). */
 auth_result auth_check(const char *token, size_t token_len, const char *header);

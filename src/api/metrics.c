@@ -20,7 +20,7 @@
 #include "util/xalloc.h"
 
 /* Statuses with their own label; the last bucket is "other". */
-static const int counted_statuses[] = {200, 204, 400, 401, 404, 405, 413, 431, 500, 503, 507};
+static const int counted_statuses[] = {200, 204, 400, 401, 403, 404, 405, 413, 431, 500, 503, 507};
 #define STATUS_BUCKETS (sizeof counted_statuses / sizeof counted_statuses[0] + 1)
 
 /* Upper bounds of the latency buckets, in nanoseconds and as `le` labels. */

@@ -79,21 +79,24 @@ static void initialize(api__req *req)
         return;
     bool created = false;
     uint64_t existing = 0;
-    int err = req->store->ops->init_pool(req->store, ns, req->rank, num_pages, &created, &existing);
+    int err = api__init_pool(req, ns, num_pages, &created, &existing);
+    if (err == API__ANSWERED)
+        return;
     if (err == STORE_OK && created && num_pages == 0)
-        log_msg(LOG_WARN, "rank %u namespace '%.*s' initialized with 0 pages: it can store nothing",
-                (unsigned)req->rank, (int)ns.len, ns.ptr);
+        log_msg(LOG_WARN, "rank %u namespace '%.*s'%s initialized with 0 pages: it can store "
+                "nothing", (unsigned)req->rank, (int)ns.len, ns.ptr, api__tenant_words(req));
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;
     }
     if (created)
-        log_msg(LOG_INFO, "rank %u namespace '%.*s' initialized with %" PRIu64 " pages",
-                (unsigned)req->rank, (int)ns.len, ns.ptr, num_pages);
+        log_msg(LOG_INFO, "rank %u namespace '%.*s'%s initialized with %" PRIu64 " pages",
+                (unsigned)req->rank, (int)ns.len, ns.ptr, api__tenant_words(req), num_pages);
     else if (existing != num_pages)
-        log_msg(LOG_WARN, "rank %u namespace '%.*s' already has %" PRIu64 " pages; an initialize "
-                "asked for %" PRIu64 ": the pool is kept as it is", (unsigned)req->rank,
-                (int)ns.len, ns.ptr, existing, num_pages);
+        log_msg(LOG_WARN, "rank %u namespace '%.*s'%s already has %" PRIu64 " pages; an "
+                "initialize asked for %" PRIu64 ": the pool is kept as it is",
+                (unsigned)req->rank, (int)ns.len, ns.ptr, api__tenant_words(req), existing,
+                num_pages);
     api__no_content(req);
 }
 
@@ -104,7 +107,8 @@ static void exists(api__req *req)
     if (required_keys(req, false, &keys, &n) != 0 || api__decode_namespace(req, &ns) != 0)
         return;
     bool *present = json_doc_alloc(req->doc, n * sizeof *present);
-    int err = req->store->ops->exists(req->store, ns, req->rank, keys, n, present);
+    int err = req->store->ops->exists(req->store, api__store_ns(req, ns), req->rank, keys, n,
+                                      present);
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;
@@ -120,8 +124,8 @@ static void reserve_and_allocate(api__req *req)
         return;
     int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
     bool *existed = json_doc_alloc(req->doc, n * sizeof *existed);
-    int err = req->store->ops->allocate(req->store, ns, req->rank, keys, n, CORE_ALLOC_PARTIAL,
-                                        pages, existed);
+    int err = req->store->ops->allocate(req->store, api__store_ns(req, ns), req->rank, keys, n,
+                                        CORE_ALLOC_PARTIAL, pages, existed);
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;
@@ -160,7 +164,8 @@ static void confirm_write(api__req *req)
                           &release, &nrel) != 0 ||
         api__decode_namespace(req, &ns) != 0)
         return;
-    int err = req->store->ops->confirm(req->store, ns, req->rank, keys, pages, n, release, nrel);
+    int err = req->store->ops->confirm(req->store, api__store_ns(req, ns), req->rank, keys, pages,
+                                       n, release, nrel);
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;
@@ -174,7 +179,8 @@ static void delete_keys(api__req *req)
     size_t n;
     if (required_keys(req, false, &keys, &n) != 0 || api__decode_namespace(req, &ns) != 0)
         return;
-    int err = req->store->ops->delete_keys(req->store, ns, req->rank, keys, n);
+    int err = req->store->ops->delete_keys(req->store, api__store_ns(req, ns), req->rank, keys,
+                                           n);
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;
@@ -187,12 +193,13 @@ static void clear_pool(api__req *req)
     hf_slice ns;
     if (api__decode_namespace(req, &ns) != 0)
         return;
-    int err = req->store->ops->clear_pool(req->store, ns, req->rank);
+    int err = req->store->ops->clear_pool(req->store, api__store_ns(req, ns), req->rank);
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;
     }
-    log_msg(LOG_INFO, "rank %u namespace '%.*s' cleared", (unsigned)req->rank, (int)ns.len, ns.ptr);
+    log_msg(LOG_INFO, "rank %u namespace '%.*s'%s cleared", (unsigned)req->rank, (int)ns.len,
+            ns.ptr, api__tenant_words(req));
     api__no_content(req);
 }
 
@@ -203,7 +210,8 @@ static void get_page_indices(api__req *req)
     if (required_keys(req, false, &keys, &n) != 0 || api__decode_namespace(req, &ns) != 0)
         return;
     int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
-    int err = req->store->ops->lookup(req->store, ns, req->rank, keys, n, pages);
+    int err = req->store->ops->lookup(req->store, api__store_ns(req, ns), req->rank, keys, n,
+                                      pages);
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;

@@ -14,6 +14,7 @@
  *   POST /clear                   anything or nothing        204
  */
 #include <inttypes.h>
+#include <string.h>
 
 #include "api/api_internal.h"
 #include "util/log.h"
@@ -124,19 +125,20 @@ static void init_pool(api__req *req, uint64_t num_pages)
 {
     bool created = false;
     uint64_t existing = 0;
-    int err = req->store->ops->init_pool(req->store, vllm_ns, req->rank, num_pages, &created,
-                                         &existing);
+    int err = api__init_pool(req, vllm_ns, num_pages, &created, &existing);
+    if (err == API__ANSWERED)
+        return;
     if (err != STORE_OK) {
         api__store_failed(req, err);
         return;
     }
     if (created)
-        log_msg(LOG_INFO, "rank %u namespace 'kv' initialized with %" PRIu64 " pages",
-                (unsigned)req->rank, num_pages);
+        log_msg(LOG_INFO, "rank %u namespace 'kv'%s initialized with %" PRIu64 " pages",
+                (unsigned)req->rank, api__tenant_words(req), num_pages);
     else if (existing != num_pages)
-        log_msg(LOG_WARN, "rank %u namespace 'kv' already has %" PRIu64 " pages; an initialize "
-                "asked for %" PRIu64 ": the pool is kept as it is", (unsigned)req->rank, existing,
-                num_pages);
+        log_msg(LOG_WARN, "rank %u namespace 'kv'%s already has %" PRIu64 " pages; an "
+                "initialize asked for %" PRIu64 ": the pool is kept as it is",
+                (unsigned)req->rank, api__tenant_words(req), existing, num_pages);
     /* The pool's real size: the one asked for, except when an existing pool
      * of another size was kept. */
     api__begin(req);
@@ -187,7 +189,7 @@ static void batch_allocate(api__req *req)
         return;
     size_t n = list->len;
     int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
-    int err = req->store->ops->allocate(req->store, vllm_ns, req->rank, keys, n,
+    int err = req->store->ops->allocate(req->store, api__store_ns(req, vllm_ns), req->rank, keys, n,
                                         CORE_ALLOC_ALL_OR_NOTHING, pages, NULL);
     if (err != STORE_OK) {
         fail_store(req, err, req->rank);
@@ -221,7 +223,7 @@ static void confirm_write(api__req *req)
         api__decode_pages(req, json_get(req->body, "pages_to_release"), "pages_to_release",
                           &release, &nrel) != 0)
         return;
-    int err = req->store->ops->confirm(req->store, vllm_ns, req->rank, keys, pages, list->len,
+    int err = req->store->ops->confirm(req->store, api__store_ns(req, vllm_ns), req->rank, keys, pages, list->len,
                                        release, nrel);
     if (err != STORE_OK) {
         fail_store(req, err, req->rank);
@@ -242,7 +244,8 @@ static void batch_exists(api__req *req)
         return;
     size_t n = list->len;
     bool *present = json_doc_alloc(req->doc, n * sizeof *present);
-    int err = req->store->ops->complete_exists(req->store, vllm_ns, keys, n, present);
+    int err = req->store->ops->complete_exists(req->store, api__store_ns(req, vllm_ns), keys, n,
+                                               present);
     if (err != STORE_OK) {
         api__store_failed(req, err);
         return;
@@ -260,7 +263,8 @@ static void get_locations(api__req *req)
         return;
     size_t n = list->len;
     int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
-    int err = req->store->ops->complete_locations(req->store, vllm_ns, req->rank, keys, n, pages);
+    int err = req->store->ops->complete_locations(req->store, api__store_ns(req, vllm_ns),
+                                                  req->rank, keys, n, pages);
     if (err != STORE_OK) {
         fail_store(req, err, req->rank);
         return;
@@ -268,15 +272,61 @@ static void get_locations(api__req *req)
     api__answer_pages(req, "locations", pages, n);
 }
 
-/* Forgets every pool of every namespace: workers must initialize again. */
+/* The pools of the caller's tenant, and whether there is any other. */
+typedef struct pool_ref {
+    struct pool_ref *next;
+    hf_slice ns; /* as the tenant names it, copied into the arena */
+    uint32_t rank;
+} pool_ref;
+
+typedef struct clear_plan {
+    json_doc *doc;
+    pool_ref *mine;
+    bool others;
+} clear_plan;
+
+static void plan_pool(void *ctx, bool mine, hf_slice owner, hf_slice ns, uint32_t rank,
+                      const core_pool_stats *s)
+{
+    clear_plan *plan = ctx;
+    (void)owner;
+    (void)s;
+    if (!mine) {
+        plan->others = true;
+        return;
+    }
+    pool_ref *p = json_doc_alloc(plan->doc, sizeof *p);
+    char *copy = json_doc_alloc(plan->doc, ns.len + 1);
+    if (ns.len)
+        memcpy(copy, ns.ptr, ns.len);
+    *p = (pool_ref){plan->mine, {copy, ns.len}, rank};
+    plan->mine = p;
+}
+
+/*
+ * Forgets every pool of the caller's tenant: workers must initialize again.
+ * When the store holds no other tenant's pool and the token file names one
+ * tenant (or there is none), that is the store's clear_all, as ever; else
+ * each of the tenant's pools is cleared in its own step (the pools stay,
+ * empty, with their sizes), never touching another tenant's.
+ */
 static void clear_all(api__req *req)
 {
-    int err = req->store->ops->clear_all(req->store);
+    clear_plan plan = {.doc = req->doc};
+    int err = api__pools(req, plan_pool, &plan);
+    if (err == STORE_OK && !plan.others && !req->shared)
+        err = req->store->ops->clear_all(req->store);
+    else
+        for (const pool_ref *p = plan.mine; err == STORE_OK && p; p = p->next) {
+            err = req->store->ops->clear_pool(req->store, api__store_ns(req, p->ns), p->rank);
+            if (err == STORE_ENOPOOL) /* gone meanwhile */
+                err = STORE_OK;
+        }
     if (err != STORE_OK) {
         api__store_failed(req, err);
         return;
     }
-    log_msg(LOG_INFO, "every pool cleared (POST /clear)");
+    log_msg(LOG_INFO, "every pool%s cleared (POST /clear)", api__tenant_words(req));
     api__no_content(req);
 }
 

@@ -64,7 +64,8 @@
  * Access log (--access-log): one line per answer, after it is queued:
  *   access: 127.0.0.1:40212 "POST /keys/batch_allocate HTTP/1.1" 200 1234 0.000213
  * (client, method, path with bytes outside printable ASCII as \xHH, version,
- * status, body bytes, seconds since the request began).
+ * status, body bytes, seconds since the request began), and with
+ * --auth-token-file " tenant=NAME" (the token's tenant, "-" for none).
  */
 #include "http/http.h"
 
@@ -336,15 +337,18 @@ static void loggable(const char *s, size_t slen, char *out, size_t len)
     out[n] = '\0';
 }
 
-static void log_access(const conn *c, int status, size_t bytes)
+/* tenant: the request's (api_response.tenant), or NULL (no auth, or an
+ * answer of this layer's own). */
+static void log_access(const conn *c, int status, size_t bytes, const char *tenant)
 {
     char client[96], path[300];
     client_address(c->fd, client, sizeof client);
     loggable(c->url, c->url_len, path, sizeof path);
     uint64_t ns = hf_clock_mono_ns() - c->started_ns;
-    log_line("access", "%s \"%s %s HTTP/%u.%u\" %d %zu %" PRIu64 ".%06" PRIu64, client,
+    log_line("access", "%s \"%s %s HTTP/%u.%u\" %d %zu %" PRIu64 ".%06" PRIu64 "%s%s", client,
              http_method_str((enum http_method)c->parser.method), path, c->parser.http_major,
-             c->parser.http_minor, status, bytes, ns / 1000000000u, ns % 1000000000u / 1000u);
+             c->parser.http_minor, status, bytes, ns / 1000000000u, ns % 1000000000u / 1000u,
+             tenant ? " tenant=" : "", tenant ? tenant : "");
 }
 
 /* ---- answers ---- */
@@ -444,7 +448,7 @@ static void queue_refusal(conn *c, int status, const char *detail)
     api_count_http_answer(server->api, status);
     queue_answer(c, status, "application/json", NULL, text, (size_t)len, true, false);
     if (server->config.access_log)
-        log_access(c, status, (size_t)len);
+        log_access(c, status, (size_t)len, NULL);
 }
 
 static int hex_value(char ch)
@@ -497,7 +501,7 @@ static void answer_request(conn *c)
         queue_answer(c, r->status, r->content_type, r->www_authenticate, r->body.ptr,
                      r->body.len, !head, keep_alive_10);
         if (server->config.access_log)
-            log_access(c, r->status, r->status == 204 ? 0 : r->body.len);
+            log_access(c, r->status, r->status == 204 ? 0 : r->body.len, r->tenant);
         api_response_trim(&c->resp);
     }
     if (c->body_cap > BODY_KEEP) {

@@ -14,10 +14,12 @@
  * Then the api and the HTTP server (a port that cannot be bound: exit code
  * 1), and log lines with every effective setting and the address.
  *
- * SIGINT and SIGTERM are blocked before any thread starts (the server's
- * threads inherit the mask) and taken with sigwait(), so no code runs in a
- * signal handler; meanwhile the main thread logs the summary line every
- * --log-summary-interval. Shutdown stops the HTTP server (closing every
+ * SIGINT, SIGTERM and SIGHUP are blocked before any thread starts (the
+ * server's threads inherit the mask) and taken with sigtimedwait(), so no
+ * code runs in a signal handler; meanwhile the main thread logs the summary
+ * line every --log-summary-interval, and at SIGHUP rereads
+ * --auth-token-file (api_reload_tokens: connections stay; a file it cannot
+ * use is refused with an error line and the tokens in force stay). Shutdown stops the HTTP server (closing every
  * connection), then frees the api and the store (the embedded engine writes
  * its final snapshot): exit code 0 with nothing leaked.
  */
@@ -39,6 +41,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/tenants.h"
 #include "core/core.h"
 #include "http/http.h"
 #include "util/log.h"
@@ -218,9 +221,11 @@ static void usage(FILE *out)
         "  --salvage                   start despite damage before the log's tail: keep every\n"
         "                              valid record, set the damaged files aside\n"
         "  --log-level LEVEL           error|warn|info|debug (default info)\n"
-        "  --auth-token-file PATH      require this file's token on every route but /health,\n"
-        "                              as 'Authorization: Bearer TOKEN' or HTTP Basic auth with\n"
-        "                              the token as password (default: no auth)\n"
+        "  --auth-token-file PATH      require one of this file's tokens on every route but\n"
+        "                              /health, as 'Authorization: Bearer TOKEN' or HTTP Basic\n"
+        "                              auth with the token as password; lines TOKEN [TENANT\n"
+        "                              [pages=N]] give each tenant its own namespaces; SIGHUP\n"
+        "                              rereads it (default: no auth)\n"
         "  --access-log                log one line per request (default off)\n"
         "  --log-summary-interval SECS log evictions, expired reservations and refusals at\n"
         "                              most this often, when they moved; 0 never (default 60)\n"
@@ -522,38 +527,77 @@ static void bad_token_file(const char *path, const char *problem)
 }
 
 /*
- * The token of --auth-token-file: the file's bytes without trailing
- * newlines (CR or LF), which must leave 1..TOKEN_MAX_BYTES printable ASCII
- * characters without spaces. An unreadable, empty or odd file stops the
- * start: a server meant to be protected must not run unprotected. The
- * caller frees *token.
+ * The bytes of a secret file of at most max bytes, into *text (malloc'd,
+ * NUL-terminated; the caller zeroes and frees it): 0, or -1 with why in
+ * err. A file other users may read or write gets a warning.
  */
-static void read_token_file(const char *path, char **token, size_t *len)
+static int read_secret_file(const char *path, size_t max, char **text, size_t *len, char *err,
+                            size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        bad_token_file(path, strerror(errno));
+    if (fd < 0) {
+        snprintf(err, errlen, "%s", strerror(errno));
+        return -1;
+    }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        bad_token_file(path, "is not a regular file");
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "is not a regular file");
+        return -1;
+    }
     if (st.st_mode & (S_IRWXG | S_IRWXO))
         log_msg(LOG_WARN, "--%s '%s' is readable or writable by other users "
                 "(mode %03o); chmod 600 it", token_flag, path, (unsigned)(st.st_mode & 0777));
-    char buf[TOKEN_MAX_BYTES + 3];
+    char *buf = malloc(max + 2);
+    if (!buf) {
+        close(fd);
+        snprintf(err, errlen, "cannot be read: out of memory");
+        return -1;
+    }
     size_t n = 0;
-    while (n < sizeof buf) {
-        ssize_t got = read(fd, buf + n, sizeof buf - n);
+    int failed = 0;
+    while (n < max + 1) {
+        ssize_t got = read(fd, buf + n, max + 1 - n);
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
-            bad_token_file(path, strerror(errno));
-        if (got == 0)
+            failed = errno;
+        if (got <= 0)
             break;
         n += (size_t)got;
     }
     close(fd);
+    if (failed || n > max) {
+        if (failed)
+            snprintf(err, errlen, "%s", strerror(failed));
+        else
+            snprintf(err, errlen, "holds more than %zu bytes", max);
+        explicit_bzero(buf, max + 2);
+        free(buf);
+        return -1;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
+/*
+ * The password of --redis-password-file: the file's bytes without trailing
+ * newlines (CR or LF), which must leave 1..TOKEN_MAX_BYTES printable ASCII
+ * characters without spaces. An unreadable, empty or odd file stops the
+ * start. The caller frees *token.
+ */
+static void read_password_file(const char *path, char **token, size_t *len)
+{
+    char err[256];
+    size_t n;
+    if (read_secret_file(path, TOKEN_MAX_BYTES + 2, token, &n, err, sizeof err) != 0)
+        bad_token_file(path, err);
+    char *buf = *token;
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         n--;
+    buf[n] = '\0';
     if (n == 0)
         bad_token_file(path, "holds no token (it is empty)");
     if (n > TOKEN_MAX_BYTES)
@@ -562,13 +606,53 @@ static void read_token_file(const char *path, char **token, size_t *len)
         if (buf[i] <= ' ' || buf[i] > '~')
             bad_token_file(path, "holds a space, a control character or a non-ASCII byte; "
                            "a token is one word of printable ASCII");
-    *token = malloc(n + 1);
-    if (!*token)
-        bad_token_file(path, "cannot be copied: out of memory");
-    memcpy(*token, buf, n);
-    (*token)[n] = '\0';
     *len = n;
-    explicit_bzero(buf, sizeof buf);
+}
+
+/*
+ * The text of --auth-token-file (tenants.h: "TOKEN [TENANT [pages=N]]"
+ * lines), read and checked: 0, or -1 with why in err. The caller zeroes and
+ * frees *text.
+ */
+static int read_token_file(const char *path, char **text, size_t *len, char *err, size_t errlen)
+{
+    if (read_secret_file(path, TENANT_FILE_MAX, text, len, err, errlen) != 0)
+        return -1;
+    tenant_table *table;
+    if (tenant_table_parse(*text, *len, 0, &table, err, errlen) != 0) {
+        explicit_bzero(*text, *len);
+        free(*text);
+        *text = NULL;
+        return -1;
+    }
+    log_msg(LOG_INFO, "--auth-token-file '%s': %zu tokens of %zu tenants%s", path,
+            tenant_table_tokens(table), tenant_table_tenants(table),
+            tenant_table_names(table) > tenant_table_tenants(table) ? " and the operator" : "");
+    tenant_table_free(table);
+    return 0;
+}
+
+/* SIGHUP: the token file again; refused (the tokens in force stay) if it
+ * cannot be used. */
+static void reload_token_file(api_t *api, const char *path)
+{
+    char err[512];
+    char *text;
+    size_t len;
+    if (read_token_file(path, &text, &len, err, sizeof err) != 0) {
+        log_msg(LOG_ERROR, "SIGHUP: --auth-token-file '%s' %s: refused, the tokens in force "
+                "stay", path, err);
+        return;
+    }
+    int rc = api_reload_tokens(api, text, len, err, sizeof err);
+    explicit_bzero(text, len);
+    free(text);
+    if (rc != 0)
+        log_msg(LOG_ERROR, "SIGHUP: --auth-token-file '%s' %s: refused, the tokens in force "
+                "stay", path, err);
+    else
+        log_msg(LOG_INFO, "SIGHUP: --auth-token-file '%s' reread: its tokens are in force",
+                path);
 }
 
 /* Whether every address `host` stands for is a loopback address. */
@@ -660,7 +744,7 @@ static store_t *open_store(const server_options *o, const core_config *core)
         size_t password_len = 0;
         if (o->redis_password_file) {
             token_flag = "redis-password-file";
-            read_token_file(o->redis_password_file, &password, &password_len);
+            read_password_file(o->redis_password_file, &password, &password_len);
         }
         store_redis_options ro = {
             .url = o->store,
@@ -703,23 +787,25 @@ static store_t *open_store(const server_options *o, const core_config *core)
 }
 
 /* Wait for SIGINT or SIGTERM; meanwhile log the summary line every
- * interval (its figures were first taken before the server answered). */
-static int wait_for_stop(const sigset_t *stop_signals, api_t *api, double interval_s)
+ * interval (its figures were first taken before the server answered) and
+ * reread the token file at each SIGHUP. */
+static int wait_for_stop(const sigset_t *signals, api_t *api, const server_options *o)
 {
-    int sig = 0;
-    if (interval_s <= 0) {
-        while (sigwait(stop_signals, &sig) != 0)
-            ;
-        return sig;
-    }
-    int64_t ms = seconds_to_ms(interval_s);
+    double interval_s = o->log_summary_interval_s;
+    int64_t ms = seconds_to_ms(interval_s > 0 ? interval_s : 3600);
     struct timespec every = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
     for (;;) {
-        sig = sigtimedwait(stop_signals, NULL, &every);
-        if (sig > 0)
+        int sig = sigtimedwait(signals, NULL, &every);
+        if (sig == SIGHUP) {
+            if (o->auth_token_file)
+                reload_token_file(api, o->auth_token_file);
+            else
+                log_msg(LOG_INFO, "SIGHUP: no --auth-token-file to reread");
+        } else if (sig > 0) {
             return sig;
-        if (errno == EAGAIN)
+        } else if (errno == EAGAIN && interval_s > 0) {
             api_log_summary(api);
+        }
     }
 }
 
@@ -730,23 +816,27 @@ int main(int argc, char **argv)
     log_set_level(options.log_level);
 
     /* Before any thread exists, so that every thread inherits the mask. */
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     /* Before anything starts: a bad token file stops the start at once. */
     api_config api_cfg = api_config_from(&options);
     char *token = NULL;
     if (options.auth_token_file) {
-        read_token_file(options.auth_token_file, &token, &api_cfg.auth_token_len);
+        char why[512];
+        if (read_token_file(options.auth_token_file, &token, &api_cfg.auth_token_len, why,
+                            sizeof why) != 0)
+            bad_token_file(options.auth_token_file, why);
         api_cfg.auth_token = token;
     }
     core_config core = core_config_from(&options);
     store_t *store = open_store(&options, &core);
-    api_t *api = api_new(store, &api_cfg); /* keeps its own copy of the token */
+    api_t *api = api_new(store, &api_cfg); /* keeps its own table of the tokens */
     if (token) {
         explicit_bzero(token, api_cfg.auth_token_len);
         free(token);
@@ -771,7 +861,7 @@ int main(int argc, char **argv)
     }
     log_settings(&options, http_bound_port(http));
 
-    int sig = wait_for_stop(&stop_signals, api, options.log_summary_interval_s);
+    int sig = wait_for_stop(&signals, api, &options);
     log_msg(LOG_INFO, "%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     http_stop(http);
     api_free(api);

@@ -727,6 +727,19 @@ def wait_for(predicate, timeout, interval=0.05, what="condition"):
         time.sleep(interval)
 
 
+def stock_session():
+    """A requests session with the stock clients' retry policy and no
+    timeout (Debian's python3-requests, installed by `make deps`)."""
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+    s = requests.Session()
+    retry = Retry(total=3, backoff_factor=0.3, status_forcelist=[500, 502, 503, 504],
+                  allowed_methods=["GET", "POST"])
+    s.mount("http://", HTTPAdapter(max_retries=retry))
+    return s
+
+
 # -- the two dialects, answers checked for shape -----------------------------
 
 def _ns_body(body, ns):

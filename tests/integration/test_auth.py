@@ -1,6 +1,8 @@
 """test_auth.py: --auth-token-file. Every route but /health needs the token, as
 a Bearer token or as the password of HTTP Basic auth; the server refuses to
-start with a token file it cannot use."""
+start with a token file it cannot use. A file of one token behaves as it
+always did (its tenant is "default"); the tenants of files with several
+tokens are test_tenants.py's."""
 
 import base64
 import os
@@ -211,8 +213,11 @@ def run_server_expecting_failure(*flags):
 
 
 def test_server_refuses_to_start_with_an_empty_missing_or_odd_token_file():
-    for content, words in ((b"", "empty"), (b"\n\n", "empty"), (b"two words\n", "space"),
-                           (b"tab\there", "space"), (b"x" * 2000, "1024")):
+    for content, words in ((b"", "empty"), (b"\n\n# a comment\n", "empty"),
+                           (b"tok Bad!Name\n", "line 1: tenant"),
+                           (b"ok\ntok acme pages=lots\n", "line 2: 'pages=lots'"),
+                           (b"tok acme pages=5 more\n", "4 words"),
+                           (b"tok a\ntok b\n", "twice"), (b"x" * 2000, "1024")):
         with TokenFile(content) as path:
             out = run_server_expecting_failure("--auth-token-file", path)
             expect_true("--auth-token-file" in out and words in out,

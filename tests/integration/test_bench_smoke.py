@@ -172,8 +172,8 @@ def test_ab_script_runs_both_sides_alternately_and_prints_a_median_for_each():
         assert re.search(r"^%s median requests/s: \d+(\.\d+)?$" % side, out, re.M), out[-2000:]
 
 def test_read_cost_smoke_run_prints_both_comparisons_and_their_targets():
-    """bench/read_cost.py --smoke: the embedded and Redis rows and the four
-    target lines have figures (none is judged here)."""
+    """bench/read_cost.py --smoke: the embedded, Redis and auth rows and the
+    five target lines have figures (none is judged here)."""
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "read_cost.py"), "--smoke"],
                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300)
@@ -187,9 +187,11 @@ def test_read_cost_smoke_run_prints_both_comparisons_and_their_targets():
         out[-2000:]
     assert re.search(r"^\| Redis .* \| \d+ \| \d+ \| [\d.]+x \| replication [\d.]+ B, AOF", out,
                      re.M), out[-2000:]
+    assert re.search(r"^\| --auth-token-file, 2 tenants, .* \| \d+ \| \d+ \| [\d.]+x \| "
+                     r"server CPU", out, re.M), out[-2000:]
     targets = [line for line in out.splitlines() if re.match(r"^  .*: \S+( bytes)? (met|MISSED)$",
                                                              line)]
-    assert len(targets) == 4, "four target lines expected:\n" + out[-2000:]
+    assert len(targets) == 5, "five target lines expected:\n" + out[-2000:]
 
 
 def main():

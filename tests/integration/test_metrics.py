@@ -21,8 +21,8 @@ def scrape(srv):
     return text, metrics_text.parse(text)
 
 
-def pool(samples, name, ns="kv", rank=0, **labels):
-    return value(samples, name, 0, namespace=ns, rank=str(rank), **labels)
+def pool(samples, name, ns="kv", rank=0, tenant="default", **labels):
+    return value(samples, name, 0, tenant=tenant, namespace=ns, rank=str(rank), **labels)
 
 
 def pages(samples, state, ns="kv", rank=0):

@@ -40,10 +40,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Server, expect_true, v_init, s_init  # noqa: E402
 
+from harness import stock_session  # noqa: E402
+
 try:
     import requests
-    from requests.adapters import HTTPAdapter
-    from urllib3.util.retry import Retry
 except ImportError:  # Debian's python3-requests, installed by `make deps`
     requests = None
 
@@ -125,15 +125,6 @@ class Files:
         time.sleep(random.uniform(0, READ_DELAY))
         with self.lock:
             self._check_read(slot, key, "after")
-
-
-def stock_session():
-    """A session with the stock clients' retry policy and no timeout."""
-    s = requests.Session()
-    retry = Retry(total=3, backoff_factor=0.3, status_forcelist=[500, 502, 503, 504],
-                  allowed_methods=["GET", "POST"])
-    s.mount("http://", HTTPAdapter(max_retries=retry))
-    return s
 
 
 class Worker(threading.Thread):

@@ -1,6 +1,7 @@
 /*
  * test_ops.c: the operations side of the api without HTTP: the token check
- * of --auth-token-file, /health's 503 when the store refuses changes, an
+ * of --auth-token-file, the token file's tenants (parsing, lookup, what
+ * each tenant sees, the operator, quotas, a reload), /health's 503 when the store refuses changes, an
  * engine's own figures in /metrics and /v1/stats (through a store whose
  * health and metrics ops are stand-ins, and through the embedded engine
  * with a real log in a temporary directory), and the request counters
@@ -17,6 +18,7 @@
 
 #include "api/api.h"
 #include "api/auth.h"
+#include "api/tenants.h"
 #include "check.h"
 #include "store/mem.h"
 #include "util/log.h"
@@ -319,7 +321,7 @@ TEST(metrics_without_persistence_say_so_and_pass_promtool)
     const char *m = body_of(&f);
     CHECK(strstr(m, "\nhf3fs_metad_persistence_enabled 0\n") != NULL);
     CHECK(strstr(m, "hf3fs_metad_log_bytes_total") == NULL);
-    CHECK(strstr(m, "\nhf3fs_metad_pool_pages{namespace=\"kv\",rank=\"0\",state=\"free\"} 8\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_pool_pages{tenant=\"default\",namespace=\"kv\",rank=\"0\",state=\"free\"} 8\n"));
     CHECK_EQ(promtool_check(f.resp.body.ptr, f.resp.body.len) <= 0, 1);
     CHECK_EQ(request(&f, "GET", "/v1/stats", NULL, NULL), 200);
     CHECK(strstr(body_of(&f), "\"persistence\":null") != NULL);
@@ -365,6 +367,161 @@ static void *hammer(void *arg)
     return NULL;
 }
 
+/* ---- tenants ---- */
+
+static int parse(const char *text, tenant_table **t, char *err, size_t errlen)
+{
+    return tenant_table_parse(text, strlen(text), 7, t, err, errlen);
+}
+
+static const char *tenant_of(const tenant_table *t, const char *token)
+{
+    const tenant *x = tenant_table_find(t, token, strlen(token));
+    return x ? x->name.ptr : NULL;
+}
+
+TEST(token_file_lines_name_tenants_and_a_lone_token_is_the_default_tenant)
+{
+    tenant_table *t;
+    char err[256];
+    CHECK_EQ(parse("# tokens\n\nt-default\r\n  t-a1 acme pages=100\nt-a2\tacme\n"
+                   "t-b beta-2_x\nt-op *\nt-d2 default\n", &t, err, sizeof err), 0);
+    CHECK(strcmp(tenant_of(t, "t-default"), "default") == 0);
+    CHECK(strcmp(tenant_of(t, "t-d2"), "default") == 0);
+    CHECK(strcmp(tenant_of(t, "t-a1"), "acme") == 0);
+    CHECK(strcmp(tenant_of(t, "t-a2"), "acme") == 0);
+    CHECK(strcmp(tenant_of(t, "t-b"), "beta-2_x") == 0);
+    CHECK(tenant_table_find(t, "t-op", 4)->operator_);
+    CHECK(tenant_of(t, "t-a") == NULL && tenant_of(t, "t-a12") == NULL);
+    CHECK(tenant_of(t, "# tokens") == NULL && tenant_of(t, "acme") == NULL);
+    CHECK_EQ(tenant_table_find(t, "t-a2", 4)->quota_pages, 100);
+    CHECK_EQ(tenant_table_find(t, "t-b", 3)->quota_pages, TENANT_NO_QUOTA);
+    CHECK_EQ(tenant_table_find(t, "t-default", 9)->prefix.len, 0);
+    CHECK(hf_slice_eq(tenant_table_find(t, "t-b", 3)->prefix, HF_SLICE_LIT("\x01" "beta-2_x\x01")));
+    CHECK_EQ(tenant_table_tokens(t), 6);
+    CHECK_EQ(tenant_table_tenants(t), 3);
+    tenant_table_free(t);
+}
+
+TEST(a_malformed_token_file_is_refused_whole_with_the_line_and_why)
+{
+    static const struct {
+        const char *text, *words;
+    } bad[] = {
+        {"", "no token"},
+        {"\n# only a comment\n", "no token"},
+        {"ok\nt Acme\n", "line 2: tenant 'Acme'"},
+        {"t a.b", "tenant 'a.b'"},
+        {"t a pages=x", "pages=N"},
+        {"t a pages=-1", "pages=N"},
+        {"t a pages=5 more", "4 words"},
+        {"t * pages=5", "operator"},
+        {"t1 a pages=5\nt2 a pages=6", "line 2: tenant 'a' was given another quota"},
+        {"t a\nt b", "line 2: the token is listed twice"},
+        {"t\x7f a", "printable ASCII"},
+        {"t 0123456789012345678901234567890123456789012345678901234567890123456789", "tenant"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tenant_table *t = (tenant_table *)1;
+        char err[256] = "";
+        CHECK_EQ(parse(bad[i].text, &t, err, sizeof err), -1);
+        CHECK(t == NULL);
+        if (!strstr(err, bad[i].words))
+            fprintf(stderr, "  %s: %s\n", bad[i].text, err);
+        CHECK(strstr(err, bad[i].words) != NULL);
+    }
+}
+
+TEST(a_store_namespace_splits_into_its_tenant_and_the_tenants_namespace)
+{
+    hf_slice name, ns;
+    tenant_split(HF_SLICE_LIT("kv"), &name, &ns);
+    CHECK(hf_slice_eq(name, HF_SLICE_LIT("default")) && hf_slice_eq(ns, HF_SLICE_LIT("kv")));
+    tenant_split(HF_SLICE_LIT("\x01" "acme\x01" "kv"), &name, &ns);
+    CHECK(hf_slice_eq(name, HF_SLICE_LIT("acme")) && hf_slice_eq(ns, HF_SLICE_LIT("kv")));
+    tenant_split(HF_SLICE_LIT("\x01" "acme\x01\x01" "x"), &name, &ns);
+    CHECK(hf_slice_eq(name, HF_SLICE_LIT("acme")) && hf_slice_eq(ns, HF_SLICE_LIT("\x01x")));
+}
+
+#define TENANTS "tok-a acme pages=20\ntok-b beta\ntok-op *\n"
+
+TEST(two_tenants_see_only_their_own_keys_pools_and_metrics)
+{
+    fixture f;
+    fixture_open(&f, TENANTS, false);
+    const char *a = "Bearer tok-a", *b = "Bearer tok-b", *op = "Bearer tok-op";
+    const char *init = "{\"role\":\"worker\",\"num_pages\":8}";
+    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", a, init), 200);
+    CHECK_EQ(request(&f, "POST", "/keys/batch_allocate", a, "{\"rank\":0,\"keys\":[\"k\"]}"),
+             200);
+    CHECK_EQ(request(&f, "POST", "/keys/confirm_write", a,
+                     "{\"rank\":0,\"confirmations\":[[\"k\",0]]}"), 204);
+    CHECK_EQ(request(&f, "POST", "/keys/batch_exists", a, "{\"keys\":[\"k\"]}"), 200);
+    CHECK(strcmp(body_of(&f), "{\"exists\":[true]}") == 0);
+    CHECK_EQ(request(&f, "POST", "/keys/batch_exists", b, "{\"keys\":[\"k\"]}"), 200);
+    CHECK(strcmp(body_of(&f), "{\"exists\":[false]}") == 0);
+    CHECK_EQ(request(&f, "POST", "/0/exists", b, "{\"keys\":[\"k\"]}"), 404);
+    CHECK_EQ(request(&f, "GET", "/v1/stats", b, NULL), 200);
+    CHECK(strstr(body_of(&f), "\"pools\":[]") != NULL);
+    CHECK_EQ(request(&f, "GET", "/v1/stats", a, NULL), 200);
+    CHECK(strstr(body_of(&f), "{\"tenant\":\"acme\",\"namespace\":\"kv\",\"rank\":0,") != NULL);
+    CHECK_EQ(request(&f, "GET", "/metrics", op, NULL), 200);
+    CHECK(strstr(body_of(&f), "hf3fs_metad_pool_keys{tenant=\"acme\",namespace=\"kv\","
+                              "rank=\"0\"} 1\n") != NULL);
+    CHECK(strcmp(f.resp.tenant, "*") == 0);
+    CHECK_EQ(request(&f, "POST", "/keys/batch_exists", op, "{\"keys\":[\"k\"]}"), 403);
+    CHECK_EQ(request(&f, "POST", "/clear", op, NULL), 403);
+    /* b's /clear leaves a's key */
+    CHECK_EQ(request(&f, "POST", "/clear", b, NULL), 204);
+    CHECK_EQ(request(&f, "POST", "/keys/batch_exists", a, "{\"keys\":[\"k\"]}"), 200);
+    CHECK(strcmp(body_of(&f), "{\"exists\":[true]}") == 0);
+    CHECK(strcmp(f.resp.tenant, "acme") == 0);
+    /* no namespace may begin with the tenants' byte */
+    CHECK_EQ(request(&f, "POST", "/0/initialize", b,
+                     "{\"num_pages\":4,\"namespace\":\"\\u0001acme\\u0001kv\"}"), 400);
+    fixture_close(&f);
+}
+
+TEST(a_quota_refuses_the_initialize_that_would_pass_it_and_changes_nothing)
+{
+    fixture f;
+    fixture_open(&f, TENANTS, false);
+    const char *a = "Bearer tok-a";
+    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", a,
+                     "{\"role\":\"worker\",\"num_pages\":12}"), 200);
+    CHECK_EQ(request(&f, "POST", "/rank/1/initialize", a,
+                     "{\"role\":\"worker\",\"num_pages\":12}"), 400);
+    CHECK(strstr(body_of(&f), "\"detail\":\"Invalid initialization parameters\"") != NULL);
+    CHECK(strstr(body_of(&f), "quota of 20 pages") != NULL);
+    CHECK_EQ(request(&f, "POST", "/1/initialize", a, "{\"num_pages\":9,\"namespace\":\"s\"}"),
+             400);
+    CHECK(strstr(body_of(&f), "quota of 20 pages") != NULL);
+    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", a,
+                     "{\"role\":\"worker\",\"num_pages\":12}"), 200); /* exists: no more pages */
+    CHECK_EQ(request(&f, "POST", "/1/initialize", a, "{\"num_pages\":8,\"namespace\":\"s\"}"),
+             204);
+    CHECK_EQ(request(&f, "GET", "/v1/stats", a, NULL), 200);
+    CHECK(strstr(body_of(&f), "\"rank\":1,\"num_pages\":8,") != NULL);
+    CHECK(strstr(body_of(&f), "\"num_pages\":9") == NULL);
+    fixture_close(&f);
+}
+
+TEST(a_reload_puts_new_tokens_in_force_and_a_bad_file_keeps_the_old)
+{
+    fixture f;
+    fixture_open(&f, TENANTS, false);
+    char err[256];
+    CHECK_EQ(request(&f, "GET", "/v1/stats", "Bearer tok-b", NULL), 200);
+    CHECK_EQ(api_reload_tokens(f.api, "tok-a acme\ntok-c beta\n", 22, err, sizeof err), 0);
+    CHECK_EQ(request(&f, "GET", "/v1/stats", "Bearer tok-b", NULL), 401);
+    CHECK_EQ(request(&f, "GET", "/v1/stats", "Bearer tok-c", NULL), 200);
+    CHECK_EQ(api_reload_tokens(f.api, "tok-d Bad!\n", 11, err, sizeof err), -1);
+    CHECK(strstr(err, "line 1") != NULL);
+    CHECK_EQ(request(&f, "GET", "/v1/stats", "Bearer tok-c", NULL), 200);
+    CHECK_EQ(request(&f, "GET", "/v1/stats", "Bearer tok-d", NULL), 401);
+    fixture_close(&f);
+}
+
 TEST(request_counters_lose_nothing_under_concurrent_threads)
 {
     fixture f;
@@ -396,6 +553,12 @@ int main(void)
     RUN(the_embedded_engine_with_a_log_reports_its_log_and_snapshot_figures);
     RUN(metrics_without_persistence_say_so_and_pass_promtool);
     RUN(with_a_token_every_route_but_health_answers_401_with_a_challenge);
+    RUN(token_file_lines_name_tenants_and_a_lone_token_is_the_default_tenant);
+    RUN(a_malformed_token_file_is_refused_whole_with_the_line_and_why);
+    RUN(a_store_namespace_splits_into_its_tenant_and_the_tenants_namespace);
+    RUN(two_tenants_see_only_their_own_keys_pools_and_metrics);
+    RUN(a_quota_refuses_the_initialize_that_would_pass_it_and_changes_nothing);
+    RUN(a_reload_puts_new_tokens_in_force_and_a_bad_file_keeps_the_old);
     RUN(request_counters_lose_nothing_under_concurrent_threads);
     return TEST_SUMMARY();
 }
