@@ -44,6 +44,9 @@ SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrenc
                      "test_stripes", "test_tenants"]
 # Over the cluster, with several stripes per namespace (the rest: one).
 STRIPED_SUITES = ["test_page_integrity", "test_crash", "test_concurrency", "test_load"]
+# Run again with 4 stripes per namespace: the module's durability and
+# replication (RDB, AOF, replicas, slot moves) of values that are stripes.
+STRIPED_AGAIN = ["test_redis_module"]
 # The tests of tests/unit/test_model.c, by a part of their names.
 MODEL_RUNS = ["with_clock_eviction", "without_eviction", "another_seed"]
 # Shares of the fuzz corpus replayed over Redis (test_fuzz_corpus.py).
@@ -106,6 +109,10 @@ def build_jobs(build, check):
         jobs.append(Job(name + ".py" + tag,
                         [PYTHON, os.path.join("tests", "integration", name + ".py")],
                         striped, weight=2))
+        if name in STRIPED_AGAIN and not check:
+            jobs.append(Job(name + ".py[4 stripes]" + tag,
+                            [PYTHON, os.path.join("tests", "integration", name + ".py")],
+                            dict(server, HF3FS_TEST_STRIPES="4"), weight=2))
     if check:
         return jobs
     # Over one Redis a namespace is one value (stripes 1, the default of
