@@ -40,7 +40,8 @@ PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 # kills the front end: Redis must have every acknowledged change.
 SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrency",
                      "test_malformed", "test_metrics", "test_ops", "test_load", "test_cli",
-                     "test_client_lib", "test_crash", "test_page_integrity", "test_retries"]
+                     "test_client_lib", "test_crash", "test_page_integrity", "test_retries",
+                     "test_import_sglang"]
 # The tests of tests/unit/test_model.c, by a part of their names.
 MODEL_RUNS = ["with_clock_eviction", "without_eviction", "another_seed"]
 # Shares of the fuzz corpus replayed over Redis (test_fuzz_corpus.py).

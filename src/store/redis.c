@@ -186,6 +186,8 @@ static int judge(store_redis *r, redis_cmd *c, redisReply **out)
     int code = STORE_EUNAVAILABLE;
     if (starts(rep, "ENOPOOL")) {
         code = STORE_ENOPOOL;
+    } else if (starts(rep, "EEXIST")) {
+        code = STORE_EEXIST;
     } else if (starts(rep, "EINVAL")) {
         code = STORE_EINVAL;
     } else if (refused_before_running(rep)) {
@@ -746,6 +748,29 @@ static const char *rd_describe(store_t *s, int err)
     }
 }
 
+/* HF3FS.IMPORT key now cfg ns rank num_pages keys pages: the whole pool in
+ * one command (the module runs import_pool_build). */
+static int rd_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
+                          const hf_slice *keys, const int64_t *pages, size_t n)
+{
+    store_redis *r = R(s);
+    args a;
+    args_begin(r, &a, "HF3FS.IMPORT", ns);
+    args_add(&a, ns.ptr, ns.len);
+    args_int(&a, rank);
+    args_int(&a, (int64_t)num_pages);
+    args_keys(&a, keys, n);
+    args_pages(&a, pages, n);
+    redisReply *rep;
+    int rc = call(r, &a, true, &rep);
+    if (rc != STORE_OK)
+        return rc;
+    if (rep->type != REDIS_REPLY_INTEGER)
+        return malformed(r, rep, "HF3FS.IMPORT");
+    freeReplyObject(rep);
+    return STORE_OK;
+}
+
 static const struct store_ops redis_ops = {
     .init_pool = rd_init_pool,
     .allocate = rd_allocate,
@@ -763,6 +788,7 @@ static const struct store_ops redis_ops = {
     .health = rd_health,
     .metrics = rd_metrics,
     .describe = rd_describe,
+    .import_pool = rd_import_pool,
 };
 
 /* ------------------------------------------------------------ the module */
