@@ -14,7 +14,9 @@ replicas, no persistence: the cost of a call, not of durability), one
 hf3fs-metad --store redis-cluster://... (default threads), then `loadgen
 load` of --keys complete keys on --ranks ranks into namespace kv (the vLLM
 dialect, which always uses kv) and into each of --namespaces SGLang
-namespaces ns0, ns1, ... Three rows (ids c1s, c1e, c1v, c2s...: primaries,
+namespaces ns0, ns1, ... Keys in each engine's shape (bench/keys.h): 32-hex
+(vLLM's MD5) in kv, SGLang's "<64 hex>-k"/"-v" (66 bytes) in the SGLang
+namespaces. Three rows (ids c1s, c1e, c1v, c2s...: primaries,
 then the kind), each the median of --runs runs:
 
   s  SGLang reserve_and_allocate + confirm of 128 fresh keys on every rank
@@ -79,6 +81,10 @@ def used_memory(rc, port):
     return int(re.search(r"used_memory:(\d+)", rc.call(port, "INFO", "memory")).group(1))
 
 
+# the loadgen KEYCHARS of each engine's keys
+VLLM_KEYS, SGLANG_KEYS = "32", "66"
+
+
 def run_row(kind, port, a, bodies):
     if kind == "s":
         cmd = pin(0) + [LOADGEN, "sg-save", str(port), str(a.seconds), str(a.conns), "128",
@@ -87,7 +93,8 @@ def run_row(kind, port, a, bodies):
         cmd = pin(0) + ["wrk", "-t1", "-c%d" % a.conns, "-d%ds" % a.seconds, "--timeout", "10s",
                         "-s", os.path.join(ROOT, "bench", "wrk", "bodies.lua"),
                         "http://127.0.0.1:%d" % port, "--", bodies[kind]]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=dict(os.environ, KEYCHARS=SGLANG_KEYS))
     line = [x for x in r.stdout.splitlines() if x.startswith("requests=")]
     if r.returncode != 0 or not line:
         raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), r.stdout[-2000:]))
@@ -121,7 +128,8 @@ def bench_primaries(n, a, tmp):
                 if pin(1):
                     subprocess.run(["taskset", "-cp", "1", str(pid)], stdout=subprocess.DEVNULL)
             wait_port(port, proc)
-            loads = [[]] + [["64", "sglang", "ns%d" % i] for i in range(a.namespaces)]
+            loads = [[VLLM_KEYS]] + [[SGLANG_KEYS, "sglang", "ns%d" % i]
+                                     for i in range(a.namespaces)]
             for extra in loads:
                 subprocess.run(pin(0) + [LOADGEN, "load", str(port), str(a.keys), str(a.ranks),
                                          str(a.pages)] + extra, check=True,
@@ -136,10 +144,11 @@ def bench_primaries(n, a, tmp):
                       "v": os.path.join(tmp, "bodies-v-%d.txt" % n)}
             with open(bodies["e"], "w") as f:
                 subprocess.run([LOADGEN, "bodies", "sg-exists", str(a.keys), "256", "128",
-                                str(a.namespaces)], stdout=f, check=True)
+                                str(a.namespaces)], stdout=f, check=True,
+                               env=dict(os.environ, KEYCHARS=SGLANG_KEYS))
             with open(bodies["v"], "w") as f:
                 subprocess.run([LOADGEN, "bodies", "exists", str(a.keys), "256", "128"],
-                               stdout=f, check=True)
+                               stdout=f, check=True, env=dict(os.environ, KEYCHARS=VLLM_KEYS))
             for kind, _ in KINDS:
                 runs = []
                 for p in prim:

@@ -7,7 +7,9 @@
  * --tp N: N ranks (pools of one namespace), every key saved in each, as a
  * TP-N engine does; the owned figure is then per (key, rank).
  *
- * Figures: per owned (key, rank) entry with 32- and 64-hex keys; per free
+ * Figures: per owned (key, rank) entry with keys of each engine's shape
+ * (bench/keys.h: 32-hex, vLLM's MD5; 64-hex, SGLang's SHA-256; 66 bytes,
+ * SGLang's "<64 hex>-k"/"-v" of an MHA model under page_first); per free
  * page once used (reserved, then released: its record stays, plus a slot on
  * the free stack; a page never handed out costs nothing); a fresh pool of
  * 10^9 pages (left out with --no-pool).
@@ -26,6 +28,7 @@
 
 #include "core/core.h"
 #include "core/core_internal.h"
+#include "keys.h"
 
 static size_t core_pool_struct_bytes(void)
 {
@@ -50,19 +53,13 @@ static unsigned tp = 1;
 static void fill(core_t *core, size_t entries, int key_chars)
 {
     enum { BATCH = 1024 };
-    static char names[BATCH][65];
+    static char names[BATCH][BENCH_KEY_MAX];
     hf_slice keys[BATCH];
     int64_t pages[BATCH];
     for (size_t done = 0; done < entries; done += BATCH) {
         size_t n = entries - done < BATCH ? entries - done : BATCH;
         for (size_t i = 0; i < n; i++) {
-            /* lowercase hex, like the engines' SHA-256 block hashes */
-            unsigned long long v = (done + i) * 0x9e3779b97f4a7c15ull;
-            for (int c = 0; c < key_chars; c++)
-                names[i][c] = "0123456789abcdef"[((v >> ((c * 4) % 64)) ^ (unsigned)c) & 15];
-            char head[17];
-            snprintf(head, sizeof head, "%016llx", (unsigned long long)(done + i));
-            memcpy(names[i], head, 16);
+            bench_key_text(done + i, key_chars, names[i]);
             keys[i] = (hf_slice){names[i], (size_t)key_chars};
         }
         for (unsigned r = 0; r < tp; r++) {
@@ -95,7 +92,7 @@ static void measure(size_t entries, int key_chars)
 static void measure_free_pages(size_t entries)
 {
     enum { BATCH = 1024 };
-    static char names[BATCH][33];
+    static char names[BATCH][32];
     hf_slice keys[BATCH];
     int64_t *pages = calloc(entries ? entries : 1, sizeof *pages);
     core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
@@ -107,7 +104,7 @@ static void measure_free_pages(size_t entries)
     for (size_t done = 0; done < entries; done += BATCH) {
         size_t n = entries - done < BATCH ? entries - done : BATCH;
         for (size_t i = 0; i < n; i++) {
-            snprintf(names[i], sizeof names[i], "%032zx", done + i);
+            bench_key_text(done + i, 32, names[i]);
             keys[i] = (hf_slice){names[i], 32};
         }
         core_allocate(pool, keys, n, CORE_ALLOC_PARTIAL, 0, pages + done, NULL);
@@ -177,6 +174,7 @@ int main(int argc, char **argv)
         tp = 1;
     in_child(measure, entries, 32);
     in_child(measure, entries, 64);
+    in_child(measure, entries, 66);
     in_child(measure_free, entries, 0);
     if (pool)
         in_child(measure_pool, 0, 0);

@@ -31,7 +31,7 @@
  *   loadgen hmget-load REDISPORT N
  *       the baseline of bench/run's Redis CPU figure: fill two hashes of a
  *       plain Redis, hf3fs-bench:{hmget}:0 and :1 (one per rank), with the
- *       keys 0..N-1 as 32-byte fields (the 64 hex characters packed), "1"
+ *       keys 0..N-1 as 32-byte fields (a 32-hex key as it is, a 64-hex one packed), "1"
  *       each.
  *   loadgen hmget REDISPORT SECONDS CONNS N [BATCH]
  *       on CONNS connections, each with one read in flight: BATCH (128)
@@ -43,10 +43,14 @@
  *       of them. An answer with a missing field is an error.
  *
  * With $HF3FS_AUTHORIZATION set, every request carries it as its
- * Authorization header (bench/auth_cost.py).
+ * Authorization header (bench/read_cost.py --only auth).
  *
- * Keys are 64 (or KEYCHARS) lowercase hex characters derived from an integer,
- * the same in every subcommand. Requests use the stock Python clients' JSON
+ * Keys: key(i) of bench/keys.h, in the shape of the KEYCHARS environment
+ * variable (32: vLLM's MD5 hex; 64, the default: SGLang's SHA-256 hex; 66:
+ * SGLang's "<64 hex>-k"/"-v" pairs), the same in every subcommand; load's
+ * KEYCHARS argument overrides it. With 66, `bodies` draws whole pages (a
+ * "-k" key and its "-v" in turn), and `load N` makes N keys, N/2 pages.
+ * Requests use the stock Python clients' JSON
  * spacing ({"keys": ["...", "..."]}). Latency is per HTTP request, from the
  * first byte sent to the last byte received, in a 1 us histogram.
  *
@@ -76,6 +80,8 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "keys.h"
+
 #define MAX_BATCH 1024
 #define HIST_US 200000 /* 1 us buckets up to 200 ms; beyond counts as 200 ms */
 #define FRESH_BASE (1ull << 40)
@@ -96,30 +102,17 @@ static void die(const char *fmt, ...)
     exit(2);
 }
 
-static uint64_t splitmix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* key(i): key_chars lowercase hex characters, no NUL. */
+/* key(i): key_chars bytes in its shape (keys.h), no NUL. */
 static void key_text(uint64_t i, char *out)
 {
-    static const char hex[] = "0123456789abcdef";
-    for (int w = 0; w < key_chars / 16; w++) {
-        uint64_t v = splitmix(i * 4 + (uint64_t)w);
-        for (int c = 0; c < 16; c++)
-            out[w * 16 + c] = hex[(v >> (60 - 4 * c)) & 15];
-    }
+    bench_key_text(i, key_chars, out);
 }
 
 static uint64_t rng_state = 0x1234567;
 
 static uint64_t rnd(void)
 {
-    rng_state = splitmix(rng_state);
+    rng_state = bench_splitmix(rng_state);
     return rng_state;
 }
 
@@ -658,7 +651,7 @@ static void drive(run *r, size_t nconns, double seconds, job_fn first, answer_fn
      * which measures the hit path, not the save path. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t run_base = splitmix(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+    uint64_t run_base = bench_splitmix(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
                                  ((uint64_t)getpid() << 32));
     for (size_t i = 0; i < nconns; i++) {
         conn *c = &conns[i];
@@ -770,8 +763,8 @@ static int cmd_load(int argc, char **argv)
     unsigned long long pages = argc > 5 ? strtoull(argv[5], NULL, 10) : 1000000;
     if (argc > 6)
         key_chars = atoi(argv[6]);
-    if (key_chars != 32 && key_chars != 64)
-        die("KEYCHARS must be 32 or 64");
+    if (!bench_key_shape_ok(key_chars))
+        die("KEYCHARS must be 32, 64 or 66");
     bool sglang = argc > 7 && strcmp(argv[7], "sglang") == 0;
     if (sglang && argc > 8)
         sg_ns = argv[8];
@@ -853,8 +846,10 @@ static int cmd_bodies(int argc, char **argv)
             sg_ns = ns;
             rank = (unsigned)((b / namespaces) & 1);
         }
-        for (size_t i = 0; i < batch; i++)
-            ids[i] = rnd() % n;
+        for (size_t i = 0; i < batch; i++) /* 66: a page's -k, then its -v */
+            ids[i] = key_chars == 66 && (i & 1) ? ids[i - 1] | 1
+                   : key_chars == 66             ? (rnd() % n) & ~1ull
+                                                 : rnd() % n;
         line.len = 0;
         if (strcmp(kind, "exists") == 0) {
             text_put(&line, "/keys/batch_exists\t", 19);
@@ -888,11 +883,16 @@ static int hexval(char c)
     return c <= '9' ? c - '0' : c - 'a' + 10;
 }
 
-/* key(i) as a 32-byte field: its 64 hex characters packed */
+/* key(i) as a 32-byte field: a 32-hex key's text, a 64-hex key's characters
+ * packed (66: refused by main) */
 static void key_field(uint64_t i, unsigned char out[32])
 {
-    char hex[64];
+    char hex[BENCH_KEY_MAX];
     key_text(i, hex);
+    if (key_chars == 32) {
+        memcpy(out, hex, 32);
+        return;
+    }
     for (int b = 0; b < 32; b++)
         out[b] = (unsigned char)(hexval(hex[2 * b]) << 4 | hexval(hex[2 * b + 1]));
 }
@@ -1125,6 +1125,11 @@ int main(int argc, char **argv)
     authorization = getenv("HF3FS_AUTHORIZATION");
     if (argc < 2)
         die("usage: loadgen load|bodies|save|mixed|hmget-load|hmget ...");
+    key_chars = bench_key_chars_env(64);
+    if (!key_chars)
+        die("KEYCHARS must be 32, 64 or 66");
+    if (key_chars == 66 && strncmp(argv[1], "hmget", 5) == 0)
+        die("the HMGET baseline takes KEYCHARS 32 or 64");
     uint32_t *hist = calloc(HIST_US, sizeof *hist);
     run r = {.ranks = 2, .batch = 128, .hist = hist};
     int rc = 0;

@@ -8,7 +8,7 @@
 
 BENCH_BIN := $(BUILD)/bench/core_memory $(BUILD)/bench/core_speed $(BUILD)/bench/loadgen
 
-$(BUILD)/bench/core_memory: bench/core_memory.c $(BUILD)/libhfmetad.a
+$(BUILD)/bench/core_memory: bench/core_memory.c bench/keys.h $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libhfmetad.a $(LDLIBS)
 
@@ -16,7 +16,7 @@ $(BUILD)/bench/core_speed: bench/core_speed.c $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libhfmetad.a $(LDLIBS)
 
-$(BUILD)/bench/loadgen: bench/loadgen.c
+$(BUILD)/bench/loadgen: bench/loadgen.c bench/keys.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< -lm
 

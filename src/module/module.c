@@ -101,6 +101,7 @@
 #include "core/core.h"
 #include "module/redismodule_api.h"
 #include "module/wire.h"
+#include "store/import.h"
 #include "util/xalloc.h"
 
 #define RM_API_DEFINE(name, ret, params) ret(*rm_##name) params;
@@ -631,6 +632,33 @@ static int cmd_start_pool(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv,
 
 /* ---- commands ---- */
 
+/* The command's value for namespace ns under key (argv[1]): the open one,
+ * which must hold ns, or a new one (not yet set in the key) if the key is
+ * ns's own. 0, or -1 after an error reply. */
+static int cmd_value_of_ns(cmd *c, hf_slice nss, hf_slice key, const core_config *cfg,
+                           wire_stripe st)
+{
+    if (c->v) {
+        if (!hf_slice_eq(nss, value_ns(c->v)))
+            return reply_err(c->ctx, "ERR the value holds another namespace"), -1;
+        return 0;
+    }
+    char want[128];
+    size_t cap = WIRE_STRIPE_KEY_MAX(nss.len);
+    char *w = cap <= sizeof want ? want : hf_xmalloc(cap);
+    size_t wlen = wire_stripe_key(nss, st, w, cap);
+    int ok = wlen == key.len && memcmp(w, key.ptr, key.len) == 0;
+    if (w != want)
+        hf_xfree(w);
+    if (!ok)
+        return reply_err(c->ctx, "ERR the key is not the namespace's stripe's (wire_stripe_key)"),
+               -1;
+    c->v = value_new(nss, cfg, st);
+    if (!c->v)
+        return reply_err(c->ctx, "OOM cannot create the value"), -1;
+    return 0;
+}
+
 /* HF3FS.INIT key now cfg ns rank num_pages */
 static int cmd_init(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
@@ -651,32 +679,9 @@ static int cmd_init(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         arg_i64(ctx, argv[6], "num_pages", 0, INT64_MAX, &num_pages) != 0)
         goto out;
     hf_slice nss = {ns, nslen};
-    if (c.v) {
-        if (!hf_slice_eq(nss, value_ns(c.v))) {
-            reply_err(ctx, "ERR the value holds another namespace");
-            goto out;
-        }
-    } else {
-        char want[128];
-        size_t cap = WIRE_STRIPE_KEY_MAX(nslen);
-        char *w = cap <= sizeof want ? want : hf_xmalloc(cap);
-        size_t wlen = wire_stripe_key(nss, st, w, cap);
-        int ok = wlen == keylen && memcmp(w, key, keylen) == 0;
-        if (w != want)
-            hf_xfree(w);
-        if (!ok) {
-            reply_err(ctx, "ERR the key is not the namespace's stripe's (wire_stripe_key)");
-            goto out;
-        }
-    }
     bool fresh = c.v == NULL;
-    if (fresh) {
-        c.v = value_new(nss, &cfg, st);
-        if (!c.v) {
-            reply_err(ctx, "OOM cannot create the value");
-            goto out;
-        }
-    }
+    if (cmd_value_of_ns(&c, nss, (hf_slice){key, keylen}, &cfg, st) != 0)
+        goto out;
     cmd_observe(&c);
     uint64_t existing = (uint64_t)num_pages;
     int rc = core_pool_init(c.v->core, nss, rank, (uint64_t)num_pages, &existing);
@@ -732,6 +737,59 @@ static int cmd_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     hf_xfree(existed);
 out:
     hf_xfree(keys);
+    cmd_close(&c);
+    return REDISMODULE_OK;
+}
+
+/* HF3FS.IMPORT key now cfg ns rank num_pages keys pages: the pool built
+ * whole (import_pool_build), refused (EEXIST) if it exists. */
+static int cmd_import(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 9)
+        return rm_WrongArity(ctx);
+    cmd c;
+    if (cmd_open(&c, ctx, argv) != 0)
+        return REDISMODULE_OK;
+    int64_t now, num_pages;
+    uint32_t rank;
+    core_config cfg;
+    wire_stripe st;
+    size_t nslen, keylen, n = 0, np = 0;
+    const char *ns = rm_StringPtrLen(argv[4], &nslen);
+    const char *key = rm_StringPtrLen(argv[1], &keylen);
+    hf_slice *keys = NULL;
+    int64_t *pages = NULL;
+    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg_st(&c, argv[3], now, &cfg, &st) != 0 ||
+        arg_rank(ctx, argv[5], &rank) != 0 ||
+        arg_i64(ctx, argv[6], "num_pages", 0, INT64_MAX, &num_pages) != 0 ||
+        arg_keys(ctx, argv[7], &keys, &n) != 0 || arg_pages(ctx, argv[8], &pages, &np) != 0)
+        goto out;
+    if (np != n) {
+        reply_err(ctx, "ERR as many pages as keys");
+        goto out;
+    }
+    bool fresh = c.v == NULL;
+    if (cmd_value_of_ns(&c, (hf_slice){ns, nslen}, (hf_slice){key, keylen}, &cfg, st) != 0)
+        goto out;
+    cmd_observe(&c);
+    int rc = import_pool_build(c.v->core, (hf_slice){ns, nslen}, rank, (uint64_t)num_pages, keys,
+                               pages, n, now);
+    if (rc != 0) {
+        if (fresh) {
+            core_set_observer(c.v->core, NULL, NULL);
+            value_free(c.v);
+            c.v = NULL;
+        }
+        reply_err(ctx, rc == IMPORT_EEXIST ? "EEXIST the pool exists"
+                                           : "EINVAL num_pages, rank, keys or pages refused");
+        goto out;
+    }
+    if (fresh)
+        rm_ModuleTypeSetValue(c.key, hf_type, c.v);
+    rm_ReplyWithLongLong(ctx, (long long)n);
+out:
+    hf_xfree(keys);
+    hf_xfree(pages);
     cmd_close(&c);
     return REDISMODULE_OK;
 }
@@ -1271,6 +1329,7 @@ static const struct {
 } commands[] = {
     {"hf3fs.init", cmd_init, "write deny-oom", 1, 1, 1},
     {"hf3fs.alloc", cmd_alloc, "write deny-oom", 1, 1, 1},
+    {"hf3fs.import", cmd_import, "write deny-oom", 1, 1, 1},
     /* confirmations, deletes and clears need no new memory and free some:
      * they run under maxmemory too (a refused confirmation would strand a
      * page that was written) */

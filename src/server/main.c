@@ -45,6 +45,7 @@
 #include "core/core.h"
 #include "http/http.h"
 #include "util/log.h"
+#include "store/import.h"
 #include "store/mem.h"
 #include "store/redis.h"
 #include "wal/wal.h"
@@ -54,6 +55,7 @@
 #define EXIT_DATA_DIR 4 /* the data directory is foreign, locked or unreadable */
 #define EXIT_STORE 5    /* --store: the shared store cannot be reached or refused us */
 #define EXIT_NOMODULE 6 /* --store: Redis has not loaded the hf3fs-metad module (of this version) */
+#define EXIT_IMPORT 7   /* SGLang's state file was refused: nothing was imported */
 /* --store redis-cluster://: the stripes of a namespace it creates (docs/redis-module.md
  * "Stripes": why 16) */
 #define DEFAULT_CLUSTER_STRIPES 16
@@ -81,6 +83,9 @@ typedef struct server_options {
     bool save_interval_given;
     bool in_memory;
     const char *data_dir;
+    bool data_dir_given;
+    const char *import_sglang; /* --import-sglang FILE, or --persistence-path FILE */
+    bool import_again_refused; /* --import-sglang: a non-empty state refuses it */
     wal_fsync_policy fsync;
     uint64_t snapshot_log_bytes;
     bool salvage;
@@ -134,7 +139,7 @@ enum {
     OPT_WRITE_LEASE, OPT_RELEASE_GRACE, OPT_STORE, OPT_REDIS_PASSWORD_FILE,
     OPT_REDIS_CONNECT_TIMEOUT, OPT_REDIS_TIMEOUT, OPT_REDIS_WAIT, OPT_REDIS_WAIT_TIMEOUT,
     OPT_STRIPES,
-    OPT_REDIS_USE_LOG_BYTES, OPT_HELP,
+    OPT_REDIS_USE_LOG_BYTES, OPT_IMPORT_SGLANG, OPT_HELP,
 };
 
 static const struct option long_options[] = {
@@ -163,6 +168,7 @@ static const struct option long_options[] = {
     {"access-log", no_argument, NULL, OPT_ACCESS_LOG},
     {"log-summary-interval", required_argument, NULL, OPT_LOG_SUMMARY_INTERVAL},
     {"data-dir", required_argument, NULL, OPT_DATA_DIR},
+    {"import-sglang", required_argument, NULL, OPT_IMPORT_SGLANG},
     {"fsync", required_argument, NULL, OPT_FSYNC},
     {"snapshot-log-bytes", required_argument, NULL, OPT_SNAPSHOT_LOG_BYTES},
     {"salvage", no_argument, NULL, OPT_SALVAGE},
@@ -209,7 +215,13 @@ static void usage(FILE *out)
         "  --debug-api                 serve GET /v1/check (walks every pool; for tests)\n"
         "  --data-dir DIR              keep the state (write-ahead log and snapshots) in DIR\n"
         "                              (default ./hf3fs-metad-data)\n"
-        "  --persistence-path DIR      the same as --data-dir (the existing servers' flag)\n"
+        "  --persistence-path PATH     a directory: the same as --data-dir (the existing\n"
+        "                              servers' flag); a file: SGLang's state file, imported at\n"
+        "                              the first start into the data directory PATH.hf3fs-metad\n"
+        "                              (or --data-dir) and left as it is; a later start, whose\n"
+        "                              state is not empty, does not import it again\n"
+        "  --import-sglang FILE        import SGLang's state file FILE at start into an empty\n"
+        "                              state (any engine; refused if the state holds a pool)\n"
         "  --in-memory                 keep nothing on disk: a restart forgets every pool\n"
         "  --fsync always|everysec|no  always: a change is acknowledged once synced to disk\n"
         "                              (group commit); everysec: once written, synced every\n"
@@ -252,7 +264,8 @@ static void usage(FILE *out)
         "Exit status: 0 stopped by SIGTERM/SIGINT; 2 a bad flag or --store address; 3 the log\n"
         "is damaged before its tail (see --salvage); 4 the data directory is foreign, locked\n"
         "or unreadable; 5 --store cannot be reached or refused the credentials; 6 --store's\n"
-        "Redis has not loaded the hf3fs-metad module of this version.\n",
+        "Redis has not loaded the hf3fs-metad module of this version; 7 SGLang's state file\n"
+        "was refused (malformed, inconsistent, or the state is not empty): nothing imported.\n",
         (unsigned long long)CORE_MAX_PAGES_LIMIT);
 }
 
@@ -337,8 +350,14 @@ static void parse_flag(server_options *o, int id, const char *arg)
         o->evict_lru = strcmp(arg, "lru") == 0;
         break;
     case OPT_DEBUG_API: o->debug_api = true; break;
-    case OPT_PERSISTENCE_PATH: o->persistence_path = o->data_dir = arg; break;
-    case OPT_DATA_DIR: o->data_dir = arg; break;
+    case OPT_PERSISTENCE_PATH: o->persistence_path = arg; break;
+    case OPT_DATA_DIR: o->data_dir = arg; o->data_dir_given = true; break;
+    case OPT_IMPORT_SGLANG:
+        if (access(arg, R_OK) != 0)
+            bad_flag(flag, arg, "a readable file");
+        o->import_sglang = arg;
+        o->import_again_refused = true;
+        break;
     case OPT_FSYNC:
         if (wal_parse_fsync(arg, &o->fsync) != 0)
             bad_flag(flag, arg, "always, everysec or no");
@@ -390,6 +409,34 @@ static void parse_flag(server_options *o, int id, const char *arg)
     }
 }
 
+/* --persistence-path: a directory (or nothing yet) is the data directory;
+ * a regular file is SGLang's state, imported beside itself. */
+static void resolve_persistence_path(server_options *o)
+{
+    struct stat st;
+    const char *path = o->persistence_path;
+    if (!path)
+        return;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (!o->data_dir_given)
+            o->data_dir = path;
+        return;
+    }
+    if (o->import_sglang && strcmp(o->import_sglang, path) != 0) {
+        fprintf(stderr, "hf3fs-metad: --persistence-path %s (SGLang's state file) and "
+                "--import-sglang %s name two files to import\n", path, o->import_sglang);
+        exit(EXIT_USAGE);
+    }
+    if (!o->import_sglang)
+        o->import_sglang = path;
+    if (!o->data_dir_given) {
+        static char dir[4096];
+        if (snprintf(dir, sizeof dir, "%s.hf3fs-metad", path) >= (int)sizeof dir)
+            bad_flag("persistence-path", path, "a path short enough");
+        o->data_dir = dir;
+    }
+}
+
 static void parse_options(int argc, char **argv, server_options *o)
 {
     *o = defaults;
@@ -432,6 +479,7 @@ static void parse_options(int argc, char **argv, server_options *o)
         if (o->store && o->threads < 16)
             o->threads = 16;
     }
+    resolve_persistence_path(o);
     /* Every thread needs a share of the connections. */
     if (o->threads > o->max_connections)
         o->threads = o->max_connections;
@@ -689,7 +737,8 @@ static void log_settings(const server_options *o, uint16_t port)
             PRIu64 ", max-keys %" PRIu64 ", max-key-bytes %" PRIu64 ", max-ranks %" PRIu64
             ", max-pages %" PRIu64 ", reservation-timeout %g s, read-lease %g s, write-lease %g s, "
             "release-grace %g s, eviction %s, "
-            "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s)",
+            "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s, "
+            "import-sglang %s)",
             v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
             o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys,
             o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s,
@@ -697,7 +746,8 @@ static void log_settings(const server_options *o, uint16_t port)
             o->debug_api ? "on" : "off",
             log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
             o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
-            o->access_log ? "on" : "off", o->log_summary_interval_s);
+            o->access_log ? "on" : "off", o->log_summary_interval_s,
+            o->import_sglang ? o->import_sglang : "none");
     if (o->store) {
         log_msg(LOG_INFO, "state is kept in Redis (store %s, redis-password-file %s, "
                 "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %" PRIu64
@@ -786,6 +836,41 @@ static store_t *open_store(const server_options *o, const core_config *core)
     exit(exit_code_of(rc));
 }
 
+/* Import SGLang's state file, if one was named, before anything is served
+ * (exits with EXIT_IMPORT, nothing imported, if it is refused). */
+static void import_at_start(const server_options *o, store_t *store)
+{
+    const char *path = o->import_sglang;
+    if (!path)
+        return;
+    char err[1024];
+    int has = import_target_pools(store);
+    if (has < 0) {
+        log_msg(LOG_ERROR, "cannot import %s: the state cannot be read: %s", path,
+                store_describe(store, has));
+        goto refused;
+    }
+    if (has && !o->import_again_refused) {
+        log_msg(LOG_INFO, "not importing %s: the state is not empty (imported at an earlier "
+                "start); %s stays as it is", path, path);
+        return;
+    }
+    import_limits lim = {o->max_pages, o->max_ranks, o->max_key_bytes};
+    import_state st;
+    if (import_sglang_read(path, &lim, &st, err, sizeof err) != 0) {
+        log_msg(LOG_ERROR, "%s; nothing was imported", err);
+        goto refused;
+    }
+    int rc = import_sglang_apply(store, &st, path, err, sizeof err);
+    import_state_free(&st);
+    if (rc == 0)
+        return;
+    log_msg(LOG_ERROR, "%s", err);
+refused:
+    store->ops->destroy(store);
+    exit(EXIT_IMPORT);
+}
+
 /* Wait for SIGINT or SIGTERM; meanwhile log the summary line every
  * interval (its figures were first taken before the server answered) and
  * reread the token file at each SIGHUP. */
@@ -836,6 +921,7 @@ int main(int argc, char **argv)
     }
     core_config core = core_config_from(&options);
     store_t *store = open_store(&options, &core);
+    import_at_start(&options, store);
     api_t *api = api_new(store, &api_cfg); /* keeps its own table of the tokens */
     if (token) {
         explicit_bzero(token, api_cfg.auth_token_len);

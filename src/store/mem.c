@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "store/import.h"
 #include "store/mem.h"
 #include "util/clock.h"
 #include "util/xalloc.h"
@@ -178,6 +179,16 @@ static int mem_check(store_t *s, char *err, size_t errlen)
 }
 
 /* Changes are refused while the log is down (wal.c, FAILURES). */
+static int mem_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
+                           const hf_slice *keys, const int64_t *pages, size_t n)
+{
+    int rc, made;
+    LOCKED(s, CHANGE, rc, made = import_pool_build(core, ns, rank, num_pages, keys, pages, n, now));
+    if (rc != STORE_OK)
+        return rc;
+    return made == IMPORT_EEXIST ? STORE_EEXIST : made < 0 ? STORE_EINVAL : STORE_OK;
+}
+
 static int mem_health(store_t *s, char *reason, size_t len)
 {
     store_mem *m = mem_of(s);
@@ -302,6 +313,7 @@ static const struct store_ops mem_ops = {
     .health = mem_health,
     .metrics = mem_metrics,
     .describe = mem_describe,
+    .import_pool = mem_import_pool,
 };
 
 store_t *store_mem_new(const core_config *config, const store_clock *clock)

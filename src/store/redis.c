@@ -200,6 +200,8 @@ static int judge(store_redis *r, redis_cmd *c, redisReply **out)
         code = STORE_ENOPOOL;
     } else if (starts(rep, "ESTRIPES")) {
         code = RESTRIPE;
+    } else if (starts(rep, "EEXIST")) {
+        code = STORE_EEXIST;
     } else if (starts(rep, "EINVAL")) {
         code = STORE_EINVAL;
     } else if (refused_before_running(rep)) {
@@ -1406,6 +1408,34 @@ static const char *rd_describe(store_t *s, int err)
     }
 }
 
+/* HF3FS.IMPORT key now cfg ns rank num_pages keys pages: the whole pool in
+ * one command (the module runs import_pool_build). */
+/* An imported namespace has one stripe, whatever --stripes says: SGLang
+ * placed its keys on pages without regard to stripes (docs/operations.md,
+ * "Switching from SGLang's server"). A namespace that exists with another
+ * count is a pool that exists. */
+static int rd_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
+                          const hf_slice *keys, const int64_t *pages, size_t n)
+{
+    store_redis *r = R(s);
+    layout *one = layout_new(ns, 1);
+    batch b;
+    batch_init(&b, 1);
+    args *a = batch_add(r, &b, "HF3FS.IMPORT", one, 0);
+    args_add(a, ns.ptr, ns.len);
+    args_int(a, rank);
+    args_int(a, (int64_t)num_pages);
+    args_keys(a, keys, n);
+    args_pages(a, pages, n);
+    batch_run(r, &b, true);
+    int rc = b.codes[0] == RESTRIPE ? STORE_EEXIST : b.codes[0];
+    if (rc == STORE_OK && b.reps[0]->type != REDIS_REPLY_INTEGER)
+        rc = malformed(r, NULL, "HF3FS.IMPORT");
+    batch_free(&b);
+    layouts_free(one);
+    return rc;
+}
+
 static const struct store_ops redis_ops = {
     .init_pool = rd_init_pool,
     .allocate = rd_allocate,
@@ -1423,6 +1453,7 @@ static const struct store_ops redis_ops = {
     .health = rd_health,
     .metrics = rd_metrics,
     .describe = rd_describe,
+    .import_pool = rd_import_pool,
 };
 
 /* ------------------------------------------------------------ the module */

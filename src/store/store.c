@@ -36,6 +36,7 @@ const char *store_strerror(int err)
                "before repeating it";
     case STORE_ENOMODULE:
         return "the store's server lacks the hf3fs-metad module of this version";
+    case STORE_EEXIST: return "the pool exists already";
     default: return "unknown store error";
     }
 }

@@ -107,11 +107,15 @@ def test_memory_figures_per_entry_per_free_page_and_fresh_pool_are_printed():
     if skipped():
         return
     out = smoke()[1]
+    # every engine's key shape (bench/keys.h): 32 vLLM, 64 and 66 SGLang
     for pattern in (r"32-char keys, TP \d+: [\d.]+ bytes per \(key, rank\)",
                     r"64-char keys, TP \d+: [\d.]+ bytes per \(key, rank\)",
+                    r"66-char keys, TP \d+: [\d.]+ bytes per \(key, rank\)",
                     r"free pages once used: [\d.]+ bytes per page",
                     r"pool of 10\^9 pages just created: \d+ KiB",
-                    r"server: \d+ owned entries, 64-hex keys, one rank: [\d.]+ bytes per entry"):
+                    r"server: \d+ owned entries, 32-byte keys, one rank: [\d.]+ bytes per entry",
+                    r"server: \d+ owned entries, 66-byte keys, one rank: [\d.]+ bytes per entry",
+                    r"redis: \d+ owned entries, 32-byte keys, one rank: [\d.]+ bytes per"):
         assert re.search(pattern, out), "missing %r in:\n%s" % (pattern, out[-2000:])
 
 

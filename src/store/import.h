@@ -1,0 +1,113 @@
+/*
+ * import.h: importing the state file of SGLang's metadata server
+ * (mini_3fs_metadata_server.py --persistence-path FILE) into an empty state.
+ *
+ * The file (SGLang's GlobalMetadataState.save_to_disk, json.dump): one JSON
+ * object; each member is a pool, named "rank:namespace" (or a bare "rank",
+ * namespace "kv", in older files), whose value is an object with
+ *   num_pages     the pool's size
+ *   free_pages    SGLang's free list (it hands out its last item next)
+ *   key_to_index  [[key, page], ...], SGLang's OrderedDict in LRU order,
+ *                 the least recently used first
+ * A page neither free nor owned was reserved when SGLang saved (a write in
+ * flight): it is imported FREE, as SGLang forgets such reservations too.
+ *
+ * Two halves:
+ *   import_sglang_read()   reads and validates the whole file into per-pool
+ *                          lists (nothing is changed; every refusal is here
+ *                          or in the emptiness check below);
+ *   import_sglang_apply()  refuses a target state that holds any pool, then
+ *                          imports each pool through store_ops.import_pool
+ *                          (one atomic step per pool) and logs what it did.
+ * import_pool_build() is that one step on a core, for the engines that hold
+ * one (the embedded engine, the Redis module's HF3FS.IMPORT); it uses only
+ * core.h, so the module links it without the JSON reader.
+ */
+#ifndef HF_STORE_IMPORT_H
+#define HF_STORE_IMPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "store/store.h"
+#include "util/slice.h"
+
+/* import_pool_build(): the pool exists already (nothing changed). */
+#define IMPORT_EEXIST (-100)
+
+/*
+ * Create the pool (ns, rank) of num_pages pages with keys[i] OWNED at
+ * pages[i] (i < n) and every other page FREE, through the core's own calls
+ * (core_pool_init, core_allocate, core_confirm), so that its observer sees
+ * the usual events (POOL_INIT, RESERVE, OWN) for a log or a replica. keys
+ * are in recency order, oldest first: distinct and non-empty, and the
+ * pages distinct and below num_pages, or the call is refused. Recency:
+ * every imported page starts at CORE_USE_INSERT, and the newer half of the
+ * keys gets one use more (a lookup: CORE_USE_INSERT + 1, and a read lease),
+ * so that the clock evicts the older half first: the two levels the
+ * core's use counts allow above a fresh confirmation (docs/eviction.md).
+ * The pool's free stack afterwards: the free pages below the highest
+ * imported page in increasing order (the next handed out is the highest of
+ * them), then the pages above it; a replica following the events holds the
+ * same stack. Returns 0, IMPORT_EEXIST, or CORE_EINVAL (num_pages or rank
+ * above the core's limits, or the lists are not as said: nothing changed).
+ */
+int import_pool_build(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pages,
+                      const hf_slice *keys, const int64_t *pages, size_t n, int64_t now);
+
+/* Whether a page (a key) appears twice in pages[0..n) (keys[0..n)): then
+ * *first and *second are two indexes of it. order (n items, scratch) ends
+ * as the indexes sorted by page (by key). */
+bool import_repeated_page(const int64_t *pages, size_t n, size_t *order, size_t *first,
+                          size_t *second);
+bool import_repeated_key(const hf_slice *keys, size_t n, size_t *order, size_t *first,
+                         size_t *second);
+
+/* One pool of the file. keys and pages point into the import_state. */
+typedef struct import_pool {
+    hf_slice ns;
+    uint32_t rank;
+    uint64_t num_pages;
+    size_t nkeys;
+    const hf_slice *keys; /* SGLang's order: least recently used first */
+    const int64_t *pages;
+    uint64_t listed_free;    /* free_pages items */
+    uint64_t in_flight;      /* pages neither free nor owned: imported FREE */
+    uint64_t owned_and_free; /* pages owned and also listed free: imported OWNED */
+} import_pool;
+
+typedef struct import_state {
+    import_pool *pools;
+    size_t npools;
+    void *priv; /* the file's text and parse tree */
+} import_state;
+
+/* What the server accepts; a file beyond it is refused. */
+typedef struct import_limits {
+    uint64_t max_pages;
+    uint64_t max_ranks;
+    uint64_t max_key_bytes;
+} import_limits;
+
+/* Read and validate path. 0, or -1 with why in err (the file cannot be
+ * read, is not SGLang's format, or a pool has a page out of range or owned
+ * twice, a key twice, or is beyond the limits). */
+int import_sglang_read(const char *path, const import_limits *limits, import_state *out,
+                       char *err, size_t errlen);
+void import_state_free(import_state *st);
+
+/* Whether the engine holds any pool: 1 yes, 0 no, or a STORE_E* code. */
+int import_target_pools(store_t *s);
+
+/*
+ * Import st into s (path is for the log). Refused (-1, why in err, nothing
+ * imported) if the engine cannot import or holds a pool already. Each pool
+ * is one step; a failure after the first pool (the store became
+ * unavailable) leaves the pools imported so far: -1, and err says which.
+ */
+int import_sglang_apply(store_t *s, const import_state *st, const char *path, char *err,
+                        size_t errlen);
+
+#endif
