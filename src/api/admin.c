@@ -279,21 +279,6 @@ static void put_server_json(api__req *req)
     json_put_char(out, '}');
 }
 
-static void stats(api__req *req)
-{
-    stats_writer writer = {.out = req->out};
-    api__begin(req);
-    json_put_char(req->out, '{');
-    put_server_json(req);
-    json_put_lit(req->out, ",\"pools\":[");
-    int err = api__pools(req, put_pool_json, &writer);
-    if (err != STORE_OK) {
-        api__store_failed(req, err);
-        return;
-    }
-    json_put_lit(req->out, "]}");
-}
-
 /* ---- /v1/check ---- */
 
 static void check(api__req *req)
@@ -462,6 +447,137 @@ static void put_pool_metric(json_buf *out, const pool_metric *m, const pool_figu
         uint64_t value;
         memcpy(&value, (const char *)&p->stats + m->offset, sizeof value);
         put_sample(out, m->name, p, NULL, value);
+    }
+}
+
+/* ---- a namespace's prefix-hit figures, in the stats of its first pool ---- */
+
+/* Is p its namespace's first pool (the lowest rank: the one whose stats
+ * carry the namespace's figures)? Pools come by namespace, then rank. */
+static bool ns_first(const pool_figures *prev, const pool_figures *p)
+{
+    return !prev || !hf_slice_eq(prev->ns, p->ns) || !hf_slice_eq(prev->tenant, p->tenant);
+}
+
+/* The estimated prefix-hit ratio at scale j (reuse.h), or false when the
+ * window has no sampled block use. */
+static bool est_ratio(const core_pool_stats *s, int j, store_number *out)
+{
+    if (s->est_blocks == 0)
+        return false;
+    *out = (store_number){s->est_hits[j] * 1000000 / s->est_blocks, 6};
+    return true;
+}
+
+static void put_ns_json(json_buf *out, const pool_figures *p)
+{
+    const core_pool_stats *s = &p->stats;
+    json_put_lit(out, "{\"tenant\":");
+    json_put_str(out, p->tenant.ptr, p->tenant.len);
+    json_put_lit(out, ",\"namespace\":");
+    json_put_str(out, p->ns.ptr, p->ns.len);
+    json_put_lit(out, ",\"prefix\":{\"requests\":");
+    json_put_uint(out, s->prefix_requests);
+    put_counter(out, "blocks", s->prefix_blocks);
+    put_counter(out, "hit_blocks", s->prefix_hits);
+    json_put_lit(out, "},\"hit_ratio_at\":");
+    store_number x;
+    if (!est_ratio(s, 0, &x)) {
+        json_put_lit(out, "null");
+    } else {
+        for (int j = 0; j < REUSE_SCALES; j++) {
+            est_ratio(s, j, &x);
+            json_put_char(out, j ? ',' : '{');
+            json_put_key(out, reuse_scale_names[j]);
+            put_number(out, x);
+        }
+        json_put_char(out, '}');
+    }
+    put_counter(out, "hit_ratio_sampled_blocks", s->est_blocks);
+    json_put_char(out, '}');
+}
+
+static void stats(api__req *req)
+{
+    pool_list pools = {.doc = req->doc, .head = NULL};
+    pools.tail = &pools.head;
+    int err = api__pools(req, collect_pool, &pools);
+    if (err != STORE_OK) {
+        api__store_failed(req, err);
+        return;
+    }
+    stats_writer writer = {.out = req->out};
+    api__begin(req);
+    json_put_char(req->out, '{');
+    put_server_json(req);
+    json_put_lit(req->out, ",\"pools\":[");
+    for (const pool_figures *p = pools.head; p; p = p->next)
+        put_pool_json(&writer, true, p->tenant, p->ns, p->rank, &p->stats);
+    json_put_lit(req->out, "],\"namespaces\":[");
+    size_t k = 0;
+    for (const pool_figures *prev = NULL, *p = pools.head; p; prev = p, p = p->next) {
+        if (!ns_first(prev, p))
+            continue;
+        if (k++)
+            json_put_char(req->out, ',');
+        put_ns_json(req->out, p);
+    }
+    json_put_lit(req->out, "]}");
+}
+
+/* name{tenant="..",namespace="..",<extra>} value */
+static void put_ns_sample(json_buf *out, const char *name, const pool_figures *p,
+                          const char *extra, store_number value)
+{
+    json_put_raw(out, name, strlen(name));
+    json_put_lit(out, "{tenant=\"");
+    put_label_value(out, p->tenant);
+    json_put_lit(out, "\",namespace=\"");
+    put_label_value(out, p->ns);
+    json_put_char(out, '"');
+    if (extra) {
+        json_put_char(out, ',');
+        json_put_raw(out, extra, strlen(extra));
+    }
+    json_put_lit(out, "} ");
+    put_number(out, value);
+    json_put_char(out, '\n');
+}
+
+static const pool_metric ns_metrics[] = {
+    POOL_METRIC("hf3fs_metad_prefix_requests_total", "counter", prefix_requests,
+                "Completeness reads (vLLM batch_exists, SGLang exists) counted as requests."),
+    POOL_METRIC("hf3fs_metad_prefix_blocks_total", "counter", prefix_blocks,
+                "Keys asked by those reads."),
+    POOL_METRIC("hf3fs_metad_prefix_hit_blocks_total", "counter", prefix_hits,
+                "Keys in the leading run of present keys of those reads (prefix hits)."),
+    POOL_METRIC("hf3fs_metad_hit_ratio_estimate_sampled_blocks", "gauge", est_blocks,
+                "Sampled block uses in the window of the hit ratio estimate."),
+};
+
+static void put_ns_metrics(json_buf *out, const pool_figures *pools)
+{
+    for (size_t i = 0; i < sizeof ns_metrics / sizeof ns_metrics[0]; i++) {
+        const pool_metric *m = &ns_metrics[i];
+        put_family(out, m->name, m->type, m->help);
+        for (const pool_figures *prev = NULL, *p = pools; p; prev = p, p = p->next) {
+            uint64_t value;
+            memcpy(&value, (const char *)&p->stats + m->offset, sizeof value);
+            if (ns_first(prev, p))
+                put_ns_sample(out, m->name, p, NULL, store_int(value));
+        }
+    }
+    static const char name[] = "hf3fs_metad_hit_ratio_estimate";
+    put_family(out, name, "gauge",
+               "Estimated prefix-hit ratio if the namespace's pools had pool_scale times their "
+               "pages.");
+    for (const pool_figures *prev = NULL, *p = pools; p; prev = p, p = p->next) {
+        store_number x;
+        for (int j = 0; ns_first(prev, p) && j < REUSE_SCALES && est_ratio(&p->stats, j, &x); j++) {
+            char extra[32];
+            snprintf(extra, sizeof extra, "pool_scale=\"%s\"", reuse_scale_names[j]);
+            put_ns_sample(out, name, p, extra, x);
+        }
     }
 }
 
@@ -640,6 +756,7 @@ static void metrics(api__req *req)
                        "Confirmations refused, by reason.", pools.head, false);
     put_refusal_family(req->out, "hf3fs_metad_pool_refused_releases_total",
                        "Releases refused, by reason.", pools.head, true);
+    put_ns_metrics(req->out, pools.head);
 }
 
 /* ---- the periodic summary line ---- */

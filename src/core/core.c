@@ -1184,6 +1184,7 @@ static void ns_release_memory(core_ns *ns)
     hf_xfree(ns->rchunks);
     hf_xfree(ns->slots);
     hf_xfree(ns->by_col);
+    reuse_free(ns->reuse);
 }
 
 void core_clear_all(core_t *core)
@@ -1208,6 +1209,7 @@ void core_clear_all(core_t *core)
     hf_xfree(core->namespaces);
     core->namespaces = NULL;
     core->nns = 0;
+    core->nreuse = 0;
     core->recovered = false; /* no page left to protect */
 }
 
@@ -1696,11 +1698,39 @@ void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
 
 /* ------------------------------------------------------------- readers */
 
+/* The namespace's estimator, a request starting (core.h core_prefix_count):
+ * made on the namespace's first read, resized when its pools change; NULL
+ * beyond CORE_REUSE_NS namespaces. Volatile. */
+static reuse_t *ns_reuse(core_t *core, core_ns *ns)
+{
+    uint64_t pages = ns->npools ? ns->pages_sum / ns->npools : 0;
+    if (!ns->reuse) {
+        if (core->nreuse >= CORE_REUSE_NS)
+            return NULL;
+        core->nreuse++;
+        ns->reuse = reuse_new(pages);
+    } else if (ns->reuse->pages != pages) {
+        reuse_reset(ns->reuse, pages);
+    }
+    reuse_begin(ns->reuse);
+    return ns->reuse;
+}
+
+void core_prefix_count(core_t *core, hf_slice ns, const bool *present, size_t n)
+{
+    core_ns *found = ns_find(core, ns);
+    if (found && found->npools)
+        reuse_prefix_count(&found->prefix, present, n);
+}
+
+static void lookup_walk(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now,
+                        int64_t *pages, reuse_t *feed);
+
 void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, bool *present)
 {
     int64_t pages_buf[64];
     int64_t *pages = n <= 64 ? pages_buf : hf_xmalloc(n * sizeof *pages);
-    core_lookup(pool, keys, n, now, pages);
+    lookup_walk(pool, keys, n, now, pages, pool->col == 0 ? ns_reuse(pool->core, pool->ns) : NULL);
     for (size_t i = 0; i < n; i++)
         present[i] = pages[i] >= 0;
     if (pages != pages_buf)
@@ -1709,14 +1739,24 @@ void core_exists(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now,
 
 void core_lookup(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, int64_t *pages)
 {
+    lookup_walk(pool, keys, n, now, pages, NULL);
+}
+
+/* core_lookup, feeding each key to the estimator `feed` (may be NULL). */
+static void lookup_walk(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now,
+                        int64_t *pages, reuse_t *feed)
+{
     core_key enc[PREFETCH_BLOCK];
     core_pool_expire(pool, now);
     for (size_t i = 0; i < n; i++) {
         size_t j = i % PREFETCH_BLOCK;
         if (j == 0) {
             size_t m = n - i < PREFETCH_BLOCK ? n - i : PREFETCH_BLOCK;
-            for (size_t k = 0; k < m; k++)
+            for (size_t k = 0; k < m; k++) {
                 core__key_encode(pool->core, keys[i + k], &enc[k]);
+                if (feed)
+                    reuse_key(feed, enc[k].hash);
+            }
             index_prefetch(pool->ns, enc, m);
         }
         uint32_t page = pool_find(pool, &enc[j]);
@@ -1847,6 +1887,7 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
     if (n == 0)
         return;
     uint32_t want = rank == CORE_NIL ? CORE_NIL : ns->by_rank[rank]->col;
+    reuse_t *feed = rank == CORE_NIL ? ns_reuse(core, ns) : NULL;
     int64_t until = now + core->config.read_lease_ms;
     uint64_t complete_keys = 0;
     core_key enc_buf[PIPE_STACK];
@@ -1855,6 +1896,8 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
     size_t *home = n <= PIPE_STACK ? home_buf : hf_xmalloc(n * sizeof *home);
     for (size_t i = 0; i < n; i++) {
         core__key_encode(core, keys[i], &enc[i]);
+        if (feed)
+            reuse_key(feed, enc[i].hash);
         home[i] = core__home(ns, enc[i].hash);
         if (ns->slots && i < 2 * PIPE_AHEAD)
             __builtin_prefetch(&ns->slots[home[i]]);
@@ -1922,6 +1965,13 @@ void core_pool_get_stats(const core_pool_t *pool, int64_t now, core_pool_stats *
     out->owned = pool->nowned;
     out->draining = pool->draining.len;
     out->touched = pool->touched;
+    if (pool->col == 0) {
+        out->prefix_requests = pool->ns->prefix.requests;
+        out->prefix_blocks = pool->ns->prefix.blocks;
+        out->prefix_hits = pool->ns->prefix.hit_blocks;
+        if (pool->ns->reuse)
+            reuse_figures(pool->ns->reuse, &out->est_blocks, out->est_hits);
+    }
 }
 
 void core_foreach_pool(const core_t *core, int64_t now, core_pool_visitor fn, void *ctx)
@@ -2193,7 +2243,8 @@ size_t core_memory_usage(const core_t *core)
         total += sizeof *ns + ns->name_len + ns->ranks_cap * sizeof(core_pool_t *) +
                  ns->ncols * sizeof(core_pool_t *) + ns->nrchunks * CORE_REC_CHUNK * ns->rec_size +
                  ns->rchunks_cap * sizeof(uint8_t *) +
-                 (ns->slots ? (ns->slot_mask + 1) * sizeof(uint32_t) : 0);
+                 (ns->slots ? (ns->slot_mask + 1) * sizeof(uint32_t) : 0) +
+                 reuse_memory(ns->reuse);
         for (uint32_t id = 0; id < ns->rec_top; id++) {
             uint8_t *rec = core__krec(ns, id);
             if (*rec_kind(rec) == CORE_KEY_EXT)

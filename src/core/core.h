@@ -77,6 +77,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/reuse.h"
 #include "util/slice.h"
 
 /* Largest num_pages a pool may have: page numbers must fit a uint32 with one
@@ -135,6 +136,13 @@ typedef struct core_pool_stats {
     uint64_t write_leases, write_leases_ended, write_leases_expired;
     uint64_t refused_confirms[CORE_REFUSE_COUNT];
     uint64_t refused_releases[CORE_REFUSE_COUNT];
+    /* The namespace's figures, volatile (reuse.h), in the stats of its
+     * first pool (the lowest rank) and 0 in the others: the completeness
+     * reads counted by core_prefix_count, and the estimator's sampled block
+     * uses (est_blocks) with, per scale, those in their request's leading
+     * run of hits (est_hits; ratio = est_hits / est_blocks). */
+    uint64_t prefix_requests, prefix_blocks, prefix_hits;
+    uint64_t est_blocks, est_hits[REUSE_SCALES];
 } core_pool_stats;
 
 typedef struct core core_t;
@@ -250,6 +258,22 @@ void core_complete_exists(core_t *core, hf_slice ns, const hf_slice *keys, size_
                           bool *present);
 int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_slice *keys,
                             size_t n, int64_t now, int64_t *pages);
+
+/*
+ * The prefix-hit figures of a namespace (reuse.h; volatile like recency:
+ * no event, nothing logged or replicated). core_complete_exists, and
+ * core_exists on the namespace's first pool (the lowest rank: the other
+ * ranks of an SGLang deployment ask for the same keys), feed each call's
+ * keys to the namespace's estimator; the estimators of at most
+ * CORE_REUSE_NS namespaces per core exist (the first to be read), so a
+ * core's estimators hold at most CORE_REUSE_NS x 688,328 bytes.
+ * core_prefix_count counts one read of a whole request (its keys' answers)
+ * in the namespace's prefix counters: the caller that holds the whole
+ * request calls it (a core that sees a part of it, a stripe, does not).
+ * Nothing if ns has no pool.
+ */
+#define CORE_REUSE_NS 8
+void core_prefix_count(core_t *core, hf_slice ns, const bool *present, size_t n);
 
 /* Pools, for stats: calls fn for each pool in (namespace, rank) order of creation. */
 typedef void (*core_pool_visitor)(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *stats);

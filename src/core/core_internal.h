@@ -200,6 +200,9 @@ typedef struct core_ns {
     uint8_t id_bits;
     uint8_t home_bits;
     size_t nkeys;
+
+    reuse_t *reuse;      /* volatile (core.h core_prefix_count); NULL until read */
+    reuse_prefix prefix; /* volatile */
 } core_ns;
 
 struct core {
@@ -212,6 +215,7 @@ struct core {
     int64_t recovered_at;
     core_ns **namespaces;
     size_t nns;
+    uint32_t nreuse; /* namespaces with an estimator (<= CORE_REUSE_NS) */
 };
 
 /* A key prepared for lookups: canonical bytes plus hash. */

@@ -1039,13 +1039,18 @@ static int cmd_stats(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
                         s->duplicate_confirmations, s->write_leases, s->write_leases_ended,
                         s->write_leases_expired};
         size_t nf = sizeof f / sizeof f[0];
-        rm_ReplyWithArray(ctx, (long)(nf + 2 * CORE_REFUSE_COUNT));
+        rm_ReplyWithArray(ctx, (long)(nf + 2 * CORE_REFUSE_COUNT + 1 + REUSE_SCALES));
         for (size_t k = 0; k < nf; k++)
             rm_ReplyWithLongLong(ctx, (long long)f[k]);
         for (size_t k = 0; k < CORE_REFUSE_COUNT; k++)
             rm_ReplyWithLongLong(ctx, (long long)s->refused_confirms[k]);
         for (size_t k = 0; k < CORE_REFUSE_COUNT; k++)
             rm_ReplyWithLongLong(ctx, (long long)s->refused_releases[k]);
+        /* the estimator of this stripe's keys (its prefix counters stay 0:
+         * a stripe sees a part of each request; the front end counts) */
+        rm_ReplyWithLongLong(ctx, (long long)s->est_blocks);
+        for (size_t k = 0; k < REUSE_SCALES; k++)
+            rm_ReplyWithLongLong(ctx, (long long)s->est_hits[k]);
     }
     hf_xfree(l.ranks);
     hf_xfree(l.st);

@@ -33,7 +33,7 @@
 #define HF3FS_MODULE_NAME "hf3fsmeta"
 /* Bumped whenever a command, an argument or a reply changes meaning: a
  * front end talks only to a module of exactly its version. */
-#define HF3FS_MODULE_VERSION 2
+#define HF3FS_MODULE_VERSION 3 /* 3: HF3FS.STATS rows end with the estimator's figures */
 /* The data type's name (exactly 9 characters) and its serialized form's
  * version; rdb_load keeps reading every older version. */
 #define HF3FS_TYPE_NAME "hf3fsmeta"

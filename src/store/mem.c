@@ -122,7 +122,10 @@ static int mem_confirm(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *k
 static int mem_exists(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                       bool *present)
 {
-    ON_POOL(s, READ, ns, rank, core_exists(pool, keys, n, now, present));
+    ON_POOL(s, READ, ns, rank, {
+        core_exists(pool, keys, n, now, present);
+        core_prefix_count(core, ns, present, n); /* the whole request is this call */
+    });
 }
 
 static int mem_lookup(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
@@ -152,7 +155,10 @@ static int mem_complete_exists(store_t *s, hf_slice ns, const hf_slice *keys, si
                                bool *present)
 {
     int rc;
-    LOCKED(s, READ, rc, core_complete_exists(core, ns, keys, n, now, present));
+    LOCKED(s, READ, rc, {
+        core_complete_exists(core, ns, keys, n, now, present);
+        core_prefix_count(core, ns, present, n);
+    });
     return rc;
 }
 

@@ -30,6 +30,7 @@ typedef struct store_redis {
     pthread_mutex_t lock;      /* layouts, retired */
     struct layout *layouts;    /* every namespace's, once known */
     struct layout *retired;    /* stale ones, freed at destroy */
+    struct prefix_row *prefix; /* this front end's prefix counters (under lock) */
 } store_redis;
 
 /* Outcomes of a call beside the STORE_* codes, never returned by an op. */
@@ -949,11 +950,58 @@ static int read_fn(store_redis *r, const layout *L, void *ctx, bool last)
     return rc;
 }
 
+/* A namespace's prefix counters (core.h core_prefix_count). A stripe sees
+ * only its share of a request's keys, and a request's leading run is not a
+ * sum of its stripes' figures, so the front end, which holds the whole
+ * answer, counts: these are this front end's requests (volatile, like the
+ * embedded engine's, and dropped by clear_all as there). */
+typedef struct prefix_row {
+    struct prefix_row *next;
+    reuse_prefix c;
+    size_t len;
+    char name[];
+} prefix_row;
+
+static prefix_row *prefix_find(prefix_row *row, hf_slice ns)
+{
+    while (row && !(row->len == ns.len && memcmp(row->name, ns.ptr, ns.len) == 0))
+        row = row->next;
+    return row;
+}
+
+static void prefix_count(store_redis *r, hf_slice ns, const bool *present, size_t n)
+{
+    pthread_mutex_lock(&r->lock);
+    prefix_row *row = prefix_find(r->prefix, ns);
+    if (!row) {
+        row = hf_xcalloc(1, sizeof *row + ns.len + 1);
+        row->len = ns.len;
+        if (ns.len)
+            memcpy(row->name, ns.ptr, ns.len);
+        row->next = r->prefix;
+        r->prefix = row;
+    }
+    reuse_prefix_count(&row->c, present, n);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void prefix_free(prefix_row *row)
+{
+    while (row) {
+        prefix_row *next = row->next;
+        free(row);
+        row = next;
+    }
+}
+
 static int rd_exists(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                      bool *present)
 {
     read_call c = {{.rank = rank, .keys = keys, .n = n, .present = present}, "HF3FS.EXISTS", true};
-    return no_pool(run_striped(R(s), ns, read_fn, &c));
+    int rc = no_pool(run_striped(R(s), ns, read_fn, &c));
+    if (rc == STORE_OK)
+        prefix_count(R(s), ns, present, n);
+    return rc;
 }
 
 static int rd_lookup(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
@@ -968,10 +1016,12 @@ static int rd_complete_exists(store_t *s, hf_slice ns, const hf_slice *keys, siz
 {
     read_call c = {{.keys = keys, .n = n, .present = present}, "HF3FS.CEXISTS", false};
     int rc = run_striped(R(s), ns, read_fn, &c);
-    if (rc == NO_NAMESPACE) { /* no pool: nothing is complete */
+    if (rc == NO_NAMESPACE) { /* no pool: nothing is complete (and nothing counted) */
         for (size_t i = 0; i < n; i++)
             present[i] = false;
         rc = STORE_OK;
+    } else if (rc == STORE_OK) {
+        prefix_count(R(s), ns, present, n);
     }
     return rc;
 }
@@ -1048,6 +1098,10 @@ static int rd_clear_all(store_t *s)
     int code = judge_all(r, cmds, n);
     redis_cmds_free(cmds, n);
     layouts_forget(r);
+    pthread_mutex_lock(&r->lock);
+    prefix_free(r->prefix);
+    r->prefix = NULL;
+    pthread_mutex_unlock(&r->lock);
     return code;
 }
 
@@ -1123,7 +1177,7 @@ static int namespaces(store_redis *r, ns_name **out, size_t *nout)
     return STORE_OK;
 }
 
-enum { STATS_FIELDS = 19 + 2 * CORE_REFUSE_COUNT };
+enum { STATS_FIELDS = 19 + 2 * CORE_REFUSE_COUNT + 1 + REUSE_SCALES };
 
 /* One pool's row of HF3FS.STATS as numbers (v[0] the rank); -1 if
  * malformed. */
@@ -1156,6 +1210,9 @@ static void stats_of(const int64_t *v, core_pool_stats *st)
         st->refused_confirms[j] = (uint64_t)v[k++];
     for (int j = 0; j < CORE_REFUSE_COUNT; j++)
         st->refused_releases[j] = (uint64_t)v[k++];
+    st->est_blocks = (uint64_t)v[k++];
+    for (int j = 0; j < REUSE_SCALES; j++)
+        st->est_hits[j] = (uint64_t)v[k++];
 }
 
 /* A pool's figures summed over the stripes of its namespace. */
@@ -1260,7 +1317,19 @@ static int rd_stats(store_t *s, store_stats_visitor fn, void *ctx)
         qsort(sums, nsum, sizeof *sums, sum_cmp);
         for (size_t j = 0; j < nsum; j++) {
             core_pool_stats st;
+            memset(&st, 0, sizeof st);
             stats_of(sums[j].v, &st);
+            if (j == 0) { /* the namespace's figures go with its first pool */
+                hf_slice name = {v[i].p, v[i].len};
+                pthread_mutex_lock(&r->lock);
+                const prefix_row *row = prefix_find(r->prefix, name);
+                if (row) {
+                    st.prefix_requests = row->c.requests;
+                    st.prefix_blocks = row->c.blocks;
+                    st.prefix_hits = row->c.hit_blocks;
+                }
+                pthread_mutex_unlock(&r->lock);
+            }
             fn(ctx, (hf_slice){v[i].p, v[i].len}, (uint32_t)sums[j].v[0], &st);
         }
     }
@@ -1389,6 +1458,7 @@ static void rd_destroy(store_t *s)
     redis_link_close(r->link);
     layouts_free(r->layouts);
     layouts_free(r->retired);
+    prefix_free(r->prefix);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }

@@ -1,0 +1,104 @@
+/*
+ * reuse.h: a namespace's prefix-hit figures, volatile (core.h "What is
+ * durable": nothing here is an event, a log record or a replicated byte).
+ *
+ * The prefix counters (reuse_prefix)
+ *   A completeness read as an engine sees it (vLLM batch_exists, SGLang
+ *   exists): one request of n blocks (the keys asked) whose hit is the
+ *   leading run of present keys (what the engine loads instead of
+ *   computing). reuse_prefix_count is that rule, for every engine.
+ *
+ * The estimator (reuse_t): the prefix-hit ratio at other pool sizes
+ *   A miniature simulation (Waldspurger et al., "Cache Modeling and
+ *   Optimization using Miniature Simulations", USENIX ATC '17) of exact
+ *   LRU on the keys sampled by hash as in SHARDS (Waldspurger et al.,
+ *   "Efficient MRC Construction with SHARDS", FAST '15): a key is sampled
+ *   when its hash is below rate * 2^32, and the simulated caches hold
+ *   scale * pages * rate sampled keys, for the REUSE_SCALES scales 0.25,
+ *   0.5, 1, 2 and 4 of the pool's pages. LRU is a stack algorithm (a cache
+ *   of c keys holds the c most recently used), so one list with a segment
+ *   per scale simulates the five caches at once: an access costs one hash
+ *   probe and at most five boundary moves. A request's sampled keys, in
+ *   order, have a leading run of hits at each scale (the sampled keys
+ *   before the first one that scale misses): their sums over the requests
+ *   divided by the sampled keys estimate the prefix-hit ratio at that
+ *   scale. The server's eviction is a CLOCK rule within half a point of
+ *   exact LRU (docs/eviction.md), so LRU is what the simulation runs.
+ *
+ *   rate = min(1, REUSE_MAX_KEYS / (4 * pages)): pools up to
+ *   REUSE_MAX_KEYS / 4 pages are simulated exactly.
+ *   Window: the counts are halved whenever REUSE_WINDOW sampled block uses
+ *   have been counted, so the ratios weigh the last REUSE_WINDOW to 2 x
+ *   REUSE_WINDOW sampled uses (all of them before that).
+ *   Memory: 13 bytes per simulated key plus 8 of index, at most
+ *   REUSE_MAX_KEYS keys: reuse_memory() <= 21 * 32,768 + 200 = 688,328
+ *   bytes per estimator.
+ *
+ * Pure (no I/O, no clock, no lock); the caller serializes.
+ */
+#ifndef HF_CORE_REUSE_H
+#define HF_CORE_REUSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define REUSE_SCALES 5         /* 0.25, 0.5, 1, 2, 4 times the pages */
+#define REUSE_MAX_KEYS 32768u  /* sampled keys simulated, at most */
+#define REUSE_WINDOW (1u << 20)
+
+/* The scales' names, "0.25" to "4", as /v1/stats and /metrics write them. */
+extern const char *const reuse_scale_names[REUSE_SCALES];
+
+typedef struct reuse_prefix {
+    uint64_t requests, blocks, hit_blocks;
+} reuse_prefix;
+
+/* Count one request: n keys, present[i] whether key i was found. */
+void reuse_prefix_count(reuse_prefix *c, const bool *present, size_t n);
+
+/* The estimator. Its members are reuse.c's; only reuse_key reads two. */
+typedef struct reuse {
+    uint64_t threshold; /* a key is sampled when its hash is below this */
+    uint8_t run;        /* the request's leading run: the largest segment seen */
+    uint64_t pages;
+    uint32_t cap, used;            /* simulated keys: room, in use */
+    uint32_t size[REUSE_SCALES];   /* keys of each segment, at most */
+    uint32_t count[REUSE_SCALES];  /* keys of each segment */
+    uint32_t last[REUSE_SCALES];   /* each segment's least recent key */
+    uint32_t head;
+    uint32_t *key, *prev, *next;
+    uint8_t *seg;
+    uint32_t *slots;
+    uint32_t slot_mask;
+    uint64_t blocks;                    /* sampled block uses in the window */
+    uint64_t by_run[REUSE_SCALES + 1];  /* of them, by their request's run so far */
+} reuse_t;
+
+/* An estimator for pools of `pages` pages (never NULL: out of memory aborts). */
+reuse_t *reuse_new(uint64_t pages);
+void reuse_free(reuse_t *r);
+/* Start over for pools of `pages` pages (counts and simulated keys dropped). */
+void reuse_reset(reuse_t *r, uint64_t pages);
+size_t reuse_memory(const reuse_t *r);
+
+/* A request starts; then reuse_key for each of its keys, in order. */
+static inline void reuse_begin(reuse_t *r)
+{
+    r->run = 0;
+}
+
+void reuse__access(reuse_t *r, uint32_t hash);
+
+/* A key of the request, by its hash (the caller's, stable for the key). */
+static inline void reuse_key(reuse_t *r, uint32_t hash)
+{
+    if (hash < r->threshold)
+        reuse__access(r, hash);
+}
+
+/* The window's sampled block uses, and how many of them were in their
+ * request's leading run of hits at each scale. */
+void reuse_figures(const reuse_t *r, uint64_t *blocks, uint64_t hits[REUSE_SCALES]);
+
+#endif
