@@ -30,9 +30,10 @@
  *   Window: the counts are halved whenever REUSE_WINDOW sampled block uses
  *   have been counted, so the ratios weigh the last REUSE_WINDOW to 2 x
  *   REUSE_WINDOW sampled uses (all of them before that).
- *   Memory: 13 bytes per simulated key plus 8 of index, at most
- *   REUSE_MAX_KEYS keys: reuse_memory() <= 21 * 32,768 + 200 = 688,328
- *   bytes per estimator.
+ *   Memory: 13 bytes per simulated key and an index of 4-byte slots (a
+ *   power of two, at least twice the keys): at most REUSE_MAX_KEYS keys,
+ *   so reuse_memory() <= 13 * 65,536 + 4 * 131,072 + sizeof(reuse_t)
+ *   = 1,376,256 + 200 bytes per estimator.
  *
  * Pure (no I/O, no clock, no lock); the caller serializes.
  */
@@ -44,7 +45,7 @@
 #include <stdint.h>
 
 #define REUSE_SCALES 5         /* 0.25, 0.5, 1, 2, 4 times the pages */
-#define REUSE_MAX_KEYS 32768u  /* sampled keys simulated, at most */
+#define REUSE_MAX_KEYS 65536u  /* sampled keys simulated, at most */
 #define REUSE_WINDOW (1u << 20)
 
 /* The scales' names, "0.25" to "4", as /v1/stats and /metrics write them. */
