@@ -33,10 +33,7 @@ void reuse_prefix_count(reuse_prefix *c, const bool *present, size_t n)
 
 static void release(reuse_t *r)
 {
-    hf_xfree(r->key);
-    hf_xfree(r->prev);
-    hf_xfree(r->next);
-    hf_xfree(r->seg);
+    hf_xfree(r->e);
     hf_xfree(r->slots);
 }
 
@@ -63,10 +60,7 @@ void reuse_reset(reuse_t *r, uint64_t pages)
     r->head = NIL;
     if (r->cap == 0)
         return;
-    r->key = hf_xmalloc(r->cap * sizeof *r->key);
-    r->prev = hf_xmalloc(r->cap * sizeof *r->prev);
-    r->next = hf_xmalloc(r->cap * sizeof *r->next);
-    r->seg = hf_xmalloc(r->cap);
+    r->e = hf_xmalloc(r->cap * sizeof *r->e);
     uint32_t nslots = 4;
     while (nslots < 2 * r->cap)
         nslots *= 2;
@@ -95,7 +89,7 @@ size_t reuse_memory(const reuse_t *r)
     if (!r)
         return 0;
     size_t slots = r->cap ? (size_t)r->slot_mask + 1 : 0;
-    return sizeof *r + (size_t)r->cap * 13 + slots * sizeof *r->slots;
+    return sizeof *r + (size_t)r->cap * sizeof *r->e + slots * sizeof *r->slots;
 }
 
 static uint32_t home(const reuse_t *r, uint32_t hash)
@@ -106,7 +100,7 @@ static uint32_t home(const reuse_t *r, uint32_t hash)
 static uint32_t slot_of(const reuse_t *r, uint32_t hash)
 {
     uint32_t s = home(r, hash);
-    while (r->slots[s] != NIL && r->key[r->slots[s]] != hash)
+    while (r->slots[s] != NIL && r->e[r->slots[s]].key != hash)
         s = (s + 1) & r->slot_mask;
     return s;
 }
@@ -115,7 +109,7 @@ static void index_delete(reuse_t *r, uint32_t s)
 {
     r->slots[s] = NIL;
     for (uint32_t j = (s + 1) & r->slot_mask; r->slots[j] != NIL; j = (j + 1) & r->slot_mask) {
-        uint32_t h = home(r, r->key[r->slots[j]]);
+        uint32_t h = home(r, r->e[r->slots[j]].key);
         /* the entry at j may move to s when s lies cyclically in [h, j) */
         if (((j - h) & r->slot_mask) >= ((j - s) & r->slot_mask)) {
             r->slots[s] = r->slots[j];
@@ -127,16 +121,16 @@ static void index_delete(reuse_t *r, uint32_t s)
 
 static void unlink_entry(reuse_t *r, uint32_t e)
 {
-    uint32_t p = r->prev[e], n = r->next[e], s = r->seg[e];
+    uint32_t p = r->e[e].prev, n = r->e[e].next, s = r->e[e].seg;
     if (r->last[s] == e)
-        r->last[s] = p != NIL && r->seg[p] == s ? p : NIL;
+        r->last[s] = p != NIL && r->e[p].seg == s ? p : NIL;
     r->count[s]--;
     if (p != NIL)
-        r->next[p] = n;
+        r->e[p].next = n;
     else
         r->head = n;
     if (n != NIL)
-        r->prev[n] = p;
+        r->e[n].prev = p;
 }
 
 void reuse__access(reuse_t *r, uint32_t hash)
@@ -145,7 +139,7 @@ void reuse__access(reuse_t *r, uint32_t hash)
     if (r->cap) {
         uint32_t slot = slot_of(r, hash), e = r->slots[slot];
         if (e != NIL) {
-            s = r->seg[e];
+            s = r->e[e].seg;
             unlink_entry(r, e);
         } else {
             if (r->used < r->cap) {
@@ -155,25 +149,25 @@ void reuse__access(reuse_t *r, uint32_t hash)
                 while (r->last[t] == NIL)
                     t--;
                 e = r->last[t];
-                index_delete(r, slot_of(r, r->key[e]));
+                index_delete(r, slot_of(r, r->e[e].key));
                 unlink_entry(r, e);
                 slot = slot_of(r, hash);
             }
-            r->key[e] = hash;
+            r->e[e].key = hash;
             r->slots[slot] = e;
         }
-        r->prev[e] = NIL;
-        r->next[e] = r->head;
+        r->e[e].prev = NIL;
+        r->e[e].next = r->head;
         if (r->head != NIL)
-            r->prev[r->head] = e;
+            r->e[r->head].prev = e;
         r->head = e;
-        r->seg[e] = 0;
+        r->e[e].seg = 0;
         if (r->count[0]++ == 0)
             r->last[0] = e;
         for (int j = 0; j + 1 < REUSE_SCALES && r->count[j] > r->size[j]; j++) {
-            uint32_t x = r->last[j], p = r->prev[x];
+            uint32_t x = r->last[j], p = r->e[x].prev;
             r->last[j] = --r->count[j] && p != NIL ? p : NIL;
-            r->seg[x] = (uint8_t)(j + 1);
+            r->e[x].seg = (uint8_t)(j + 1);
             if (r->count[j + 1]++ == 0)
                 r->last[j + 1] = x;
         }

@@ -30,10 +30,10 @@
  *   Window: the counts are halved whenever REUSE_WINDOW sampled block uses
  *   have been counted, so the ratios weigh the last REUSE_WINDOW to 2 x
  *   REUSE_WINDOW sampled uses (all of them before that).
- *   Memory: 13 bytes per simulated key and an index of 4-byte slots (a
+ *   Memory: 16 bytes per simulated key and an index of 4-byte slots (a
  *   power of two, at least twice the keys): at most REUSE_MAX_KEYS keys,
- *   so reuse_memory() <= 13 * 65,536 + 4 * 131,072 + sizeof(reuse_t)
- *   = 1,376,256 + 200 bytes per estimator.
+ *   so reuse_memory() <= 16 * 65,536 + 4 * 131,072 + sizeof(reuse_t)
+ *   = 1,572,864 + 176 bytes per estimator.
  *
  * Pure (no I/O, no clock, no lock); the caller serializes.
  */
@@ -68,8 +68,10 @@ typedef struct reuse {
     uint32_t count[REUSE_SCALES];  /* keys of each segment */
     uint32_t last[REUSE_SCALES];   /* each segment's least recent key */
     uint32_t head;
-    uint32_t *key, *prev, *next;
-    uint8_t *seg;
+    struct reuse_entry {
+        uint32_t key, prev, next; /* hash; list links (entry numbers) */
+        uint8_t seg;
+    } *e; /* 16 bytes: an access reads one line per entry */
     uint32_t *slots;
     uint32_t slot_mask;
     uint64_t blocks;                    /* sampled block uses in the window */
