@@ -41,7 +41,7 @@ PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrency",
                      "test_malformed", "test_metrics", "test_ops", "test_load", "test_cli",
                      "test_client_lib", "test_crash", "test_page_integrity", "test_retries",
-                     "test_stripes", "test_tenants", "test_import_sglang"]
+                     "test_stripes", "test_tenants", "test_import_sglang", "test_prefix_hits"]
 # Over the cluster, with several stripes per namespace (the rest: one).
 STRIPED_SUITES = ["test_page_integrity", "test_crash", "test_concurrency", "test_load"]
 # Run again with 4 stripes per namespace: the module's durability and
