@@ -367,25 +367,35 @@ static void put_family(json_buf *out, const char *name, const char *type, const 
     json_put_char(out, '\n');
 }
 
-/* name{tenant="..",namespace="..",rank="..",<extra>} value */
-static void put_sample(json_buf *out, const char *name, const pool_figures *pool,
-                       const char *extra, uint64_t value)
+/* name{tenant="..",namespace="..",[rank="..",]<extra>} value; the rank
+ * unless the figure is the namespace's. */
+static void put_labelled(json_buf *out, const char *name, const pool_figures *pool,
+                         bool with_rank, const char *extra, store_number value)
 {
     json_put_raw(out, name, strlen(name));
     json_put_lit(out, "{tenant=\"");
     put_label_value(out, pool->tenant);
     json_put_lit(out, "\",namespace=\"");
     put_label_value(out, pool->ns);
-    json_put_lit(out, "\",rank=\"");
-    json_put_uint(out, pool->rank);
     json_put_char(out, '"');
+    if (with_rank) {
+        json_put_lit(out, ",rank=\"");
+        json_put_uint(out, pool->rank);
+        json_put_char(out, '"');
+    }
     if (extra) {
         json_put_char(out, ',');
         json_put_raw(out, extra, strlen(extra));
     }
     json_put_lit(out, "} ");
-    json_put_uint(out, value);
+    put_number(out, value);
     json_put_char(out, '\n');
+}
+
+static void put_sample(json_buf *out, const char *name, const pool_figures *pool,
+                       const char *extra, uint64_t value)
+{
+    put_labelled(out, name, pool, true, extra, store_int(value));
 }
 
 static void put_page_states(json_buf *out, const pool_figures *pools)
@@ -452,6 +462,18 @@ static void put_pool_metric(json_buf *out, const pool_metric *m, const pool_figu
 
 /* ---- a namespace's prefix-hit figures, in the stats of its first pool ---- */
 
+/* The caller's pools into the request arena; false (answered) if the
+ * store failed. */
+static bool collect_pools(api__req *req, pool_list *pools)
+{
+    *pools = (pool_list){.doc = req->doc, .head = NULL};
+    pools->tail = &pools->head;
+    int err = api__pools(req, collect_pool, pools);
+    if (err != STORE_OK)
+        api__store_failed(req, err);
+    return err == STORE_OK;
+}
+
 /* Is p its namespace's first pool (the lowest rank: the one whose stats
  * carry the namespace's figures)? Pools come by namespace, then rank. */
 static bool ns_first(const pool_figures *prev, const pool_figures *p)
@@ -499,13 +521,9 @@ static void put_ns_json(json_buf *out, const pool_figures *p)
 
 static void stats(api__req *req)
 {
-    pool_list pools = {.doc = req->doc, .head = NULL};
-    pools.tail = &pools.head;
-    int err = api__pools(req, collect_pool, &pools);
-    if (err != STORE_OK) {
-        api__store_failed(req, err);
+    pool_list pools;
+    if (!collect_pools(req, &pools))
         return;
-    }
     stats_writer writer = {.out = req->out};
     api__begin(req);
     json_put_char(req->out, '{');
@@ -523,25 +541,6 @@ static void stats(api__req *req)
         put_ns_json(req->out, p);
     }
     json_put_lit(req->out, "]}");
-}
-
-/* name{tenant="..",namespace="..",<extra>} value */
-static void put_ns_sample(json_buf *out, const char *name, const pool_figures *p,
-                          const char *extra, store_number value)
-{
-    json_put_raw(out, name, strlen(name));
-    json_put_lit(out, "{tenant=\"");
-    put_label_value(out, p->tenant);
-    json_put_lit(out, "\",namespace=\"");
-    put_label_value(out, p->ns);
-    json_put_char(out, '"');
-    if (extra) {
-        json_put_char(out, ',');
-        json_put_raw(out, extra, strlen(extra));
-    }
-    json_put_lit(out, "} ");
-    put_number(out, value);
-    json_put_char(out, '\n');
 }
 
 static const pool_metric ns_metrics[] = {
@@ -564,7 +563,7 @@ static void put_ns_metrics(json_buf *out, const pool_figures *pools)
             uint64_t value;
             memcpy(&value, (const char *)&p->stats + m->offset, sizeof value);
             if (ns_first(prev, p))
-                put_ns_sample(out, m->name, p, NULL, store_int(value));
+                put_labelled(out, m->name, p, false, NULL, store_int(value));
         }
     }
     static const char name[] = "hf3fs_metad_hit_ratio_estimate";
@@ -576,7 +575,7 @@ static void put_ns_metrics(json_buf *out, const pool_figures *pools)
         for (int j = 0; ns_first(prev, p) && j < REUSE_SCALES && est_ratio(&p->stats, j, &x); j++) {
             char extra[32];
             snprintf(extra, sizeof extra, "pool_scale=\"%s\"", reuse_scale_names[j]);
-            put_ns_sample(out, name, p, extra, x);
+            put_labelled(out, name, p, false, extra, x);
         }
     }
 }
@@ -734,13 +733,9 @@ static void put_store_metrics(api__req *req)
 
 static void metrics(api__req *req)
 {
-    pool_list pools = {.doc = req->doc, .head = NULL};
-    pools.tail = &pools.head;
-    int err = api__pools(req, collect_pool, &pools);
-    if (err != STORE_OK) {
-        api__store_failed(req, err);
+    pool_list pools;
+    if (!collect_pools(req, &pools))
         return;
-    }
     size_t npools = 0;
     for (const pool_figures *p = pools.head; p; p = p->next)
         npools++;
