@@ -186,7 +186,7 @@ TEST(core_keeps_estimators_for_at_most_core_reuse_ns_namespaces)
 {
     core_config conf = cfg();
     core_t *c = core_new(&conf);
-    char name[8];
+    char name[16];
     hf_slice key = HF_SLICE_LIT("k");
     bool present;
     for (int i = 0; i < CORE_REUSE_NS + 2; i++) {
