@@ -56,8 +56,9 @@ Printed per row, each the median over the runs (every figure measured
 around each run alone): each shard's share of the module's time (the usec
 of INFO commandstats' hf3fs.* commands, normalized to sum 1; every stripe
 count's nodes get CONFIG RESETSTAT before each run), the Redis CPU per
-request (reads) or pair (saves) summed over the shards (/proc, as above),
-and the front end's (user + system time of hf3fs-metad, /proc); then the
+request (reads) or pair (saves) summed over the shards (/proc, as above;
+beside it the part spent inside hf3fs.* commands, commandstats' usec, which
+on a shared CPU also counts waits for it), and the front end's (user + system time of hf3fs-metad, /proc); then the
 ratios of each S to the first one of the list, and the issue's targets.
 
 --smoke: one run of 1 s, 2,000 keys (tests/integration/test_bench_smoke.py
@@ -249,6 +250,7 @@ class Striped:
                 "p99_ms": got.get("p99_us", 0) / 1000,
                 "shares": [u / float(sum(usec) or 1) for u in usec],
                 "redis_us": 1e6 * (sum(r1) - sum(r0)) / (n or 1),
+                "module_us": sum(usec) / float(n or 1),
                 "front_us": 1e6 * (f1 - f0) / (n or 1)}
 
     def close(self):
@@ -282,8 +284,9 @@ def bench_stripes(a, tmp):
             "S=%d: %s" % (x.stripes, "/".join(str(v) for v in x.values)) for x in setups))
         print()
         print("| # | stripes | row | rate | p99 ms | per shard: share of the module's time "
-              "(commandstats hf3fs.* usec) | Redis CPU, all shards (us) | front end CPU (us) |")
-        print("|---|---|---|---|---|---|---|---|")
+              "(commandstats hf3fs.* usec) | Redis CPU, all shards (us) | of which in hf3fs.* commands "
+              "(commandstats, us) | front end CPU (us) |")
+        print("|---|---|---|---|---|---|---|---|---|")
         med = {}
         for kind, label, unit in STRIPE_KINDS:
             runs = {x.stripes: [] for x in setups}
@@ -293,15 +296,15 @@ def bench_stripes(a, tmp):
             for x in setups:
                 rs = runs[x.stripes]
                 m = {k: statistics.median(r[k] for r in rs)
-                     for k in ("rate", "p99_ms", "redis_us", "front_us")}
+                     for k in ("rate", "p99_ms", "redis_us", "module_us", "front_us")}
                 m["shares"] = [statistics.median(r["shares"][i] for r in rs)
                                for i in range(n)]
                 med[kind, x.stripes] = m
-                print("| c%d%s/s%d | %d | %s | %.0f %s/s | %.1f | %s | %.1f per %s | %.1f per %s |" % (
+                print("| c%d%s/s%d | %d | %s | %.0f %s/s | %.1f | %s | %.1f per %s | %.1f | %.1f per %s |" % (
                     n, kind, x.stripes, x.stripes, label, m["rate"],
                     "pairs" if kind == "w" else "requests", m["p99_ms"],
                     " / ".join("%.2f" % v for v in m["shares"]), m["redis_us"], unit,
-                    m["front_us"], unit))
+                    m["module_us"], m["front_us"], unit))
                 sys.stdout.flush()
         print()
         base = counts[0]

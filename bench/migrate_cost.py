@@ -17,7 +17,9 @@ the destination, answer: the source executes nothing else meanwhile) and the
 longest PING round trip that overlapped it (the stall another client sees).
 Printed per S: the worst and the median over the values, and the whole
 namespace's total; the destination's HF3FS.STRIPES of every moved value is
-checked. --runs repeats the whole (fresh servers each time) and prints the
+checked. Before each MIGRATE the value is DUMPed once on its own (timed
+apart, and its size summed), to split the stall into serializing on the
+source and the rest (sending, restoring on the destination). --runs repeats the whole (fresh servers each time) and prints the
 median of each figure.
 
 A value holds about keys/S keys, and MIGRATE handles a value whole, so the
@@ -38,7 +40,7 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from redis_server import RedisServer  # noqa: E402
+from redis_server import RedisServer, Resp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import free_port, pin, wait_port  # noqa: E402
 
@@ -99,10 +101,14 @@ def one_run(stripes, a, tmp):
         pinger = Pinger(src.port)
         pinger.start()
         time.sleep(0.2)
-        durations, stalls = [], []
+        durations, stalls, dumps, size = [], [], [], 0
+        mover = Resp(port=src.port, timeout=120)
         for k in keys:
             t0 = time.monotonic()
-            r = src.cmd("MIGRATE", "127.0.0.1", str(dst.port), k, "0", "60000")
+            size += len(mover.cmd("DUMP", k))
+            dumps.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            r = mover.cmd("MIGRATE", "127.0.0.1", str(dst.port), k, "0", "60000")
             t1 = time.monotonic()
             if r not in (b"OK", "OK"):
                 raise RuntimeError("MIGRATE %s: %r" % (k, r))
@@ -115,7 +121,8 @@ def one_run(stripes, a, tmp):
             got = int(dst.cmd("HF3FS.STRIPES", k))
             if got != stripes:
                 raise RuntimeError("%s on the destination: HF3FS.STRIPES %d" % (k, got))
-        return {"worst": max(durations), "median": statistics.median(durations),
+        return {"dump_worst": max(dumps), "bytes_per_key": size / float(a.keys),
+                "worst": max(durations), "median": statistics.median(durations),
                 "total": sum(durations), "ping_worst": max(stalls),
                 "ping_median": statistics.median(stalls)}
     finally:
@@ -145,16 +152,17 @@ def main():
           % (format(a.keys, ","), a.runs))
     print()
     print("| stripes | keys per value (about) | MIGRATE of one value, worst (s) | median (s) | "
-          "all values (s) | longest PING during a MIGRATE, worst (s) | median (s) |")
-    print("|---|---|---|---|---|---|---|")
+          "all values (s) | longest PING during a MIGRATE, worst (s) | median (s) | "
+          "of which DUMP (serializing alone), worst (s) | DUMP bytes per key |")
+    print("|---|---|---|---|---|---|---|---|---|")
     med = {}
     for s in counts:
         runs = [one_run(s, a, tmp) for _ in range(a.runs)]
         m = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         med[s] = m
-        print("| %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
+        print("| %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f |" % (
             s, format(a.keys // s, ","), m["worst"], m["median"], m["total"], m["ping_worst"],
-            m["ping_median"]))
+            m["ping_median"], m["dump_worst"], m["bytes_per_key"]))
         sys.stdout.flush()
     print()
     for s in counts:
