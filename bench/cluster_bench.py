@@ -8,11 +8,13 @@ spreads, and what one front end serves.
                            [--smoke]
     bench/cluster_bench.py --stripes 1,16 [--primaries 3] [--keys 60000] ...
 
-The module keeps one value per namespace (the key hf3fs:{<hex namespace>},
-all its ranks inside), so a namespace lives on one shard, and what spreads
-over a cluster is namespaces. For each primary count: a fresh cluster (no
-replicas, no persistence: the cost of a call, not of durability), one
-hf3fs-metad --store redis-cluster://... (default threads), then `loadgen
+These rows keep each namespace in one value (--stripes 1: the key
+hf3fs:{<hex namespace>}, all its ranks inside), so a namespace lives on one
+shard, and what spreads over a cluster is namespaces; --stripes (below)
+compares stripe counts of one namespace. For each primary count: a fresh
+cluster (no replicas, no persistence: the cost of a call, not of
+durability), one hf3fs-metad --store redis-cluster://... --stripes 1
+(default threads), then `loadgen
 load` of --keys complete keys on --ranks ranks into namespace kv (the vLLM
 dialect, which always uses kv) and into each of --namespaces SGLang
 namespaces ns0, ns1, ... Three rows (ids c1s, c1e, c1v, c2s...: primaries,
@@ -155,6 +157,7 @@ def bench_primaries(n, a, tmp):
         port = free_port()
         log = open(os.path.join(tmp, "metad-%d.log" % n), "w")
         proc = subprocess.Popen(pin(1) + [SERVER, "--store", "redis-cluster://" + rc.seeds(),
+                                          "--stripes", "1",
                                           "--host", "127.0.0.1", "--port", str(port),
                                           "--log-level", "warn"], stdout=log, stderr=log)
         try:

@@ -17,9 +17,7 @@ the destination, answer: the source executes nothing else meanwhile) and the
 longest PING round trip that overlapped it (the stall another client sees).
 Printed per S: the worst and the median over the values, and the whole
 namespace's total; the destination's HF3FS.STRIPES of every moved value is
-checked. Before each MIGRATE the value is DUMPed once on its own (timed
-apart, and its size summed), to split the stall into serializing on the
-source and the rest (sending, restoring on the destination). --runs repeats the whole (fresh servers each time) and prints the
+checked. --runs repeats the whole (fresh servers each time) and prints the
 median of each figure.
 
 A value holds about keys/S keys, and MIGRATE handles a value whole, so the
@@ -101,12 +99,9 @@ def one_run(stripes, a, tmp):
         pinger = Pinger(src.port)
         pinger.start()
         time.sleep(0.2)
-        durations, stalls, dumps, size = [], [], [], 0
+        durations, stalls = [], []
         mover = Resp(port=src.port, timeout=120)
         for k in keys:
-            t0 = time.monotonic()
-            size += len(mover.cmd("DUMP", k))
-            dumps.append(time.monotonic() - t0)
             t0 = time.monotonic()
             r = mover.cmd("MIGRATE", "127.0.0.1", str(dst.port), k, "0", "60000")
             t1 = time.monotonic()
@@ -121,8 +116,7 @@ def one_run(stripes, a, tmp):
             got = int(dst.cmd("HF3FS.STRIPES", k))
             if got != stripes:
                 raise RuntimeError("%s on the destination: HF3FS.STRIPES %d" % (k, got))
-        return {"dump_worst": max(dumps), "bytes_per_key": size / float(a.keys),
-                "worst": max(durations), "median": statistics.median(durations),
+        return {"worst": max(durations), "median": statistics.median(durations),
                 "total": sum(durations), "ping_worst": max(stalls),
                 "ping_median": statistics.median(stalls)}
     finally:
@@ -152,17 +146,16 @@ def main():
           % (format(a.keys, ","), a.runs))
     print()
     print("| stripes | keys per value (about) | MIGRATE of one value, worst (s) | median (s) | "
-          "all values (s) | longest PING during a MIGRATE, worst (s) | median (s) | "
-          "of which DUMP (serializing alone), worst (s) | DUMP bytes per key |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "all values (s) | longest PING during a MIGRATE, worst (s) | median (s) |")
+    print("|---|---|---|---|---|---|---|")
     med = {}
     for s in counts:
         runs = [one_run(s, a, tmp) for _ in range(a.runs)]
         m = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         med[s] = m
-        print("| %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f |" % (
+        print("| %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
             s, format(a.keys // s, ","), m["worst"], m["median"], m["total"], m["ping_worst"],
-            m["ping_median"], m["dump_worst"], m["bytes_per_key"]))
+            m["ping_median"]))
         sys.stdout.flush()
     print()
     for s in counts:
