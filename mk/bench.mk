@@ -3,10 +3,11 @@
 #
 #   make bench          build, start servers, print the tables (minutes): bench/run,
 #                       then bench/read_cost.py (what persistence costs a reader), then
-#                       the stripes rows (bench/cluster_bench.py --stripes 1,16, ~2 min)
-#   make bench-stripes  what stripes cost and buy (~8 min): the stripes rows, then
-#                       MIGRATE of a 1M-key namespace's values (bench/migrate_cost.py)
-#                       and the trace replay through Redis at 16 stripes (bench/replay)
+#                       bench-stripes
+#   make bench-stripes  what stripes cost and buy (~2.5 min): bench/cluster_bench.py
+#                       --stripes 1,16, MIGRATE of a 1M-key namespace's values
+#                       (bench/migrate_cost.py), the trace replay through Redis at 16
+#                       stripes (bench/replay --stripes 16)
 #   make bench-smoke    the same in seconds, one run, tiny loads (no figures)
 #   make bench-memory   core memory per entry (in-process, 1M entries)
 
@@ -26,15 +27,13 @@ $(BUILD)/bench/loadgen: bench/loadgen.c
 
 bench-tools: $(BUILD)/hf3fs-metad $(BENCH_BIN)
 
-STRIPES_ROWS := /usr/bin/python3 bench/cluster_bench.py --stripes 1,16 --primaries 3 --keys 60000 --runs 3 --seconds 5
-
 bench:
 	./bench/run
 	/usr/bin/python3 bench/read_cost.py
-	$(STRIPES_ROWS)
+	$(MAKE) bench-stripes
 
-bench-stripes: $(BUILD)/hf3fs-metad $(BENCH_BIN)
-	$(STRIPES_ROWS)
+bench-stripes: $(BUILD)/hf3fs-metad $(MODULE_SO) $(BENCH_BIN)
+	/usr/bin/python3 bench/cluster_bench.py --stripes 1,16 --primaries 3 --keys 60000 --runs 3 --seconds 5
 	/usr/bin/python3 bench/migrate_cost.py --stripes 1,16 --runs 3
 	/usr/bin/python3 bench/replay --server $(BUILD)/hf3fs-metad --stripes 16
 
