@@ -6,12 +6,15 @@ spreads, and what one front end serves.
     bench/cluster_bench.py [--primaries 1,2,3] [--namespaces 6] [--ranks 2]
                            [--keys 20000] [--seconds 5] [--runs 3] [--conns 16]
                            [--smoke]
+    bench/cluster_bench.py --stripes 1,16 [--primaries 3] [--keys 60000] ...
 
-The module keeps one value per namespace (the key hf3fs:{<hex namespace>},
-all its ranks inside), so a namespace lives on one shard, and what spreads
-over a cluster is namespaces. For each primary count: a fresh cluster (no
-replicas, no persistence: the cost of a call, not of durability), one
-hf3fs-metad --store redis-cluster://... (default threads), then `loadgen
+These rows keep each namespace in one value (--stripes 1: the key
+hf3fs:{<hex namespace>}, all its ranks inside), so a namespace lives on one
+shard, and what spreads over a cluster is namespaces; --stripes (below)
+compares stripe counts of one namespace. For each primary count: a fresh
+cluster (no replicas, no persistence: the cost of a call, not of
+durability), one hf3fs-metad --store redis-cluster://... --stripes 1
+(default threads), then `loadgen
 load` of --keys complete keys on --ranks ranks into namespace kv (the vLLM
 dialect, which always uses kv) and into each of --namespaces SGLang
 namespaces ns0, ns1, ... Keys in each engine's shape (bench/keys.h): 32-hex
@@ -40,6 +43,27 @@ Redis on CPU 1, as bench/run does), so the point is the cost per call per
 shard and the shape, not the absolute rate. docs/performance.md ("The Redis
 engine") and docs/many-nodes.md ("Sizing a cluster") turn the figures into
 a sizing rule.
+
+--stripes 1,16 (a list of stripe counts): instead of the rows above, what
+striping namespace kv costs and spreads, over one cluster of --primaries
+(one number, default 3) primaries per stripe count, all up at once, each
+with its own hf3fs-metad --stripes S, kv loaded with --keys complete keys
+on --ranks ranks (no SGLang namespaces). Two row kinds, ids c<P>v/s<S> and
+c<P>w/s<S>, their runs alternating over the stripe counts (run 1 of every
+S, then run 2, ...):
+
+  v  vLLM batch_exists of 128 random loaded keys (as above)
+  w  vLLM saves in kv: batch_allocate 128 fresh keys + confirm_write, on
+     every rank (loadgen save); one allocate + confirm on one rank is a pair
+
+Printed per row, each the median over the runs (every figure measured
+around each run alone): each shard's share of the module's time (the usec
+of INFO commandstats' hf3fs.* commands, normalized to sum 1; every stripe
+count's nodes get CONFIG RESETSTAT before each run), the Redis CPU per
+request (reads) or pair (saves) summed over the shards (/proc, as above;
+beside it the part spent inside hf3fs.* commands, commandstats' usec, which
+on a shared CPU also counts waits for it), and the front end's (user + system time of hf3fs-metad, /proc); then the
+ratios of each S to the first one of the list, and the issue's targets.
 
 --smoke: one run of 1 s, 2,000 keys (tests/integration/test_bench_smoke.py
 checks that the script works, not any figure).
@@ -77,6 +101,14 @@ def node_stats(rc, port):
     return calls, usec
 
 
+def module_usec(rc, port):
+    """usec of the module's commands (hf3fs.*) on one node since its last
+    RESETSTAT (commandstats)."""
+    text = rc.call(port, "INFO", "commandstats")
+    return sum(int(u) for name, u in re.findall(r"cmdstat_([\w.|]+):calls=\d+,usec=(\d+)", text)
+               if name.startswith("hf3fs."))
+
+
 def used_memory(rc, port):
     return int(re.search(r"used_memory:(\d+)", rc.call(port, "INFO", "memory")).group(1))
 
@@ -86,7 +118,10 @@ VLLM_KEYS, SGLANG_KEYS = "32", "66"
 
 
 def run_row(kind, port, a, bodies):
-    if kind == "s":
+    if kind == "w":
+        cmd = pin(0) + [LOADGEN, "save", str(port), str(a.seconds), str(a.conns), "128",
+                        str(a.ranks)]
+    elif kind == "s":
         cmd = pin(0) + [LOADGEN, "sg-save", str(port), str(a.seconds), str(a.conns), "128",
                         str(a.ranks), str(a.namespaces)]
     else:
@@ -120,6 +155,7 @@ def bench_primaries(n, a, tmp):
         port = free_port()
         log = open(os.path.join(tmp, "metad-%d.log" % n), "w")
         proc = subprocess.Popen(pin(1) + [SERVER, "--store", "redis-cluster://" + rc.seeds(),
+                                          "--stripes", "1",
                                           "--host", "127.0.0.1", "--port", str(port),
                                           "--log-level", "warn"], stdout=log, stderr=log)
         try:
@@ -172,6 +208,127 @@ def bench_primaries(n, a, tmp):
     return out
 
 
+class Striped:
+    """One cluster of n primaries and its front end with --stripes S, kv
+    loaded."""
+
+    def __init__(self, n, stripes, a, tmp):
+        self.stripes = stripes
+        self.rc = RedisCluster(primaries=n, replicas=0).__enter__()
+        self.proc = None
+        self.log = open(os.path.join(tmp, "metad-s%d.log" % stripes), "w")
+        self.prim = self.rc.primaries_ports()
+        self.port = free_port()
+        self.proc = subprocess.Popen(pin(1) + [SERVER, "--store", "redis-cluster://" + self.rc.seeds(),
+                                               "--stripes", str(stripes),
+                                               "--host", "127.0.0.1", "--port", str(self.port),
+                                               "--log-level", "warn"],
+                                     stdout=self.log, stderr=self.log)
+        for p in self.prim:
+            if pin(1):
+                subprocess.run(["taskset", "-cp", "1", str(self.rc.nodes[p].proc.pid)],
+                               stdout=subprocess.DEVNULL)
+        wait_port(self.port, self.proc)
+        subprocess.run(pin(0) + [LOADGEN, "load", str(self.port), str(a.keys), str(a.ranks),
+                                 str(a.pages)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # the values per shard: S stripes spread by their slots
+        self.values = [int(self.rc.call(p, "DBSIZE")) for p in self.prim]
+        if sum(self.values) != stripes:
+            raise RuntimeError("--stripes %d: the cluster holds %s values (one per stripe "
+                               "expected)" % (stripes, self.values))
+
+    def run(self, kind, a, bodies):
+        for p in self.prim:
+            self.rc.call(p, "CONFIG", "RESETSTAT")
+        pids = [self.rc.nodes[p].proc.pid for p in self.prim]
+        r0 = [cpu_seconds(pid) for pid in pids]
+        f0 = cpu_seconds(self.proc.pid)
+        got = run_row(kind, self.port, a, bodies)
+        f1 = cpu_seconds(self.proc.pid)
+        r1 = [cpu_seconds(pid) for pid in pids]
+        usec = [module_usec(self.rc, p) for p in self.prim]
+        n = got.get("answered_pairs", got["all"]) if kind == "w" else got["all"]
+        return {"rate": got.get("pairs_per_s", 0) if kind == "w" else got["rps"],
+                "p99_ms": got.get("p99_us", 0) / 1000,
+                "shares": [u / float(sum(usec) or 1) for u in usec],
+                "redis_us": 1e6 * (sum(r1) - sum(r0)) / (n or 1),
+                "module_us": sum(usec) / float(n or 1),
+                "front_us": 1e6 * (f1 - f0) / (n or 1)}
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.log.close()
+        self.rc.__exit__(None, None, None)
+
+
+STRIPE_KINDS = (("v", "vLLM batch_exists 128 keys", "request"),
+                ("w", "vLLM allocate 128 fresh + confirm, every rank", "pair"))
+
+
+def bench_stripes(a, tmp):
+    counts = [int(x) for x in a.stripes.split(",")]
+    n = int(a.primaries) if a.primaries != "1,2,3" else 3
+    print("Stripes of namespace kv over %d primaries: %d complete keys on %d ranks, %d "
+          "connection(s), %d run(s) of %d s per row, the stripe counts' runs alternating; "
+          "loadgen/wrk on CPU 0, the front ends and every Redis on CPU 1 (of %d)"
+          % (n, a.keys, a.ranks, a.conns, a.runs, a.seconds, NCPU))
+    bodies = {"v": os.path.join(tmp, "bodies-v.txt")}
+    with open(bodies["v"], "w") as f:
+        subprocess.run([LOADGEN, "bodies", "exists", str(a.keys), "256", "128"],
+                       stdout=f, check=True)
+    setups = []
+    try:
+        for s in counts:
+            setups.append(Striped(n, s, a, tmp))
+        print("Values (stripes) per shard: " + "; ".join(
+            "S=%d: %s" % (x.stripes, "/".join(str(v) for v in x.values)) for x in setups))
+        print()
+        print("| # | stripes | row | rate | p99 ms | per shard: share of the module's time "
+              "(commandstats hf3fs.* usec) | Redis CPU, all shards (us) | of which in hf3fs.* commands "
+              "(commandstats, us) | front end CPU (us) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        med = {}
+        for kind, label, unit in STRIPE_KINDS:
+            runs = {x.stripes: [] for x in setups}
+            for _ in range(a.runs):
+                for x in setups:
+                    runs[x.stripes].append(x.run(kind, a, bodies))
+            for x in setups:
+                rs = runs[x.stripes]
+                m = {k: statistics.median(r[k] for r in rs)
+                     for k in ("rate", "p99_ms", "redis_us", "module_us", "front_us")}
+                m["shares"] = [statistics.median(r["shares"][i] for r in rs)
+                               for i in range(n)]
+                med[kind, x.stripes] = m
+                print("| c%d%s/s%d | %d | %s | %.0f %s/s | %.1f | %s | %.1f per %s | %.1f | %.1f per %s |" % (
+                    n, kind, x.stripes, x.stripes, label, m["rate"],
+                    "pairs" if kind == "w" else "requests", m["p99_ms"],
+                    " / ".join("%.2f" % v for v in m["shares"]), m["redis_us"], unit,
+                    m["module_us"], m["front_us"], unit))
+                sys.stdout.flush()
+        print()
+        base = counts[0]
+        print("Ratios to S=%d (medians of the same run) and the targets (each shard <= 0.45 of "
+              "the module's time; Redis and front-end CPU <= 1.5x of S=1's):" % base)
+        for kind, label, unit in STRIPE_KINDS:
+            for s in counts[1:]:
+                m, b = med[kind, s], med[kind, base]
+                top = max(m["shares"])
+                print("  %s, S=%d: largest shard share %.2f (%s); Redis CPU per %s %.1f / %.1f us = "
+                      "%.2fx (%s); front end CPU per %s %.1f / %.1f us = %.2fx (%s)" % (
+                          label, s, top, "met" if top <= 0.45 else "MISSED", unit,
+                          m["redis_us"], b["redis_us"], m["redis_us"] / (b["redis_us"] or 1),
+                          "met" if m["redis_us"] <= 1.5 * b["redis_us"] else "MISSED", unit,
+                          m["front_us"], b["front_us"], m["front_us"] / (b["front_us"] or 1),
+                          "met" if m["front_us"] <= 1.5 * b["front_us"] else "MISSED"))
+    finally:
+        for x in setups:
+            x.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--primaries", default="1,2,3")
@@ -182,6 +339,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--conns", type=int, default=16)
+    ap.add_argument("--stripes", default=None,
+                    help="compare these stripe counts of namespace kv (e.g. 1,16)")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
     if a.smoke:
@@ -193,6 +352,10 @@ def main():
         sys.exit("cluster_bench: wrk is missing (bench/run installs it)")
     import tempfile
     tmp = tempfile.mkdtemp(prefix="hf3fs-cluster-bench-")
+    if a.stripes:
+        bench_stripes(a, tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     print("Redis engine over a Redis Cluster: namespace kv + %d SGLang namespaces, each %d "
           "complete keys on %d ranks, %d connection(s), %d run(s) of %d s; loadgen/wrk on CPU 0, "
           "the front end and every Redis on CPU 1 (of %d)"

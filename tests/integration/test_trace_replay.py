@@ -11,7 +11,11 @@ what it says.
   columns, and the server is at least exact LRU minus 0.5 points (the contract's rule
   for the recency order: docs/protocol.md, State);
 - through a server of the harness (--connect, TP 3): the state it leaves is sound
-  (GET /v1/check), every page of every rank is owned, none reserved, nothing refused.
+  (GET /v1/check), every page of every rank is owned, none reserved, nothing refused;
+- --stripes: its port of the key-to-stripe hash gives wire_stripe_of's values, and a
+  replay through a front end over Redis at 4 stripes runs: the server at most
+  Belady, and pools that hold every block in every stripe give the infinite-cache
+  ratio in every column.
 
 No figure depends on time: the replay's server runs without read lease.
 
@@ -230,6 +234,33 @@ def test_replay_leaves_a_sound_state():
                 pages[(engine, rank)] = p["evictions"]
             expect_eq(len({pages[(engine, rank)] for rank in range(3)}), 1,
                       "the ranks evict alike: %r" % pages)
+
+
+def test_stripe_hash_is_the_wire_hash():
+    # values of wire_stripe_hash / wire_stripe_of (src/module/wire.c), computed by the C
+    mod = replay_module()
+    for key, stripe in ((b"0123456789abcdef0123456789abcdef", 2), (b"a1b2", 9), (b"kv", 7),
+                        (b"", 14)):
+        expect_eq(mod.stripe_of(key, 16), stripe, "stripe of %r among 16" % key)
+
+
+def test_replay_over_redis_with_stripes():
+    # 1000%: every stripe's share of the pages holds every block, so nothing is evicted
+    rows, out = run_replay("--server", os.path.abspath(harness.BIN), "--stripes", "4",
+                           "--requests", "400", "--pools", "5,1000", CONVERSATION)
+    expect_true("--stripes 4" in out, "the server's flags are printed:\n" + out)
+    expect_eq(len(rows), 2, "two rows")
+    for r in rows:
+        expect_true(r["lru_striped"] != "-", "an LRU/stripe figure: %r" % r)
+        expect_true(r["server"] is not None and r["server"] <= r["belady"] + 1e-9,
+                    "server %r, Belady %.4f" % (r["server"], r["belady"]))
+        if r["pool_pct"] == 1000.0:
+            for what in ("server", "lru", "belady"):
+                expect_true(abs(r[what] - r["infinite"]) < 1e-9,
+                            "a pool 10 times every block: %s %.4f, infinite %.4f"
+                            % (what, r[what], r["infinite"]))
+            expect_true(abs(float(r["lru_striped"]) - r["infinite"]) < 1e-9,
+                        "LRU/stripe %s, infinite %.4f" % (r["lru_striped"], r["infinite"]))
 
 
 if __name__ == "__main__":
