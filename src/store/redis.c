@@ -614,6 +614,7 @@ typedef struct init_call {
     uint64_t num_pages;
     bool created;
     uint64_t existing;
+    uint32_t stripes; /* of the namespace */
 } init_call;
 
 /* INIT on the stripes [from, to) of L. */
@@ -648,6 +649,7 @@ static int init_fn(store_redis *r, const layout *L, void *ctx, bool last)
 {
     init_call *c = ctx;
     c->existing = 0;
+    c->stripes = L->count;
     return init_on(r, L, c, 0, L->count, last);
 }
 
@@ -657,7 +659,7 @@ static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pag
     store_redis *r = R(s);
     if (num_pages > r->cfg.max_pages || rank >= r->cfg.max_ranks)
         return STORE_EINVAL;
-    init_call c = {rank, num_pages, false, 0};
+    init_call c = {rank, num_pages, false, 0, 1};
     int rc = run_striped(r, ns, init_fn, &c);
     if (rc == NO_NAMESPACE) {
         /* A new namespace: its anchor first, which records our count (or
@@ -675,6 +677,12 @@ static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pag
     }
     if (rc != STORE_OK)
         return rc;
+    if (c.created && num_pages < c.stripes)
+        log_msg(LOG_WARN,
+                "pool '%.*s' rank %" PRIu32 ": %" PRIu64 " pages for %" PRIu32 " stripes: the "
+                "keys of %" PRIu64 " stripes can never get a page (docs/redis-module.md, "
+                "\"Stripes\")", (int)(ns.len > 100 ? 100 : ns.len), ns.ptr, rank, num_pages,
+                c.stripes, (uint64_t)c.stripes - num_pages);
     if (created)
         *created = c.created;
     if (existing_pages)
