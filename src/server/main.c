@@ -192,8 +192,9 @@ static void usage(FILE *out)
         "\n"
         "  --host ADDR                 address to listen on (default 127.0.0.1)\n"
         "  --port N                    TCP port, 0 picks a free one (default 18000)\n"
-        "  --threads N                 HTTP event-loop threads (default: one per CPU, at\n"
-        "                              least 16 under --fsync always)\n"
+        "  --threads N                 HTTP event-loop threads (default: one per CPU; at\n"
+        "                              least 16 with --store or --fsync always; at most\n"
+        "                              --max-connections)\n"
         "  --max-connections N         open connections at most (default 1024)\n"
         "  --idle-timeout SECONDS      close a connection idle this long, 0 never (default 60)\n"
         "  --max-body-bytes N          largest request body, K/M/G suffixes allowed (default 8M)\n"
@@ -210,8 +211,9 @@ static void usage(FILE *out)
         "  --release-grace SECS        a released page is reused only after this long, so a\n"
         "                              retried release cannot free another writer's page;\n"
         "                              0 none (default 10)\n"
-        "  --eviction lru|none         when full, evict keys not used recently, in the core's\n"
-        "                              recency order (docs/eviction.md); none: never (default lru)\n"
+        "  --eviction clock|none       when full, evict keys not used recently, by the core's\n"
+        "                              CLOCK rule (docs/eviction.md); none: never (default\n"
+        "                              clock; lru is accepted as another name for clock)\n"
         "  --debug-api                 serve GET /v1/check (walks every pool; for tests)\n"
         "  --data-dir DIR              keep the state (write-ahead log and snapshots) in DIR\n"
         "                              (default ./hf3fs-metad-data)\n"
@@ -345,9 +347,10 @@ static void parse_flag(server_options *o, int id, const char *arg)
     case OPT_WRITE_LEASE: o->write_lease_s = parse_seconds(flag, arg, 0, 1e9); break;
     case OPT_RELEASE_GRACE: o->release_grace_s = parse_seconds(flag, arg, 0, 1e9); break;
     case OPT_EVICTION:
-        if (strcmp(arg, "lru") != 0 && strcmp(arg, "none") != 0)
-            bad_flag(flag, arg, "lru or none");
-        o->evict_lru = strcmp(arg, "lru") == 0;
+        /* "lru": the flag's value before the rule was named for what it is */
+        if (strcmp(arg, "clock") != 0 && strcmp(arg, "lru") != 0 && strcmp(arg, "none") != 0)
+            bad_flag(flag, arg, "clock or none");
+        o->evict_lru = strcmp(arg, "none") != 0;
         break;
     case OPT_DEBUG_API: o->debug_api = true; break;
     case OPT_PERSISTENCE_PATH: o->persistence_path = arg; break;
@@ -385,11 +388,12 @@ static void parse_flag(server_options *o, int id, const char *arg)
         o->redis_wait_timeout_s = parse_seconds(flag, arg, 0.001, 3600);
         break;
     case OPT_REDIS_USE_LOG_BYTES:
-        /* The Lua engine's use log is gone (the module applies every use at
-         * once): accepted, so that existing units still start, and ignored. */
+        /* A flag of an engine that logged uses to Redis; the module keeps
+         * recency volatile and logs none: accepted, so that existing units
+         * still start, and ignored. */
         parse_count(flag, arg, 64, 64u << 20, true);
         fprintf(stderr, "hf3fs-metad: --redis-use-log-bytes is deprecated and ignored: the "
-                "hf3fs-metad Redis module records every use at once\n");
+                "hf3fs-metad Redis module logs no uses\n");
         break;
     case OPT_SAVE_INTERVAL:
         o->save_interval_s = parse_seconds(flag, arg, 0, 1e9);
@@ -742,7 +746,7 @@ static void log_settings(const server_options *o, uint16_t port)
             v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
             o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys,
             o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s,
-            o->read_lease_s, write_lease_s(o), o->release_grace_s, o->evict_lru ? "lru" : "none",
+            o->read_lease_s, write_lease_s(o), o->release_grace_s, o->evict_lru ? "clock" : "none",
             o->debug_api ? "on" : "off",
             log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
             o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",

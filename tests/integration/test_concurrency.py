@@ -250,7 +250,7 @@ def final_pool_checks(srv, c):
 
 
 def test_concurrent_clients_of_both_dialects_never_break_page_ownership():
-    with Server("--eviction", "lru", "--read-lease", "0.2", "--release-grace", "0.2",
+    with Server("--eviction", "clock", "--read-lease", "0.2", "--release-grace", "0.2",
                 "--write-lease", "0.2",
                 "--threads", "4") as srv:
         c = srv.client()
@@ -293,7 +293,7 @@ def test_concurrent_clients_of_both_dialects_never_break_page_ownership():
 def test_concurrent_clear_and_reinitialize_never_crash_or_corrupt():
     # /clear forgets every pool while other threads are using them; requests
     # that arrive in between get 404 (not initialized), never a 5xx or a crash
-    with Server("--eviction", "lru", "--read-lease", "0.1", "--release-grace", "0.1",
+    with Server("--eviction", "clock", "--read-lease", "0.1", "--release-grace", "0.1",
                 "--write-lease", "0.1",
                 "--threads", "4") as srv:
         c = srv.client()

@@ -118,7 +118,7 @@ def _read_lease_blocks_eviction(lookup):
     answers whether it found A); allocating B gets -1 while the lease lasts,
     then B evicts A."""
     def scenario(lease):
-        with lease_server("--eviction", "lru", lease=lease) as srv:
+        with lease_server("--eviction", "clock", lease=lease) as srv:
             c = srv.client()
             v_init(c, 0, 1)
             pa = v_own(c, 0, ["A"], lease)[0]
@@ -158,7 +158,7 @@ def test_read_lease_from_get_page_indices_protects_from_eviction():
 
 def test_unleased_owned_key_is_evicted_when_pool_is_full():
     def scenario(lease):
-        with lease_server("--eviction", "lru", lease=lease) as srv:
+        with lease_server("--eviction", "clock", lease=lease) as srv:
             c = srv.client()
             s_init(c, 0, 1)
             p = s_own(c, 0, ["A"], lease)[0]
@@ -170,7 +170,7 @@ def test_unleased_owned_key_is_evicted_when_pool_is_full():
 
 def test_batch_exists_leases_the_key_in_every_rank():
     def scenario(lease):
-        with lease_server("--eviction", "lru", lease=lease) as srv:
+        with lease_server("--eviction", "clock", lease=lease) as srv:
             c = srv.client()
             v_init(c, 0, 1)
             v_init(c, 1, 1)
@@ -189,7 +189,7 @@ def test_batch_exists_leases_the_key_in_every_rank():
 
 def test_delete_during_read_lease_drains_the_page_then_frees_it():
     def scenario(lease):
-        with lease_server("--eviction", "lru", lease=lease) as srv:
+        with lease_server("--eviction", "clock", lease=lease) as srv:
             c = srv.client()
             s_init(c, 0, 1)
             p = s_own(c, 0, ["A"], lease)[0]
@@ -216,7 +216,7 @@ def test_delete_during_read_lease_drains_the_page_then_frees_it():
 
 def test_clear_during_read_lease_drains_the_leased_pages():
     def scenario(lease):
-        with lease_server("--eviction", "lru", lease=lease) as srv:
+        with lease_server("--eviction", "clock", lease=lease) as srv:
             c = srv.client()
             s_init(c, 0, 2)
             got = s_own(c, 0, ["A", "B"], lease)

@@ -24,7 +24,7 @@ from harness import (Server, expect_eq, expect_json, expect_true, pool_states,  
 MAX_KEYS = 16
 MAX_KEY_BYTES = 64
 FLAGS = ("--max-keys", str(MAX_KEYS), "--max-key-bytes", str(MAX_KEY_BYTES),
-         "--eviction", "lru")
+         "--eviction", "clock")
 
 KV_KEYS = ["k0", "k1", "k2", "half", "r0"]
 SG_KEYS = ["s0", "s1", "s2"]

@@ -80,6 +80,21 @@ def test_start_up_line_lists_every_effective_setting():
     expect_true("secret" not in log, "the token itself must never be logged")
 
 
+def test_eviction_lru_is_an_accepted_name_for_clock():
+    # The rule is CLOCK-class; "lru" was the flag's value before and still
+    # starts the same server.
+    for value in ("clock", "lru"):
+        with LoggedServer("--eviction", value) as srv:
+            pass
+        start = srv.last_stderr[:srv.last_stderr.find("SIGTERM")]
+        expect_true("eviction clock" in start, "--eviction %s starts with eviction clock:\n%s"
+                    % (value, start))
+    p = subprocess.run([harness.BIN, "--eviction", "lfu"], stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=10)
+    expect_eq(p.returncode, 2, "--eviction lfu is refused")
+    expect_true("clock or none" in p.stderr.decode(), "the refusal names the values: %r" % p.stderr)
+
+
 def test_a_bad_value_is_refused_with_the_name_of_its_own_flag():
     # A value no flag taking one accepts ("" is not a number, a level, a
     # path that exists...). The message must name the flag given, whatever

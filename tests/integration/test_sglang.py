@@ -111,8 +111,8 @@ def test_sglang_allocation_is_partial_when_pool_too_small():
         expect_eq(pool_states(srv.stats(), "kv", 0), (3, 0, 0, 1, 2, 1), "after release")
 
 
-def test_sglang_partial_allocation_evicts_lru_for_what_it_can():
-    with Server("--eviction", "lru") as srv:
+def test_sglang_partial_allocation_evicts_unused_keys_for_what_it_can():
+    with Server("--eviction", "clock") as srv:
         c = srv.client()
         s_init(c, 0, 3)
         owned = alloc_confirm(c, 0, ["o1", "o2"])

@@ -343,7 +343,7 @@ def test_vllm_allocate_evicts_least_recently_used_keys_first():
         c = srv.client()
         v_init(c, 0, 4)
         owned = alloc_confirm(c, 0, ["a", "b", "c", "d"])
-        v_alloc(c, 0, ["a"])                      # a hit is a use: LRU is now b, c, d, a
+        v_alloc(c, 0, ["a"])                      # a hit is a use: b, c, d are now unused since
         pages = v_alloc(c, 0, ["n1", "n2"])
         expect_true(sorted(pages) == sorted([owned["b"], owned["c"]]),
                     "n1, n2 take the pages of b and c: %r vs %r" % (pages, owned))
@@ -633,7 +633,7 @@ def test_vllm_incomplete_keys_are_evicted_before_older_complete_ones():
         v_init(c, 1, 2)
         on1 = {}
         for rank in (0, 1):
-            on1 = alloc_confirm(c, rank, ["old", "dead"])    # "old" is the LRU key
+            on1 = alloc_confirm(c, rank, ["old", "dead"])    # "old" is the least recently used key
         expect_eq(v_exists(c, ["old", "dead"]), [True, True], "both complete")
         expect_no_body(c.post("/0/delete_keys", {"keys": ["dead"]}), 204)
         expect_eq(v_exists(c, ["old", "dead"]), [True, False], "dead is incomplete")
