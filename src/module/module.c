@@ -13,7 +13,12 @@
  * one value (key position 1) and runs one core call on it, alone on
  * Redis's thread: one atomic step, with the embedded engine's code. HF3FS.NAMESPACES and HF3FS.CLEARALL have no key
  * and act on the values of the node (its selected database) they are sent
- * to.
+ * to. The commands are one table (HF3FS_COMMANDS: name, flags, key,
+ * arity, how the key is opened, the arguments after it) and one
+ * dispatcher (cmd_dispatch) that does what they share: the key opened, the
+ * shared arguments parsed (cfg applied, the value caught up with a
+ * rebuild), the core observed, the events propagated, the key closed; each
+ * command's run_<name> does the rest.
  *
  * Memory. The core allocates through Redis (hf_set_allocator with
  * RedisModule_Alloc and its family, set once at load), so used_memory,
