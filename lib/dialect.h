@@ -106,4 +106,21 @@ static inline int hf3fs_meta__alloc_call(hf3fs_meta_client *c, hf3fs_meta__jw *w
     return rc;
 }
 
+/* Confirmations and releases: "<name>": [[k0, p0], ...] and
+ * "pages_to_release": [...] posted to path (idempotent). */
+static inline int hf3fs_meta__confirm_call(hf3fs_meta_client *c, hf3fs_meta__jw *w,
+                                           const char *path, const char *name,
+                                           const char *const *keys, const int64_t *pages,
+                                           size_t n, const int64_t *release, size_t n_release)
+{
+    int rc = hf3fs_meta__check_keys(c, keys, n);
+    if (rc || (rc = hf3fs_meta__check_array(c, pages, n, "pages")) != 0 ||
+        (rc = hf3fs_meta__check_array(c, release, n_release, "release")) != 0)
+        return rc;
+    hf3fs_meta__write_confirmations(w, name, keys, pages, n);
+    hf3fs_meta__write_pages(w, "pages_to_release", release, n_release);
+    hf3fs_meta__jw_object_end(w);
+    return hf3fs_meta__post(c, path, w, HF3FS_META__IDEMPOTENT, NULL);
+}
+
 #endif

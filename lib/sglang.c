@@ -34,17 +34,26 @@ static int keys_call(hf3fs_meta_client *c, int rank, const char *ns, const char 
     return rc ? rc : hf3fs_meta__keys_call(c, &w, path, keys, n, answer, kind, out);
 }
 
-int hf3fs_meta_sglang_init(hf3fs_meta_client *c, int rank, const char *ns, int64_t num_pages)
+/* A call on the pool itself to "/{rank}/{op}": "num_pages" if given. */
+static int pool_call(hf3fs_meta_client *c, int rank, const char *ns, const char *op,
+                     const int64_t *num_pages)
 {
     char path[64];
     hf3fs_meta__jw w;
-    int rc = start(c, rank, ns, "initialize", path, sizeof path, &w);
+    int rc = start(c, rank, ns, op, path, sizeof path, &w);
     if (rc)
         return rc;
-    hf3fs_meta__jw_key(&w, "num_pages");
-    hf3fs_meta__jw_int(&w, num_pages);
+    if (num_pages) {
+        hf3fs_meta__jw_key(&w, "num_pages");
+        hf3fs_meta__jw_int(&w, *num_pages);
+    }
     hf3fs_meta__jw_object_end(&w);
     return hf3fs_meta__post(c, path, &w, HF3FS_META__IDEMPOTENT, NULL);
+}
+
+int hf3fs_meta_sglang_init(hf3fs_meta_client *c, int rank, const char *ns, int64_t num_pages)
+{
+    return pool_call(c, rank, ns, "initialize", &num_pages);
 }
 
 int hf3fs_meta_sglang_exists(hf3fs_meta_client *c, int rank, const char *ns,
@@ -72,14 +81,9 @@ int hf3fs_meta_sglang_confirm_write(hf3fs_meta_client *c, int rank, const char *
     char path[64];
     hf3fs_meta__jw w;
     int rc = start(c, rank, ns, "confirm_write", path, sizeof path, &w);
-    if (rc || (rc = hf3fs_meta__check_keys(c, keys, n)) != 0 ||
-        (rc = hf3fs_meta__check_array(c, pages, n, "pages")) != 0 ||
-        (rc = hf3fs_meta__check_array(c, release, n_release, "release")) != 0)
-        return rc;
-    hf3fs_meta__write_confirmations(&w, "written_keys_to_confirm", keys, pages, n);
-    hf3fs_meta__write_pages(&w, "pages_to_release", release, n_release);
-    hf3fs_meta__jw_object_end(&w);
-    return hf3fs_meta__post(c, path, &w, HF3FS_META__IDEMPOTENT, NULL);
+    return rc ? rc
+              : hf3fs_meta__confirm_call(c, &w, path, "written_keys_to_confirm", keys, pages, n,
+                                         release, n_release);
 }
 
 int hf3fs_meta_sglang_delete_keys(hf3fs_meta_client *c, int rank, const char *ns,
@@ -90,13 +94,7 @@ int hf3fs_meta_sglang_delete_keys(hf3fs_meta_client *c, int rank, const char *ns
 
 int hf3fs_meta_sglang_clear(hf3fs_meta_client *c, int rank, const char *ns)
 {
-    char path[64];
-    hf3fs_meta__jw w;
-    int rc = start(c, rank, ns, "clear", path, sizeof path, &w);
-    if (rc)
-        return rc;
-    hf3fs_meta__jw_object_end(&w);
-    return hf3fs_meta__post(c, path, &w, HF3FS_META__IDEMPOTENT, NULL);
+    return pool_call(c, rank, ns, "clear", NULL);
 }
 
 int hf3fs_meta_sglang_get_page_indices(hf3fs_meta_client *c, int rank, const char *ns,

@@ -78,14 +78,9 @@ int hf3fs_meta_vllm_confirm_write(hf3fs_meta_client *c, int rank, const char *co
 {
     hf3fs_meta__jw w;
     int rc = start(c, RANK_IN_BODY, rank, &w);
-    if (rc || (rc = hf3fs_meta__check_keys(c, keys, n)) != 0 ||
-        (rc = hf3fs_meta__check_array(c, pages, n, "pages")) != 0 ||
-        (rc = hf3fs_meta__check_array(c, release, n_release, "release")) != 0)
-        return rc;
-    hf3fs_meta__write_confirmations(&w, "confirmations", keys, pages, n);
-    hf3fs_meta__write_pages(&w, "pages_to_release", release, n_release);
-    hf3fs_meta__jw_object_end(&w);
-    return hf3fs_meta__post(c, "/keys/confirm_write", &w, HF3FS_META__IDEMPOTENT, NULL);
+    return rc ? rc
+              : hf3fs_meta__confirm_call(c, &w, "/keys/confirm_write", "confirmations", keys,
+                                         pages, n, release, n_release);
 }
 
 int hf3fs_meta_vllm_batch_exists(hf3fs_meta_client *c, const char *const *keys, size_t n,
