@@ -62,6 +62,8 @@ int cli_exit_code(int rc);
  * with --json); return the exit code for rc. */
 int cli_fail(const cli *o, hf3fs_meta_client *c, int rc);
 int cli_usage_error(const cli *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A usage error if the command got arguments (it takes none); else 0. */
+int cli_no_arguments(const cli *o);
 /* Open a client with the URL, token and timeout of the options. */
 int cli_connect(const cli *o, hf3fs_meta_client **out);
 

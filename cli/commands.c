@@ -10,13 +10,6 @@
 
 static bool sglang(const cli *o) { return o->dialect == DIALECT_SGLANG; }
 
-static int no_arguments(const cli *o)
-{
-    if (o->n_args)
-        return cli_usage_error(o, "takes no arguments (got %s)", o->args[0]);
-    return 0;
-}
-
 /* Keys of the command (arguments or stdin); a usage error if there are none. */
 static int get_keys(const cli *o, char ***keys, size_t *n)
 {
@@ -158,7 +151,7 @@ static void init_answer(const cli *o, const request *r)
 
 int cmd_init(cli *o)
 {
-    int rc = no_arguments(o);
+    int rc = cli_no_arguments(o);
     if (rc)
         return rc;
     if (o->scheduler && sglang(o))
@@ -456,7 +449,7 @@ static void clear_answer(const cli *o, const request *r)
 int cmd_clear(cli *o)
 {
     static const command_spec spec = {.call = clear_call, .answer = clear_answer};
-    int rc = no_arguments(o);
+    int rc = cli_no_arguments(o);
     return rc ? rc : run(o, &spec, &(request){0});
 }
 
@@ -473,6 +466,6 @@ static void health_answer(const cli *o, const request *r)
 int cmd_health(cli *o)
 {
     static const command_spec spec = {.call = health_call, .answer = health_answer};
-    int rc = no_arguments(o);
+    int rc = cli_no_arguments(o);
     return rc ? rc : run(o, &spec, &(request){0});
 }
