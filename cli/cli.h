@@ -62,6 +62,8 @@ int cli_exit_code(int rc);
  * with --json); return the exit code for rc. */
 int cli_fail(const cli *o, hf3fs_meta_client *c, int rc);
 int cli_usage_error(const cli *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A usage error if the command got arguments (it takes none); else 0. */
+int cli_no_arguments(const cli *o);
 /* Open a client with the URL, token and timeout of the options. */
 int cli_connect(const cli *o, hf3fs_meta_client **out);
 
@@ -74,22 +76,12 @@ void cli_free_keys(char **keys, size_t n);
 /* A page number (decimal, >= 0 unless allow_negative); false if invalid. */
 bool cli_parse_page(const char *s, int64_t *out);
 
-/* commands.c */
-int cmd_init(cli *o);
-int cmd_alloc(cli *o);
-int cmd_confirm(cli *o);
-int cmd_release(cli *o);
-int cmd_exists(cli *o);
-int cmd_locate(cli *o);
-int cmd_delete(cli *o);
-int cmd_clear(cli *o);
-int cmd_health(cli *o);
-
-/* stats.c */
-int cmd_stats(cli *o);
-int cmd_watch(cli *o);
-
-/* load.c */
-int cmd_load(cli *o);
+/* The commands, each `int cmd_<name>(cli *o)` returning its exit code:
+ * commands.c (one library call each), stats.c (stats, watch), load.c. */
+#define CLI_COMMANDS(X)                                                                        \
+    X(init) X(alloc) X(confirm) X(release) X(exists) X(locate) X(delete) X(clear) X(health)    \
+    X(stats) X(watch) X(load)
+#define CLI_DECLARE_COMMAND(name) int cmd_##name(cli *o);
+CLI_COMMANDS(CLI_DECLARE_COMMAND)
 
 #endif

@@ -10,13 +10,6 @@
 
 static bool sglang(const cli *o) { return o->dialect == DIALECT_SGLANG; }
 
-static int no_arguments(const cli *o)
-{
-    if (o->n_args)
-        return cli_usage_error(o, "takes no arguments (got %s)", o->args[0]);
-    return 0;
-}
-
 /* Keys of the command (arguments or stdin); a usage error if there are none. */
 static int get_keys(const cli *o, char ***keys, size_t *n)
 {
@@ -36,29 +29,111 @@ static void print_ok(const cli *o, const char *text)
         printf("%s\n", text);
 }
 
-int cmd_init(cli *o)
+/* What a command sends and what it gets back. */
+typedef struct request {
+    const char *const *keys;
+    size_t n;
+    int64_t *pages; /* n: the answer's, or those confirmed */
+    bool *flags;    /* n: the answer's */
+    const int64_t *release;
+    size_t n_release;
+} request;
+
+/* A command: its library call, and how it prints the answer. */
+typedef struct command_spec {
+    int (*call)(const cli *o, hf3fs_meta_client *c, request *r);
+    /* The answer per key, after the key: the rest of its line, or its JSON
+     * fields (in an object with the list `list`, after "rank" if
+     * list_rank); false if negative (exit 1). */
+    bool (*key_result)(const cli *o, int64_t page, bool flag);
+    const char *list;
+    bool list_rank;
+    /* Or the answer whole (without key_result). */
+    void (*answer)(const cli *o, const request *r);
+} command_spec;
+
+/* The answer of a command with key_result; its exit code. */
+static int print_key_results(const cli *o, const command_spec *s, const request *r)
 {
-    int rc = no_arguments(o);
+    bool all = true;
+    if (o->json) {
+        printf("{");
+        if (s->list_rank)
+            printf("\"rank\":%d,", o->rank);
+        printf("\"%s\":[", s->list);
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        if (o->json) {
+            printf("%s{\"key\":", i ? "," : "");
+            cli_json_string(stdout, r->keys[i]);
+        } else {
+            printf("%s\t", r->keys[i]);
+        }
+        bool ok = s->key_result(o, r->pages[i], r->flags[i]);
+        all = all && ok;
+        printf(o->json ? "}" : "\n");
+    }
+    if (o->json)
+        printf("],\"all\":%s}\n", all ? "true" : "false");
+    return all ? CLI_OK : CLI_NEGATIVE;
+}
+
+/* Connect, make the call, print its answer (or why it failed); the exit
+ * code. */
+static int run(const cli *o, const command_spec *s, request *r)
+{
+    hf3fs_meta_client *c;
+    int rc = cli_connect(o, &c);
     if (rc)
         return rc;
-    if (o->scheduler && sglang(o))
-        return cli_usage_error(o, "--scheduler is a vLLM dialect role");
-    if (o->scheduler && o->pages != -1)
-        return cli_usage_error(o, "--scheduler takes no --pages");
-    if (!o->scheduler && o->pages == -1)
-        return cli_usage_error(o, "needs --pages N (or --scheduler with the vLLM dialect)");
-    hf3fs_meta_client *c;
-    if ((rc = cli_connect(o, &c)) != 0)
-        return rc;
-    if (o->scheduler)
-        rc = hf3fs_meta_vllm_init_scheduler(c);
-    else if (sglang(o))
-        rc = hf3fs_meta_sglang_init(c, o->rank, o->ns, o->pages);
-    else
-        rc = hf3fs_meta_vllm_init_worker(c, o->rank, o->pages);
+    rc = s->call(o, c, r);
     if (rc) {
         rc = cli_fail(o, c, rc);
-    } else if (o->json) {
+    } else if (s->key_result) {
+        rc = print_key_results(o, s, r);
+    } else {
+        s->answer(o, r);
+    }
+    hf3fs_meta_close(c);
+    return rc;
+}
+
+/* run() over the keys of the command (arguments or stdin). */
+static int run_keys(const cli *o, const command_spec *s)
+{
+    char **keys;
+    size_t n;
+    int rc = get_keys(o, &keys, &n);
+    if (rc)
+        return rc;
+    int64_t *pages = calloc(n, sizeof *pages);
+    bool *flags = calloc(n, sizeof *flags);
+    if (!pages || !flags) {
+        rc = cli_fail(o, NULL, HF3FS_META_ENOMEM);
+    } else {
+        request r = {(const char *const *)keys, n, pages, flags, NULL, 0};
+        rc = run(o, s, &r);
+    }
+    free(pages);
+    free(flags);
+    cli_free_keys(keys, n);
+    return rc;
+}
+
+/* ---- init ---- */
+
+static int init_call(const cli *o, hf3fs_meta_client *c, request *r)
+{
+    if (o->scheduler)
+        return hf3fs_meta_vllm_init_scheduler(c);
+    if (sglang(o))
+        return hf3fs_meta_sglang_init(c, o->rank, o->ns, o->pages);
+    return hf3fs_meta_vllm_init_worker(c, o->rank, o->pages);
+}
+
+static void init_answer(const cli *o, const request *r)
+{
+    if (o->json) {
         if (o->scheduler) {
             printf("{\"ok\":true,\"role\":\"scheduler\"}\n");
         } else {
@@ -72,64 +147,126 @@ int cmd_init(cli *o)
         printf("pool %s/%d initialized (%lld pages asked; an existing pool keeps its size)\n",
                o->ns ? o->ns : "kv", o->rank, (long long)o->pages);
     }
-    hf3fs_meta_close(c);
-    return rc;
+}
+
+int cmd_init(cli *o)
+{
+    int rc = cli_no_arguments(o);
+    if (rc)
+        return rc;
+    if (o->scheduler && sglang(o))
+        return cli_usage_error(o, "--scheduler is a vLLM dialect role");
+    if (o->scheduler && o->pages != -1)
+        return cli_usage_error(o, "--scheduler takes no --pages");
+    if (!o->scheduler && o->pages == -1)
+        return cli_usage_error(o, "needs --pages N (or --scheduler with the vLLM dialect)");
+    static const command_spec spec = {.call = init_call, .answer = init_answer};
+    return run(o, &spec, &(request){0});
+}
+
+/* ---- alloc, exists, locate, delete: keys ---- */
+
+static int alloc_call(const cli *o, hf3fs_meta_client *c, request *r)
+{
+    if (sglang(o))
+        return hf3fs_meta_sglang_reserve_and_allocate(c, o->rank, o->ns, r->keys, r->n, r->flags,
+                                                      r->pages);
+    return hf3fs_meta_vllm_batch_allocate(c, o->rank, r->keys, r->n, r->pages);
+}
+
+static bool alloc_result(const cli *o, int64_t page, bool existed)
+{
+    if (o->json) {
+        printf(",\"page\":%lld", (long long)page);
+        if (sglang(o))
+            printf(",\"existed\":%s", existed ? "true" : "false");
+    } else if (sglang(o)) {
+        printf("%lld\t%s", (long long)page, page < 0 ? "none" : existed ? "hit" : "new");
+    } else {
+        printf("%lld", (long long)page);
+    }
+    return page >= 0;
 }
 
 int cmd_alloc(cli *o)
 {
-    char **keys;
-    size_t n;
-    int rc = get_keys(o, &keys, &n);
-    if (rc)
-        return rc;
-    hf3fs_meta_client *c = NULL;
-    int64_t *pages = malloc(n * sizeof *pages);
-    bool *existed = calloc(n, sizeof *existed);
-    if (!pages || !existed) {
-        rc = cli_fail(o, NULL, HF3FS_META_ENOMEM);
-        goto out;
-    }
-    if ((rc = cli_connect(o, &c)) != 0)
-        goto out;
-    if (sglang(o))
-        rc = hf3fs_meta_sglang_reserve_and_allocate(c, o->rank, o->ns, (const char *const *)keys, n,
-                                                    existed, pages);
-    else
-        rc = hf3fs_meta_vllm_batch_allocate(c, o->rank, (const char *const *)keys, n, pages);
-    if (rc) {
-        rc = cli_fail(o, c, rc);
-        goto out;
-    }
-    bool all = true;
-    if (o->json)
-        printf("{\"rank\":%d,\"results\":[", o->rank);
-    for (size_t i = 0; i < n; i++) {
-        all = all && pages[i] >= 0;
-        if (o->json) {
-            printf("%s{\"key\":", i ? "," : "");
-            cli_json_string(stdout, keys[i]);
-            printf(",\"page\":%lld", (long long)pages[i]);
-            if (sglang(o))
-                printf(",\"existed\":%s", existed[i] ? "true" : "false");
-            printf("}");
-        } else if (sglang(o)) {
-            printf("%s\t%lld\t%s\n", keys[i], (long long)pages[i],
-                   pages[i] < 0 ? "none" : existed[i] ? "hit" : "new");
-        } else {
-            printf("%s\t%lld\n", keys[i], (long long)pages[i]);
-        }
-    }
-    if (o->json)
-        printf("],\"all\":%s}\n", all ? "true" : "false");
-    rc = all ? CLI_OK : CLI_NEGATIVE;
-out:
-    hf3fs_meta_close(c);
-    free(pages);
-    free(existed);
-    cli_free_keys(keys, n);
-    return rc;
+    static const command_spec spec = {.call = alloc_call, .key_result = alloc_result,
+                                      .list = "results", .list_rank = true};
+    return run_keys(o, &spec);
 }
+
+static int exists_call(const cli *o, hf3fs_meta_client *c, request *r)
+{
+    if (sglang(o))
+        return hf3fs_meta_sglang_exists(c, o->rank, o->ns, r->keys, r->n, r->flags);
+    return hf3fs_meta_vllm_batch_exists(c, r->keys, r->n, r->flags);
+}
+
+static bool exists_result(const cli *o, int64_t page, bool exists)
+{
+    if (o->json)
+        printf(",\"exists\":%s", exists ? "true" : "false");
+    else
+        printf("%s", exists ? "yes" : "no");
+    return exists;
+}
+
+int cmd_exists(cli *o)
+{
+    static const command_spec spec = {.call = exists_call, .key_result = exists_result,
+                                      .list = "exists"};
+    return run_keys(o, &spec);
+}
+
+static int locate_call(const cli *o, hf3fs_meta_client *c, request *r)
+{
+    if (sglang(o))
+        return hf3fs_meta_sglang_get_page_indices(c, o->rank, o->ns, r->keys, r->n, r->pages);
+    return hf3fs_meta_vllm_get_locations(c, o->rank, r->keys, r->n, r->pages);
+}
+
+static bool locate_result(const cli *o, int64_t page, bool flag)
+{
+    if (o->json && page >= 0)
+        printf(",\"page\":%lld", (long long)page);
+    else if (o->json)
+        printf(",\"page\":null");
+    else if (page >= 0)
+        printf("%lld", (long long)page);
+    else
+        printf("-");
+    return page >= 0;
+}
+
+int cmd_locate(cli *o)
+{
+    static const command_spec spec = {.call = locate_call, .key_result = locate_result,
+                                      .list = "locations", .list_rank = true};
+    return run_keys(o, &spec);
+}
+
+static int delete_call(const cli *o, hf3fs_meta_client *c, request *r)
+{
+    return hf3fs_meta_sglang_delete_keys(c, o->rank, o->ns, r->keys, r->n);
+}
+
+static void delete_answer(const cli *o, const request *r)
+{
+    if (o->json)
+        printf("{\"ok\":true,\"deleted\":%zu}\n", r->n);
+    else
+        printf("sent %zu deletion%s for rank %d\n", r->n, r->n == 1 ? "" : "s", o->rank);
+}
+
+int cmd_delete(cli *o)
+{
+    if (!sglang(o))
+        return cli_usage_error(o, "delete is an SGLang dialect operation (use --dialect sglang)");
+    static const command_spec spec = {.call = delete_call, .answer = delete_answer};
+    return run_keys(o, &spec);
+}
+
+/* ---- confirm, release ---- */
 
 /* "KEY=PAGE" (at the last '='), or on stdin also "KEY PAGE [more columns]"
  * (whitespace-separated, as alloc prints it). */
@@ -185,14 +322,23 @@ static int parse_page_list(const cli *o, const char *list, int64_t **pages, size
     return 0;
 }
 
-static int confirm_and_release(const cli *o, hf3fs_meta_client *c, const char *const *keys,
-                               const int64_t *pages, size_t n, const int64_t *release,
-                               size_t n_release)
+static int confirm_call(const cli *o, hf3fs_meta_client *c, request *r)
 {
     if (sglang(o))
-        return hf3fs_meta_sglang_confirm_write(c, o->rank, o->ns, keys, pages, n, release,
-                                               n_release);
-    return hf3fs_meta_vllm_confirm_write(c, o->rank, keys, pages, n, release, n_release);
+        return hf3fs_meta_sglang_confirm_write(c, o->rank, o->ns, r->keys, r->pages, r->n,
+                                               r->release, r->n_release);
+    return hf3fs_meta_vllm_confirm_write(c, o->rank, r->keys, r->pages, r->n, r->release,
+                                         r->n_release);
+}
+
+static void confirm_answer(const cli *o, const request *r)
+{
+    size_t n = r->n, n_release = r->n_release;
+    if (o->json)
+        printf("{\"ok\":true,\"confirmed\":%zu,\"released\":%zu}\n", n, n_release);
+    else
+        printf("sent %zu confirmation%s and %zu release%s for rank %d\n", n, n == 1 ? "" : "s",
+               n_release, n_release == 1 ? "" : "s", o->rank);
 }
 
 int cmd_confirm(cli *o)
@@ -202,7 +348,6 @@ int cmd_confirm(cli *o)
     int64_t *release = NULL, *pages = NULL;
     size_t n_release = 0;
     const char **keys = NULL;
-    hf3fs_meta_client *c = NULL;
     int rc = parse_page_list(o, o->release, &release, &n_release);
     if (rc)
         return rc;
@@ -235,24 +380,23 @@ int cmd_confirm(cli *o)
         }
         keys[i] = key;
     }
-    if ((rc = cli_connect(o, &c)) != 0)
-        goto out;
-    rc = confirm_and_release(o, c, keys, pages, n, release, n_release);
-    if (rc) {
-        rc = cli_fail(o, c, rc);
-    } else if (o->json) {
-        printf("{\"ok\":true,\"confirmed\":%zu,\"released\":%zu}\n", n, n_release);
-    } else {
-        printf("sent %zu confirmation%s and %zu release%s for rank %d\n", n, n == 1 ? "" : "s",
-               n_release, n_release == 1 ? "" : "s", o->rank);
-    }
+    static const command_spec spec = {.call = confirm_call, .answer = confirm_answer};
+    rc = run(o, &spec, &(request){keys, n, pages, NULL, release, n_release});
 out:
-    hf3fs_meta_close(c);
     free(keys);
     free(pages);
     free(release);
     cli_free_keys(lines, n);
     return rc;
+}
+
+static void release_answer(const cli *o, const request *r)
+{
+    size_t n = r->n_release;
+    if (o->json)
+        printf("{\"ok\":true,\"released\":%zu}\n", n);
+    else
+        printf("sent %zu release%s for rank %d\n", n, n == 1 ? "" : "s", o->rank);
 }
 
 int cmd_release(cli *o)
@@ -262,7 +406,6 @@ int cmd_release(cli *o)
     int rc = cli_read_keys(o, &words, &n);
     if (rc)
         return rc;
-    hf3fs_meta_client *c = NULL;
     int64_t *pages = calloc(n + 1, sizeof *pages);
     if (!pages) {
         rc = cli_fail(o, NULL, HF3FS_META_ENOMEM);
@@ -278,179 +421,51 @@ int cmd_release(cli *o)
             goto out;
         }
     }
-    if ((rc = cli_connect(o, &c)) != 0)
-        goto out;
-    rc = confirm_and_release(o, c, NULL, NULL, 0, pages, n);
-    if (rc) {
-        rc = cli_fail(o, c, rc);
-    } else if (o->json) {
-        printf("{\"ok\":true,\"released\":%zu}\n", n);
-    } else {
-        printf("sent %zu release%s for rank %d\n", n, n == 1 ? "" : "s", o->rank);
-    }
+    static const command_spec spec = {.call = confirm_call, .answer = release_answer};
+    rc = run(o, &spec, &(request){NULL, 0, NULL, NULL, pages, n});
 out:
-    hf3fs_meta_close(c);
     free(pages);
     cli_free_keys(words, n);
     return rc;
 }
 
-int cmd_exists(cli *o)
+/* ---- clear, health ---- */
+
+static int clear_call(const cli *o, hf3fs_meta_client *c, request *r)
 {
-    char **keys;
-    size_t n;
-    int rc = get_keys(o, &keys, &n);
-    if (rc)
-        return rc;
-    hf3fs_meta_client *c = NULL;
-    bool *exists = calloc(n, sizeof *exists);
-    if (!exists) {
-        rc = cli_fail(o, NULL, HF3FS_META_ENOMEM);
-        goto out;
-    }
-    if ((rc = cli_connect(o, &c)) != 0)
-        goto out;
-    if (sglang(o))
-        rc = hf3fs_meta_sglang_exists(c, o->rank, o->ns, (const char *const *)keys, n, exists);
-    else
-        rc = hf3fs_meta_vllm_batch_exists(c, (const char *const *)keys, n, exists);
-    if (rc) {
-        rc = cli_fail(o, c, rc);
-        goto out;
-    }
-    bool all = true;
-    if (o->json)
-        printf("{\"exists\":[");
-    for (size_t i = 0; i < n; i++) {
-        all = all && exists[i];
-        if (o->json) {
-            printf("%s{\"key\":", i ? "," : "");
-            cli_json_string(stdout, keys[i]);
-            printf(",\"exists\":%s}", exists[i] ? "true" : "false");
-        } else {
-            printf("%s\t%s\n", keys[i], exists[i] ? "yes" : "no");
-        }
-    }
-    if (o->json)
-        printf("],\"all\":%s}\n", all ? "true" : "false");
-    rc = all ? CLI_OK : CLI_NEGATIVE;
-out:
-    hf3fs_meta_close(c);
-    free(exists);
-    cli_free_keys(keys, n);
-    return rc;
+    return sglang(o) ? hf3fs_meta_sglang_clear(c, o->rank, o->ns) : hf3fs_meta_vllm_clear(c);
 }
 
-int cmd_locate(cli *o)
+static void clear_answer(const cli *o, const request *r)
 {
-    char **keys;
-    size_t n;
-    int rc = get_keys(o, &keys, &n);
-    if (rc)
-        return rc;
-    hf3fs_meta_client *c = NULL;
-    int64_t *pages = calloc(n, sizeof *pages);
-    if (!pages) {
-        rc = cli_fail(o, NULL, HF3FS_META_ENOMEM);
-        goto out;
-    }
-    if ((rc = cli_connect(o, &c)) != 0)
-        goto out;
+    char text[160];
     if (sglang(o))
-        rc = hf3fs_meta_sglang_get_page_indices(c, o->rank, o->ns, (const char *const *)keys, n,
-                                                pages);
+        snprintf(text, sizeof text, "pool %s/%d cleared", o->ns ? o->ns : "kv", o->rank);
     else
-        rc = hf3fs_meta_vllm_get_locations(c, o->rank, (const char *const *)keys, n, pages);
-    if (rc) {
-        rc = cli_fail(o, c, rc);
-        goto out;
-    }
-    bool all = true;
-    if (o->json)
-        printf("{\"rank\":%d,\"locations\":[", o->rank);
-    for (size_t i = 0; i < n; i++) {
-        all = all && pages[i] >= 0;
-        if (o->json) {
-            printf("%s{\"key\":", i ? "," : "");
-            cli_json_string(stdout, keys[i]);
-            if (pages[i] >= 0)
-                printf(",\"page\":%lld}", (long long)pages[i]);
-            else
-                printf(",\"page\":null}");
-        } else if (pages[i] >= 0) {
-            printf("%s\t%lld\n", keys[i], (long long)pages[i]);
-        } else {
-            printf("%s\t-\n", keys[i]);
-        }
-    }
-    if (o->json)
-        printf("],\"all\":%s}\n", all ? "true" : "false");
-    rc = all ? CLI_OK : CLI_NEGATIVE;
-out:
-    hf3fs_meta_close(c);
-    free(pages);
-    cli_free_keys(keys, n);
-    return rc;
-}
-
-int cmd_delete(cli *o)
-{
-    if (!sglang(o))
-        return cli_usage_error(o, "delete is an SGLang dialect operation (use --dialect sglang)");
-    char **keys;
-    size_t n;
-    int rc = get_keys(o, &keys, &n);
-    if (rc)
-        return rc;
-    hf3fs_meta_client *c = NULL;
-    if ((rc = cli_connect(o, &c)) == 0) {
-        rc = hf3fs_meta_sglang_delete_keys(c, o->rank, o->ns, (const char *const *)keys, n);
-        if (rc)
-            rc = cli_fail(o, c, rc);
-        else if (o->json)
-            printf("{\"ok\":true,\"deleted\":%zu}\n", n);
-        else
-            printf("sent %zu deletion%s for rank %d\n", n, n == 1 ? "" : "s", o->rank);
-    }
-    hf3fs_meta_close(c);
-    cli_free_keys(keys, n);
-    return rc;
+        snprintf(text, sizeof text, "every pool cleared");
+    print_ok(o, text);
 }
 
 int cmd_clear(cli *o)
 {
-    int rc = no_arguments(o);
-    hf3fs_meta_client *c;
-    if (rc || (rc = cli_connect(o, &c)) != 0)
-        return rc;
-    rc = sglang(o) ? hf3fs_meta_sglang_clear(c, o->rank, o->ns) : hf3fs_meta_vllm_clear(c);
-    if (rc) {
-        rc = cli_fail(o, c, rc);
-    } else {
-        char text[160];
-        if (sglang(o))
-            snprintf(text, sizeof text, "pool %s/%d cleared", o->ns ? o->ns : "kv", o->rank);
-        else
-            snprintf(text, sizeof text, "every pool cleared");
-        print_ok(o, text);
-    }
-    hf3fs_meta_close(c);
-    return rc;
+    static const command_spec spec = {.call = clear_call, .answer = clear_answer};
+    int rc = cli_no_arguments(o);
+    return rc ? rc : run(o, &spec, &(request){0});
+}
+
+static int health_call(const cli *o, hf3fs_meta_client *c, request *r)
+{
+    return hf3fs_meta_health(c);
+}
+
+static void health_answer(const cli *o, const request *r)
+{
+    printf(o->json ? "{\"status\":\"ok\"}\n" : "ok\n");
 }
 
 int cmd_health(cli *o)
 {
-    int rc = no_arguments(o);
-    hf3fs_meta_client *c;
-    if (rc || (rc = cli_connect(o, &c)) != 0)
-        return rc;
-    rc = hf3fs_meta_health(c);
-    if (rc)
-        rc = cli_fail(o, c, rc);
-    else if (o->json)
-        printf("{\"status\":\"ok\"}\n");
-    else
-        printf("ok\n");
-    hf3fs_meta_close(c);
-    return rc;
+    static const command_spec spec = {.call = health_call, .answer = health_answer};
+    int rc = cli_no_arguments(o);
+    return rc ? rc : run(o, &spec, &(request){0});
 }

@@ -204,6 +204,13 @@ int cli_usage_error(const cli *o, const char *fmt, ...)
     return CLI_USAGE;
 }
 
+int cli_no_arguments(const cli *o)
+{
+    if (o->n_args)
+        return cli_usage_error(o, "takes no arguments (got %s)", o->args[0]);
+    return 0;
+}
+
 int cli_connect(const cli *o, hf3fs_meta_client **out)
 {
     int rc = hf3fs_meta_open(o->url, out);
@@ -347,6 +354,7 @@ int main(int argc, char **argv)
     if (!args)
         return CLI_SERVER;
     bool only_args = false;
+    int rc = CLI_OK;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!only_args && strcmp(a, "--") == 0) {
@@ -364,8 +372,8 @@ int main(int argc, char **argv)
                     if (strlen(p->name) == nlen && strncmp(p->name, a + 2, nlen) == 0)
                         lo = p;
                 if (!lo) {
-                    free(args);
-                    return cli_usage_error(&o, "unknown option %s", a);
+                    rc = cli_usage_error(&o, "unknown option %s", a);
+                    goto out;
                 }
                 if (lo->has_arg == required_argument) {
                     if (eq) {
@@ -373,19 +381,19 @@ int main(int argc, char **argv)
                     } else if (i + 1 < argc) {
                         val = argv[++i];
                     } else {
-                        free(args);
-                        return cli_usage_error(&o, "option %s needs a value", a);
+                        rc = cli_usage_error(&o, "option %s needs a value", a);
+                        goto out;
                     }
                 } else if (eq) {
-                    free(args);
-                    return cli_usage_error(&o, "option --%s takes no value", lo->name);
+                    rc = cli_usage_error(&o, "option --%s takes no value", lo->name);
+                    goto out;
                 }
                 id = lo->val;
             }
             given |= BIT(id);
             if (n_seen == (int)(sizeof seen / sizeof seen[0])) {
-                free(args);
-                return cli_usage_error(&o, "too many options");
+                rc = cli_usage_error(&o, "too many options");
+                goto out;
             }
             seen[n_seen].id = id;
             seen[n_seen].arg = val;
@@ -393,8 +401,8 @@ int main(int argc, char **argv)
             continue;
         }
         if (!only_args && a[0] == '-' && a[1] && !o.command) {
-            free(args);
-            return cli_usage_error(&o, "unknown option %s", a);
+            rc = cli_usage_error(&o, "unknown option %s", a);
+            goto out;
         }
         if (!o.command)
             o.command = a;
@@ -404,7 +412,6 @@ int main(int argc, char **argv)
     o.args = args;
     o.n_args = n_args;
 
-    int rc = CLI_OK;
     const command *cmd = o.command ? find_command(o.command) : NULL;
     if (given & BIT(OPT_VERSION)) {
         printf("hf3fs-meta %s\n", hf3fs_meta_version());

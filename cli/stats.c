@@ -88,11 +88,9 @@ static int show(const cli *o, hf3fs_meta_client *c, const char *banner)
 
 int cmd_stats(cli *o)
 {
-    if (o->n_args)
-        return cli_usage_error(o, "takes no arguments (got %s)", o->args[0]);
     hf3fs_meta_client *c;
-    int rc = cli_connect(o, &c);
-    if (rc)
+    int rc = cli_no_arguments(o);
+    if (rc || (rc = cli_connect(o, &c)) != 0)
         return rc;
     rc = show(o, c, NULL);
     hf3fs_meta_close(c);
@@ -110,11 +108,9 @@ static void sleep_seconds(double s)
 
 int cmd_watch(cli *o)
 {
-    if (o->n_args)
-        return cli_usage_error(o, "takes no arguments (got %s)", o->args[0]);
     hf3fs_meta_client *c;
-    int rc = cli_connect(o, &c);
-    if (rc)
+    int rc = cli_no_arguments(o);
+    if (rc || (rc = cli_connect(o, &c)) != 0)
         return rc;
     bool tty = isatty(STDOUT_FILENO) && !o->json;
     for (long i = 1; o->count == 0 || i <= o->count; i++) {

@@ -13,7 +13,12 @@
  * one value (key position 1) and runs one core call on it, alone on
  * Redis's thread: one atomic step, with the embedded engine's code. HF3FS.NAMESPACES and HF3FS.CLEARALL have no key
  * and act on the values of the node (its selected database) they are sent
- * to.
+ * to. The commands are one table (HF3FS_COMMANDS: name, flags, key,
+ * arity, how the key is opened, the arguments after it) and one
+ * dispatcher (cmd_dispatch) that does what they share: the key opened, the
+ * shared arguments parsed (cfg applied, the value caught up with a
+ * rebuild), the core observed, the events propagated, the key closed; each
+ * command's run_<name> does the rest.
  *
  * Memory. The core allocates through Redis (hf_set_allocator with
  * RedisModule_Alloc and its family, set once at load), so used_memory,
@@ -386,13 +391,51 @@ static void type_digest(RedisModuleDigest *md, void *p)
 
 /* ---- commands: shared parts ---- */
 
-/* One command's state: its key and value, the events it produced. */
+/* Key modes of cmd_open_mode. */
+#define READ REDISMODULE_READ
+#define CHANGE (REDISMODULE_READ | REDISMODULE_WRITE)
+
+/* The arguments the dispatcher parses for a command, in the order of its
+ * signature (cmd_spec.args), each into its field of cmd. */
+typedef enum cmd_arg {
+    A_END,       /* no more */
+    A_NOW,       /* now: ms, 0 for this node's clock */
+    A_CFG,       /* cfg: applied to the value, which catches up with a rebuild */
+    A_NS,        /* a namespace (any bytes) */
+    A_RANK,      /* a rank */
+    A_POOL,      /* a rank whose pool must exist (else ENOPOOL) */
+    A_MODE,      /* ALLOC's mode, 0 or 1 */
+    A_NUM_PAGES, /* the integers: num[], in order */
+    A_FIRST,
+    A_COUNT,
+    A_KEYS,      /* a key list */
+    A_PAGES,     /* a page list: pages[], in order */
+    A_BYTES,     /* any bytes: bytes[], in order */
+} cmd_arg;
+
+#define CMD_MAX_ARGS 7
+
+/* One command's state: its key and value, its arguments, the events it
+ * produced. */
 typedef struct cmd {
     RedisModuleCtx *ctx;
     RedisModuleString **argv;
     RedisModuleKey *key;
     hf_value *v;   /* NULL: no value under the key */
     hf_buf events;
+    int64_t now;
+    core_config cfg;  /* the caller's, limits capped */
+    wire_stripe st;   /* the stripe the caller names (cfg, or APPLY's and REBUILD's tail) */
+    hf_slice ns;
+    uint32_t rank;
+    core_pool_t *pool;
+    int64_t mode;
+    int64_t num[2];
+    hf_slice *keys;   /* n of them */
+    size_t n;
+    int64_t *pages[2];
+    size_t np[2];
+    hf_slice bytes[3];
 } cmd;
 
 static void observe(void *ctx, const core_event *ev)
@@ -400,15 +443,11 @@ static void observe(void *ctx, const core_event *ev)
     wire_event_append(ctx, ev);
 }
 
-/* Key modes of cmd_open_mode. */
-#define READ REDISMODULE_READ
-#define CHANGE (REDISMODULE_READ | REDISMODULE_WRITE)
-
 /* Open argv[1] (mode: READ for reads, CHANGE for changes). 0, or -1 after
  * replying WRONGTYPE. */
 static int cmd_open_mode(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, int mode)
 {
-    *c = (cmd){ctx, argv, NULL, NULL, {0}};
+    *c = (cmd){.ctx = ctx, .argv = argv};
     c->key = rm_OpenKey(ctx, argv[1], mode);
     int t = rm_KeyType(c->key);
     if (t == REDISMODULE_KEYTYPE_EMPTY)
@@ -434,7 +473,8 @@ static void cmd_observe(cmd *c)
     core_set_observer(c->v->core, observe, &c->events);
 }
 
-/* Stop observing; propagate the events, if any, as HF3FS.APPLY; close. */
+/* Stop observing; propagate the events, if any, as HF3FS.APPLY; free the
+ * arguments; close. */
 static void cmd_close(cmd *c)
 {
     if (c->v) {
@@ -445,6 +485,9 @@ static void cmd_close(cmd *c)
                          (long long)c->v->st.index);
     }
     hf_buf_free(&c->events);
+    hf_xfree(c->keys);
+    hf_xfree(c->pages[0]);
+    hf_xfree(c->pages[1]);
     if (c->key)
         rm_CloseKey(c->key);
 }
@@ -499,14 +542,29 @@ static int arg_rank(RedisModuleCtx *ctx, RedisModuleString *a, uint32_t *rank)
     return 0;
 }
 
+static hf_slice arg_bytes(RedisModuleString *a)
+{
+    size_t len;
+    const char *p = rm_StringPtrLen(a, &len);
+    return (hf_slice){p, len};
+}
+
+/* The value caught up with a rebuild at `now` ("Reads across a rebuild"). */
+static void cmd_catch_up(cmd *c, int64_t now)
+{
+    if (c->v && c->v->epoch != rebuilt_epoch) {
+        core_recovered(c->v->core, now);
+        c->v->epoch = rebuilt_epoch;
+    }
+}
+
 /* cfg applied to the value's core (its hash seed kept), and the value
- * caught up with a rebuild at `now` ("Reads across a rebuild"); without a
- * value, into *out only. The stripe the caller names (*st_out, may be
- * NULL) must be the value's: else -ESTRIPES <the value's count>, so that a
- * front end that took the namespace for another count learns the real one
- * before anything is done. */
-static int arg_cfg_st(cmd *c, RedisModuleString *a, int64_t now, core_config *out,
-                      wire_stripe *st_out)
+ * caught up with a rebuild at `now`; without a value, into *out only. The
+ * stripe the caller names (*st_out) must be the value's: else -ESTRIPES
+ * <the value's count>, so that a front end that took the namespace for
+ * another count learns the real one before anything is done. */
+static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out,
+                   wire_stripe *st_out)
 {
     size_t len;
     const char *p = rm_StringPtrLen(a, &len);
@@ -525,26 +583,16 @@ static int arg_cfg_st(cmd *c, RedisModuleString *a, int64_t now, core_config *ou
         rm_ReplyWithError(c->ctx, msg);
         return -1;
     }
-    if (st_out)
-        *st_out = st;
+    *st_out = st;
     if (cfg.max_pages > CORE_MAX_PAGES_LIMIT)
         cfg.max_pages = CORE_MAX_PAGES_LIMIT;
     if (cfg.max_ranks > CORE_MAX_RANKS_LIMIT)
         cfg.max_ranks = CORE_MAX_RANKS_LIMIT;
     if (c->v)
         core_set_config(c->v->core, &cfg);
-    if (c->v && c->v->epoch != rebuilt_epoch) { /* "Reads across a rebuild" */
-        core_recovered(c->v->core, now);
-        c->v->epoch = rebuilt_epoch;
-    }
-    if (out)
-        *out = cfg;
+    cmd_catch_up(c, now);
+    *out = cfg;
     return 0;
-}
-
-static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out)
-{
-    return arg_cfg_st(c, a, now, out, NULL);
 }
 
 /* A key list: *keys (hf_xfree it) and *n. Empty keys are refused. */
@@ -615,384 +663,257 @@ static core_pool_t *cmd_pool(cmd *c, uint32_t rank)
     return pool;
 }
 
-/* The common start of `CMD key now cfg rank ...`: the key opened, now, cfg,
- * rank and the pool; 0, or -1 after an error reply (the key closed). */
-static int cmd_start_pool(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, int mode,
-                          int64_t *now, uint32_t *rank, core_pool_t **pool)
+/* The arguments `args` of a command, argv[first] on, each parsed into its
+ * field of c; 0, or -1 after an error reply. */
+static int cmd_args(cmd *c, const cmd_arg *args, int first)
 {
-    if (cmd_open_mode(c, ctx, argv, mode) != 0)
-        return -1;
-    if (arg_now(ctx, argv[2], now) != 0 || arg_cfg(c, argv[3], *now, NULL) != 0 ||
-        arg_rank(ctx, argv[4], rank) != 0 || !(*pool = cmd_pool(c, *rank))) {
-        cmd_close(c);
-        return -1;
+    static const char *const names[] = {[A_NUM_PAGES] = "num_pages", [A_FIRST] = "first",
+                                        [A_COUNT] = "count"};
+    RedisModuleCtx *ctx = c->ctx;
+    size_t nums = 0, pages = 0, bytes = 0;
+    for (int i = 0; i < CMD_MAX_ARGS && args[i] != A_END; i++) {
+        RedisModuleString *a = c->argv[first + i];
+        long long m;
+        int rc = 0;
+        switch (args[i]) {
+        case A_END:
+            break;
+        case A_NOW:
+            rc = arg_now(ctx, a, &c->now);
+            break;
+        case A_CFG:
+            rc = arg_cfg(c, a, c->now, &c->cfg, &c->st);
+            break;
+        case A_NS:
+            c->ns = arg_bytes(a);
+            break;
+        case A_RANK:
+            rc = arg_rank(ctx, a, &c->rank);
+            break;
+        case A_POOL:
+            rc = arg_rank(ctx, a, &c->rank) != 0 || !(c->pool = cmd_pool(c, c->rank)) ? -1 : 0;
+            break;
+        case A_MODE:
+            if (rm_StringToLongLong(a, &m) != REDISMODULE_OK || (m != 0 && m != 1)) {
+                reply_err(ctx, "ERR mode is 0 (partial) or 1 (all or nothing)");
+                rc = -1;
+            } else {
+                c->mode = m;
+            }
+            break;
+        case A_NUM_PAGES:
+        case A_FIRST:
+        case A_COUNT:
+            rc = arg_i64(ctx, a, names[args[i]], 0, INT64_MAX, &c->num[nums++]);
+            break;
+        case A_KEYS:
+            rc = arg_keys(ctx, a, &c->keys, &c->n);
+            break;
+        case A_PAGES:
+            rc = arg_pages(ctx, a, &c->pages[pages], &c->np[pages]);
+            pages++;
+            break;
+        case A_BYTES:
+            c->bytes[bytes++] = arg_bytes(a);
+            break;
+        }
+        if (rc != 0)
+            return -1;
     }
     return 0;
 }
 
 /* ---- commands ---- */
 
-/* The command's value for namespace ns under key (argv[1]): the open one,
- * which must hold ns, or a new one (not yet set in the key) if the key is
- * ns's own. 0, or -1 after an error reply. */
-static int cmd_value_of_ns(cmd *c, hf_slice nss, hf_slice key, const core_config *cfg,
-                           wire_stripe st)
+/* The command's value for its namespace (c->ns) under its key: the open
+ * one, which must hold the namespace, or a new one (not yet set in the
+ * key: cmd_keep_value) if the key is the namespace's own. 0, or -1 after
+ * an error reply. */
+static int cmd_value_of_ns(cmd *c)
 {
     if (c->v) {
-        if (!hf_slice_eq(nss, value_ns(c->v)))
+        if (!hf_slice_eq(c->ns, value_ns(c->v)))
             return reply_err(c->ctx, "ERR the value holds another namespace"), -1;
         return 0;
     }
+    hf_slice key = arg_bytes(c->argv[1]);
     char want[128];
-    size_t cap = WIRE_STRIPE_KEY_MAX(nss.len);
+    size_t cap = WIRE_STRIPE_KEY_MAX(c->ns.len);
     char *w = cap <= sizeof want ? want : hf_xmalloc(cap);
-    size_t wlen = wire_stripe_key(nss, st, w, cap);
+    size_t wlen = wire_stripe_key(c->ns, c->st, w, cap);
     int ok = wlen == key.len && memcmp(w, key.ptr, key.len) == 0;
     if (w != want)
         hf_xfree(w);
     if (!ok)
         return reply_err(c->ctx, "ERR the key is not the namespace's stripe's (wire_stripe_key)"),
                -1;
-    c->v = value_new(nss, cfg, st);
+    c->v = value_new(c->ns, &c->cfg, c->st);
     if (!c->v)
         return reply_err(c->ctx, "OOM cannot create the value"), -1;
     return 0;
 }
 
-/* HF3FS.INIT key now cfg ns rank num_pages */
-static int cmd_init(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+/* After the core call on a value that cmd_value_of_ns made (fresh): set in
+ * the key if the call succeeded (ok), dropped otherwise. */
+static void cmd_keep_value(cmd *c, bool fresh, bool ok)
 {
-    if (argc != 7)
-        return rm_WrongArity(ctx);
-    cmd c;
-    if (cmd_open(&c, ctx, argv) != 0)
-        return REDISMODULE_OK;
-    int64_t now, num_pages;
-    uint32_t rank;
-    core_config cfg;
-    wire_stripe st;
-    size_t nslen, keylen;
-    const char *ns = rm_StringPtrLen(argv[4], &nslen);
-    const char *key = rm_StringPtrLen(argv[1], &keylen);
-    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg_st(&c, argv[3], now, &cfg, &st) != 0 ||
-        arg_rank(ctx, argv[5], &rank) != 0 ||
-        arg_i64(ctx, argv[6], "num_pages", 0, INT64_MAX, &num_pages) != 0)
-        goto out;
-    hf_slice nss = {ns, nslen};
-    bool fresh = c.v == NULL;
-    if (cmd_value_of_ns(&c, nss, (hf_slice){key, keylen}, &cfg, st) != 0)
-        goto out;
-    cmd_observe(&c);
-    uint64_t existing = (uint64_t)num_pages;
-    int rc = core_pool_init(c.v->core, nss, rank, (uint64_t)num_pages, &existing);
-    if (rc < 0) {
-        if (fresh) {
-            core_set_observer(c.v->core, NULL, NULL);
-            value_free(c.v);
-            c.v = NULL;
-        }
-        reply_err(ctx, "EINVAL num_pages or rank above the configured limits");
-        goto out;
+    if (!fresh)
+        return;
+    if (ok) {
+        rm_ModuleTypeSetValue(c->key, hf_type, c->v);
+        return;
     }
-    if (fresh)
-        rm_ModuleTypeSetValue(c.key, hf_type, c.v);
-    rm_ReplyWithArray(ctx, 2);
-    rm_ReplyWithLongLong(ctx, rc == 1);
-    rm_ReplyWithLongLong(ctx, (long long)existing);
-out:
-    cmd_close(&c);
-    return REDISMODULE_OK;
+    core_set_observer(c->v->core, NULL, NULL);
+    value_free(c->v);
+    c->v = NULL;
+}
+
+/* HF3FS.INIT key now cfg ns rank num_pages */
+static void run_init(cmd *c)
+{
+    bool fresh = c->v == NULL;
+    if (cmd_value_of_ns(c) != 0)
+        return;
+    cmd_observe(c);
+    uint64_t existing = (uint64_t)c->num[0];
+    int rc = core_pool_init(c->v->core, c->ns, c->rank, (uint64_t)c->num[0], &existing);
+    cmd_keep_value(c, fresh, rc >= 0);
+    if (rc < 0) {
+        reply_err(c->ctx, "EINVAL num_pages or rank above the configured limits");
+        return;
+    }
+    rm_ReplyWithArray(c->ctx, 2);
+    rm_ReplyWithLongLong(c->ctx, rc == 1);
+    rm_ReplyWithLongLong(c->ctx, (long long)existing);
 }
 
 /* HF3FS.ALLOC key now cfg rank mode keys */
-static int cmd_alloc(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_alloc(cmd *c)
 {
-    if (argc != 7)
-        return rm_WrongArity(ctx);
-    cmd c;
-    int64_t now, mode;
-    uint32_t rank;
-    core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, CHANGE, &now, &rank, &pool) != 0)
-        return REDISMODULE_OK;
-    hf_slice *keys = NULL;
-    size_t n;
-    long long m;
-    if (rm_StringToLongLong(argv[5], &m) != REDISMODULE_OK || (m != 0 && m != 1)) {
-        reply_err(ctx, "ERR mode is 0 (partial) or 1 (all or nothing)");
-        goto out;
-    }
-    mode = m;
-    if (arg_keys(ctx, argv[6], &keys, &n) != 0)
-        goto out;
+    size_t n = c->n;
     int64_t *pages = hf_xmalloc((n ? n : 1) * sizeof *pages);
     bool *existed = hf_xmalloc(n ? n : 1);
-    cmd_observe(&c);
-    core_allocate(pool, keys, n, mode ? CORE_ALLOC_ALL_OR_NOTHING : CORE_ALLOC_PARTIAL, now,
-                  pages, existed);
-    rm_ReplyWithArray(ctx, 2);
-    reply_pages(ctx, pages, n);
-    reply_flags(ctx, existed, n);
+    core_allocate(c->pool, c->keys, n, c->mode ? CORE_ALLOC_ALL_OR_NOTHING : CORE_ALLOC_PARTIAL,
+                  c->now, pages, existed);
+    rm_ReplyWithArray(c->ctx, 2);
+    reply_pages(c->ctx, pages, n);
+    reply_flags(c->ctx, existed, n);
     hf_xfree(pages);
     hf_xfree(existed);
-out:
-    hf_xfree(keys);
-    cmd_close(&c);
-    return REDISMODULE_OK;
 }
 
 /* HF3FS.IMPORT key now cfg ns rank num_pages keys pages: the pool built
  * whole (import_pool_build), refused (EEXIST) if it exists. */
-static int cmd_import(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_import(cmd *c)
 {
-    if (argc != 9)
-        return rm_WrongArity(ctx);
-    cmd c;
-    if (cmd_open(&c, ctx, argv) != 0)
-        return REDISMODULE_OK;
-    int64_t now, num_pages;
-    uint32_t rank;
-    core_config cfg;
-    wire_stripe st;
-    size_t nslen, keylen, n = 0, np = 0;
-    const char *ns = rm_StringPtrLen(argv[4], &nslen);
-    const char *key = rm_StringPtrLen(argv[1], &keylen);
-    hf_slice *keys = NULL;
-    int64_t *pages = NULL;
-    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg_st(&c, argv[3], now, &cfg, &st) != 0 ||
-        arg_rank(ctx, argv[5], &rank) != 0 ||
-        arg_i64(ctx, argv[6], "num_pages", 0, INT64_MAX, &num_pages) != 0 ||
-        arg_keys(ctx, argv[7], &keys, &n) != 0 || arg_pages(ctx, argv[8], &pages, &np) != 0)
-        goto out;
-    if (np != n) {
-        reply_err(ctx, "ERR as many pages as keys");
-        goto out;
+    if (c->np[0] != c->n) {
+        reply_err(c->ctx, "ERR as many pages as keys");
+        return;
     }
-    bool fresh = c.v == NULL;
-    if (cmd_value_of_ns(&c, (hf_slice){ns, nslen}, (hf_slice){key, keylen}, &cfg, st) != 0)
-        goto out;
-    cmd_observe(&c);
-    int rc = import_pool_build(c.v->core, (hf_slice){ns, nslen}, rank, (uint64_t)num_pages, keys,
-                               pages, n, now);
+    bool fresh = c->v == NULL;
+    if (cmd_value_of_ns(c) != 0)
+        return;
+    cmd_observe(c);
+    int rc = import_pool_build(c->v->core, c->ns, c->rank, (uint64_t)c->num[0], c->keys,
+                               c->pages[0], c->n, c->now);
+    cmd_keep_value(c, fresh, rc == 0);
     if (rc != 0) {
-        if (fresh) {
-            core_set_observer(c.v->core, NULL, NULL);
-            value_free(c.v);
-            c.v = NULL;
-        }
-        reply_err(ctx, rc == IMPORT_EEXIST ? "EEXIST the pool exists"
-                                           : "EINVAL num_pages, rank, keys or pages refused");
-        goto out;
+        reply_err(c->ctx, rc == IMPORT_EEXIST ? "EEXIST the pool exists"
+                                              : "EINVAL num_pages, rank, keys or pages refused");
+        return;
     }
-    if (fresh)
-        rm_ModuleTypeSetValue(c.key, hf_type, c.v);
-    rm_ReplyWithLongLong(ctx, (long long)n);
-out:
-    hf_xfree(keys);
-    hf_xfree(pages);
-    cmd_close(&c);
-    return REDISMODULE_OK;
+    rm_ReplyWithLongLong(c->ctx, (long long)c->n);
 }
 
 /* HF3FS.CONFIRM key now cfg rank keys pages release */
-static int cmd_confirm(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_confirm(cmd *c)
 {
-    if (argc != 8)
-        return rm_WrongArity(ctx);
-    cmd c;
-    int64_t now;
-    uint32_t rank;
-    core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, CHANGE, &now, &rank, &pool) != 0)
-        return REDISMODULE_OK;
-    hf_slice *keys = NULL;
-    int64_t *pages = NULL, *release = NULL;
-    size_t n, np, nrel;
-    if (arg_keys(ctx, argv[5], &keys, &n) != 0 || arg_pages(ctx, argv[6], &pages, &np) != 0 ||
-        arg_pages(ctx, argv[7], &release, &nrel) != 0)
-        goto out;
-    if (np != n) {
-        reply_err(ctx, "ERR as many pages as keys");
-        goto out;
+    if (c->np[0] != c->n) {
+        reply_err(c->ctx, "ERR as many pages as keys");
+        return;
     }
     size_t refused = 0;
-    cmd_observe(&c);
-    core_confirm(pool, keys, pages, n, release, nrel, now, &refused);
-    rm_ReplyWithLongLong(ctx, (long long)refused);
-out:
-    hf_xfree(keys);
-    hf_xfree(pages);
-    hf_xfree(release);
-    cmd_close(&c);
-    return REDISMODULE_OK;
+    core_confirm(c->pool, c->keys, c->pages[0], c->n, c->pages[1], c->np[1], c->now, &refused);
+    rm_ReplyWithLongLong(c->ctx, (long long)refused);
 }
 
 /* HF3FS.CANCEL key now cfg rank keys pages existed: core_cancel of an
  * ALLOC's answer that no client saw (existed: a flag list). */
-static int cmd_cancel(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_cancel(cmd *c)
 {
-    if (argc != 8)
-        return rm_WrongArity(ctx);
-    cmd c;
-    int64_t now;
-    uint32_t rank;
-    core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, CHANGE, &now, &rank, &pool) != 0)
-        return REDISMODULE_OK;
-    hf_slice *keys = NULL;
-    int64_t *pages = NULL;
-    size_t n, np, nflags;
-    const char *flags = rm_StringPtrLen(argv[7], &nflags);
-    if (arg_keys(ctx, argv[5], &keys, &n) != 0 || arg_pages(ctx, argv[6], &pages, &np) != 0)
-        goto out;
-    if (np != n || nflags != n) {
-        reply_err(ctx, "ERR as many pages and flags as keys");
-        goto out;
+    size_t n = c->n;
+    if (c->np[0] != n || c->bytes[0].len != n) {
+        reply_err(c->ctx, "ERR as many pages and flags as keys");
+        return;
     }
     bool *existed = hf_xmalloc(n ? n : 1);
     for (size_t i = 0; i < n; i++)
-        existed[i] = flags[i] != 0;
-    cmd_observe(&c);
-    core_cancel(pool, keys, pages, existed, n, now);
-    rm_ReplyWithSimpleString(ctx, "OK");
+        existed[i] = c->bytes[0].ptr[i] != 0;
+    core_cancel(c->pool, c->keys, c->pages[0], existed, n, c->now);
+    rm_ReplyWithSimpleString(c->ctx, "OK");
     hf_xfree(existed);
-out:
-    hf_xfree(keys);
-    hf_xfree(pages);
-    cmd_close(&c);
-    return REDISMODULE_OK;
 }
 
 /* HF3FS.STRIPES key: the stripe count the value records (its namespace's),
  * 0 without a value. */
-static int cmd_stripes(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_stripes(cmd *c)
 {
-    if (argc != 2)
-        return rm_WrongArity(ctx);
-    cmd c;
-    if (cmd_open_mode(&c, ctx, argv, READ) != 0)
-        return REDISMODULE_OK;
-    rm_ReplyWithLongLong(ctx, c.v ? (long long)c.v->st.count : 0);
-    cmd_close(&c);
-    return REDISMODULE_OK;
+    rm_ReplyWithLongLong(c->ctx, c->v ? (long long)c->v->st.count : 0);
 }
 
-/* HF3FS.EXISTS / LOOKUP / DELETE key now cfg rank keys */
-enum { OP_EXISTS, OP_LOOKUP, OP_DELETE, OP_CLOC };
-
-static int cmd_keys_op(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int op)
+/* HF3FS.EXISTS / LOOKUP / DELETE / CLOC key now cfg rank keys */
+static void run_exists(cmd *c)
 {
-    if (argc != 6)
-        return rm_WrongArity(ctx);
-    cmd c;
-    int64_t now;
-    uint32_t rank;
-    core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, op == OP_DELETE ? CHANGE : READ, &now, &rank, &pool) != 0)
-        return REDISMODULE_OK;
-    hf_slice *keys = NULL;
-    size_t n;
-    if (arg_keys(ctx, argv[5], &keys, &n) != 0)
-        goto out;
-    int64_t *pages = hf_xmalloc((n ? n : 1) * sizeof *pages);
-    bool *flags = hf_xmalloc(n ? n : 1);
-    cmd_observe(&c);
-    switch (op) {
-    case OP_EXISTS:
-        core_exists(pool, keys, n, now, flags);
-        reply_flags(ctx, flags, n);
-        break;
-    case OP_LOOKUP:
-        core_lookup(pool, keys, n, now, pages);
-        reply_pages(ctx, pages, n);
-        break;
-    case OP_DELETE:
-        core_delete(pool, keys, n, now);
-        rm_ReplyWithSimpleString(ctx, "OK");
-        break;
-    case OP_CLOC:
-        if (core_complete_locations(c.v->core, value_ns(c.v), rank, keys, n, now, pages) < 0)
-            reply_enopool(ctx);
-        else
-            reply_pages(ctx, pages, n);
-        break;
-    }
-    hf_xfree(pages);
+    bool *flags = hf_xmalloc(c->n ? c->n : 1);
+    core_exists(c->pool, c->keys, c->n, c->now, flags);
+    reply_flags(c->ctx, flags, c->n);
     hf_xfree(flags);
-out:
-    hf_xfree(keys);
-    cmd_close(&c);
-    return REDISMODULE_OK;
 }
 
-static int cmd_exists(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_lookup(cmd *c)
 {
-    return cmd_keys_op(ctx, argv, argc, OP_EXISTS);
+    int64_t *pages = hf_xmalloc((c->n ? c->n : 1) * sizeof *pages);
+    core_lookup(c->pool, c->keys, c->n, c->now, pages);
+    reply_pages(c->ctx, pages, c->n);
+    hf_xfree(pages);
 }
 
-static int cmd_lookup(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_delete(cmd *c)
 {
-    return cmd_keys_op(ctx, argv, argc, OP_LOOKUP);
+    core_delete(c->pool, c->keys, c->n, c->now);
+    rm_ReplyWithSimpleString(c->ctx, "OK");
 }
 
-static int cmd_delete(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_cloc(cmd *c)
 {
-    return cmd_keys_op(ctx, argv, argc, OP_DELETE);
-}
-
-static int cmd_cloc(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
-{
-    return cmd_keys_op(ctx, argv, argc, OP_CLOC);
+    int64_t *pages = hf_xmalloc((c->n ? c->n : 1) * sizeof *pages);
+    if (core_complete_locations(c->v->core, value_ns(c->v), c->rank, c->keys, c->n, c->now,
+                                pages) < 0)
+        reply_enopool(c->ctx);
+    else
+        reply_pages(c->ctx, pages, c->n);
+    hf_xfree(pages);
 }
 
 /* HF3FS.CLEARPOOL key now cfg rank */
-static int cmd_clearpool(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_clearpool(cmd *c)
 {
-    if (argc != 5)
-        return rm_WrongArity(ctx);
-    cmd c;
-    int64_t now;
-    uint32_t rank;
-    core_pool_t *pool;
-    if (cmd_start_pool(&c, ctx, argv, CHANGE, &now, &rank, &pool) != 0)
-        return REDISMODULE_OK;
-    cmd_observe(&c);
-    core_pool_clear(pool, now);
-    rm_ReplyWithSimpleString(ctx, "OK");
-    cmd_close(&c);
-    return REDISMODULE_OK;
+    core_pool_clear(c->pool, c->now);
+    rm_ReplyWithSimpleString(c->ctx, "OK");
 }
 
 /* HF3FS.CEXISTS key now cfg keys */
-static int cmd_cexists(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_cexists(cmd *c)
 {
-    if (argc != 5)
-        return rm_WrongArity(ctx);
-    cmd c;
-    if (cmd_open_mode(&c, ctx, argv, READ) != 0)
-        return REDISMODULE_OK;
-    int64_t now;
-    hf_slice *keys = NULL;
-    size_t n;
-    wire_stripe st;
-    if (arg_now(ctx, argv[2], &now) != 0 || arg_cfg_st(&c, argv[3], now, NULL, &st) != 0 ||
-        arg_keys(ctx, argv[4], &keys, &n) != 0)
-        goto out;
-    if (!c.v && st.index > 0) { /* a stripe missing: the caller checks its count */
-        reply_enopool(ctx);
-        goto out;
+    if (!c->v && c->st.index > 0) { /* a stripe missing: the caller checks its count */
+        reply_enopool(c->ctx);
+        return;
     }
-    bool *present = hf_xcalloc(n ? n : 1, 1);
-    if (c.v) {
-        cmd_observe(&c);
-        core_complete_exists(c.v->core, value_ns(c.v), keys, n, now, present);
-    }
-    reply_flags(ctx, present, n);
+    bool *present = hf_xcalloc(c->n ? c->n : 1, 1);
+    if (c->v)
+        core_complete_exists(c->v->core, value_ns(c->v), c->keys, c->n, c->now, present);
+    reply_flags(c->ctx, present, c->n);
     hf_xfree(present);
-out:
-    hf_xfree(keys);
-    cmd_close(&c);
-    return REDISMODULE_OK;
 }
 
 /* HF3FS.STATS key now */
@@ -1060,104 +981,71 @@ out:
 }
 
 /* HF3FS.CHECK key */
-static int cmd_check(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_check(cmd *c)
 {
-    if (argc != 2)
-        return rm_WrongArity(ctx);
-    cmd c;
-    if (cmd_open(&c, ctx, argv) != 0)
-        return REDISMODULE_OK;
-    if (!c.v) {
-        reply_enopool(ctx);
-    } else {
-        char err[400] = "ERR core_check: ";
-        size_t pre = strlen(err);
-        if (core_check(c.v->core, err + pre, sizeof err - pre) == 0) {
-            rm_ReplyWithSimpleString(ctx, "OK");
-        } else {
-            for (char *q = err; *q; q++)
-                if (*q == '\r' || *q == '\n')
-                    *q = ' ';
-            rm_ReplyWithError(ctx, err);
-        }
+    if (!c->v) {
+        reply_enopool(c->ctx);
+        return;
     }
-    cmd_close(&c);
-    return REDISMODULE_OK;
+    char err[400] = "ERR core_check: ";
+    size_t pre = strlen(err);
+    if (core_check(c->v->core, err + pre, sizeof err - pre) == 0) {
+        rm_ReplyWithSimpleString(c->ctx, "OK");
+    } else {
+        for (char *q = err; *q; q++)
+            if (*q == '\r' || *q == '\n')
+                *q = ' ';
+        rm_ReplyWithError(c->ctx, err);
+    }
 }
 
 /* HF3FS.PAGES key now rank first count: the pool expired at now, then
  * [state, deadline, key] for pages first .. first+count-1 (clamped to the
  * pool). */
-static int cmd_pages(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_pages(cmd *c)
 {
-    if (argc != 6)
-        return rm_WrongArity(ctx);
-    cmd c;
-    if (cmd_open(&c, ctx, argv) != 0)
-        return REDISMODULE_OK;
-    int64_t now, first, count;
-    uint32_t rank;
-    core_pool_t *pool;
-    if (arg_now(ctx, argv[2], &now) != 0 || arg_rank(ctx, argv[3], &rank) != 0 ||
-        arg_i64(ctx, argv[4], "first", 0, INT64_MAX, &first) != 0 ||
-        arg_i64(ctx, argv[5], "count", 0, INT64_MAX, &count) != 0 || !(pool = cmd_pool(&c, rank)))
-        goto out;
-    cmd_observe(&c);
-    core_pool_expire(pool, now);
+    core_pool_t *pool = cmd_pool(c, c->rank);
+    if (!pool)
+        return;
+    uint64_t first = (uint64_t)c->num[0], count = (uint64_t)c->num[1];
+    core_pool_expire(pool, c->now);
     core_pool_stats st;
-    core_pool_get_stats(pool, now, &st);
-    uint64_t end = (uint64_t)first >= st.num_pages ? (uint64_t)first
-                   : (uint64_t)count > st.num_pages - (uint64_t)first ? st.num_pages
-                   : (uint64_t)(first + count);
-    rm_ReplyWithArray(ctx, (long)(end - (uint64_t)first));
-    for (uint64_t p = (uint64_t)first; p < end; p++) {
+    core_pool_get_stats(pool, c->now, &st);
+    uint64_t end = first >= st.num_pages ? first
+                   : count > st.num_pages - first ? st.num_pages
+                   : first + count;
+    rm_ReplyWithArray(c->ctx, (long)(end - first));
+    for (uint64_t p = first; p < end; p++) {
         hf_slice key = {"", 0};
         char keybuf[64];
         int64_t deadline = 0;
         core_page_state s = core_page_get(pool, p, &key, keybuf, &deadline);
-        rm_ReplyWithArray(ctx, 3);
-        rm_ReplyWithLongLong(ctx, (long long)s);
-        rm_ReplyWithLongLong(ctx, (long long)deadline);
-        rm_ReplyWithStringBuffer(ctx, key.len ? key.ptr : "", key.len);
+        rm_ReplyWithArray(c->ctx, 3);
+        rm_ReplyWithLongLong(c->ctx, (long long)s);
+        rm_ReplyWithLongLong(c->ctx, (long long)deadline);
+        rm_ReplyWithStringBuffer(c->ctx, key.len ? key.ptr : "", key.len);
     }
-out:
-    cmd_close(&c);
-    return REDISMODULE_OK;
 }
 
 /* HF3FS.APPLY key ns events: the effects of a command of the primary. */
-static int cmd_apply(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_apply(cmd *c)
 {
-    if (argc != 4 && argc != 6)
-        return rm_WrongArity(ctx);
-    if (!(rm_GetContextFlags(ctx) &
-          (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)))
-        return reply_err(ctx, "ERR HF3FS.APPLY is accepted only from the primary or the AOF");
-    wire_stripe st;
-    if (arg_stripe_opt(argv, argc, 4, &st) != 0)
-        return reply_err(ctx, "ERR HF3FS.APPLY: malformed stripe");
-    cmd c;
-    if (cmd_open(&c, ctx, argv) != 0)
-        return REDISMODULE_OK;
-    size_t nslen, evlen;
-    const char *ns = rm_StringPtrLen(argv[2], &nslen);
-    const char *ev = rm_StringPtrLen(argv[3], &evlen);
-    hf_slice nss = {ns, nslen};
-    bool fresh = c.v == NULL;
+    hf_slice ev = c->bytes[0];
+    bool fresh = c->v == NULL;
     if (fresh) {
         core_config cfg = default_config();
-        c.v = value_new(nss, &cfg, st);
-    } else if (!hf_slice_eq(nss, value_ns(c.v))) {
-        c.v = NULL; /* not ours to propagate */
-        reply_err(ctx, "ERR HF3FS.APPLY: the value holds another namespace");
-        goto out;
+        c->v = value_new(c->ns, &cfg, c->st);
+    } else if (!hf_slice_eq(c->ns, value_ns(c->v))) {
+        c->v = NULL; /* not ours to propagate */
+        reply_err(c->ctx, "ERR HF3FS.APPLY: the value holds another namespace");
+        return;
     }
-    hf_value *v = c.v;
-    c.v = NULL; /* the events are propagated verbatim below, not collected */
+    hf_value *v = c->v;
+    c->v = NULL; /* the events are propagated verbatim below, not collected */
     size_t pos = 0, count = 0;
     core_event e;
     int rc;
-    while ((rc = wire_event_next(ev, evlen, &pos, nss, &e)) == 1) {
+    while ((rc = wire_event_next(ev.ptr, ev.len, &pos, c->ns, &e)) == 1) {
         if (e.type == CORE_EV_CLEAR_ALL || core_apply_live(v->core, &e) != 0) {
             rc = -2;
             break;
@@ -1165,59 +1053,40 @@ static int cmd_apply(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         count++;
     }
     if (rc < 0) {
-        size_t klen;
-        const char *k = rm_StringPtrLen(argv[1], &klen);
-        rm_Log(ctx, "warning",
+        hf_slice k = arg_bytes(c->argv[1]);
+        rm_Log(c->ctx, "warning",
                "hf3fsmeta: HF3FS.APPLY on %.*s: event %zu %s; this node no longer follows its "
-               "primary exactly (resynchronize it)", (int)klen, k, count,
+               "primary exactly (resynchronize it)", (int)k.len, k.ptr, count,
                rc == -1 ? "is malformed" : "does not fit the state");
     }
     if (fresh && count == 0) {
         value_free(v);
     } else {
         if (fresh)
-            rm_ModuleTypeSetValue(c.key, hf_type, v);
-        rm_ReplicateVerbatim(ctx);
+            rm_ModuleTypeSetValue(c->key, hf_type, v);
+        rm_ReplicateVerbatim(c->ctx);
     }
     if (rc < 0)
-        reply_err(ctx, "ERR HF3FS.APPLY: events do not fit the value");
+        reply_err(c->ctx, "ERR HF3FS.APPLY: events do not fit the value");
     else
-        rm_ReplyWithSimpleString(ctx, "OK");
-out:
-    cmd_close(&c);
-    return REDISMODULE_OK;
+        rm_ReplyWithSimpleString(c->ctx, "OK");
 }
 
 /* HF3FS.REBUILD key ns events freeorder: a value as aof_rewrite wrote it. */
-static int cmd_rebuild(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_rebuild(cmd *c)
 {
-    if (argc != 5 && argc != 7)
-        return rm_WrongArity(ctx);
-    if (!(rm_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_LOADING))
-        return reply_err(ctx, "ERR HF3FS.REBUILD is accepted only from the AOF");
-    wire_stripe st;
-    if (arg_stripe_opt(argv, argc, 5, &st) != 0)
-        return reply_err(ctx, "ERR HF3FS.REBUILD: malformed stripe");
-    cmd c;
-    if (cmd_open(&c, ctx, argv) != 0)
-        return REDISMODULE_OK;
-    c.v = NULL;
-    size_t nslen, evlen, olen;
-    const char *ns = rm_StringPtrLen(argv[2], &nslen);
-    const char *ev = rm_StringPtrLen(argv[3], &evlen);
-    const char *order = rm_StringPtrLen(argv[4], &olen);
+    c->v = NULL;
+    hf_slice ev = c->bytes[0], order = c->bytes[1];
     char err[200];
-    hf_value *v = value_from_snapshot((hf_slice){ns, nslen}, st, ev, evlen, order, olen, err,
+    hf_value *v = value_from_snapshot(c->ns, c->st, ev.ptr, ev.len, order.ptr, order.len, err,
                                       sizeof err);
     if (!v) {
-        rm_Log(ctx, "warning", "hf3fsmeta: HF3FS.REBUILD: %s", err);
-        reply_err(ctx, "ERR HF3FS.REBUILD: the value is damaged");
+        rm_Log(c->ctx, "warning", "hf3fsmeta: HF3FS.REBUILD: %s", err);
+        reply_err(c->ctx, "ERR HF3FS.REBUILD: the value is damaged");
     } else {
-        rm_ModuleTypeSetValue(c.key, hf_type, v);
-        rm_ReplyWithSimpleString(ctx, "OK");
+        rm_ModuleTypeSetValue(c->key, hf_type, v);
+        rm_ReplyWithSimpleString(c->ctx, "OK");
     }
-    cmd_close(&c);
-    return REDISMODULE_OK;
 }
 
 /* The values of this node's selected database, for the keyless commands. */
@@ -1235,9 +1104,7 @@ static void scan_value(RedisModuleCtx *ctx, RedisModuleString *keyname, RedisMod
         rm_ModuleTypeGetType(key) != hf_type)
         return;
     hf_value *v = rm_ModuleTypeGetValue(key);
-    size_t len;
-    const char *p = rm_StringPtrLen(keyname, &len);
-    hf_slice name = {p, len}, ns = value_ns(v);
+    hf_slice name = arg_bytes(keyname), ns = value_ns(v);
     wire_keys_append(&l->names, &name, 1);
     wire_keys_append(&l->nss, &ns, 1);
     l->n++;
@@ -1253,28 +1120,24 @@ static void scan_values(RedisModuleCtx *ctx, scan_list *l)
 }
 
 /* HF3FS.NAMESPACES: the namespaces of the values this node holds. */
-static int cmd_namespaces(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_namespaces(cmd *c)
 {
-    if (argc != 1)
-        return rm_WrongArity(ctx);
     scan_list l;
-    scan_values(ctx, &l);
+    scan_values(c->ctx, &l);
     hf_slice *ns = hf_xmalloc((l.n ? l.n : 1) * sizeof *ns);
     wire_keys_decode((const char *)l.nss.ptr, l.nss.len, ns);
-    rm_ReplyWithArray(ctx, (long)l.n);
+    rm_ReplyWithArray(c->ctx, (long)l.n);
     for (size_t i = 0; i < l.n; i++)
-        rm_ReplyWithStringBuffer(ctx, ns[i].len ? ns[i].ptr : "", ns[i].len);
+        rm_ReplyWithStringBuffer(c->ctx, ns[i].len ? ns[i].ptr : "", ns[i].len);
     hf_xfree(ns);
     hf_buf_free(&l.names);
     hf_buf_free(&l.nss);
-    return REDISMODULE_OK;
 }
 
 /* HF3FS.CLEARALL: delete every value of this node; DEL of each propagates. */
-static int cmd_clearall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+static void run_clearall(cmd *c)
 {
-    if (argc != 1)
-        return rm_WrongArity(ctx);
+    RedisModuleCtx *ctx = c->ctx;
     scan_list l;
     scan_values(ctx, &l);
     hf_slice *names = hf_xmalloc((l.n ? l.n : 1) * sizeof *names);
@@ -1295,8 +1158,133 @@ static int cmd_clearall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     hf_buf_free(&l.names);
     hf_buf_free(&l.nss);
     rm_ReplyWithLongLong(ctx, deleted);
+}
+
+/* ---- the command table ---- */
+
+/* cmd_spec.opts */
+#define OBSERVE 1      /* the core's events while run_<name> runs propagate as HF3FS.APPLY */
+#define STRIPE_TAIL 2  /* argc may be 2 more: [stripes stripe] (arg_stripe_opt) */
+#define FROM_PRIMARY 4 /* accepted only from the primary's stream or the AOF being loaded */
+#define FROM_AOF 8     /* accepted only from the AOF being loaded */
+
+#define NO_ARGS (A_END)
+
+/* Every command, in the order they are registered. X: one that
+ * cmd_dispatch runs:
+ *   X(name, flags, key, argc, key mode, opts, (arguments after the key))
+ * registered as "hf3fs.<name>" with CreateCommand's flags and key spec
+ * first = last = step = key (0: keyless); run_<name> does what differs.
+ * R(name, flags, key, function): one that runs whole, parsing its own
+ * arguments. */
+#define HF3FS_COMMANDS(X, R)                                                                   \
+    X(init, "write deny-oom", 1, 7, CHANGE, OBSERVE, (A_NOW, A_CFG, A_NS, A_RANK, A_NUM_PAGES)) \
+    X(alloc, "write deny-oom", 1, 7, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_MODE, A_KEYS))  \
+    X(import, "write deny-oom", 1, 9, CHANGE, OBSERVE,                                         \
+      (A_NOW, A_CFG, A_NS, A_RANK, A_NUM_PAGES, A_KEYS, A_PAGES))                              \
+    /* confirmations, deletes and clears need no new memory and free some:                    \
+     * they run under maxmemory too (a refused confirmation would strand a                    \
+     * page that was written) */                                                               \
+    X(confirm, "write", 1, 8, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS, A_PAGES, A_PAGES)) \
+    X(cancel, "write", 1, 8, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS, A_PAGES, A_BYTES)) \
+    X(stripes, "readonly", 1, 2, READ, 0, NO_ARGS)                                             \
+    X(exists, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                    \
+    X(lookup, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                    \
+    X(delete, "write", 1, 6, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                  \
+    X(clearpool, "write", 1, 5, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL))                       \
+    X(cexists, "write", 1, 5, READ, OBSERVE, (A_NOW, A_CFG, A_KEYS))                           \
+    X(cloc, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                      \
+    R(stats, "readonly", 1, cmd_stats)                                                         \
+    X(check, "readonly", 1, 2, CHANGE, 0, NO_ARGS)                                             \
+    X(pages, "write", 1, 6, CHANGE, OBSERVE, (A_NOW, A_RANK, A_FIRST, A_COUNT))                \
+    X(apply, "write", 1, 4, CHANGE, STRIPE_TAIL | FROM_PRIMARY, (A_NS, A_BYTES))               \
+    X(rebuild, "write", 1, 5, CHANGE, STRIPE_TAIL | FROM_AOF, (A_NS, A_BYTES, A_BYTES))        \
+    X(namespaces, "readonly", 0, 1, 0, 0, NO_ARGS)                                             \
+    X(clearall, "write", 0, 1, 0, 0, NO_ARGS)
+
+typedef struct cmd_spec {
+    const char *name;
+    const char *flags;
+    int key;               /* its position; 0: keyless */
+    RedisModuleCmdFunc fn; /* what Redis calls */
+    /* what cmd_dispatch does (none for R) */
+    int argc;
+    int mode;
+    int opts;
+    cmd_arg args[CMD_MAX_ARGS];
+    void (*run)(cmd *c);
+} cmd_spec;
+
+#define CMD_UNPAREN(...) __VA_ARGS__
+#define CMD_ID(id, ...) CMD_##id,
+enum { HF3FS_COMMANDS(CMD_ID, CMD_ID) CMD_COUNT };
+
+#define CMD_ENTRY_DECL(id, ...) \
+    static int entry_##id(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+#define CMD_NONE(...)
+HF3FS_COMMANDS(CMD_ENTRY_DECL, CMD_NONE)
+
+#define CMD_SPEC_X(id, flags_, key_, argc_, mode_, opts_, args_)                              \
+    {.name = "hf3fs." #id, .flags = flags_, .key = key_, .fn = entry_##id, .argc = argc_, \
+     .mode = mode_, .opts = opts_, .args = {CMD_UNPAREN args_}, .run = run_##id},
+#define CMD_SPEC_R(id, flags_, key_, fn_) \
+    {.name = "hf3fs." #id, .flags = flags_, .key = key_, .fn = fn_},
+static const cmd_spec commands[CMD_COUNT] = {HF3FS_COMMANDS(CMD_SPEC_X, CMD_SPEC_R)};
+
+/* The command's name as its errors spell it: HF3FS.<NAME>. */
+static const char *cmd_upper(const cmd_spec *s, char what[static 32])
+{
+    size_t i;
+    for (i = 0; s->name[i] && i < 31; i++)
+        what[i] = (char)(s->name[i] >= 'a' && s->name[i] <= 'z' ? s->name[i] - 'a' + 'A'
+                                                                : s->name[i]);
+    what[i] = 0;
+    return what;
+}
+
+/* A command of the table: the arity; where it may come from; the key
+ * opened and checked; its shared arguments parsed (cfg applied and the
+ * value caught up with a rebuild); its core's events observed; run_<name>;
+ * the events propagated as one HF3FS.APPLY; the key closed. Any error is
+ * the reply. */
+static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleString **argv,
+                        int argc)
+{
+    if (argc != s->argc && !(s->opts & STRIPE_TAIL && argc == s->argc + 2))
+        return rm_WrongArity(ctx);
+    char what[32];
+    char msg[120];
+    int from = (s->opts & FROM_PRIMARY ? REDISMODULE_CTX_FLAGS_REPLICATED : 0) |
+               (s->opts & (FROM_PRIMARY | FROM_AOF) ? REDISMODULE_CTX_FLAGS_LOADING : 0);
+    if (from && !(rm_GetContextFlags(ctx) & from)) {
+        snprintf(msg, sizeof msg, "ERR %s is accepted only from %s", cmd_upper(s, what),
+                 s->opts & FROM_PRIMARY ? "the primary or the AOF" : "the AOF");
+        return reply_err(ctx, msg);
+    }
+    wire_stripe tail = {1, 0};
+    if (s->opts & STRIPE_TAIL && arg_stripe_opt(argv, argc, s->argc, &tail) != 0) {
+        snprintf(msg, sizeof msg, "ERR %s: malformed stripe", cmd_upper(s, what));
+        return reply_err(ctx, msg);
+    }
+    cmd c = {.ctx = ctx, .argv = argv};
+    if (s->key && cmd_open_mode(&c, ctx, argv, s->mode) != 0)
+        return REDISMODULE_OK;
+    c.st = tail;
+    if (cmd_args(&c, s->args, s->key + 1) == 0) {
+        if (s->opts & OBSERVE && c.v)
+            cmd_observe(&c);
+        s->run(&c);
+    }
+    cmd_close(&c);
     return REDISMODULE_OK;
 }
+
+#define CMD_ENTRY(id, ...)                                                            \
+    static int entry_##id(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)    \
+    {                                                                                   \
+        return cmd_dispatch(&commands[CMD_##id], ctx, argv, argc);                    \
+    }
+HF3FS_COMMANDS(CMD_ENTRY, CMD_NONE)
 
 /* ---- server events ---- */
 
@@ -1325,36 +1313,6 @@ static int rm_load_api(RedisModuleCtx *ctx)
 #undef RM_API_FETCH
     return missing ? REDISMODULE_ERR : REDISMODULE_OK;
 }
-
-static const struct {
-    const char *name;
-    RedisModuleCmdFunc fn;
-    const char *flags;
-    int first, last, step;
-} commands[] = {
-    {"hf3fs.init", cmd_init, "write deny-oom", 1, 1, 1},
-    {"hf3fs.alloc", cmd_alloc, "write deny-oom", 1, 1, 1},
-    {"hf3fs.import", cmd_import, "write deny-oom", 1, 1, 1},
-    /* confirmations, deletes and clears need no new memory and free some:
-     * they run under maxmemory too (a refused confirmation would strand a
-     * page that was written) */
-    {"hf3fs.confirm", cmd_confirm, "write", 1, 1, 1},
-    {"hf3fs.cancel", cmd_cancel, "write", 1, 1, 1},
-    {"hf3fs.stripes", cmd_stripes, "readonly", 1, 1, 1},
-    {"hf3fs.exists", cmd_exists, "write", 1, 1, 1},
-    {"hf3fs.lookup", cmd_lookup, "write", 1, 1, 1},
-    {"hf3fs.delete", cmd_delete, "write", 1, 1, 1},
-    {"hf3fs.clearpool", cmd_clearpool, "write", 1, 1, 1},
-    {"hf3fs.cexists", cmd_cexists, "write", 1, 1, 1},
-    {"hf3fs.cloc", cmd_cloc, "write", 1, 1, 1},
-    {"hf3fs.stats", cmd_stats, "readonly", 1, 1, 1},
-    {"hf3fs.check", cmd_check, "readonly", 1, 1, 1},
-    {"hf3fs.pages", cmd_pages, "write", 1, 1, 1},
-    {"hf3fs.apply", cmd_apply, "write", 1, 1, 1},
-    {"hf3fs.rebuild", cmd_rebuild, "write", 1, 1, 1},
-    {"hf3fs.namespaces", cmd_namespaces, "readonly", 0, 0, 0},
-    {"hf3fs.clearall", cmd_clearall, "write", 0, 0, 0},
-};
 
 int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
@@ -1385,10 +1343,9 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (rm_SubscribeToServerEvent(ctx, role_changed, on_rebuilt) != REDISMODULE_OK ||
         rm_SubscribeToServerEvent(ctx, loading, on_rebuilt) != REDISMODULE_OK)
         return REDISMODULE_ERR;
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    for (size_t i = 0; i < CMD_COUNT; i++)
         if (rm_CreateCommand(ctx, commands[i].name, commands[i].fn, commands[i].flags,
-                             commands[i].first, commands[i].last, commands[i].step) !=
-            REDISMODULE_OK)
+                             commands[i].key, commands[i].key, commands[i].key) != REDISMODULE_OK)
             return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }
