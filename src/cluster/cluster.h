@@ -79,6 +79,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <hiredis/hiredis.h>
 
@@ -150,6 +151,18 @@ redisReply *cluster_command(cluster_t *c, const void *key, size_t keylen, int ar
                             const char **argv, const size_t *argvlen, int *error);
 
 const char *cluster_strerror(int err);
+
+/*
+ * Whether the text of a Redis error reply refuses the connection's
+ * credentials or rights (NOAUTH, WRONGPASS, NOPERM): what asking again, or
+ * asking another node, cannot mend. The one Redis of redis_conn.c judges its
+ * SELECT by it too.
+ */
+static inline bool cluster_error_is_auth(const char *text)
+{
+    return strncmp(text, "NOAUTH", 6) == 0 || strncmp(text, "WRONGPASS", 9) == 0 ||
+           strncmp(text, "NOPERM", 6) == 0;
+}
 /* The last failure of this handle, as a sentence naming the node; "" if none.
  * Valid until the next call on the handle. */
 const char *cluster_last_error(const cluster_t *c);
