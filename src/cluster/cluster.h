@@ -69,7 +69,8 @@
  * handles share nothing. The process must ignore SIGPIPE (hiredis writes
  * with write(2)).
  *
- * Errors: 0 or a negative CLUSTER_E* code; cluster_strerror() names a code,
+ * Errors: 0 or a negative CLUSTER_E* code (-401..-499; the ranges of the
+ * modules: docs/architecture.md); cluster_strerror() names a code,
  * cluster_last_error() tells the last failure of the handle (which node,
  * what happened).
  */
@@ -85,16 +86,16 @@
 
 enum {
     CLUSTER_OK = 0,
-    CLUSTER_EINVAL = -1,       /* bad seeds or arguments */
-    CLUSTER_EUNREACHABLE = -2, /* no connection to the node in time; the command was not sent */
-    CLUSTER_ETIMEOUT = -3,     /* sent, no reply before the deadline: it may have run */
-    CLUSTER_ECONN = -4,        /* sent, then the connection broke: it may have run */
-    CLUSTER_EDOWN = -5,        /* CLUSTERDOWN, or the slot is served by no node, until the deadline */
-    CLUSTER_ETRYAGAIN = -6,    /* TRYAGAIN or LOADING until the deadline */
-    CLUSTER_EREDIRECT = -7,    /* more than CLUSTER_MAX_REDIRECTS MOVED/ASK for one command */
-    CLUSTER_EAUTH = -8,        /* AUTH refused, or the node demands one */
-    CLUSTER_EPROTO = -9,       /* not a cluster node, or an answer that cannot be parsed */
-    CLUSTER_ENOMEM = -10,      /* hiredis could not allocate */
+    CLUSTER_EINVAL = -401,       /* bad seeds or arguments */
+    CLUSTER_EUNREACHABLE = -402, /* no connection to the node in time; the command was not sent */
+    CLUSTER_ETIMEOUT = -403,     /* sent, no reply before the deadline: it may have run */
+    CLUSTER_ECONN = -404,        /* sent, then the connection broke: it may have run */
+    CLUSTER_EDOWN = -405,        /* CLUSTERDOWN, or the slot is served by no node, until the deadline */
+    CLUSTER_ETRYAGAIN = -406,    /* TRYAGAIN or LOADING until the deadline */
+    CLUSTER_EREDIRECT = -407,    /* more than CLUSTER_MAX_REDIRECTS MOVED/ASK for one command */
+    CLUSTER_EAUTH = -408,        /* AUTH refused, or the node demands one */
+    CLUSTER_EPROTO = -409,       /* not a cluster node, or an answer that cannot be parsed */
+    CLUSTER_ENOMEM = -410,       /* hiredis could not allocate */
 };
 
 #define CLUSTER_SLOTS 16384
