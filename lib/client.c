@@ -13,6 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The server's parser of host:port, shared by path (header-only, libc only):
+ * lib/ is built without -Isrc. */
+#include "../src/util/hostport.h"
+
 const char *hf3fs_meta_version(void)
 {
     return HF3FS_META_VERSION_STRING;
@@ -81,17 +85,6 @@ void hf3fs_meta_free(void *ptr)
 /* ======================================================================= */
 /* URL                                                                      */
 
-static int hex_value(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* s[0..len-1] with %XX decoded, in a new string; NULL for a bad escape or no
  * memory (*bad tells which). */
 static char *percent_decode(const char *s, size_t len, bool *bad)
@@ -107,13 +100,13 @@ static char *percent_decode(const char *s, size_t len, bool *bad)
             continue;
         }
         /* "%XX" with two hex digits; %00 would cut the string: refused */
-        if (i + 2 >= len || hex_value(s[i + 1]) < 0 || hex_value(s[i + 2]) < 0 ||
-            (hex_value(s[i + 1]) == 0 && hex_value(s[i + 2]) == 0)) {
+        if (i + 2 >= len || hf_hex_digit(s[i + 1]) < 0 || hf_hex_digit(s[i + 2]) < 0 ||
+            (hf_hex_digit(s[i + 1]) == 0 && hf_hex_digit(s[i + 2]) == 0)) {
             free(out);
             *bad = true;
             return NULL;
         }
-        out[o++] = (char)(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
+        out[o++] = (char)(hf_hex_digit(s[i + 1]) * 16 + hf_hex_digit(s[i + 2]));
         i += 2;
     }
     out[o] = '\0';
@@ -201,40 +194,11 @@ static int parse_url(hf3fs_meta_client *c, const char *url)
         hostport = at + 1;
     }
     size_t hp_len = (size_t)(end - hostport);
-    const char *host = hostport, *port = NULL;
-    size_t host_len;
-    if (hp_len && hostport[0] == '[') {
-        const char *close = memchr(hostport, ']', hp_len);
-        if (!close)
-            return HF3FS_META_EINVAL;
-        host = hostport + 1;
-        host_len = (size_t)(close - host);
-        if (close + 1 < end) {
-            if (close[1] != ':')
-                return HF3FS_META_EINVAL;
-            port = close + 2;
-        }
-    } else {
-        const char *colon = memchr(hostport, ':', hp_len);
-        host_len = colon ? (size_t)(colon - hostport) : hp_len;
-        if (colon)
-            port = colon + 1;
-    }
-    if (host_len == 0)
+    hf_hostport hp;
+    if (hf_hostport_parse(hostport, hp_len, 0, &hp) != HF_HOSTPORT_OK)
         return HF3FS_META_EINVAL;
-    size_t port_len = port ? (size_t)(end - port) : 0;
-    if (port) {
-        if (port_len == 0 || port_len > 5)
-            return HF3FS_META_EINVAL;
-        long v = 0;
-        for (size_t i = 0; i < port_len; i++) {
-            if (port[i] < '0' || port[i] > '9')
-                return HF3FS_META_EINVAL;
-            v = v * 10 + (port[i] - '0');
-        }
-        if (v < 1 || v > 65535)
-            return HF3FS_META_EINVAL;
-    }
+    const char *host = hp.host;
+    size_t host_len = hp.host_len;
     for (size_t i = 0; i < host_len; i++)
         if ((unsigned char)host[i] <= ' ' || host[i] == '%' || host[i] == '@')
             return HF3FS_META_EINVAL;
@@ -245,7 +209,7 @@ static int parse_url(hf3fs_meta_client *c, const char *url)
         if ((unsigned char)end[i] <= ' ' || (unsigned char)end[i] >= 0x7f)
             return HF3FS_META_EINVAL;
     c->host = copy_range(host, host_len);
-    c->port = port ? copy_range(port, port_len) : copy_range("80", 2);
+    c->port = hp.port_text ? copy_range(hp.port_text, hp.port_len) : copy_range("80", 2);
     c->host_header = copy_range(hostport, hp_len);
     c->base_path = copy_range(end, path_len);
     if (!c->host || !c->port || !c->host_header || !c->base_path)

@@ -248,6 +248,7 @@ void api__answer_pages(api__req *req, const char *name, const int64_t *pages, si
 }
 
 /* Format into the request arena: messages may quote a namespace or a path. */
+__attribute__((format(printf, 2, 0)))
 static const char *vformat(api__req *req, const char *fmt, va_list ap, size_t *len)
 {
     va_list copy;

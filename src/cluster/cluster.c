@@ -27,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/clock.h"
+#include "util/hostport.h"
 #include "util/slot.h"
 #include "util/xalloc.h"
 
@@ -115,13 +117,6 @@ struct cluster {
     char error[256];
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void sleep_ms(int64_t ms)
 {
     if (ms <= 0)
@@ -153,33 +148,9 @@ int cluster_key_slot(const void *key, size_t len)
 
 /* ---- nodes ---- */
 
-/* "host:port" or "[v6]:port" (len bytes) -> host (malloc'ed) and port. */
-static int parse_addr(const char *s, size_t len, char **host, int *port)
-{
-    const char *colon = NULL;
-    for (size_t i = 0; i < len; i++)
-        if (s[i] == ':')
-            colon = s + i;
-    if (!colon || colon + 1 == s + len)
-        return -1;
-    const char *h = s;
-    size_t hlen = (size_t)(colon - s);
-    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']')
-        h++, hlen -= 2;
-    long p = 0;
-    for (const char *d = colon + 1; d < s + len; d++) {
-        if (*d < '0' || *d > '9' || p > 65535)
-            return -1;
-        p = p * 10 + (*d - '0');
-    }
-    if (p < 1 || p > 65535)
-        return -1;
-    *host = hf_xmalloc(hlen + 1);
-    memcpy(*host, h, hlen);
-    (*host)[hlen] = '\0';
-    *port = (int)p;
-    return 0;
-}
+/* How a node's address is written, in the seeds and in MOVED/ASK: the port
+ * is required, an IPv6 address may go bare. */
+#define NODE_ADDR (HF_HOSTPORT_NEED_PORT | HF_HOSTPORT_BARE_V6)
 
 /* The index of the known node host:port, added if new; -1 past MAX_NODES. */
 static int node_intern(cluster_t *c, const char *host, size_t hostlen, int port)
@@ -422,7 +393,7 @@ static void round_io(cluster_t *c, node *nd, request *reqs, short revents, int64
  */
 static void round_run(cluster_t *c, request *reqs, size_t n, int64_t deadline)
 {
-    int64_t now = now_ms();
+    int64_t now = hf_clock_mono_ms();
     round_build(c, reqs, n, now);
     struct pollfd *fds = hf_xcalloc(c->nnodes, sizeof(*fds));
     int *owner = hf_xcalloc(c->nnodes, sizeof(*owner));
@@ -466,8 +437,8 @@ static void round_run(cluster_t *c, request *reqs, size_t n, int64_t deadline)
         }
         for (nfds_t f = 0; ready > 0 && f < nfds; f++)
             if (fds[f].revents)
-                round_io(c, &c->nodes[owner[f]], reqs, fds[f].revents, now_ms());
-        now = now_ms();
+                round_io(c, &c->nodes[owner[f]], reqs, fds[f].revents, hf_clock_mono_ms());
+        now = hf_clock_mono_ms();
     }
     free(fds);
     free(owner);
@@ -563,8 +534,7 @@ static int refresh_refusal(const redisReply *r)
 {
     if (r->type != REDIS_REPLY_ERROR)
         return CLUSTER_EPROTO;
-    if (strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "WRONGPASS", 9) == 0 ||
-        strncmp(r->str, "NOPERM", 6) == 0)
+    if (cluster_error_is_auth(r->str))
         return CLUSTER_EAUTH;
     return CLUSTER_EPROTO; /* e.g. "ERR This instance has cluster support disabled" */
 }
@@ -578,7 +548,7 @@ static int map_refresh(cluster_t *c, int64_t deadline)
 {
     static const char *argv[2] = {"CLUSTER", "SLOTS"};
     static const size_t argvlen[2] = {7, 5};
-    int64_t now = now_ms();
+    int64_t now = hf_clock_mono_ms();
     if (now >= deadline) /* no time to ask: the refresh stays due */
         return CLUSTER_ETIMEOUT;
     c->want_refresh = false;
@@ -588,10 +558,10 @@ static int map_refresh(cluster_t *c, int64_t deadline)
     size_t count = c->nnodes; /* nodes learnt meanwhile wait for the next refresh */
     size_t asked = 0;
     for (int pass = 0; pass < 2; pass++) {
-        for (size_t k = 0; k < count && now_ms() < deadline; k++) {
+        for (size_t k = 0; k < count && hf_clock_mono_ms() < deadline; k++) {
             size_t i = (c->refresh_next + k) % count;
             const node *nd = &c->nodes[i];
-            if (nd->down != (pass == 1) || (nd->down && now_ms() < nd->down_until))
+            if (nd->down != (pass == 1) || (nd->down && hf_clock_mono_ms() < nd->down_until))
                 continue;
             asked++;
             request rq = {.argc = 2, .argv = argv, .argvlen = argvlen, .slot = -1,
@@ -644,14 +614,15 @@ static int redirect_target(cluster_t *c, size_t from, const redisReply *r)
     sp = sp ? memchr(sp + 1, ' ', (size_t)(end - sp - 1)) : NULL;
     if (!sp)
         return -1;
-    char *host;
-    int port;
-    if (parse_addr(sp + 1, (size_t)(end - sp - 1), &host, &port) != 0)
+    hf_hostport hp;
+    if (hf_hostport_parse(sp + 1, (size_t)(end - sp - 1), NODE_ADDR | HF_HOSTPORT_EMPTY_HOST,
+                          &hp) != 0)
         return -1;
-    const char *h = host[0] ? host : c->nodes[from].host;
-    int target = node_intern(c, h, strlen(h), port);
-    free(host);
-    return target;
+    if (hp.host_len == 0) { /* its own allocation: stays put if nodes grow */
+        hp.host = c->nodes[from].host;
+        hp.host_len = strlen(hp.host);
+    }
+    return node_intern(c, hp.host, hp.host_len, hp.port);
 }
 
 static void request_finish(request *rq, cluster_cmd *cmd, int error)
@@ -808,12 +779,12 @@ static void batch_load(cluster_t *c, cluster_cmd *cmds, size_t n)
 
 int cluster_exec(cluster_t *c, cluster_cmd *cmds, size_t n)
 {
-    int64_t deadline = now_ms() + c->command_timeout_ms;
+    int64_t deadline = hf_clock_mono_ms() + c->command_timeout_ms;
     int pause = PAUSE_MIN_MS;
     bool trouble = false;
     batch_load(c, cmds, n);
     for (;;) {
-        if (c->want_refresh && now_ms() >= c->refresh_not_before)
+        if (c->want_refresh && hf_clock_mono_ms() >= c->refresh_not_before)
             map_refresh(c, deadline);
         size_t pending = 0, ready = 0;
         for (size_t i = 0; i < n; i++) {
@@ -826,7 +797,7 @@ int cluster_exec(cluster_t *c, cluster_cmd *cmds, size_t n)
         }
         if (pending == 0)
             break;
-        int64_t now = now_ms();
+        int64_t now = hf_clock_mono_ms();
         if (now >= deadline) { /* each fails with the error that kept it */
             for (size_t i = 0; i < n; i++)
                 if (!c->requests[i].done)
@@ -846,7 +817,7 @@ int cluster_exec(cluster_t *c, cluster_cmd *cmds, size_t n)
         }
         trouble |= wait;
         if (wait) { /* until the pause ends, or a refresh is due */
-            now = now_ms();
+            now = hf_clock_mono_ms();
             int64_t wake = now + pause;
             if (c->want_refresh && c->refresh_not_before > now && c->refresh_not_before < wake)
                 wake = c->refresh_not_before;
@@ -891,13 +862,9 @@ static int parse_seeds(cluster_t *c, const char *seeds)
             p++, len--;
         while (len && p[len - 1] == ' ')
             len--;
-        char *host;
-        int port;
-        if (parse_addr(p, len, &host, &port) != 0)
-            return -1;
-        int i = host[0] ? node_intern(c, host, strlen(host), port) : -1;
-        free(host);
-        if (i < 0)
+        hf_hostport hp;
+        if (hf_hostport_parse(p, len, NODE_ADDR, &hp) != 0 ||
+            node_intern(c, hp.host, hp.host_len, hp.port) < 0)
             return -1;
         p = comma ? comma + 1 : NULL;
     }
@@ -920,7 +887,7 @@ int cluster_open(const cluster_options *opt, cluster_t **out, char *err, size_t 
         set_error(c, "bad seed nodes \"%s\" (want host:port[,host:port...])",
                   opt->seeds ? opt->seeds : "");
     else
-        rc = map_refresh(c, now_ms() + c->command_timeout_ms);
+        rc = map_refresh(c, hf_clock_mono_ms() + c->command_timeout_ms);
     if (rc != CLUSTER_OK) {
         snprintf(err, errlen, "%s", c->error);
         cluster_close(c);

@@ -69,7 +69,8 @@
  * handles share nothing. The process must ignore SIGPIPE (hiredis writes
  * with write(2)).
  *
- * Errors: 0 or a negative CLUSTER_E* code; cluster_strerror() names a code,
+ * Errors: 0 or a negative CLUSTER_E* code (-401..-499; the ranges of the
+ * modules: docs/architecture.md); cluster_strerror() names a code,
  * cluster_last_error() tells the last failure of the handle (which node,
  * what happened).
  */
@@ -79,21 +80,22 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <hiredis/hiredis.h>
 
 enum {
     CLUSTER_OK = 0,
-    CLUSTER_EINVAL = -1,       /* bad seeds or arguments */
-    CLUSTER_EUNREACHABLE = -2, /* no connection to the node in time; the command was not sent */
-    CLUSTER_ETIMEOUT = -3,     /* sent, no reply before the deadline: it may have run */
-    CLUSTER_ECONN = -4,        /* sent, then the connection broke: it may have run */
-    CLUSTER_EDOWN = -5,        /* CLUSTERDOWN, or the slot is served by no node, until the deadline */
-    CLUSTER_ETRYAGAIN = -6,    /* TRYAGAIN or LOADING until the deadline */
-    CLUSTER_EREDIRECT = -7,    /* more than CLUSTER_MAX_REDIRECTS MOVED/ASK for one command */
-    CLUSTER_EAUTH = -8,        /* AUTH refused, or the node demands one */
-    CLUSTER_EPROTO = -9,       /* not a cluster node, or an answer that cannot be parsed */
-    CLUSTER_ENOMEM = -10,      /* hiredis could not allocate */
+    CLUSTER_EINVAL = -401,       /* bad seeds or arguments */
+    CLUSTER_EUNREACHABLE = -402, /* no connection to the node in time; the command was not sent */
+    CLUSTER_ETIMEOUT = -403,     /* sent, no reply before the deadline: it may have run */
+    CLUSTER_ECONN = -404,        /* sent, then the connection broke: it may have run */
+    CLUSTER_EDOWN = -405,        /* CLUSTERDOWN, or the slot is served by no node, until the deadline */
+    CLUSTER_ETRYAGAIN = -406,    /* TRYAGAIN or LOADING until the deadline */
+    CLUSTER_EREDIRECT = -407,    /* more than CLUSTER_MAX_REDIRECTS MOVED/ASK for one command */
+    CLUSTER_EAUTH = -408,        /* AUTH refused, or the node demands one */
+    CLUSTER_EPROTO = -409,       /* not a cluster node, or an answer that cannot be parsed */
+    CLUSTER_ENOMEM = -410,       /* hiredis could not allocate */
 };
 
 #define CLUSTER_SLOTS 16384
@@ -150,6 +152,18 @@ redisReply *cluster_command(cluster_t *c, const void *key, size_t keylen, int ar
                             const char **argv, const size_t *argvlen, int *error);
 
 const char *cluster_strerror(int err);
+
+/*
+ * Whether the text of a Redis error reply refuses the connection's
+ * credentials or rights (NOAUTH, WRONGPASS, NOPERM): what asking again, or
+ * asking another node, cannot mend. The one Redis of redis_conn.c judges its
+ * SELECT by it too.
+ */
+static inline bool cluster_error_is_auth(const char *text)
+{
+    return strncmp(text, "NOAUTH", 6) == 0 || strncmp(text, "WRONGPASS", 9) == 0 ||
+           strncmp(text, "NOPERM", 6) == 0;
+}
 /* The last failure of this handle, as a sentence naming the node; "" if none.
  * Valid until the next call on the handle. */
 const char *cluster_last_error(const cluster_t *c);

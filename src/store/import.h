@@ -34,8 +34,9 @@
 #include "store/store.h"
 #include "util/slice.h"
 
-/* import_pool_build(): the pool exists already (nothing changed). */
-#define IMPORT_EEXIST (-100)
+/* import_pool_build(): the pool exists already (nothing changed). In the
+ * store's range, apart from the core's codes it returns beside it. */
+#define IMPORT_EEXIST STORE_EEXIST
 
 /*
  * Create the pool (ns, rank) of num_pages pages with keys[i] OWNED at

@@ -16,6 +16,8 @@
 #include <time.h>
 
 #include "cluster/cluster.h"
+#include "util/clock.h"
+#include "util/hostport.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -74,30 +76,12 @@ struct redis_link {
     atomic_uint_fast64_t cl_rewaits;
 };
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static struct timeval tv_of_ms(int64_t ms)
 {
     return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (long)(ms % 1000) * 1000};
 }
 
 /* ---------------------------------------------------------------- URL */
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 static char *dup_n(const char *p, size_t n)
 {
@@ -117,8 +101,8 @@ static char *pct_decode(const char *p, size_t n)
             out[j++] = p[i];
             continue;
         }
-        int hi = i + 1 < n ? hexval(p[i + 1]) : -1;
-        int lo = i + 2 < n ? hexval(p[i + 2]) : -1;
+        int hi = i + 1 < n ? hf_hex_digit(p[i + 1]) : -1;
+        int lo = i + 2 < n ? hf_hex_digit(p[i + 2]) : -1;
         if (hi < 0 || lo < 0) {
             free(out);
             return NULL;
@@ -189,37 +173,24 @@ static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
         return STORE_OK;
     }
     const char *end = p + strcspn(p, "/");
-    const char *hend = end;
-    r->port = 6379;
-    if (*p == '[') { /* [ipv6]:port */
-        const char *close = memchr(p, ']', (size_t)(end - p));
-        if (!close) {
-            snprintf(err, errlen, "--store %s: unclosed [ in the host", url);
-            return STORE_ECONFIG;
-        }
-        r->host = dup_n(p + 1, (size_t)(close - p - 1));
-        hend = close + 1;
-    } else {
-        const char *colon = memchr(p, ':', (size_t)(end - p));
-        hend = colon ? colon : end;
-        r->host = dup_n(p, (size_t)(hend - p));
-    }
-    if (hend < end && *hend == ':') {
-        char *stop;
-        long port = strtol(hend + 1, &stop, 10);
-        if (stop != end || port <= 0 || port > 65535) {
-            snprintf(err, errlen, "--store %s: the port must be 1..65535", url);
-            return STORE_ECONFIG;
-        }
-        r->port = (int)port;
-    } else if (hend != end) {
+    hf_hostport hp;
+    switch (hf_hostport_parse(p, (size_t)(end - p), 0, &hp)) {
+    case HF_HOSTPORT_OK: break;
+    case HF_HOSTPORT_EBRACKET:
+        snprintf(err, errlen, "--store %s: unclosed [ in the host", url);
+        return STORE_ECONFIG;
+    case HF_HOSTPORT_EPORT:
+        snprintf(err, errlen, "--store %s: the port must be 1..65535", url);
+        return STORE_ECONFIG;
+    case HF_HOSTPORT_EHOST:
+        snprintf(err, errlen, "--store %s: no host", url);
+        return STORE_ECONFIG;
+    default: /* HF_HOSTPORT_ESYNTAX */
         snprintf(err, errlen, "--store %s: malformed host:port", url);
         return STORE_ECONFIG;
     }
-    if (!r->host[0]) {
-        snprintf(err, errlen, "--store %s: no host", url);
-        return STORE_ECONFIG;
-    }
+    r->host = dup_n(hp.host, hp.host_len);
+    r->port = hp.port ? hp.port : 6379;
     if (*end == '/' && end[1]) {
         char *stop;
         long db = strtol(end + 1, &stop, 10);
@@ -290,8 +261,7 @@ static redisContext *connect_one(redis_link *r, int *code, char *err, size_t err
     if (!rep || rep->type == REDIS_REPLY_ERROR) {
         bool io = !rep;
         const char *why = io ? c->errstr : rep->str;
-        bool auth = !io && (strncmp(why, "NOAUTH", 6) == 0 || strncmp(why, "WRONGPASS", 9) == 0 ||
-                            strncmp(why, "NOPERM", 6) == 0);
+        bool auth = !io && cluster_error_is_auth(why);
         snprintf(err, errlen, "Redis at %s: SELECT %d: %s%s", redis_link_where(r, w, sizeof w),
                  r->db, why,
                  auth ? " (a password is needed: redis://:PASSWORD@host:port or "
@@ -526,7 +496,7 @@ static void one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
         return;
     }
     bool wait = change && r->opt.wait_replicas > 0;
-    int64_t t0 = mono_us();
+    int64_t t0 = hf_clock_mono_us();
     for (size_t i = 0; i < n; i++)
         redisAppendCommandArgv(c->ctx, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
     if (wait)
@@ -543,7 +513,7 @@ static void one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
         rc = redisGetReply(c->ctx, &w);
         wrep = rc == REDIS_OK ? w : NULL;
     }
-    count_rtt(r, mono_us() - t0);
+    count_rtt(r, hf_clock_mono_us() - t0);
     if (rc != REDIS_OK) {
         char why[300];
         snprintf(why, sizeof why, "%s", c->ctx->errstr[0] ? c->ctx->errstr : "I/O error");
@@ -760,9 +730,9 @@ static void cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chan
     }
     cluster_stats before, after;
     cluster_get_stats(c->cl, &before);
-    int64_t t0 = mono_us();
+    int64_t t0 = hf_clock_mono_us();
     cluster_exec(c->cl, batch, m);
-    count_rtt(r, mono_us() - t0);
+    count_rtt(r, hf_clock_mono_us() - t0);
     cluster_get_stats(c->cl, &after);
     bool redirected = after.rounds - before.rounds > 1;
     bool rewait = false;

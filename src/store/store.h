@@ -12,7 +12,10 @@
  * Errors: 0 on success or a negative STORE_E* code; then nothing changed
  * (STORE_EUNCERTAIN excepted). The codes from STORE_EIO on are those of
  * opening an engine (its constructor); the operations return the first
- * four and STORE_EUNCERTAIN (struct store_ops says which, when).
+ * four and STORE_EUNCERTAIN (struct store_ops says which, when). The codes
+ * are -201..-299, a range of their own (docs/architecture.md, "Errors and
+ * memory", lists every module's), so that a code read in a log or a test's
+ * output names its module. Compare codes by name, never by value.
  */
 #ifndef HF_STORE_H
 #define HF_STORE_H
@@ -26,28 +29,28 @@
 
 enum {
     STORE_OK = 0,
-    STORE_ENOPOOL = -1,      /* pool not initialized */
-    STORE_EINVAL = -2,       /* argument out of range (num_pages, rank) */
-    STORE_ENOMEM = -3,
-    STORE_EUNAVAILABLE = -4, /* the engine cannot accept changes now (its log failed,
-                                its server is unreachable...): nothing was acknowledged */
+    STORE_ENOPOOL = -201,      /* pool not initialized */
+    STORE_EINVAL = -202,       /* argument out of range (num_pages, rank) */
+    STORE_ENOMEM = -203,
+    STORE_EUNAVAILABLE = -204, /* the engine cannot accept changes now (its log failed,
+                                  its server is unreachable...): nothing was acknowledged */
     /* Opening an engine. */
-    STORE_EIO = -5,          /* the engine's files cannot be read or written */
-    STORE_EFOREIGN = -6,     /* the engine's place holds data hf3fs-metad did not write */
-    STORE_EDAMAGED = -7,     /* the stored state is damaged (the embedded log: see --salvage) */
-    STORE_ELOCKED = -8,      /* another process holds the state */
-    STORE_EUNREACHABLE = -9, /* the engine's server cannot be reached */
-    STORE_EAUTH = -10,       /* the engine's server refused the credentials */
-    STORE_ECONFIG = -11,     /* the engine's settings are invalid (e.g. a malformed address) */
+    STORE_EIO = -205,          /* the engine's files cannot be read or written */
+    STORE_EFOREIGN = -206,     /* the engine's place holds data hf3fs-metad did not write */
+    STORE_EDAMAGED = -207,     /* the stored state is damaged (the embedded log: see --salvage) */
+    STORE_ELOCKED = -208,      /* another process holds the state */
+    STORE_EUNREACHABLE = -209, /* the engine's server cannot be reached */
+    STORE_EAUTH = -210,        /* the engine's server refused the credentials */
+    STORE_ECONFIG = -211,      /* the engine's settings are invalid (e.g. a malformed address) */
     /* A change whose outcome is unknown: it may have taken effect but was not
      * made durable (its log failed meanwhile, or its reply was lost). It must
      * not be answered with a status that the stock clients resend. */
-    STORE_EUNCERTAIN = -12,
+    STORE_EUNCERTAIN = -212,
     /* Opening an engine: its server lacks the extension it needs (Redis
      * without the hf3fs-metad module, or another version of it). */
-    STORE_ENOMODULE = -13,
+    STORE_ENOMODULE = -213,
     /* import_pool: the pool exists already (nothing changed). */
-    STORE_EEXIST = -14,
+    STORE_EEXIST = -214,
 };
 
 /* A sentence for the code, naming no engine. */

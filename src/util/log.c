@@ -52,6 +52,7 @@ static size_t put_timestamp(char *line, size_t size)
     return n + (more > 0 ? (size_t)more : 0);
 }
 
+__attribute__((format(printf, 2, 0)))
 static void write_line(const char *tag, const char *fmt, va_list ap)
 {
     char line[LINE_MAX_BYTES];

@@ -12,7 +12,8 @@
  * at the end of every operation while it holds that lock, releases it, and
  * for a change calls wal_wait() without it. The log's own threads (a writer
  * and a keeper) never hold the state lock except the keeper for the moment
- * of a fork() (through wal_host). Errors are negative WAL_E* codes.
+ * of a fork() (through wal_host). Errors are negative WAL_E* codes, in
+ * -301..-399 (the ranges of the modules: docs/architecture.md).
  */
 #ifndef HF_WAL_WAL_H
 #define HF_WAL_WAL_H
@@ -25,11 +26,11 @@
 
 enum {
     WAL_OK = 0,
-    WAL_EIO = -1,          /* the data directory cannot be read or written */
-    WAL_EFOREIGN = -2,     /* the directory holds files hf3fs-metad did not write */
-    WAL_EDAMAGED = -3,     /* damage before the tail of the log (see --salvage) */
-    WAL_ELOCKED = -4,      /* another process uses the directory */
-    WAL_EUNAVAILABLE = -5, /* the log failed: the change may not be durable */
+    WAL_EIO = -301,          /* the data directory cannot be read or written */
+    WAL_EFOREIGN = -302,     /* the directory holds files hf3fs-metad did not write */
+    WAL_EDAMAGED = -303,     /* damage before the tail of the log (see --salvage) */
+    WAL_ELOCKED = -304,      /* another process uses the directory */
+    WAL_EUNAVAILABLE = -305, /* the log failed: the change may not be durable */
 };
 
 /*

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cluster/cluster.h"
+#include "util/hostport.h"
 
 static cluster_t *cluster;
 
@@ -114,17 +115,6 @@ typedef struct tokens {
     size_t len[256];
 } tokens;
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 static void tokenize(char *line, tokens *t)
 {
     t->n = 0;
@@ -136,8 +126,8 @@ static void tokenize(char *line, tokens *t)
             break;
         char *out = p, *start = p;
         while (*p && *p != ' ' && *p != '\n' && *p != '\r') {
-            if (p[0] == '%' && hexval(p[1]) >= 0 && hexval(p[2]) >= 0) {
-                *out++ = (char)(hexval(p[1]) * 16 + hexval(p[2]));
+            if (p[0] == '%' && hf_hex_digit(p[1]) >= 0 && hf_hex_digit(p[2]) >= 0) {
+                *out++ = (char)(hf_hex_digit(p[1]) * 16 + hf_hex_digit(p[2]));
                 p += 3;
             } else {
                 *out++ = *p++;
