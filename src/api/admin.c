@@ -78,18 +78,17 @@ static hf_slice arena_copy(json_doc *doc, hf_slice s)
     return (hf_slice){copy, s.len};
 }
 
-static void collect_pool(void *ctx, bool mine, hf_slice owner, hf_slice ns, uint32_t rank,
-                         const core_pool_stats *s)
+static void collect_pool(void *ctx, const api__pool *p)
 {
     pool_list *list = ctx;
-    if (!mine)
+    if (!p->mine)
         return;
     api__pool_figures *pool = json_doc_alloc(list->doc, sizeof *pool);
     pool->next = NULL;
-    pool->tenant = arena_copy(list->doc, owner);
-    pool->ns = arena_copy(list->doc, ns);
-    pool->rank = rank;
-    pool->stats = *s;
+    pool->tenant = arena_copy(list->doc, p->owner);
+    pool->ns = arena_copy(list->doc, p->ns);
+    pool->rank = p->rank;
+    pool->stats = *p->stats;
     *list->tail = pool;
     list->tail = &pool->next;
 }

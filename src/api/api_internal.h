@@ -114,8 +114,13 @@ const char *api__tenant_words(api__req *req);
 /* One pool, as the request's tenant sees it: owner is the pool's tenant's
  * name, ns its namespace as that tenant's requests name it, mine whether
  * the request may see it (its own tenant's, or the operator asks). */
-typedef void (*api__pool_visitor)(void *ctx, bool mine, hf_slice owner, hf_slice ns,
-                                  uint32_t rank, const core_pool_stats *stats);
+typedef struct api__pool {
+    bool mine;
+    hf_slice owner, ns;
+    uint32_t rank;
+    const core_pool_stats *stats;
+} api__pool;
+typedef void (*api__pool_visitor)(void *ctx, const api__pool *pool);
 /* store_ops.stats over every pool, through fn. */
 int api__pools(api__req *req, api__pool_visitor fn, void *ctx);
 /* store_ops.init_pool of the request's tenant's pool (ns, req->rank),

@@ -373,7 +373,8 @@ void api__metrics_write(const api__metrics *m, json_buf *out, const char *const 
         if (!observed)
             continue;
         /* the sum in nanoseconds: seconds with 9 decimals */
-        store_histogram h = {LATENCY_BUCKETS, latency_bounds_ns, sums[i].buckets, sums[i].sum_ns, 9};
+        store_histogram h = {LATENCY_BUCKETS, latency_bounds_ns, sums[i].buckets,
+                             sums[i].sum_ns, 9};
         cell_labels(labels, status, route_names[i / STATUS_BUCKETS], i % STATUS_BUCKETS);
         api__prom_histogram(out, duration, labels, 2, &h, latency_labels);
     }

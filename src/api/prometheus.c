@@ -136,8 +136,9 @@ static void put_hit_ratios(json_buf *out, const api__pool_figures *pools)
                      "their pages.");
     for (const api__pool_figures *prev = NULL, *p = pools; p; prev = p, p = p->next) {
         store_number x;
-        for (int j = 0; api__ns_first(prev, p) && j < REUSE_SCALES && api__est_ratio(&p->stats, j, &x);
-             j++) {
+        if (!api__ns_first(prev, p))
+            continue;
+        for (int j = 0; j < REUSE_SCALES && api__est_ratio(&p->stats, j, &x); j++) {
             api__prom_label scale = {"pool_scale", hf_slice_from_cstr(reuse_scale_names[j])};
             put_pool_sample(out, name, p, true, scale, x);
         }

@@ -64,7 +64,8 @@ static uint64_t put_reasons(char *text, size_t size, const uint64_t *now, const 
         if (!d)
             continue;
         total += d;
-        int w = snprintf(text + n, size - n, "%s%s %" PRIu64, n ? ", " : " (", api__refusal_names[i], d);
+        int w = snprintf(text + n, size - n, "%s%s %" PRIu64, n ? ", " : " (",
+                         api__refusal_names[i], d);
         if (w > 0 && (size_t)w < size - n)
             n += (size_t)w;
     }
