@@ -1,6 +1,7 @@
 /*
  * api.c: routing, body decoding, the shared validators and the request
- * counters. The routes themselves live in vllm.c, sglang.c and admin.c.
+ * counters. The routes themselves live in vllm.c, sglang.c, admin.c and
+ * prometheus.c; the periodic summary in summary.c.
  *
  * Routing. A path matches a route's shape when it has the same segments,
  * with "{rank}" matching any non-empty segment. The first route whose shape

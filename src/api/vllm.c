@@ -49,6 +49,18 @@ static int rank_and_list(api__req *req, const char *list_field, const json_node 
     return api__decode_rank(req, rank, "rank", &req->rank);
 }
 
+/* {"rank": r, "keys": [...]}: items allows [key, prefix_key] items
+ * (api__decode_key_items). */
+static int rank_and_keys(api__req *req, bool items, hf_slice **keys, size_t *n)
+{
+    const json_node *list;
+    if (rank_and_list(req, "keys", &list) != 0 ||
+        (items ? api__decode_key_items : api__decode_keys)(req, list, "keys", keys) != 0)
+        return -1;
+    *n = list->len;
+    return 0;
+}
+
 /* ---- initialize ---- */
 
 /* role: "worker" (default) or "scheduler"; anything else is invalid. */
@@ -181,12 +193,10 @@ static void initialize_body(api__req *req)
 
 static void batch_allocate(api__req *req)
 {
-    const json_node *list;
     hf_slice *keys;
-    if (rank_and_list(req, "keys", &list) != 0 ||
-        api__decode_key_items(req, list, "keys", &keys) != 0)
+    size_t n;
+    if (rank_and_keys(req, true, &keys, &n) != 0)
         return;
-    size_t n = list->len;
     int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
     int err = req->store->ops->allocate(req->store, api__store_ns(req, vllm_ns), req->rank, keys, n,
                                         CORE_ALLOC_ALL_OR_NOTHING, pages, NULL);
@@ -253,12 +263,10 @@ static void batch_exists(api__req *req)
 
 static void get_locations(api__req *req)
 {
-    const json_node *list;
     hf_slice *keys;
-    if (rank_and_list(req, "keys", &list) != 0 ||
-        api__decode_keys(req, list, "keys", &keys) != 0)
+    size_t n;
+    if (rank_and_keys(req, false, &keys, &n) != 0)
         return;
-    size_t n = list->len;
     int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
     int err = req->store->ops->complete_locations(req->store, api__store_ns(req, vllm_ns),
                                                   req->rank, keys, n, pages);
