@@ -2,6 +2,7 @@
  * admin.c: GET /health, GET /v1/stats (raw and decoded), and the raw request
  * the CLI uses for anything else.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,18 +62,20 @@ int hf3fs_meta_stats(hf3fs_meta_client *c, char **json_out, size_t *len_out)
     return 0;
 }
 
-static const char *const counter_names[] = {
-    "rank", "num_pages", "free", "reserved", "owned", "draining",
-    "keys", "touched", "hits", "misses", "evictions",
+/* The counters of hf3fs_meta_pool_stats, each decoded from the member of
+ * the same name. The library sees only its public header: the server's list
+ * of a pool's figures (src/core/core.h) is not its to include, and the
+ * struct is a fixed part of its ABI, a subset of them. */
+static const struct {
+    const char *name;
+    size_t offset;
+} counters[] = {
+#define COUNTER(field) {#field, offsetof(hf3fs_meta_pool_stats, field)}
+    COUNTER(rank),  COUNTER(num_pages), COUNTER(free),    COUNTER(reserved),
+    COUNTER(owned), COUNTER(draining),  COUNTER(keys),    COUNTER(touched),
+    COUNTER(hits),  COUNTER(misses),    COUNTER(evictions),
+#undef COUNTER
 };
-
-static int64_t *counter_field(hf3fs_meta_pool_stats *p, size_t k)
-{
-    int64_t *fields[] = {&p->rank,  &p->num_pages, &p->free,    &p->reserved,
-                         &p->owned, &p->draining,  &p->keys,    &p->touched,
-                         &p->hits,  &p->misses,    &p->evictions};
-    return fields[k];
-}
 
 int hf3fs_meta_stats_parse(const char *json, size_t len, hf3fs_meta_pool_stats **pools_out,
                            size_t *n_out)
@@ -115,9 +118,9 @@ int hf3fs_meta_stats_parse(const char *json, size_t len, hf3fs_meta_pool_stats *
         memcpy(str, ns, ns_len + 1);
         out[i].ns = str;
         str += ns_len + 1;
-        for (size_t k = 0; k < sizeof counter_names / sizeof counter_names[0]; k++) {
-            uint32_t v = hf3fs_meta__json_get(&doc, p, counter_names[k]);
-            int64_t *field = counter_field(&out[i], k);
+        for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+            uint32_t v = hf3fs_meta__json_get(&doc, p, counters[k].name);
+            int64_t *field = (int64_t *)((char *)&out[i] + counters[k].offset);
             *field = -1;
             if (v == HF3FS_META__JSON_NONE && k != 0)
                 continue; /* optional counter */

@@ -1,6 +1,7 @@
 /*
  * api.c: routing, body decoding, the shared validators and the request
- * counters. The routes themselves live in vllm.c, sglang.c and admin.c.
+ * counters. The routes themselves live in vllm.c, sglang.c, admin.c and
+ * prometheus.c; the periodic summary in summary.c.
  *
  * Routing. A path matches a route's shape when it has the same segments,
  * with "{rank}" matching any non-empty segment. The first route whose shape
@@ -213,38 +214,36 @@ void api__no_content(api__req *req)
     req->out->len = 0;
 }
 
-/* 200 and the start of {"<name>":[ */
-static void begin_list_answer(api__req *req, const char *name)
+/* 200 {"<name>":[...]}: bools[i] as a boolean, else pages[i] as a page
+ * (null if negative). */
+static void answer_list(api__req *req, const char *name, const bool *bools, const int64_t *pages,
+                        size_t n)
 {
     api__begin(req);
     json_put_lit(req->out, "{\"");
     json_put_raw(req->out, name, strlen(name));
     json_put_lit(req->out, "\":[");
-}
-
-void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n)
-{
-    begin_list_answer(req, name);
     for (size_t i = 0; i < n; i++) {
         if (i)
             json_put_char(req->out, ',');
-        json_put_bool(req->out, values[i]);
-    }
-    json_put_lit(req->out, "]}");
-}
-
-void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n)
-{
-    begin_list_answer(req, name);
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            json_put_char(req->out, ',');
-        if (pages[i] < 0)
+        if (bools)
+            json_put_bool(req->out, bools[i]);
+        else if (pages[i] < 0)
             json_put_lit(req->out, "null");
         else
             json_put_int(req->out, pages[i]);
     }
     json_put_lit(req->out, "]}");
+}
+
+void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n)
+{
+    answer_list(req, name, values, NULL, n);
+}
+
+void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n)
+{
+    answer_list(req, name, NULL, pages, n);
 }
 
 /* Format into the request arena: messages may quote a namespace or a path. */
@@ -273,32 +272,36 @@ static void begin_error(api__req *req, int status)
     req->out->overflow = false;
 }
 
+/* {"detail": detail, "reason": <formatted>}, or {"detail": <formatted>}
+ * without a detail. */
+static void fail_v(api__req *req, int status, const char *detail, const char *fmt, va_list ap)
+{
+    size_t len;
+    const char *text = vformat(req, fmt, ap, &len);
+    begin_error(req, status);
+    json_put_lit(req->out, "{\"detail\":");
+    if (detail) {
+        json_put_str(req->out, detail, strlen(detail));
+        json_put_lit(req->out, ",\"reason\":");
+    }
+    json_put_str(req->out, text, len);
+    json_put_char(req->out, '}');
+}
+
 void api__fail(api__req *req, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    size_t len;
-    const char *detail = vformat(req, fmt, ap, &len);
+    fail_v(req, status, NULL, fmt, ap);
     va_end(ap);
-    begin_error(req, status);
-    json_put_lit(req->out, "{\"detail\":");
-    json_put_str(req->out, detail, len);
-    json_put_char(req->out, '}');
 }
 
 void api__fail_reason(api__req *req, int status, const char *detail, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    size_t len;
-    const char *reason = vformat(req, fmt, ap, &len);
+    fail_v(req, status, detail, fmt, ap);
     va_end(ap);
-    begin_error(req, status);
-    json_put_lit(req->out, "{\"detail\":");
-    json_put_str(req->out, detail, strlen(detail));
-    json_put_lit(req->out, ",\"reason\":");
-    json_put_str(req->out, reason, len);
-    json_put_char(req->out, '}');
 }
 
 void api__store_failed(api__req *req, int err)
@@ -559,9 +562,10 @@ typedef struct pool_filter {
 static void filter_pool(void *ctx, hf_slice store_ns, uint32_t rank, const core_pool_stats *s)
 {
     pool_filter *f = ctx;
-    hf_slice name, ns;
-    tenant_split(store_ns, &name, &ns);
-    f->fn(f->ctx, f->caller->operator_ || hf_slice_eq(name, f->caller->name), name, ns, rank, s);
+    api__pool pool = {.rank = rank, .stats = s};
+    tenant_split(store_ns, &pool.owner, &pool.ns);
+    pool.mine = f->caller->operator_ || hf_slice_eq(pool.owner, f->caller->name);
+    f->fn(f->ctx, &pool);
 }
 
 int api__pools(api__req *req, api__pool_visitor fn, void *ctx)
@@ -578,15 +582,13 @@ typedef struct quota_count {
     bool exists;
 } quota_count;
 
-static void count_pages(void *ctx, bool mine, hf_slice owner, hf_slice ns, uint32_t rank,
-                        const core_pool_stats *s)
+static void count_pages(void *ctx, const api__pool *p)
 {
     quota_count *q = ctx;
-    (void)owner;
-    if (!mine)
+    if (!p->mine)
         return;
-    q->pages += s->num_pages;
-    q->exists |= rank == q->rank && hf_slice_eq(ns, q->ns);
+    q->pages += p->stats->num_pages;
+    q->exists |= p->rank == q->rank && hf_slice_eq(p->ns, q->ns);
 }
 
 static void fail_body(api__req *req, const char *problem);

@@ -4,7 +4,7 @@
  * api_handle() takes a method, a decoded path and a body and produces a
  * status, a content type and a body. It serves both wire dialects of
  * docs/protocol.md on the same state (vllm.c, sglang.c) and the admin routes
- * (admin.c: /health, /metrics, /v1/stats, /v1/check). It promises:
+ * (admin.c: /health, /v1/stats, /v1/check; prometheus.c: /metrics). It promises:
  *   - every request is decoded and validated whole before the store is
  *     called; a request answered with a 4xx changed nothing;
  *   - every error answer is {"detail": "..."} naming the field and the

@@ -1,6 +1,6 @@
 /*
  * api_internal.h: what api.c shares with the route files (vllm.c, sglang.c,
- * admin.c). Not for use outside src/api.
+ * admin.c, prometheus.c) and summary.c. Not for use outside src/api.
  *
  * A route file exports a table of routes. api.c matches the path and method,
  * parses the {rank} segment and the body, then calls the route's handler
@@ -114,8 +114,13 @@ const char *api__tenant_words(api__req *req);
 /* One pool, as the request's tenant sees it: owner is the pool's tenant's
  * name, ns its namespace as that tenant's requests name it, mine whether
  * the request may see it (its own tenant's, or the operator asks). */
-typedef void (*api__pool_visitor)(void *ctx, bool mine, hf_slice owner, hf_slice ns,
-                                  uint32_t rank, const core_pool_stats *stats);
+typedef struct api__pool {
+    bool mine;
+    hf_slice owner, ns;
+    uint32_t rank;
+    const core_pool_stats *stats;
+} api__pool;
+typedef void (*api__pool_visitor)(void *ctx, const api__pool *pool);
 /* store_ops.stats over every pool, through fn. */
 int api__pools(api__req *req, api__pool_visitor fn, void *ctx);
 /* store_ops.init_pool of the request's tenant's pool (ns, req->rank),
@@ -137,7 +142,38 @@ struct api__server_figures;
 void api__get_server_figures(const api_t *api, struct api__server_figures *out);
 int64_t api__started_ms(const api_t *api); /* wall clock, milliseconds */
 
-/* The periodic summary of api_log_summary() (admin.c): the figures it last
+/* ---- the pools' figures: /v1/stats and /metrics (admin.c, prometheus.c) ---- */
+
+/* The names of core_refusal in /v1/stats, /metrics and the log (admin.c). */
+extern const char *const api__refusal_names[CORE_REFUSE_COUNT];
+
+/* Whether the store accepts changes; if not, why in reason. */
+bool api__store_healthy(store_t *store, char *reason, size_t len);
+
+/* One of the caller's pools (api__pools), its names copied into the
+ * request arena: the store hands the pools out one at a time, a writer
+ * goes over them several times. */
+typedef struct api__pool_figures {
+    struct api__pool_figures *next;
+    hf_slice tenant, ns;
+    uint32_t rank;
+    core_pool_stats stats;
+} api__pool_figures;
+
+/* The caller's pools into *head (NULL: none), by namespace then rank; false
+ * (answered) if the store failed. */
+bool api__collect_pools(api__req *req, api__pool_figures **head);
+/* Is p its namespace's first pool (the lowest rank: the one whose stats
+ * carry the namespace's figures)? prev is the pool before it, or NULL. */
+bool api__ns_first(const api__pool_figures *prev, const api__pool_figures *p);
+/* The estimated prefix-hit ratio at scale j (reuse.h), or false when the
+ * window has no sampled block use. */
+bool api__est_ratio(const core_pool_stats *s, int j, store_number *out);
+
+/* GET /metrics (prometheus.c). */
+void api__prometheus(api__req *req);
+
+/* The periodic summary of api_log_summary() (summary.c): the figures it last
  * saw. Used by one thread at a time. */
 typedef struct api__summary api__summary;
 api__summary *api__summary_new(void);

@@ -210,14 +210,35 @@ void api__metrics_figures(const api__metrics *m, api__server_figures *out)
     connection_figures(m, out);
 }
 
-/* ---- writing ---- */
+/* ---- Prometheus text ---- */
 
 static void put_str(json_buf *out, const char *text)
 {
     json_put_raw(out, text, strlen(text));
 }
 
-static void put_family(json_buf *out, const char *name, const char *type, const char *help)
+size_t api__format_number(char *text, size_t size, store_number v)
+{
+    int n;
+    if (v.decimals == 0 || v.decimals > 9) {
+        n = snprintf(text, size, "%" PRIu64, v.units);
+    } else {
+        uint64_t scale = 1;
+        for (unsigned i = 0; i < v.decimals; i++)
+            scale *= 10;
+        n = snprintf(text, size, "%" PRIu64 ".%0*" PRIu64, v.units / scale, (int)v.decimals,
+                     v.units % scale);
+    }
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
+void api__put_number(json_buf *out, store_number v)
+{
+    char text[48];
+    json_put_raw(out, text, api__format_number(text, sizeof text, v));
+}
+
+void api__prom_family(json_buf *out, const char *name, const char *type, const char *help)
 {
     put_str(out, "# HELP ");
     put_str(out, name);
@@ -230,102 +251,142 @@ static void put_family(json_buf *out, const char *name, const char *type, const 
     json_put_char(out, '\n');
 }
 
-/* name{route="..",status=".."[,le=".."]} */
-static void put_labels(json_buf *out, const char *name, const char *suffix, const char *route,
-                       size_t status_index, const char *le)
+static void put_label_value(json_buf *out, hf_slice value)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < value.len; i++) {
+        char c = value.ptr[i];
+        if (c != '\\' && c != '"' && c != '\n')
+            continue;
+        json_put_raw(out, value.ptr + start, i - start);
+        json_put_raw(out, c == '\n' ? "\\n" : c == '"' ? "\\\"" : "\\\\", 2);
+        start = i + 1;
+    }
+    json_put_raw(out, value.ptr + start, value.len - start);
+}
+
+/* name+suffix{labels[,le="le"]} and the space before the value. */
+static void put_series(json_buf *out, const char *name, const char *suffix,
+                       const api__prom_label *labels, size_t nlabels, const char *le)
 {
     put_str(out, name);
     put_str(out, suffix);
-    put_str(out, "{route=\"");
-    put_str(out, route);
-    put_str(out, "\",status=\"");
-    if (status_index < STATUS_BUCKETS - 1)
-        json_put_uint(out, (uint64_t)counted_statuses[status_index]);
-    else
-        put_str(out, "other");
-    if (le) {
-        put_str(out, "\",le=\"");
-        put_str(out, le);
+    if (!nlabels && !le) {
+        json_put_char(out, ' ');
+        return;
     }
-    put_str(out, "\"} ");
+    for (size_t i = 0; i < nlabels; i++) {
+        json_put_char(out, i ? ',' : '{');
+        put_str(out, labels[i].name);
+        put_str(out, "=\"");
+        put_label_value(out, labels[i].value);
+        json_put_char(out, '"');
+    }
+    if (le) {
+        json_put_char(out, nlabels ? ',' : '{');
+        put_str(out, "le=\"");
+        put_str(out, le);
+        json_put_char(out, '"');
+    }
+    put_str(out, "} ");
 }
 
-/* Seconds from nanoseconds, exactly: "12.000345678". */
-static void put_seconds(json_buf *out, uint64_t ns)
+void api__prom_sample(json_buf *out, const char *name, const api__prom_label *labels,
+                      size_t nlabels, store_number value)
 {
-    char text[32];
-    int n = snprintf(text, sizeof text, "%" PRIu64 ".%09" PRIu64, ns / 1000000000u,
-                     ns % 1000000000u);
-    json_put_raw(out, text, (size_t)n);
+    put_series(out, name, "", labels, nlabels, NULL);
+    api__put_number(out, value);
+    json_put_char(out, '\n');
 }
 
-static void put_histogram(json_buf *out, const char *route, size_t status_index,
-                          const cell_sum *sum)
+void api__prom_single(json_buf *out, const char *name, const char *type, const char *help,
+                      store_number value)
 {
-    static const char name[] = "hf3fs_metad_request_duration_seconds";
+    api__prom_family(out, name, type, help);
+    api__prom_sample(out, name, NULL, 0, value);
+}
+
+void api__prom_histogram(json_buf *out, const char *name, const api__prom_label *labels,
+                         size_t nlabels, const store_histogram *h, const char *const *le_names)
+{
     uint64_t cumulative = 0;
-    for (size_t b = 0; b < LATENCY_BUCKETS; b++) {
-        cumulative += sum->buckets[b];
-        put_labels(out, name, "_bucket", route, status_index,
-                   b < LATENCY_BOUNDS ? latency_labels[b] : "+Inf");
+    for (size_t b = 0; b < h->nbuckets; b++) {
+        cumulative += h->counts[b];
+        char le[48] = "+Inf";
+        if (b < h->nbuckets - 1 && le_names)
+            snprintf(le, sizeof le, "%s", le_names[b]);
+        else if (b < h->nbuckets - 1)
+            api__format_number(le, sizeof le, (store_number){h->bounds[b], h->decimals});
+        put_series(out, name, "_bucket", labels, nlabels, le);
         json_put_uint(out, cumulative);
         json_put_char(out, '\n');
     }
-    put_labels(out, name, "_sum", route, status_index, NULL);
-    put_seconds(out, sum->sum_ns);
+    put_series(out, name, "_sum", labels, nlabels, NULL);
+    api__put_number(out, (store_number){h->sum, h->decimals});
     json_put_char(out, '\n');
-    put_labels(out, name, "_count", route, status_index, NULL);
+    put_series(out, name, "_count", labels, nlabels, NULL);
     json_put_uint(out, cumulative);
     json_put_char(out, '\n');
 }
 
-static void put_gauge(json_buf *out, const char *name, const char *type, const char *help,
-                      uint64_t value)
+/* ---- the request and connection families ---- */
+
+/* route=".." and status=".." of a cell; status_text holds the number. */
+static void cell_labels(api__prom_label labels[2], char status_text[16], const char *route,
+                        size_t status_index)
 {
-    put_family(out, name, type, help);
-    put_str(out, name);
-    json_put_char(out, ' ');
-    json_put_uint(out, value);
-    json_put_char(out, '\n');
+    if (status_index < STATUS_BUCKETS - 1)
+        snprintf(status_text, 16, "%d", counted_statuses[status_index]);
+    else
+        snprintf(status_text, 16, "other");
+    labels[0] = (api__prom_label){"route", hf_slice_from_cstr(route)};
+    labels[1] = (api__prom_label){"status", hf_slice_from_cstr(status_text)};
 }
 
 void api__metrics_write(const api__metrics *m, json_buf *out, const char *const *route_names)
 {
+    static const char requests[] = "hf3fs_metad_requests_total";
+    static const char duration[] = "hf3fs_metad_request_duration_seconds";
     size_t ncells = cells_per_shard(m);
     /* Summed once, written twice (two families). */
     cell_sum *sums = hf_xcalloc(ncells, sizeof *sums);
     for (size_t i = 0; i < ncells; i++)
         sum_cell(m, i, &sums[i]);
+    api__prom_label labels[2];
+    char status[16];
 
-    put_family(out, "hf3fs_metad_requests_total", "counter",
-               "Requests answered, by route and status (route \"unmatched\": no route).");
+    api__prom_family(out, requests, "counter",
+                     "Requests answered, by route and status (route \"unmatched\": no route).");
     for (size_t i = 0; i < ncells; i++) {
         if (!sums[i].requests)
             continue;
-        put_labels(out, "hf3fs_metad_requests_total", "", route_names[i / STATUS_BUCKETS],
-                   i % STATUS_BUCKETS, NULL);
-        json_put_uint(out, sums[i].requests);
-        json_put_char(out, '\n');
+        cell_labels(labels, status, route_names[i / STATUS_BUCKETS], i % STATUS_BUCKETS);
+        api__prom_sample(out, requests, labels, 2, store_int(sums[i].requests));
     }
-    put_family(out, "hf3fs_metad_request_duration_seconds", "histogram",
-               "Time to answer a request once read (decode, store and log sync, encode), by route "
-               "and status.");
+    api__prom_family(out, duration, "histogram",
+                     "Time to answer a request once read (decode, store and log sync, encode), "
+                     "by route and status.");
     for (size_t i = 0; i < ncells; i++) {
         uint64_t observed = 0;
         for (size_t b = 0; b < LATENCY_BUCKETS; b++)
             observed += sums[i].buckets[b];
-        if (observed)
-            put_histogram(out, route_names[i / STATUS_BUCKETS], i % STATUS_BUCKETS, &sums[i]);
+        if (!observed)
+            continue;
+        /* the sum in nanoseconds: seconds with 9 decimals */
+        store_histogram h = {LATENCY_BUCKETS, latency_bounds_ns, sums[i].buckets,
+                             sums[i].sum_ns, 9};
+        cell_labels(labels, status, route_names[i / STATUS_BUCKETS], i % STATUS_BUCKETS);
+        api__prom_histogram(out, duration, labels, 2, &h, latency_labels);
     }
     free(sums);
 
     api__server_figures conn;
     connection_figures(m, &conn);
-    put_gauge(out, "hf3fs_metad_connections_open", "gauge", "HTTP connections open now.",
-              conn.connections_open);
-    put_gauge(out, "hf3fs_metad_connections_total", "counter",
-              "HTTP connections accepted since start.", conn.connections_total);
-    put_gauge(out, "hf3fs_metad_connections_refused_total", "counter",
-              "HTTP connections closed at once because --max-connections were open.",
-              conn.connections_refused);
+    api__prom_single(out, "hf3fs_metad_connections_open", "gauge", "HTTP connections open now.",
+                     store_int(conn.connections_open));
+    api__prom_single(out, "hf3fs_metad_connections_total", "counter",
+                     "HTTP connections accepted since start.", store_int(conn.connections_total));
+    api__prom_single(out, "hf3fs_metad_connections_refused_total", "counter",
+                     "HTTP connections closed at once because --max-connections were open.",
+                     store_int(conn.connections_refused));
 }

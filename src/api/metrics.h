@@ -1,7 +1,9 @@
 /*
  * metrics.h: the server's own figures (not the pools'): requests and their
  * latency per route and status, and connections. Internal to src/api: api.c
- * counts, admin.c writes them out for /metrics and /v1/stats.
+ * counts, admin.c and prometheus.c write them out for /v1/stats and
+ * /metrics. And the one writer of Prometheus text (format 0.0.4) that every
+ * family of /metrics goes through (api__prom_*).
  *
  * Cost on the hot path. api__metrics_observe() is a bucket search over 17
  * bounds and three relaxed atomic adds on the calling thread's shard: no
@@ -44,6 +46,34 @@ typedef struct api__server_figures {
 } api__server_figures;
 
 void api__metrics_figures(const api__metrics *m, api__server_figures *out);
+
+/* ---- Prometheus text format 0.0.4 ---- */
+
+/* name="value": value escaped as the format wants (backslash, double quote,
+ * newline), so any bytes may be given. */
+typedef struct api__prom_label {
+    const char *name;
+    hf_slice value;
+} api__prom_label;
+
+/* units * 10^-decimals as a decimal ("5.003080") into text (NUL-terminated);
+ * its length. Also the numbers of the JSON views. */
+size_t api__format_number(char *text, size_t size, store_number v);
+void api__put_number(json_buf *out, store_number v);
+
+/* # HELP and # TYPE of a family; type is "counter", "gauge", ... */
+void api__prom_family(json_buf *out, const char *name, const char *type, const char *help);
+/* name{labels} value: the braces left out when there are no labels. */
+void api__prom_sample(json_buf *out, const char *name, const api__prom_label *labels,
+                      size_t nlabels, store_number value);
+/* A family of one unlabelled sample. */
+void api__prom_single(json_buf *out, const char *name, const char *type, const char *help,
+                      store_number value);
+/* The series of one histogram (store.h: counts not cumulative): name_bucket
+ * with le = le_names[b] (NULL: the bounds written as numbers) and +Inf for
+ * the last, name_sum, name_count. */
+void api__prom_histogram(json_buf *out, const char *name, const api__prom_label *labels,
+                         size_t nlabels, const store_histogram *h, const char *const *le_names);
 
 /* hf3fs_metad_requests_total, hf3fs_metad_request_duration_seconds and the
  * connection families, in Prometheus text format 0.0.4. route_names[i] is

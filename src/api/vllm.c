@@ -36,16 +36,28 @@ static void fail_store(api__req *req, int err, uint32_t rank)
         api__store_failed(req, err);
 }
 
-/* "rank" present and not null, and `list` a list: else the contract's text. */
-static int need_rank_and(api__req *req, const char *list_field, const json_node **rank,
-                         const json_node **list)
+/* "rank" present and not null, and `list` a list (else the contract's
+ * text), and the rank valid: into req->rank. */
+static int rank_and_list(api__req *req, const char *list_field, const json_node **list)
 {
-    *rank = json_get(req->body, "rank");
+    const json_node *rank = json_get(req->body, "rank");
     *list = json_get(req->body, list_field);
-    if (!*rank || (*rank)->type == JSON_NULL || !api__is_list(*list)) {
+    if (!rank || rank->type == JSON_NULL || !api__is_list(*list)) {
         api__fail(req, 400, "Invalid request format: need 'rank' and '%s'", list_field);
         return -1;
     }
+    return api__decode_rank(req, rank, "rank", &req->rank);
+}
+
+/* {"rank": r, "keys": [...]}: items allows [key, prefix_key] items
+ * (api__decode_key_items). */
+static int rank_and_keys(api__req *req, bool items, hf_slice **keys, size_t *n)
+{
+    const json_node *list;
+    if (rank_and_list(req, "keys", &list) != 0 ||
+        (items ? api__decode_key_items : api__decode_keys)(req, list, "keys", keys) != 0)
+        return -1;
+    *n = list->len;
     return 0;
 }
 
@@ -181,13 +193,10 @@ static void initialize_body(api__req *req)
 
 static void batch_allocate(api__req *req)
 {
-    const json_node *rank_node, *list;
     hf_slice *keys;
-    if (need_rank_and(req, "keys", &rank_node, &list) != 0 ||
-        api__decode_rank(req, rank_node, "rank", &req->rank) != 0 ||
-        api__decode_key_items(req, list, "keys", &keys) != 0)
+    size_t n;
+    if (rank_and_keys(req, true, &keys, &n) != 0)
         return;
-    size_t n = list->len;
     int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
     int err = req->store->ops->allocate(req->store, api__store_ns(req, vllm_ns), req->rank, keys, n,
                                         CORE_ALLOC_ALL_OR_NOTHING, pages, NULL);
@@ -213,12 +222,11 @@ static void batch_allocate(api__req *req)
 
 static void confirm_write(api__req *req)
 {
-    const json_node *rank_node, *list;
+    const json_node *list;
     hf_slice *keys;
     int64_t *pages, *release;
     size_t nrel;
-    if (need_rank_and(req, "confirmations", &rank_node, &list) != 0 ||
-        api__decode_rank(req, rank_node, "rank", &req->rank) != 0 ||
+    if (rank_and_list(req, "confirmations", &list) != 0 ||
         api__decode_confirmations(req, list, "confirmations", &keys, &pages) != 0 ||
         api__decode_pages(req, json_get(req->body, "pages_to_release"), "pages_to_release",
                           &release, &nrel) != 0)
@@ -255,13 +263,10 @@ static void batch_exists(api__req *req)
 
 static void get_locations(api__req *req)
 {
-    const json_node *rank_node, *list;
     hf_slice *keys;
-    if (need_rank_and(req, "keys", &rank_node, &list) != 0 ||
-        api__decode_rank(req, rank_node, "rank", &req->rank) != 0 ||
-        api__decode_keys(req, list, "keys", &keys) != 0)
+    size_t n;
+    if (rank_and_keys(req, false, &keys, &n) != 0)
         return;
-    size_t n = list->len;
     int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
     int err = req->store->ops->complete_locations(req->store, api__store_ns(req, vllm_ns),
                                                   req->rank, keys, n, pages);
@@ -285,21 +290,18 @@ typedef struct clear_plan {
     bool others;
 } clear_plan;
 
-static void plan_pool(void *ctx, bool mine, hf_slice owner, hf_slice ns, uint32_t rank,
-                      const core_pool_stats *s)
+static void plan_pool(void *ctx, const api__pool *pool)
 {
     clear_plan *plan = ctx;
-    (void)owner;
-    (void)s;
-    if (!mine) {
+    if (!pool->mine) {
         plan->others = true;
         return;
     }
     pool_ref *p = json_doc_alloc(plan->doc, sizeof *p);
-    char *copy = json_doc_alloc(plan->doc, ns.len + 1);
-    if (ns.len)
-        memcpy(copy, ns.ptr, ns.len);
-    *p = (pool_ref){plan->mine, {copy, ns.len}, rank};
+    char *copy = json_doc_alloc(plan->doc, pool->ns.len + 1);
+    if (pool->ns.len)
+        memcpy(copy, pool->ns.ptr, pool->ns.len);
+    *p = (pool_ref){plan->mine, {copy, pool->ns.len}, pool->rank};
     plan->mine = p;
 }
 

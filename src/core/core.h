@@ -124,18 +124,81 @@ typedef enum core_refusal {
     CORE_REFUSE_COUNT
 } core_refusal;
 
-/* Counters and gauges of one pool, as reported by stats and metrics. */
+/*
+ * The figures of one pool, in the order of core_pool_stats, which is also
+ * the order of an HF3FS.STATS row (src/module/module.c, read back by
+ * src/store/redis.c) and of a pool's members in GET /v1/stats: a change of
+ * the list changes both. One X(field, view, family, type, help) each;
+ * A(name, field, view, family, type, help) is a figure shown a second time
+ * under another name (not a field of its own, not in HF3FS.STATS rows).
+ * family, type (gauge or counter) and help are its Prometheus family in
+ * GET /metrics, and view how /metrics shows it:
+ *   STATE   a sample of hf3fs_metad_pool_pages{state="<field>"} (no family
+ *           of its own: family, type and help are empty)
+ *   FAMILY  a family of its own
+ *   LEASE   a family of its own, after every FAMILY one: the write-lease
+ *           families stand together
+ */
+#define CORE_POOL_FIGURES(X, A)                                                                  \
+    X(num_pages, FAMILY, "hf3fs_metad_pool_num_pages", gauge, "Pages of the pool.")             \
+    X(free, STATE, "", gauge, "")                                                                \
+    X(reserved, STATE, "", gauge, "")                                                            \
+    X(owned, STATE, "", gauge, "")                                                               \
+    X(draining, STATE, "", gauge, "")                                                            \
+    X(write_leased, LEASE, "hf3fs_metad_pool_write_leased_pages", gauge,                         \
+      "Owned pages protected for writers: vLLM allocation hits being rewritten.")                \
+    A(keys, owned, FAMILY, "hf3fs_metad_pool_keys", gauge, "Keys owning a page in the pool.")   \
+    X(touched, FAMILY, "hf3fs_metad_pool_touched_pages", gauge,                                  \
+      "Pages ever handed out (high-water mark).")                                                \
+    X(hits, FAMILY, "hf3fs_metad_pool_hits_total", counter,                                      \
+      "Keys found by allocate, exists or lookup.")                                               \
+    X(misses, FAMILY, "hf3fs_metad_pool_misses_total", counter,                                  \
+      "Keys not found by allocate, exists or lookup.")                                           \
+    X(reservations, FAMILY, "hf3fs_metad_pool_reservations_total", counter,                      \
+      "Pages reserved for a key.")                                                               \
+    X(confirmations, FAMILY, "hf3fs_metad_pool_confirmations_total", counter,                    \
+      "Reservations confirmed.")                                                                 \
+    X(releases, FAMILY, "hf3fs_metad_pool_releases_total", counter, "Reservations released.")   \
+    X(evictions, FAMILY, "hf3fs_metad_pool_evictions_total", counter,                            \
+      "Owned keys evicted to make room.")                                                        \
+    X(expired_reservations, FAMILY, "hf3fs_metad_pool_expired_reservations_total", counter,      \
+      "Reservations whose lease ran out.")                                                       \
+    X(duplicate_confirmations, FAMILY, "hf3fs_metad_pool_duplicate_confirmations_total",         \
+      counter, "Confirmed reservations freed because the key already owned another page.")       \
+    X(write_leases, LEASE, "hf3fs_metad_pool_write_leases_total", counter,                       \
+      "Write leases given to allocation hits (one per writer).")                                 \
+    X(write_leases_ended, LEASE, "hf3fs_metad_pool_write_leases_ended_total", counter,           \
+      "Write leases ended by the confirmation of their last writer.")                            \
+    X(write_leases_expired, LEASE, "hf3fs_metad_pool_write_leases_expired_total", counter,       \
+      "Write leases that ran out before their writers confirmed (writers crashed or gave up).")
+
+/* The refusals of one pool, a count per core_refusal each, in the same
+ * places and after the figures: X(field, name, family, help), name its
+ * member in /v1/stats, family a counter labelled by reason. */
+#define CORE_POOL_REFUSALS(X)                                                                    \
+    X(refused_confirms, refused_confirmations, "hf3fs_metad_pool_refused_confirmations_total",  \
+      "Confirmations refused, by reason.")                                                       \
+    X(refused_releases, refused_releases, "hf3fs_metad_pool_refused_releases_total",             \
+      "Releases refused, by reason.")
+
+/* For the expansions that leave the second names (A) out. */
+#define CORE_POOL_NO_ALIAS(...)
+#define CORE_POOL_PLUS_ONE(...) +1
+/* How many fields CORE_POOL_FIGURES lists. */
+enum { CORE_POOL_FIGURE_COUNT = 0 CORE_POOL_FIGURES(CORE_POOL_PLUS_ONE, CORE_POOL_NO_ALIAS) };
+
+/* Counters and gauges of one pool, as reported by stats and metrics: the
+ * figures above (free, reserved, owned, draining: pages per state; owned ==
+ * keys; write_leased: OWNED pages under a live write lease; touched: pages
+ * ever handed out; hits, misses: allocate/exists/lookup outcomes), the
+ * refusals, then the namespace's figures. */
 typedef struct core_pool_stats {
-    uint64_t num_pages;
-    uint64_t free, reserved, owned, draining; /* pages per state; owned == keys */
-    uint64_t write_leased;                     /* OWNED pages under a live write lease */
-    uint64_t touched;                          /* pages ever handed out (high-water mark) */
-    uint64_t hits, misses;                     /* allocate/exists/lookup outcomes */
-    uint64_t reservations, confirmations, releases;
-    uint64_t evictions, expired_reservations, duplicate_confirmations;
-    uint64_t write_leases, write_leases_ended, write_leases_expired;
-    uint64_t refused_confirms[CORE_REFUSE_COUNT];
-    uint64_t refused_releases[CORE_REFUSE_COUNT];
+#define CORE_POOL_FIELD(field, ...) uint64_t field;
+    CORE_POOL_FIGURES(CORE_POOL_FIELD, CORE_POOL_NO_ALIAS)
+#undef CORE_POOL_FIELD
+#define CORE_POOL_REFUSAL_FIELD(field, ...) uint64_t field[CORE_REFUSE_COUNT];
+    CORE_POOL_REFUSALS(CORE_POOL_REFUSAL_FIELD)
+#undef CORE_POOL_REFUSAL_FIELD
     /* The namespace's figures, volatile (reuse.h), in the stats of its
      * first pool (the lowest rank) and 0 in the others: the completeness
      * reads counted by core_prefix_count, and the estimator's sampled block

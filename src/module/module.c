@@ -954,19 +954,18 @@ static int cmd_stats(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     rm_ReplyWithArray(ctx, (long)l.n);
     for (size_t i = 0; i < l.n; i++) {
         const core_pool_stats *s = &l.st[i];
-        uint64_t f[] = {l.ranks[i], s->num_pages, s->free, s->reserved, s->owned, s->draining,
-                        s->write_leased, s->touched, s->hits, s->misses, s->reservations,
-                        s->confirmations, s->releases, s->evictions, s->expired_reservations,
-                        s->duplicate_confirmations, s->write_leases, s->write_leases_ended,
-                        s->write_leases_expired};
-        size_t nf = sizeof f / sizeof f[0];
-        rm_ReplyWithArray(ctx, (long)(nf + 2 * CORE_REFUSE_COUNT + 1 + REUSE_SCALES));
-        for (size_t k = 0; k < nf; k++)
-            rm_ReplyWithLongLong(ctx, (long long)f[k]);
-        for (size_t k = 0; k < CORE_REFUSE_COUNT; k++)
-            rm_ReplyWithLongLong(ctx, (long long)s->refused_confirms[k]);
-        for (size_t k = 0; k < CORE_REFUSE_COUNT; k++)
-            rm_ReplyWithLongLong(ctx, (long long)s->refused_releases[k]);
+        /* rank, the figures and refusals (core.h lists both), the estimator */
+        rm_ReplyWithArray(ctx, (long)(1 + CORE_POOL_FIGURE_COUNT + 2 * CORE_REFUSE_COUNT + 1 +
+                                      REUSE_SCALES));
+        rm_ReplyWithLongLong(ctx, (long long)l.ranks[i]);
+#define REPLY_FIGURE(field, ...) rm_ReplyWithLongLong(ctx, (long long)s->field);
+        CORE_POOL_FIGURES(REPLY_FIGURE, CORE_POOL_NO_ALIAS)
+#undef REPLY_FIGURE
+#define REPLY_REFUSALS(field, ...)                                                                 \
+    for (size_t k = 0; k < CORE_REFUSE_COUNT; k++)                                                 \
+        rm_ReplyWithLongLong(ctx, (long long)s->field[k]);
+        CORE_POOL_REFUSALS(REPLY_REFUSALS)
+#undef REPLY_REFUSALS
         /* the estimator of this stripe's keys (its prefix counters stay 0:
          * a stripe sees a part of each request; the front end counts) */
         rm_ReplyWithLongLong(ctx, (long long)s->est_blocks);

@@ -1185,7 +1185,9 @@ static int namespaces(store_redis *r, ns_name **out, size_t *nout)
     return STORE_OK;
 }
 
-enum { STATS_FIELDS = 19 + 2 * CORE_REFUSE_COUNT + 1 + REUSE_SCALES };
+/* An HF3FS.STATS row: the rank, the figures and the refusals (core.h lists
+ * both), the estimator's sampled blocks and hits per scale. */
+enum { STATS_FIELDS = 1 + CORE_POOL_FIGURE_COUNT + 2 * CORE_REFUSE_COUNT + 1 + REUSE_SCALES };
 
 /* One pool's row of HF3FS.STATS as numbers (v[0] the rank); -1 if
  * malformed. */
@@ -1203,21 +1205,15 @@ static int stats_values(const redisReply *row, int64_t *v)
 
 static void stats_of(const int64_t *v, core_pool_stats *st)
 {
-    uint64_t *dst[] = {
-        &st->num_pages,    &st->free,          &st->reserved,
-        &st->owned,        &st->draining,      &st->write_leased,
-        &st->touched,      &st->hits,          &st->misses,
-        &st->reservations, &st->confirmations, &st->releases,
-        &st->evictions,    &st->expired_reservations, &st->duplicate_confirmations,
-        &st->write_leases, &st->write_leases_ended,   &st->write_leases_expired,
-    };
     size_t k = 1;
-    for (size_t j = 0; j < sizeof dst / sizeof dst[0]; j++)
-        *dst[j] = (uint64_t)v[k++];
-    for (int j = 0; j < CORE_REFUSE_COUNT; j++)
-        st->refused_confirms[j] = (uint64_t)v[k++];
-    for (int j = 0; j < CORE_REFUSE_COUNT; j++)
-        st->refused_releases[j] = (uint64_t)v[k++];
+#define READ_FIGURE(field, ...) st->field = (uint64_t)v[k++];
+    CORE_POOL_FIGURES(READ_FIGURE, CORE_POOL_NO_ALIAS)
+#undef READ_FIGURE
+#define READ_REFUSALS(field, ...)                                                                  \
+    for (int j = 0; j < CORE_REFUSE_COUNT; j++)                                                    \
+        st->field[j] = (uint64_t)v[k++];
+    CORE_POOL_REFUSALS(READ_REFUSALS)
+#undef READ_REFUSALS
     st->est_blocks = (uint64_t)v[k++];
     for (int j = 0; j < REUSE_SCALES; j++)
         st->est_hits[j] = (uint64_t)v[k++];
