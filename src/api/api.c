@@ -274,6 +274,7 @@ static void begin_error(api__req *req, int status)
 
 /* {"detail": detail, "reason": <formatted>}, or {"detail": <formatted>}
  * without a detail. */
+__attribute__((format(printf, 4, 0)))
 static void fail_v(api__req *req, int status, const char *detail, const char *fmt, va_list ap)
 {
     size_t len;
