@@ -50,6 +50,16 @@ const core_config *core_get_config(const core_t *core)
     return &core->config;
 }
 
+const char *core_strerror(int err)
+{
+    switch (err) {
+    case CORE_OK: return "no error";
+    case CORE_ENOPOOL: return "the pool was not initialized";
+    case CORE_EINVAL: return "out of range, or an event that does not fit the state";
+    default: return "unknown core error";
+    }
+}
+
 void core_clear_all(core_t *core)
 {
     if (core->observer && !core->replaying && core->nns > 0) {

@@ -1077,6 +1077,19 @@ TEST(core_recovered_on_a_core_without_owned_pages_protects_nothing)
  * could not serve one stripe undoes the others' (core_cancel): their
  * reservations are free at once, in the order they were taken, and their
  * hits' write leases end; a page that changed meanwhile is left alone. */
+TEST(core_error_codes_are_in_their_own_range_and_each_has_a_sentence)
+{
+    const int codes[] = {CORE_ENOPOOL, CORE_EINVAL};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        CHECK(codes[i] <= CORE_EFIRST && codes[i] >= CORE_ELAST);
+        CHECK(codes[i] != -100); /* import.h's IMPORT_EEXIST */
+        CHECK(strcmp(core_strerror(codes[i]), core_strerror(1)) != 0);
+        for (size_t j = 0; j < i; j++)
+            CHECK(codes[i] != codes[j]);
+    }
+    CHECK(core_strerror(CORE_OK) != NULL && core_strerror(-1) != NULL);
+}
+
 TEST(cancel_frees_reservations_at_once_and_ends_hit_write_leases)
 {
     setup(lease_config());
@@ -1151,6 +1164,7 @@ int main(void)
     RUN(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease);
     RUN(core_recovered_on_a_core_without_owned_pages_protects_nothing);
     RUN(cancel_frees_reservations_at_once_and_ends_hit_write_leases);
+    RUN(core_error_codes_are_in_their_own_range_and_each_has_a_sentence);
     core_free(core);
     return TEST_SUMMARY();
 }
