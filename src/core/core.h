@@ -17,7 +17,7 @@
  *             and a page is owned by at most one key (the product's invariant,
  *             verified by core_check()). A key may hold several reservations.
  *
- * Recency (docs/protocol.md "recency order": a CLOCK-class approximation of LRU)
+ * Recency (docs/protocol.md "recency order": a CLOCK with use counts)
  *   Every OWNED page has a use count, 0..CORE_USE_MAX. Confirming a new
  *   page sets it to CORE_USE_INSERT; a use (an allocation hit, a
  *   re-confirmation, exists, lookup, and a completeness read, which uses
