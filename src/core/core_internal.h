@@ -301,7 +301,7 @@ static inline core_page_state core__page_state(const core_pool_t *pool, uint32_t
 }
 
 /* The home slot of a key (where its probe starts); see the header comment
- * and core.c's index. */
+ * and index.c's index_remove. */
 static inline size_t core__home(const core_ns *ns, uint32_t hash)
 {
     if (ns->home_bits == 0)
@@ -532,7 +532,6 @@ static inline void core__emit(core_pool_t *pool, core_event_type type, uint64_t 
 
 static inline uint64_t core__pool_free_count(const core_pool_t *pool)
 {
-    HF_ASSERT(pool->touched <= pool->num_pages && pool->nfree <= pool->touched);
     return pool->nfree + (pool->num_pages - pool->touched);
 }
 

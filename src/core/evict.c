@@ -2,7 +2,9 @@
  * evict.c: the eviction rule (core.h "Recency"), whole: demotion, the clock
  * hand and its sweep over use counts, victim choice, and the replay of the
  * hand's moves. What a use does to a count is core_internal.h's "Recency"
- * (inline on every read); nothing else in the core reads a use count.
+ * (inline on every read), the count a new page starts with is
+ * CORE_USE_INSERT (core.h); nothing else in the core lowers a count, marks a
+ * page demoted or chooses a victim.
  *
  * Rules
  *   - A victim is an OWNED page that is evictable: no read or write lease
@@ -70,7 +72,8 @@ static void demoted_compact(core_pool_t *pool)
     pool->ndemoted_stack = n;
     for (size_t i = 0; i < n; i++)
         *core__page_bits(pool, pool->demoted[i]) &= (uint8_t)~CORE_REC_PINNED;
-    HF_ASSERT(pool->ndemoted_stack >= pool->ndemoted);
+    /* page_demote compacts before it pushes the page it just marked */
+    HF_ASSERT(pool->ndemoted_stack + 1 >= pool->ndemoted);
 }
 
 /* The OWNED page is demoted: it goes first on eviction. */
