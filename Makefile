@@ -41,7 +41,9 @@ JOBS     ?= 6
 # Compiler processes at once for the builds that make test and make check start.
 BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 ASAN_DIR := build/asan
-ASAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# HF_ASSERTS: the invariants written as HF_ASSERT (util/hf_assert.h) are checked.
+ASAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+               -DHF_ASSERTS
 
 all: $(BUILD)/hf3fs-metad
 
@@ -60,7 +62,7 @@ $(BUILD)/hf3fs-metad: $(BUILD)/obj/$(SERVER_MAIN:.c=.o) $(BUILD)/libhfmetad.a
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/engines.h $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -Itests -o $@ $< $(UNIT_EXTRA) $(BUILD)/libhfmetad.a $(LDLIBS)
+	$(CC) $(CFLAGS) -DHF_ASSERTS -Itests/unit -Itests -o $@ $< $(UNIT_EXTRA) $(BUILD)/libhfmetad.a $(LDLIBS)
 
 # Disk faults beneath the log (tests/fault/fault.h): linked into test_wal,
 # and preloaded into the server by the integration tests that fill the disk.

@@ -97,24 +97,43 @@ static int check_list(check_ctx *ctx, const core_list *list, core_page_state sta
     return 0;
 }
 
+/* How many times each page below the mark is on a stack (the free or the
+ * demoted one), counting up to 2; NULL (a failure) if the stack holds a
+ * page at or above the mark. The caller frees it. */
+static uint8_t *stack_counts(check_ctx *ctx, const uint32_t *stack, size_t n, const char *name)
+{
+    const core_pool_t *pool = ctx->pool;
+    uint8_t *count = hf_xcalloc(pool->touched ? pool->touched : 1, 1);
+    for (size_t i = 0; i < n; i++) {
+        if (stack[i] >= pool->touched) {
+            fail(ctx, "%s stack holds page %u above the mark", name, stack[i]);
+            hf_xfree(count);
+            return NULL;
+        }
+        if (count[stack[i]] < 2)
+            count[stack[i]]++;
+    }
+    return count;
+}
+
 static int check_free_stack(check_ctx *ctx, uint64_t free_refs)
 {
     const core_pool_t *pool = ctx->pool;
     if (pool->nfree != free_refs)
         return fail(ctx, "%" PRIu64 " FREE pages below the mark but %zu on the free stack",
                     free_refs, pool->nfree);
-    uint8_t *seen = hf_xcalloc(pool->touched ? pool->touched : 1, 1);
+    uint8_t *count = stack_counts(ctx, pool->free_stack, pool->nfree, "free");
+    if (!count)
+        return -1;
     int rc = 0;
     for (size_t i = 0; i < pool->nfree && rc == 0; i++) {
         uint32_t p = pool->free_stack[i];
-        if (p >= pool->touched)
-            rc = fail(ctx, "free stack holds page %u above the mark", p);
-        else if (core__page_state(pool, p) != CORE_PAGE_FREE)
+        if (core__page_state(pool, p) != CORE_PAGE_FREE)
             rc = fail(ctx, "free stack holds page %u in state %d", p, core__page_state(pool, p));
-        else if (seen[p]++)
+        else if (count[p] > 1)
             rc = fail(ctx, "page %u is on the free stack twice", p);
     }
-    hf_xfree(seen);
+    hf_xfree(count);
     return rc;
 }
 
@@ -185,15 +204,10 @@ static int check_demoted(check_ctx *ctx)
     uint64_t demoted = 0;
     if (pool->hand >= pool->num_pages && !(pool->hand == 0 && pool->num_pages == 0))
         return fail(ctx, "clock hand %u is not below num_pages", pool->hand);
-    uint8_t *listed = hf_xcalloc(pool->touched ? pool->touched : 1, 1);
+    uint8_t *listed = stack_counts(ctx, pool->demoted, pool->ndemoted_stack, "demoted");
+    if (!listed)
+        return -1;
     int rc = 0;
-    for (size_t i = 0; i < pool->ndemoted_stack && rc == 0; i++) {
-        uint32_t p = pool->demoted[i];
-        if (p >= pool->touched)
-            rc = fail(ctx, "demoted stack holds page %u above the mark", p);
-        else
-            listed[p] = 1;
-    }
     for (uint32_t p = 0; p < pool->touched && rc == 0; p++) {
         uint32_t ref = *core__ref(pool, p);
         if (!core__ref_owned(ref))
@@ -262,11 +276,9 @@ static int check_pool(check_ctx *ctx)
 static int check_records(check_ctx *ctx, const core_t *core)
 {
     const core_ns *ns = ctx->ns;
-    size_t size = 0;
-    uint32_t p = (CORE_REC_BITS + ns->ncols + 3) & ~3u;
-    uint32_t d = (p + 4 * ns->ncols + 7) & ~7u;
-    size = (d + 8 * (size_t)ns->ncols + 7) & ~(size_t)7;
-    if (ns->off_pages != p || ns->off_deadlines != d || ns->rec_size != size)
+    if (ns->off_pages != CORE_REC_OFF_PAGES(ns->ncols) ||
+        ns->off_deadlines != CORE_REC_OFF_DEADLINES(ns->ncols) ||
+        ns->rec_size != CORE_REC_SIZE(ns->ncols))
         return fail(ctx, "record layout is not the one for %u columns", ns->ncols);
     if (ns->rec_top > (uint64_t)ns->nrchunks * CORE_REC_CHUNK)
         return fail(ctx, "%u records beyond the record chunks", ns->rec_top);

@@ -17,7 +17,7 @@
  *             and a page is owned by at most one key (the product's invariant,
  *             verified by core_check()). A key may hold several reservations.
  *
- * Recency (docs/protocol.md "recency order": a CLOCK-class approximation of LRU)
+ * Recency (docs/protocol.md "recency order": a CLOCK with use counts)
  *   Every OWNED page has a use count, 0..CORE_USE_MAX. Confirming a new
  *   page sets it to CORE_USE_INSERT; a use (an allocation hit, a
  *   re-confirmation, exists, lookup, and a completeness read, which uses
@@ -67,8 +67,10 @@
  * record per (namespace, key) holds the key's page, use count and lease in
  * every pool (core_internal.h specifies the layout).
  *
- * Errors: functions returning int return 0 or a negative CORE_E* code. Out of
- * memory aborts the process (util/xalloc.h): a half-applied change is worse.
+ * Errors: functions returning int return 0 (or a count, where said) or a
+ * negative CORE_E* code, in a range of the core's own (core_strerror says
+ * what each means). Out of memory aborts the process (util/xalloc.h): a
+ * half-applied change is worse.
  */
 #ifndef HF_CORE_H
 #define HF_CORE_H
@@ -91,11 +93,20 @@
 #define CORE_USE_MAX 4
 #define CORE_USE_INSERT 3
 
+/* The core's error codes: -101..-199, apart from the other modules' codes
+ * (store.h's -1..-14; import.h's IMPORT_EEXIST, -100, which callers of
+ * import_pool_build tell from CORE_EINVAL). Their callers test them by name
+ * or by sign only: no value is written to a log, a value or the wire. */
 enum {
     CORE_OK = 0,
-    CORE_ENOPOOL = -1,  /* the (namespace, rank) pool was not initialized */
-    CORE_EINVAL = -2,   /* num_pages out of range */
+    CORE_EFIRST = -101,
+    CORE_ENOPOOL = -101, /* the (namespace, rank) pool was not initialized */
+    CORE_EINVAL = -102,  /* num_pages or rank out of range; an event that does not fit */
+    CORE_ELAST = -199,
 };
+
+/* A sentence for a CORE_E* code (and for CORE_OK); never NULL. */
+const char *core_strerror(int err);
 
 typedef enum core_page_state {
     CORE_PAGE_FREE = 0,

@@ -616,6 +616,42 @@ TEST(the_most_recently_demoted_page_goes_first)
     CK();
 }
 
+/* Many demotions undone by a use leave stale entries on the demoted stack
+ * until it is compacted (in page_demote, before the page it just marked is
+ * pushed): the page being demoted stays on the stack, and goes first. */
+TEST(a_demoted_stack_full_of_stale_entries_is_compacted_and_keeps_the_live_demotion)
+{
+    setup(test_config());
+    core_pool_t *r0 = make_pool(KV, 0, 4);
+    core_pool_t *r1 = make_pool(KV, 1, 300);
+    int64_t now = 0;
+    for (int round = 0; round < 290; round++) {
+        char name[16];
+        snprintf(name, sizeof name, "k%d", round);
+        hf_slice k = K(name);
+        now += 10000; /* past every read lease */
+        own(r1, name, now); /* a page never demoted before */
+        own(r0, name, now);
+        core_delete(r0, &k, 1, now); /* demotes it in rank 1 */
+        CK();
+        CHECK(lookup1(r1, name, now) >= 0); /* a use: no longer demoted, its entry stale */
+    }
+    hf_slice k = K("k0");
+    now += 10000;
+    own(r0, "k0", now);
+    core_delete(r0, &k, 1, now);
+    for (int i = 0; i < 10; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "fill%d", i);
+        if (stats(r1).free > 0)
+            own(r1, name, now);
+    }
+    CK();
+    CHECK(alloc1(r1, "new", CORE_ALLOC_PARTIAL, now) >= 0); /* takes the demoted "k0" */
+    CHECK_EQ(lookup1(r1, "k0", now), -1);
+    CK();
+}
+
 TEST(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first)
 {
     setup(test_config());
@@ -1077,6 +1113,19 @@ TEST(core_recovered_on_a_core_without_owned_pages_protects_nothing)
  * could not serve one stripe undoes the others' (core_cancel): their
  * reservations are free at once, in the order they were taken, and their
  * hits' write leases end; a page that changed meanwhile is left alone. */
+TEST(core_error_codes_are_in_their_own_range_and_each_has_a_sentence)
+{
+    const int codes[] = {CORE_ENOPOOL, CORE_EINVAL};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        CHECK(codes[i] <= CORE_EFIRST && codes[i] >= CORE_ELAST);
+        CHECK(codes[i] != -100); /* import.h's IMPORT_EEXIST */
+        CHECK(strcmp(core_strerror(codes[i]), core_strerror(1)) != 0);
+        for (size_t j = 0; j < i; j++)
+            CHECK(codes[i] != codes[j]);
+    }
+    CHECK(core_strerror(CORE_OK) != NULL && core_strerror(-1) != NULL);
+}
+
 TEST(cancel_frees_reservations_at_once_and_ends_hit_write_leases)
 {
     setup(lease_config());
@@ -1133,6 +1182,7 @@ int main(void)
     RUN(a_key_is_complete_only_when_every_rank_of_the_namespace_owns_it);
     RUN(complete_reads_lease_the_key_on_every_rank);
     RUN(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first);
+    RUN(a_demoted_stack_full_of_stale_entries_is_compacted_and_keeps_the_live_demotion);
     RUN(complete_reads_at_tp_9_see_every_rank_and_use_every_column);
     RUN(a_demoted_page_that_is_used_again_no_longer_goes_first);
     RUN(the_most_recently_demoted_page_goes_first);
@@ -1151,6 +1201,7 @@ int main(void)
     RUN(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease);
     RUN(core_recovered_on_a_core_without_owned_pages_protects_nothing);
     RUN(cancel_frees_reservations_at_once_and_ends_hit_write_leases);
+    RUN(core_error_codes_are_in_their_own_range_and_each_has_a_sentence);
     core_free(core);
     return TEST_SUMMARY();
 }

@@ -1,0 +1,528 @@
+/*
+ * index.c: keys, key records and the key index (core_internal.h "Key
+ * records" and "Key index" specify the layout).
+ *
+ * Rules
+ *   - A key is encoded once per call (core__key_encode): its canonical
+ *     bytes (inline, packed hex, or external) and its hash, seeded per
+ *     process; the kind takes part in the hash.
+ *   - A record lives while its key owns a page in at least one pool of the
+ *     namespace (core__rec_new when the key first owns one, then
+ *     core__rec_release_if_empty after each page it loses); its id is
+ *     stable while it lives; free records form a list through column 0.
+ *   - Every live record is in the index once, under its key's tag; the
+ *     index stays at most 3/4 full and deletion shifts back (no tombstones).
+ *   - Nothing here changes a page's state or emits an event: pages.c does,
+ *     and calls in here for the record of the key.
+ */
+#include "core/core_internal.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include "util/xalloc.h"
+
+/* ---------------------------------------------------------------- keys */
+
+/* The 128-bit product of a and b, folded to 64 bits (wyhash's "mum"). */
+static inline uint64_t mum(uint64_t a, uint64_t b)
+{
+    __extension__ unsigned __int128 r = (unsigned __int128)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+/*
+ * The key hash, in the manner of wyhash: one 64x64->128-bit multiply per 16
+ * bytes, the seed in both factors of each (a factor that is zero would
+ * erase the other word; without the seed, which is random per process, an
+ * input cannot aim at that). A 32-byte key costs 3 multiplies (was 5
+ * rounds of two dependent multiplies each: ~40% of the key's encoding).
+ */
+static uint32_t hash_bytes(uint64_t seed, const uint8_t *p, size_t len)
+{
+    const uint64_t k1 = 0xe7037ed1a0b428dbull, k2 = 0x8ebc6af09c88c6e3ull,
+                   k3 = 0x589965cc75374cc3ull;
+    uint64_t h = seed ^ (len * 0xa0761d6478bd642full);
+    size_t left = len;
+    while (left >= 16) {
+        uint64_t a, b;
+        memcpy(&a, p, 8);
+        memcpy(&b, p + 8, 8);
+        h = mum(a ^ k1 ^ h, b ^ seed ^ k2);
+        p += 16;
+        left -= 16;
+    }
+    uint64_t a = 0, b = 0;
+    if (left > 8) {
+        memcpy(&a, p, 8);
+        memcpy(&b, p + 8, left - 8);
+    } else if (left) {
+        memcpy(&a, p, left);
+    }
+    h = mum(a ^ k1 ^ h, b ^ seed ^ k3);
+    return (uint32_t)mum(h ^ k2, seed ^ k1 ^ len);
+}
+
+/*
+ * Pack 64 lowercase hex characters into 32 bytes; 0 if raw is not such a key.
+ * This runs for every key of every request. Without a branch per character
+ * (digits and letters alternate at random in a hash: a branch would be
+ * mispredicted half the time): with SSE2 (every x86-64), 16 characters per
+ * step, ~11 ns a key; elsewhere 8 at a time in a 64-bit word (SWAR), ~40 ns.
+ */
+#ifdef __SSE2__
+/* 16 characters -> 8 16-bit lanes, each the byte of one character pair;
+ * lanes of characters that are not lowercase hex set in *bad. */
+static inline __m128i hex16(const char *raw, __m128i *bad)
+{
+    __m128i c = _mm_loadu_si128((const __m128i *)(const void *)raw);
+    /* signed compares: bytes >= 0x80 are negative, in neither range */
+    __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8('0' - 1)),
+                                  _mm_cmplt_epi8(c, _mm_set1_epi8('9' + 1)));
+    __m128i letter = _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8('a' - 1)),
+                                   _mm_cmplt_epi8(c, _mm_set1_epi8('f' + 1)));
+    *bad = _mm_or_si128(*bad, _mm_andnot_si128(_mm_or_si128(digit, letter),
+                                               _mm_set1_epi8(-1)));
+    /* value: low nibble, +9 for letters */
+    __m128i v = _mm_add_epi8(_mm_and_si128(c, _mm_set1_epi8(0x0f)),
+                             _mm_and_si128(letter, _mm_set1_epi8(9)));
+    /* per 16-bit lane: first character (low byte) is the high nibble */
+    return _mm_or_si128(_mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x00ff)), 4),
+                        _mm_srli_epi16(v, 8));
+}
+
+static int pack_hex64(const char *raw, uint8_t out[32])
+{
+    __m128i bad = _mm_setzero_si128();
+    __m128i a = hex16(raw, &bad), b = hex16(raw + 16, &bad);
+    __m128i c = hex16(raw + 32, &bad), d = hex16(raw + 48, &bad);
+    /* every lane is <= 0xff: unsigned saturation packs it exactly */
+    _mm_storeu_si128((__m128i *)(void *)out, _mm_packus_epi16(a, b));
+    _mm_storeu_si128((__m128i *)(void *)(out + 16), _mm_packus_epi16(c, d));
+    return _mm_movemask_epi8(bad) == 0;
+}
+#else
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+
+/* High bit of each byte lane set where the (7-bit) byte is >= k. */
+static inline uint64_t lanes_at_least(uint64_t w, unsigned k)
+{
+    return (w + (0x80u - k) * ONES) & HIGHS;
+}
+
+static int pack_hex64(const char *raw, uint8_t out[32])
+{
+    uint64_t bad = 0;
+    for (int i = 0; i < 8; i++) {
+        uint64_t w;
+        memcpy(&w, raw + 8 * i, 8); /* byte j of w is character 8i + j */
+        uint64_t digit = lanes_at_least(w, '0') & ~lanes_at_least(w, '9' + 1);
+        uint64_t letter = lanes_at_least(w, 'a') & ~lanes_at_least(w, 'f' + 1);
+        bad |= (w & HIGHS) | ((digit | letter) ^ HIGHS);
+        /* value of each character: low nibble, +9 for letters (bit 6 set) */
+        uint64_t v = (w & 0x0f * ONES) + 9 * ((w >> 6) & ONES);
+        /* byte pairs (high nibble first) -> one byte in each 16-bit lane */
+        v = ((v & 0x000f000f000f000full) << 4) | ((v >> 8) & 0x000f000f000f000full);
+        v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
+        v = (v | (v >> 16)) & 0x00000000ffffffffull;
+        uint32_t packed = (uint32_t)v;
+        memcpy(out + 4 * i, &packed, 4);
+    }
+    return bad == 0;
+}
+#endif
+
+void core__key_encode(const core_t *core, hf_slice raw, core_key *out)
+{
+    const uint8_t *canon;
+    size_t canon_len;
+
+    out->ext = NULL;
+    out->len = (uint32_t)raw.len;
+    memset(out->bytes, 0, sizeof out->bytes);
+    if (raw.len >= 1 && raw.len <= 32) {
+        out->kind = (uint8_t)raw.len;
+        memcpy(out->bytes, raw.ptr, raw.len);
+        canon = out->bytes;
+        canon_len = raw.len;
+    } else if (raw.len == 64 && pack_hex64(raw.ptr, out->bytes)) {
+        out->kind = CORE_KEY_HEX64;
+        canon = out->bytes;
+        canon_len = 32;
+    } else {
+        out->kind = CORE_KEY_EXT;
+        out->ext = raw.ptr;
+        canon = (const uint8_t *)raw.ptr;
+        canon_len = raw.len;
+    }
+    /* The kind takes part so that a 32-byte raw key and a packed hex key
+     * with the same bytes hash apart. */
+    out->hash = hash_bytes(core->config.hash_seed + out->kind, canon, canon_len);
+}
+
+/* The canonical bytes of stored key `st` of `kind`. */
+static const uint8_t *keyst_canon(const core_keyst *st, uint8_t kind, size_t *len)
+{
+    if (kind == CORE_KEY_EXT) {
+        *len = st->ext.len;
+        return (const uint8_t *)st->ext.ptr;
+    }
+    *len = kind == CORE_KEY_HEX64 ? 32 : kind;
+    return st->bytes;
+}
+
+void core__keyst_to_key(const core_t *core, const core_keyst *st, uint8_t kind, core_key *out)
+{
+    size_t len;
+    const uint8_t *canon = keyst_canon(st, kind, &len);
+    out->kind = kind;
+    if (kind == CORE_KEY_EXT) {
+        out->ext = st->ext.ptr;
+        out->len = st->ext.len;
+        memset(out->bytes, 0, sizeof out->bytes);
+    } else {
+        out->ext = NULL;
+        out->len = kind == CORE_KEY_HEX64 ? 64 : kind;
+        memcpy(out->bytes, st->bytes, 32);
+    }
+    out->hash = hash_bytes(core->config.hash_seed + kind, canon, len);
+}
+
+static uint32_t keyst_hash(const core_t *core, const core_keyst *st, uint8_t kind)
+{
+    size_t len;
+    const uint8_t *canon = keyst_canon(st, kind, &len);
+    return hash_bytes(core->config.hash_seed + kind, canon, len);
+}
+
+int core__keyst_eq(const core_keyst *st, uint8_t kind, const core_key *key)
+{
+    if (kind != key->kind)
+        return 0;
+    if (kind == CORE_KEY_EXT)
+        return st->ext.len == key->len && memcmp(st->ext.ptr, key->ext, key->len) == 0;
+    /* inline keys are zero-padded to 32 bytes (core__key_encode): compare
+     * all 32 as four words, without a call to memcmp */
+    uint64_t diff = 0;
+    for (int i = 0; i < 4; i++) {
+        uint64_t a, b;
+        memcpy(&a, st->bytes + 8 * i, 8);
+        memcpy(&b, key->bytes + 8 * i, 8);
+        diff |= a ^ b;
+    }
+    return diff == 0;
+}
+
+static const char hex_digits[] = "0123456789abcdef";
+
+hf_slice core__keyst_text(const core_keyst *st, uint8_t kind, char buf[64])
+{
+    if (kind == CORE_KEY_EXT)
+        return (hf_slice){st->ext.ptr, st->ext.len};
+    if (kind == CORE_KEY_HEX64) {
+        for (int i = 0; i < 32; i++) {
+            buf[2 * i] = hex_digits[st->bytes[i] >> 4];
+            buf[2 * i + 1] = hex_digits[st->bytes[i] & 15];
+        }
+        return (hf_slice){buf, 64};
+    }
+    return (hf_slice){(const char *)st->bytes, kind};
+}
+
+/* ------------------------------------------------------------ records */
+
+static uint32_t rec_alloc(core_ns *ns)
+{
+    uint32_t id;
+    if (ns->rec_free != CORE_NIL) {
+        id = ns->rec_free;
+        HF_ASSERT(id < ns->rec_top && *core__rec_kind(core__krec(ns, id)) == CORE_KEY_NONE);
+        ns->rec_free = core__krec_pages(ns, core__krec(ns, id))[0];
+    } else {
+        id = ns->rec_top;
+        if (id >= CORE_MAX_RECS || id >= ns->id_mask)
+            abort(); /* more live keys than the namespace's pages: cannot happen */
+        size_t chunk = id >> CORE_REC_CHUNK_SHIFT;
+        if (chunk >= ns->nrchunks) {
+            if (chunk >= ns->rchunks_cap) {
+                ns->rchunks_cap = ns->rchunks_cap ? ns->rchunks_cap * 2 : 4;
+                ns->rchunks = hf_xreallocarray(ns->rchunks, ns->rchunks_cap, sizeof *ns->rchunks);
+            }
+            ns->rchunks[chunk] = hf_xmalloc(CORE_REC_CHUNK * ns->rec_size);
+            ns->nrchunks = chunk + 1;
+        }
+        ns->rec_top++;
+    }
+    uint8_t *rec = core__krec(ns, id);
+    memset(rec, 0, ns->rec_size);
+    uint32_t *pages = core__krec_pages(ns, rec);
+    for (uint32_t c = 0; c < ns->ncols; c++)
+        pages[c] = CORE_NIL;
+    ns->nrecs++;
+    HF_ASSERT(ns->nrecs <= ns->pages_sum && ns->nrecs <= ns->rec_top);
+    return id;
+}
+
+/* ----------------------------------------------------------- key index */
+
+uint32_t core__index_find(const core_ns *ns, const core_key *key)
+{
+    if (!ns->slots)
+        return CORE_NIL;
+    size_t i = core__home(ns, key->hash);
+    uint32_t tag = key->hash & ~ns->id_mask;
+    for (;;) {
+        uint32_t slot = ns->slots[i];
+        if (slot == CORE_NIL)
+            return CORE_NIL;
+        if ((slot & ~ns->id_mask) == tag) {
+            uint32_t id = slot & ns->id_mask;
+            HF_ASSERT(id < ns->rec_top);
+            uint8_t *rec = core__krec(ns, id);
+            if (core__keyst_eq(core__krec_key(rec), *core__rec_kind(rec), key))
+                return id;
+        }
+        i = (i + 1) & ns->slot_mask;
+    }
+}
+
+
+static void index_place(core_ns *ns, uint32_t id, uint32_t hash)
+{
+    HF_ASSERT(ns->nkeys <= ns->slot_mask && id <= ns->id_mask);
+    size_t i = core__home(ns, hash);
+    while (ns->slots[i] != CORE_NIL)
+        i = (i + 1) & ns->slot_mask;
+    ns->slots[i] = core__slot_make(ns, id, hash);
+}
+
+/* Rebuild the index with `cap` slots from the live records (hashes recomputed). */
+static void index_rebuild(core_ns *ns, const core_t *core, size_t cap)
+{
+    hf_xfree(ns->slots);
+    ns->slots = hf_xreallocarray(NULL, cap, sizeof *ns->slots);
+    memset(ns->slots, 0xff, cap * sizeof *ns->slots);
+    ns->slot_mask = cap - 1;
+    for (uint32_t id = 0; id < ns->rec_top; id++) {
+        uint8_t *rec = core__krec(ns, id);
+        if (id + 8 < ns->rec_top)
+            __builtin_prefetch(core__krec(ns, id + 8));
+        if (*core__rec_kind(rec) != CORE_KEY_NONE)
+            index_place(ns, id, keyst_hash(core, core__krec_key(rec), *core__rec_kind(rec)));
+    }
+}
+
+static void index_insert(core_ns *ns, const core_t *core, uint32_t id, uint32_t hash)
+{
+    if (!ns->slots || (ns->nkeys + 1) * 4 > (ns->slot_mask + 1) * 3) {
+        size_t cap = ns->slots ? (ns->slot_mask + 1) * 2 : 64;
+        index_rebuild(ns, core, cap); /* the new record is not live yet */
+    }
+    index_place(ns, id, hash);
+    ns->nkeys++;
+    HF_ASSERT(ns->nkeys * 4 <= (ns->slot_mask + 1) * 3);
+}
+
+static uint32_t rec_hash(const core_ns *ns, const core_t *core, uint32_t id)
+{
+    uint8_t *rec = core__krec(ns, id);
+    return keyst_hash(core, core__krec_key(rec), *core__rec_kind(rec));
+}
+
+/*
+ * Backward-shift deletion keeps probe sequences unbroken without tombstones:
+ * each entry after the hole, up to the next empty slot, moves into the hole
+ * unless its home lies cyclically in (hole, its slot], i.e. unless its
+ * displacement d = (slot - home) & mask is below the hole's distance.
+ *
+ * d comes from the slot itself when it can (core__home): the tag gives d
+ * modulo 2^home_bits (m + 1 below). It is exact when the entry's cluster is
+ * shorter than that: all slots from an entry's home to the entry are
+ * occupied, so an empty slot `e` before the hole bounds d < (slot - e) &
+ * mask; when that bound is <= m + 1 the residue is d itself. Otherwise the
+ * record's key gives the hash (recomputed).
+ */
+static void index_remove(core_ns *ns, const core_t *core, uint32_t id, uint32_t hash)
+{
+    size_t mask = ns->slot_mask;
+    uint32_t slot = core__slot_make(ns, id, hash);
+    size_t i = core__home(ns, hash);
+    HF_ASSERT(ns->nkeys > 0);
+    while (ns->slots[i] != slot) {
+        HF_ASSERT(ns->slots[i] != CORE_NIL); /* every live record is indexed */
+        i = (i + 1) & mask;
+    }
+    size_t m = ns->home_bits ? (((size_t)1 << ns->home_bits) - 1) & mask : 0;
+    size_t e = i;
+    bool have_e = false;
+    for (size_t k = 0; m && k <= m; k++) {
+        e = (e - 1) & mask;
+        if (ns->slots[e] == CORE_NIL) {
+            have_e = true;
+            break;
+        }
+    }
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        uint32_t moved = ns->slots[j];
+        if (moved == CORE_NIL)
+            break;
+        size_t d;
+        if (have_e && ((j - e) & mask) <= m + 1)
+            d = (j - core__slot_home_low(ns, moved)) & m;
+        else
+            d = (j - core__home(ns, rec_hash(ns, core, moved & ns->id_mask))) & mask;
+        if (d >= ((j - i) & mask)) {
+            ns->slots[i] = moved;
+            i = j;
+        }
+    }
+    ns->slots[i] = CORE_NIL;
+    ns->nkeys--;
+}
+
+/* id_mask from the namespace's pages; the index is re-tagged if it changed. */
+static void ns_set_id_bits(core_ns *ns, const core_t *core)
+{
+    uint64_t bound = ns->pages_sum < CORE_MAX_RECS ? ns->pages_sum : CORE_MAX_RECS;
+    uint32_t mask = 1;
+    while (mask < bound && mask != CORE_MAX_RECS)
+        mask = mask << 1 | 1;
+    if (mask == ns->id_mask)
+        return;
+    ns->id_mask = mask;
+    ns->id_bits = (uint8_t)__builtin_popcount(mask);
+    unsigned tag_bits = 32u - ns->id_bits;
+    ns->home_bits = (uint8_t)(tag_bits / 2 > 8 ? 8 : tag_bits / 2);
+    if (ns->slots)
+        index_rebuild(ns, core, ns->slot_mask + 1);
+}
+
+uint32_t core__rec_new(core_ns *ns, const core_t *core, uint32_t hash, core_keyst *st,
+                       uint8_t *kind)
+{
+    uint32_t id = rec_alloc(ns);
+    index_insert(ns, core, id, hash); /* a growth skips it: no key yet */
+    uint8_t *rec = core__krec(ns, id);
+    *core__krec_key(rec) = *st; /* the key (an external copy included) moves over */
+    *core__rec_kind(rec) = *kind;
+    *kind = CORE_KEY_NONE;
+    HF_ASSERT(keyst_hash(core, core__krec_key(rec), *core__rec_kind(rec)) == hash);
+    return id;
+}
+
+void core__rec_release_if_empty(core_ns *ns, const core_t *core, uint32_t id)
+{
+    HF_ASSERT(id < ns->rec_top);
+    uint8_t *rec = core__krec(ns, id);
+    HF_ASSERT(*core__rec_kind(rec) != CORE_KEY_NONE);
+    const uint32_t *pages = core__krec_pages(ns, rec);
+    for (uint32_t c = 0; c < ns->ncols; c++)
+        if (pages[c] != CORE_NIL)
+            return;
+    index_remove(ns, core, id, rec_hash(ns, core, id));
+    core__keyst_drop(core__krec_key(rec), core__rec_kind(rec));
+    core__krec_pages(ns, rec)[0] = ns->rec_free;
+    ns->rec_free = id;
+    HF_ASSERT(ns->nrecs > 0);
+    ns->nrecs--;
+}
+
+/* Columns stay in rank order; the records are rebuilt with one more
+ * column, ids unchanged. */
+void core__ns_add_pool(core_ns *ns, const core_t *core, core_pool_t *pool)
+{
+    uint32_t n = ns->ncols, m = n + 1;
+    core_pool_t **by_col = hf_xmalloc(m * sizeof *by_col);
+    uint32_t at = 0;
+    while (at < n && ns->by_col[at]->rank < pool->rank)
+        at++;
+    for (uint32_t c = 0, k = 0; c < m; c++)
+        by_col[c] = c == at ? pool : ns->by_col[k++];
+    size_t size = CORE_REC_SIZE(m);
+    uint32_t off_pages = CORE_REC_OFF_PAGES(m), off_deadlines = CORE_REC_OFF_DEADLINES(m);
+    for (size_t ch = 0; ch < ns->nrchunks; ch++) {
+        uint8_t *old = ns->rchunks[ch], *fresh = hf_xmalloc(CORE_REC_CHUNK * size);
+        uint32_t first = (uint32_t)(ch << CORE_REC_CHUNK_SHIFT);
+        for (uint32_t k = 0; k < CORE_REC_CHUNK && first + k < ns->rec_top; k++) {
+            const uint8_t *o = old + (size_t)k * ns->rec_size;
+            uint8_t *f = fresh + (size_t)k * size;
+            memset(f, 0, size);
+            memcpy(f, o, CORE_REC_BITS); /* key and kind */
+            uint32_t *fp = (uint32_t *)(void *)(f + off_pages);
+            int64_t *fd = (int64_t *)(void *)(f + off_deadlines);
+            const uint32_t *op = (const uint32_t *)(const void *)(o + ns->off_pages);
+            const int64_t *od = (const int64_t *)(const void *)(o + ns->off_deadlines);
+            for (uint32_t c = 0, j = 0; c < m; c++) {
+                if (c == at) {
+                    fp[c] = CORE_NIL;
+                    continue;
+                }
+                f[CORE_REC_BITS + c] = o[CORE_REC_BITS + j];
+                fp[c] = op[j];
+                fd[c] = od[j];
+                j++;
+            }
+            if (n == 0)
+                fp[0] = CORE_NIL; /* no record lives without a column */
+            else if (at == 0 && *core__rec_kind(f) == CORE_KEY_NONE)
+                fp[0] = op[0]; /* the free list stays in column 0 */
+        }
+        hf_xfree(old);
+        ns->rchunks[ch] = fresh;
+    }
+    hf_xfree(ns->by_col);
+    ns->by_col = by_col;
+    ns->ncols = m;
+    ns->rec_size = size;
+    ns->off_pages = off_pages;
+    ns->off_deadlines = off_deadlines;
+    for (uint32_t c = 0; c < m; c++)
+        by_col[c]->col = c;
+    ns->pages_sum += pool->num_pages;
+    ns_set_id_bits(ns, core);
+    HF_ASSERT(ns->ncols == ns->npools && ns->by_col[pool->col] == pool);
+}
+
+/* ---------------------------------------------------------- namespaces */
+
+core_ns *core__ns_new(core_t *core, hf_slice name)
+{
+    core_ns *ns = hf_xcalloc(1, sizeof *ns);
+    ns->name = hf_xmalloc(name.len + 1);
+    memcpy(ns->name, name.ptr, name.len);
+    ns->name[name.len] = '\0';
+    ns->name_len = name.len;
+    ns->rec_free = CORE_NIL;
+    ns->rec_size = CORE_REC_SIZE(0);
+    ns->off_pages = CORE_REC_OFF_PAGES(0);
+    ns->off_deadlines = CORE_REC_OFF_DEADLINES(0);
+    ns_set_id_bits(ns, core);
+    core->namespaces = hf_xreallocarray(core->namespaces, core->nns + 1, sizeof *core->namespaces);
+    core->namespaces[core->nns++] = ns;
+    return ns;
+}
+
+void core__ns_free(core_ns *ns)
+{
+    for (uint32_t id = 0; id < ns->rec_top; id++) {
+        uint8_t *rec = core__krec(ns, id);
+        if (*core__rec_kind(rec) == CORE_KEY_EXT)
+            hf_xfree(core__krec_key(rec)->ext.ptr);
+    }
+    for (size_t c = 0; c < ns->nrchunks; c++)
+        hf_xfree(ns->rchunks[c]);
+    hf_xfree(ns->rchunks);
+    hf_xfree(ns->slots);
+    hf_xfree(ns->by_col);
+    reuse_free(ns->reuse);
+    hf_xfree(ns->by_rank);
+    hf_xfree(ns->name);
+    hf_xfree(ns);
+}
