@@ -29,6 +29,7 @@
 #endif
 
 #include "util/fmt.h"
+#include "util/utf8.h"
 #include "util/xalloc.h"
 
 #define CHUNK_MIN (16u * 1024)
@@ -182,57 +183,6 @@ static int on_double(void *ctx, double value)
     return push(ctx, (json_node){.type = JSON_DOUBLE, .u.d = value});
 }
 
-/*
- * Strict UTF-8 (RFC 3629): yajl checks only the shape of multi-byte
- * sequences, so overlong forms, surrogates and code points above U+10FFFF
- * would pass. A key that is not valid UTF-8 could not be echoed back
- * unchanged, so it is refused like any other malformed JSON.
- */
-static int utf8_valid(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        while (i + 8 <= len) { /* ASCII fast path */
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull)
-                break;
-            i += 8;
-        }
-        if (i >= len)
-            break;
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned char lo = 0x80, hi = 0xbf;
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2;
-            lo = c == 0xe0 ? 0xa0 : 0x80;
-            hi = c == 0xed ? 0x9f : 0xbf;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3;
-            lo = c == 0xf0 ? 0x90 : 0x80;
-            hi = c == 0xf4 ? 0x8f : 0xbf;
-        } else {
-            return 0;
-        }
-        if (n >= len - i)
-            return 0; /* truncated sequence */
-        if (s[i + 1] < lo || s[i + 1] > hi)
-            return 0;
-        for (size_t k = 2; k <= n; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xbf)
-                return 0;
-        i += n + 1;
-    }
-    return 1;
-}
-
 /* A string node, copied into the arena (yajl's pointer is only valid during
  * the callback); `ascii`: the scanner saw only printable ASCII (no need to
  * check its UTF-8 again). */
@@ -240,7 +190,10 @@ static int push_string(json_doc *doc, const unsigned char *text, size_t len, boo
 {
     if (len > UINT32_MAX)
         return cancel(doc, "string too long");
-    if (!ascii && !utf8_valid(text, len))
+    /* Strict UTF-8 (util/utf8.h): a key that is not valid UTF-8 could not
+     * be echoed back unchanged, so it is refused like any other malformed
+     * JSON. */
+    if (!ascii && !hf_utf8_valid(text, len))
         return cancel(doc, "string is not valid UTF-8");
     char *copy = arena_alloc(doc, len + 1, 1);
     if (len)
@@ -629,38 +582,6 @@ void json_put_char(json_buf *buf, char c)
     buf->ptr[buf->len++] = c;
 }
 
-/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no
- * surrogates, nothing above U+10FFFF), or 0. s[0] >= 0x80. */
-static size_t utf8_sequence(const unsigned char *s, size_t avail)
-{
-    unsigned char c = s[0];
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (avail < n || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return n;
-}
-
 static char *put_escape(char *out, unsigned char c)
 {
     static const char hex[] = "0123456789abcdef";
@@ -726,7 +647,7 @@ void json_put_str(json_buf *buf, const char *text, size_t len)
             out = put_escape(out, *s++);
             continue;
         }
-        size_t n = utf8_sequence(s, (size_t)(end - s));
+        size_t n = hf_utf8_seq_len(s, (size_t)(end - s));
         if (n) {
             memcpy(out, s, n);
             out += n;
