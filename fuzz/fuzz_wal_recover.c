@@ -200,7 +200,7 @@ static void put_records(fuzz_reader *in, file *f, uint32_t salt, bool end)
     for (unsigned i = 0; i < nrec && in->n; i++) {
         build_body(in, &body, records);
         /* (an empty body is framed too: its length 0 is damage) */
-        wal__frame_append(&f->bytes, salt, body.len ? body.ptr : (const uint8_t *)"", body.len);
+        wal__frame_append(&f->bytes, salt, body.len ? body.ptr : "", body.len);
         records++;
     }
     if (end) {

@@ -523,53 +523,9 @@ const char *json_type_name(const json_node *node)
 
 /* ---- writer ---- */
 
-void json_buf_init(json_buf *buf, size_t max)
-{
-    memset(buf, 0, sizeof *buf);
-    buf->max = max;
-}
-
-void json_buf_free(json_buf *buf)
-{
-    free(buf->ptr);
-    buf->ptr = NULL;
-    buf->len = buf->cap = 0;
-}
-
-void json_buf_reset(json_buf *buf, size_t keep_bytes)
-{
-    if (buf->cap > keep_bytes)
-        json_buf_free(buf);
-    buf->len = 0;
-    buf->overflow = false;
-}
-
-/* Room for `extra` more bytes, or false (and overflow) past the maximum. */
-static bool reserve(json_buf *buf, size_t extra)
-{
-    if (buf->overflow)
-        return false;
-    if (extra <= buf->cap - buf->len)
-        return true;
-    if (extra > buf->max - buf->len) {
-        buf->overflow = true;
-        return false;
-    }
-    size_t want = buf->cap ? buf->cap : 256;
-    if (want > buf->max)
-        want = buf->max; /* a first 256 bytes would let writes pass a smaller max */
-    while (want - buf->len < extra && want < buf->max / 2)
-        want *= 2;
-    if (want - buf->len < extra)
-        want = buf->max;
-    buf->ptr = hf_xrealloc(buf->ptr, want);
-    buf->cap = want;
-    return true;
-}
-
 void json_put_raw(json_buf *buf, const char *text, size_t len)
 {
-    if (!reserve(buf, len))
+    if (!hf_buf_reserve(buf, len))
         return;
     memcpy(buf->ptr + buf->len, text, len);
     buf->len += len;
@@ -577,7 +533,7 @@ void json_put_raw(json_buf *buf, const char *text, size_t len)
 
 void json_put_char(json_buf *buf, char c)
 {
-    if (!reserve(buf, 1))
+    if (!hf_buf_reserve(buf, 1))
         return;
     buf->ptr[buf->len++] = c;
 }
@@ -625,7 +581,7 @@ static bool plain8(const unsigned char *s)
 void json_put_str(json_buf *buf, const char *text, size_t len)
 {
     /* Worst case: every byte becomes a 6-byte escape. */
-    if (len > (SIZE_MAX - 2) / 6 || !reserve(buf, 6 * len + 2)) {
+    if (len > (SIZE_MAX - 2) / 6 || !hf_buf_reserve(buf, 6 * len + 2)) {
         buf->overflow = true;
         return;
     }

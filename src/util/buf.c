@@ -6,18 +6,16 @@
 
 bool hf_buf_reserve(hf_buf *b, size_t more)
 {
+    if (b->overflow)
+        return false;
     if (b->cap - b->len >= more)
         return true;
-    size_t max = b->max ? b->max : SIZE_MAX;
-    if (more > max - b->len)
+    size_t max = b->bounded ? b->max : SIZE_MAX;
+    if (more > max - b->len) {
+        b->overflow = true;
         return false;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < more && cap <= max / 2)
-        cap *= 2;
-    if (cap > max || cap - b->len < more)
-        cap = max; /* the last doubling would pass the maximum: stop at it */
-    b->ptr = hf_xrealloc(b->ptr, cap);
-    b->cap = cap;
+    }
+    b->ptr = hf_grow_max(b->ptr, &b->cap, b->len + more, 1, max);
     return true;
 }
 
@@ -31,8 +29,16 @@ bool hf_buf_append(hf_buf *b, const void *data, size_t len)
     return true;
 }
 
+void hf_buf_reset(hf_buf *b, size_t keep_bytes)
+{
+    if (b->cap > keep_bytes)
+        hf_buf_free(b);
+    b->len = 0;
+    b->overflow = false;
+}
+
 void hf_buf_free(hf_buf *b)
 {
     hf_xfree(b->ptr);
-    hf_buf_init(b, b->max);
+    *b = (hf_buf){.max = b->max, .bounded = b->bounded};
 }

@@ -165,19 +165,20 @@ static hf_slice get_key(reader *r, hf_buf *scratch)
 
 /* ---------------------------------------------------------------- framing */
 
-void wal__frame_append(hf_buf *out, uint32_t salt, const uint8_t *body, size_t body_len)
+void wal__frame_append(hf_buf *out, uint32_t salt, const void *body, size_t body_len)
 {
     hf_buf_reserve(out, WAL_MAX_FRAME_OVERHEAD + body_len);
-    uint8_t *rec = out->ptr + out->len;
+    uint8_t *rec = (uint8_t *)out->ptr + out->len;
     size_t n = 4 + hf_varint_put(rec + 4, body_len);
     memcpy(rec + n, body, body_len);
     hf_put_le32(rec, wal_crc32c(rec + 4, n - 4 + body_len) ^ salt);
     out->len += n + body_len;
 }
 
-int wal__frame(const uint8_t *p, size_t avail, uint32_t salt, size_t *rec_len,
+int wal__frame(const void *data, size_t avail, uint32_t salt, size_t *rec_len,
                const uint8_t **body, size_t *body_len)
 {
+    const uint8_t *p = data;
     /* The length's varint: at most WAL_MAX_FRAME_OVERHEAD - 4 bytes; one
      * that has not ended where the data ends may still be arriving. */
     size_t room = avail > 4 ? avail - 4 : 0, most = WAL_MAX_FRAME_OVERHEAD - 4;
