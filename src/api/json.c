@@ -154,11 +154,7 @@ static int push(json_doc *doc, json_node node)
     if (doc->nodes >= doc->limits.max_nodes)
         return cancel(doc, CANCEL_NODES);
     doc->nodes++;
-    if (doc->stack_len == doc->stack_cap) {
-        size_t cap = doc->stack_cap ? doc->stack_cap * 2 : 256;
-        doc->stack = hf_xreallocarray(doc->stack, cap, sizeof *doc->stack);
-        doc->stack_cap = cap;
-    }
+    doc->stack = hf_grow(doc->stack, &doc->stack_cap, doc->stack_len + 1, sizeof *doc->stack);
     doc->stack[doc->stack_len++] = node;
     return 1;
 }

@@ -878,10 +878,7 @@ static void give(loop *lp, int fd)
         return;
     }
     pthread_mutex_lock(&best->inbox_lock);
-    if (best->inbox_len == best->inbox_cap) {
-        best->inbox_cap = best->inbox_cap ? best->inbox_cap * 2 : 16;
-        best->inbox = hf_xreallocarray(best->inbox, best->inbox_cap, sizeof *best->inbox);
-    }
+    best->inbox = hf_grow(best->inbox, &best->inbox_cap, best->inbox_len + 1, sizeof *best->inbox);
     best->inbox[best->inbox_len++] = fd;
     pthread_mutex_unlock(&best->inbox_lock);
     uint64_t one = 1;

@@ -157,10 +157,7 @@ static int list_dir(recovery *R)
                     de->d_name);
             continue;
         }
-        if (R->nfiles == R->cap) {
-            R->cap = R->cap ? R->cap * 2 : 16;
-            R->files = hf_xreallocarray(R->files, R->cap, sizeof *R->files);
-        }
+        R->files = hf_grow(R->files, &R->cap, R->nfiles + 1, sizeof *R->files);
         dir_file *f = &R->files[R->nfiles++];
         f->kind = kind;
         f->seq = seq;
