@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "util/buf.h"
 #include "util/xalloc.h"
 #include "wal/format.h"
 #include "wal/wal.h"
@@ -54,30 +55,15 @@
 
 /* ---- building bodies ---- */
 
-static void put_varint(hf_buf *b, uint64_t v)
-{
-    uint8_t out[10];
-    size_t n = 0;
-    do {
-        out[n] = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v)
-            out[n] |= 0x80;
-        n++;
-    } while (v);
-    hf_buf_append(b, out, n);
-}
-
 /* A deadline field: 0 (none) or zigzag(offset from the time base) + 1. */
 static void put_deadline(hf_buf *b, uint8_t x)
 {
     if (x == 0) {
-        put_varint(b, 0);
+        hf_buf_put_varint(b, 0);
         return;
     }
     int64_t d = ((int64_t)(int8_t)x) * 250;
-    uint64_t zz = ((uint64_t)d << 1) ^ (uint64_t)(d >> 63);
-    put_varint(b, zz + 1);
+    hf_buf_put_varint(b, hf_zigzag_encode((uint64_t)d) + 1);
 }
 
 static const char *const keys[] = {
@@ -90,7 +76,7 @@ static void put_key(hf_buf *b, uint8_t x)
     const char *key = keys[x % 8];
     size_t len = strlen(key);
     if (x & 0x80 && len % 2 == 0 && len) { /* packed hex: two digits a byte */
-        put_varint(b, (uint64_t)(len / 2) << 1 | 1);
+        hf_buf_put_varint(b, (uint64_t)(len / 2) << 1 | 1);
         for (size_t i = 0; i < len / 2; i++) {
             unsigned v;
             sscanf(key + 2 * i, "%2x", &v);
@@ -99,7 +85,7 @@ static void put_key(hf_buf *b, uint8_t x)
         }
         return;
     }
-    put_varint(b, (uint64_t)len << 1);
+    hf_buf_put_varint(b, (uint64_t)len << 1);
     hf_buf_append(b, key, len);
 }
 
@@ -129,31 +115,31 @@ static void build_body(fuzz_reader *in, hf_buf *body, uint64_t records_before)
     switch (type) {
     case WAL_REC_POOL_INIT: {
         const char *ns = namespaces[fuzz_byte(in) % 4];
-        put_varint(body, fuzz_byte(in) % 6); /* pool id */
-        put_varint(body, fuzz_byte(in) % 5); /* rank (4: past max_ranks) */
+        hf_buf_put_varint(body, fuzz_byte(in) % 6); /* pool id */
+        hf_buf_put_varint(body, fuzz_byte(in) % 5); /* rank (4: past max_ranks) */
         uint8_t pages = fuzz_byte(in);
-        put_varint(body, pages & 0x80 ? 4096u + pages : pages % 9u);
-        put_varint(body, strlen(ns));
+        hf_buf_put_varint(body, pages & 0x80 ? 4096u + pages : pages % 9u);
+        hf_buf_put_varint(body, strlen(ns));
         hf_buf_append(body, ns, strlen(ns));
         return;
     }
     case WAL_REC_CLEAR_ALL:
         return;
     case WAL_REC_USE: {
-        put_varint(body, fuzz_byte(in) % 6);
+        hf_buf_put_varint(body, fuzz_byte(in) % 6);
         put_deadline(body, fuzz_byte(in));
         unsigned count = 1 + fuzz_byte(in) % 4;
-        put_varint(body, count);
+        hf_buf_put_varint(body, count);
         for (unsigned i = 0; i < count; i++)
-            put_varint(body, fuzz_byte(in) % 12);
+            hf_buf_put_varint(body, fuzz_byte(in) % 12);
         return;
     }
     case WAL_REC_END:
-        put_varint(body, (op & 0x80) ? fuzz_byte(in) : records_before);
+        hf_buf_put_varint(body, (op & 0x80) ? fuzz_byte(in) : records_before);
         return;
     default: /* RESERVE OWN FREE DRAIN DEMOTE OWNED: pool, page, [deadline], [key] */
-        put_varint(body, fuzz_byte(in) % 6);
-        put_varint(body, fuzz_byte(in) % 12);
+        hf_buf_put_varint(body, fuzz_byte(in) % 6);
+        hf_buf_put_varint(body, fuzz_byte(in) % 12);
         if (type == WAL_REC_RESERVE || type == WAL_REC_DRAIN)
             put_deadline(body, fuzz_byte(in));
         if (type == WAL_REC_RESERVE || type == WAL_REC_OWNED)
@@ -214,14 +200,14 @@ static void put_records(fuzz_reader *in, file *f, uint32_t salt, bool end)
     for (unsigned i = 0; i < nrec && in->n; i++) {
         build_body(in, &body, records);
         /* (an empty body is framed too: its length 0 is damage) */
-        wal__frame_append(&f->bytes, salt, body.len ? body.ptr : (const uint8_t *)"", body.len);
+        wal__frame_append(&f->bytes, salt, body.len ? body.ptr : "", body.len);
         records++;
     }
     if (end) {
         body.len = 0;
         uint8_t type = WAL_REC_END;
         hf_buf_append(&body, &type, 1);
-        put_varint(&body, records);
+        hf_buf_put_varint(&body, records);
         wal__frame_append(&f->bytes, salt, body.ptr, body.len);
     }
     hf_buf_free(&body);

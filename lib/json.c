@@ -5,54 +5,14 @@
 #include <string.h>
 
 #include "hf3fs_meta.h"
+#include "util/utf8.h"
 
 /* ======================================================================= */
 /* UTF-8                                                                    */
 
-/* Length of the valid UTF-8 sequence at s (n bytes available), or 0. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0; /* no overlongs */
-        else if (c == 0xED)
-            hi = 0x9F; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F; /* <= U+10FFFF */
-    } else {
-        return 0;
-    }
-    if (n < len || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
 bool hf3fs_meta__utf8_valid(const char *s, size_t len)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < len) {
-        size_t k = utf8_seq_len(p + i, len - i);
-        if (!k)
-            return false;
-        i += k;
-    }
-    return true;
+    return hf_utf8_valid(s, len);
 }
 
 /* ======================================================================= */
@@ -312,7 +272,7 @@ static int parse_string(parser *ps)
         if (c < 0x20)
             return fail(ps, "control character in string");
         if (c != '\\') {
-            size_t k = utf8_seq_len((const unsigned char *)ps->p + ps->pos, ps->len - ps->pos);
+            size_t k = hf_utf8_seq_len((const unsigned char *)ps->p + ps->pos, ps->len - ps->pos);
             if (!k)
                 return fail(ps, "invalid UTF-8 in string");
             memcpy(ps->doc->strings + ps->str_len, ps->p + ps->pos, k);

@@ -12,18 +12,22 @@
 # The library uses only the C library and POSIX sockets; it is compiled with
 # the main Makefile's CFLAGS (so BUILD=build/asan gives a sanitized library)
 # and with hidden visibility: only the HF3FS_META_API functions are exported.
+# Of src/ it includes only the header-only helpers of src/util listed in
+# CLIENT_SHARED_HDR (static inline, no server code: UTF-8 validation shared
+# with the server's JSON), through -iquote src.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
 INSTALL ?= install
 
 CLIENT_LIB_SRC := $(wildcard lib/*.c)
-CLIENT_LIB_HDR := include/hf3fs_meta.h $(wildcard lib/*.h)
+CLIENT_SHARED_HDR := src/util/utf8.h
+CLIENT_LIB_HDR := include/hf3fs_meta.h $(wildcard lib/*.h) $(CLIENT_SHARED_HDR)
 CLIENT_LIB_OBJ := $(CLIENT_LIB_SRC:lib/%.c=$(BUILD)/lib-obj/%.o)
 CLIENT_PIC_OBJ := $(CLIENT_LIB_SRC:lib/%.c=$(BUILD)/lib-pic/%.o)
 CLIENT_CLI_SRC := $(wildcard cli/*.c)
 CLIENT_CLI_OBJ := $(CLIENT_CLI_SRC:cli/%.c=$(BUILD)/cli-obj/%.o)
-CLIENT_CFLAGS   = $(filter-out -Isrc,$(CFLAGS)) -Iinclude -fvisibility=hidden
+CLIENT_CFLAGS   = $(filter-out -Isrc,$(CFLAGS)) -Iinclude -iquote src -fvisibility=hidden
 CLIENT_SONAME  := libhf3fsmeta.so.0
 
 .PHONY: client install uninstall

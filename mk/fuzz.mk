@@ -60,7 +60,7 @@ $(FUZZ_DIR)/obj/src/%.o: src/%.c | $(FUZZ_DIR)/.toolchain-ok
 
 $(FUZZ_DIR)/obj/lib/%.o: lib/%.c | $(FUZZ_DIR)/.toolchain-ok
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(filter-out -Isrc,$(FUZZ_CFLAGS)) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(filter-out -Isrc,$(FUZZ_CFLAGS)) -iquote src -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/obj/fuzz/%.o: fuzz/%.c | $(FUZZ_DIR)/.toolchain-ok
 	@mkdir -p $(dir $@)

@@ -29,6 +29,7 @@
 #endif
 
 #include "util/fmt.h"
+#include "util/utf8.h"
 #include "util/xalloc.h"
 
 #define CHUNK_MIN (16u * 1024)
@@ -153,11 +154,7 @@ static int push(json_doc *doc, json_node node)
     if (doc->nodes >= doc->limits.max_nodes)
         return cancel(doc, CANCEL_NODES);
     doc->nodes++;
-    if (doc->stack_len == doc->stack_cap) {
-        size_t cap = doc->stack_cap ? doc->stack_cap * 2 : 256;
-        doc->stack = hf_xreallocarray(doc->stack, cap, sizeof *doc->stack);
-        doc->stack_cap = cap;
-    }
+    doc->stack = hf_grow(doc->stack, &doc->stack_cap, doc->stack_len + 1, sizeof *doc->stack);
     doc->stack[doc->stack_len++] = node;
     return 1;
 }
@@ -182,57 +179,6 @@ static int on_double(void *ctx, double value)
     return push(ctx, (json_node){.type = JSON_DOUBLE, .u.d = value});
 }
 
-/*
- * Strict UTF-8 (RFC 3629): yajl checks only the shape of multi-byte
- * sequences, so overlong forms, surrogates and code points above U+10FFFF
- * would pass. A key that is not valid UTF-8 could not be echoed back
- * unchanged, so it is refused like any other malformed JSON.
- */
-static int utf8_valid(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        while (i + 8 <= len) { /* ASCII fast path */
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull)
-                break;
-            i += 8;
-        }
-        if (i >= len)
-            break;
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned char lo = 0x80, hi = 0xbf;
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2;
-            lo = c == 0xe0 ? 0xa0 : 0x80;
-            hi = c == 0xed ? 0x9f : 0xbf;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3;
-            lo = c == 0xf0 ? 0x90 : 0x80;
-            hi = c == 0xf4 ? 0x8f : 0xbf;
-        } else {
-            return 0;
-        }
-        if (n >= len - i)
-            return 0; /* truncated sequence */
-        if (s[i + 1] < lo || s[i + 1] > hi)
-            return 0;
-        for (size_t k = 2; k <= n; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xbf)
-                return 0;
-        i += n + 1;
-    }
-    return 1;
-}
-
 /* A string node, copied into the arena (yajl's pointer is only valid during
  * the callback); `ascii`: the scanner saw only printable ASCII (no need to
  * check its UTF-8 again). */
@@ -240,7 +186,10 @@ static int push_string(json_doc *doc, const unsigned char *text, size_t len, boo
 {
     if (len > UINT32_MAX)
         return cancel(doc, "string too long");
-    if (!ascii && !utf8_valid(text, len))
+    /* Strict UTF-8 (util/utf8.h): a key that is not valid UTF-8 could not
+     * be echoed back unchanged, so it is refused like any other malformed
+     * JSON. */
+    if (!ascii && !hf_utf8_valid(text, len))
         return cancel(doc, "string is not valid UTF-8");
     char *copy = arena_alloc(doc, len + 1, 1);
     if (len)
@@ -570,53 +519,9 @@ const char *json_type_name(const json_node *node)
 
 /* ---- writer ---- */
 
-void json_buf_init(json_buf *buf, size_t max)
-{
-    memset(buf, 0, sizeof *buf);
-    buf->max = max;
-}
-
-void json_buf_free(json_buf *buf)
-{
-    free(buf->ptr);
-    buf->ptr = NULL;
-    buf->len = buf->cap = 0;
-}
-
-void json_buf_reset(json_buf *buf, size_t keep_bytes)
-{
-    if (buf->cap > keep_bytes)
-        json_buf_free(buf);
-    buf->len = 0;
-    buf->overflow = false;
-}
-
-/* Room for `extra` more bytes, or false (and overflow) past the maximum. */
-static bool reserve(json_buf *buf, size_t extra)
-{
-    if (buf->overflow)
-        return false;
-    if (extra <= buf->cap - buf->len)
-        return true;
-    if (extra > buf->max - buf->len) {
-        buf->overflow = true;
-        return false;
-    }
-    size_t want = buf->cap ? buf->cap : 256;
-    if (want > buf->max)
-        want = buf->max; /* a first 256 bytes would let writes pass a smaller max */
-    while (want - buf->len < extra && want < buf->max / 2)
-        want *= 2;
-    if (want - buf->len < extra)
-        want = buf->max;
-    buf->ptr = hf_xrealloc(buf->ptr, want);
-    buf->cap = want;
-    return true;
-}
-
 void json_put_raw(json_buf *buf, const char *text, size_t len)
 {
-    if (!reserve(buf, len))
+    if (!hf_buf_reserve(buf, len))
         return;
     memcpy(buf->ptr + buf->len, text, len);
     buf->len += len;
@@ -624,41 +529,9 @@ void json_put_raw(json_buf *buf, const char *text, size_t len)
 
 void json_put_char(json_buf *buf, char c)
 {
-    if (!reserve(buf, 1))
+    if (!hf_buf_reserve(buf, 1))
         return;
     buf->ptr[buf->len++] = c;
-}
-
-/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no
- * surrogates, nothing above U+10FFFF), or 0. s[0] >= 0x80. */
-static size_t utf8_sequence(const unsigned char *s, size_t avail)
-{
-    unsigned char c = s[0];
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (avail < n || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return n;
 }
 
 static char *put_escape(char *out, unsigned char c)
@@ -704,7 +577,7 @@ static bool plain8(const unsigned char *s)
 void json_put_str(json_buf *buf, const char *text, size_t len)
 {
     /* Worst case: every byte becomes a 6-byte escape. */
-    if (len > (SIZE_MAX - 2) / 6 || !reserve(buf, 6 * len + 2)) {
+    if (len > (SIZE_MAX - 2) / 6 || !hf_buf_reserve(buf, 6 * len + 2)) {
         buf->overflow = true;
         return;
     }
@@ -726,7 +599,7 @@ void json_put_str(json_buf *buf, const char *text, size_t len)
             out = put_escape(out, *s++);
             continue;
         }
-        size_t n = utf8_sequence(s, (size_t)(end - s));
+        size_t n = hf_utf8_seq_len(s, (size_t)(end - s));
         if (n) {
             memcpy(out, s, n);
             out += n;

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/buf.h"
 #include "util/slice.h"
 
 typedef enum json_type {
@@ -117,16 +118,25 @@ const char *json_type_name(const json_node *node);
 
 /* ---- writer ---- */
 
-typedef struct json_buf {
-    char *ptr;
-    size_t len, cap, max;
-    bool overflow; /* a write was dropped because of max */
-} json_buf;
+/* The server's buffer (util/buf.h): `overflow` says a write was dropped
+ * because of the maximum. */
+typedef hf_buf json_buf;
 
-void json_buf_init(json_buf *buf, size_t max);
-void json_buf_free(json_buf *buf);
+static inline void json_buf_init(json_buf *buf, size_t max)
+{
+    hf_buf_init(buf, max);
+}
+
+static inline void json_buf_free(json_buf *buf)
+{
+    hf_buf_free(buf);
+}
+
 /* Empty the buffer; memory above keep_bytes is given back. */
-void json_buf_reset(json_buf *buf, size_t keep_bytes);
+static inline void json_buf_reset(json_buf *buf, size_t keep_bytes)
+{
+    hf_buf_reset(buf, keep_bytes);
+}
 
 void json_put_raw(json_buf *buf, const char *text, size_t len);
 /* lit must be a string literal (the "" "" makes anything else a compile error). */

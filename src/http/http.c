@@ -89,13 +89,13 @@
 
 #include <http_parser.h>
 
+#include "util/buf.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/fmt.h"
 #include "util/xalloc.h"
 
 #define READ_CHUNK (64u * 1024)  /* the loop's read buffer */
-#define BODY_FIRST (4u * 1024)   /* first body buffer */
 #define BODY_KEEP (64u * 1024)   /* body buffer kept between requests */
 #define OUT_KEEP (64u * 1024)    /* answer buffer kept once drained */
 #define OUT_HIGH (64u * 1024)    /* unsent answer bytes past which no request is parsed */
@@ -118,21 +118,18 @@ typedef struct conn {
     http_parser parser;
 
     /* the request being read */
-    char *url;
-    size_t url_len, url_cap;
+    hf_buf url;         /* at most max_header_bytes */
     size_t header_bytes;
     char field[FIELD_MAX];
     size_t field_len;
     bool in_value;
     enum { H_OTHER, H_AUTHORIZATION, H_EXPECT } header;
-    char *auth; /* NUL-terminated */
-    size_t auth_len, auth_cap;
+    hf_buf auth;        /* NUL-terminated; at most max_header_bytes + 1 */
     bool has_auth;
     bool has_host;
     char expect[16];
     size_t expect_len;
-    char *body;
-    size_t body_len, body_cap;
+    hf_buf body;        /* at most max_body_bytes, or the declared length */
     size_t dropped; /* body bytes received past the limit */
     bool too_large;
     bool complete;      /* a whole request is parsed: answer it */
@@ -140,8 +137,8 @@ typedef struct conn {
     uint64_t started_ns;
 
     /* answers */
-    char *out;
-    size_t out_len, out_sent, out_cap;
+    hf_buf out;         /* no maximum: what is queued is bounded by OUT_HIGH */
+    size_t out_sent;
     char *pending; /* input held while answers back up (OUT_HIGH) */
     size_t pending_len;
     bool closing;   /* no further requests: shut down our side once out is sent */
@@ -198,23 +195,9 @@ static const char *http_date(loop *lp)
 
 /* ---- buffers ---- */
 
-/* Room for `more` bytes after *len in a buffer that doubles. */
-static char *reserve(char *buf, size_t *cap, size_t len, size_t more, size_t first)
-{
-    if (more <= *cap - len)
-        return buf;
-    size_t c = *cap ? *cap : first;
-    while (c - len < more)
-        c *= 2;
-    *cap = c;
-    return hf_xrealloc(buf, c);
-}
-
 static void out_append(conn *c, const void *data, size_t len)
 {
-    c->out = reserve(c->out, &c->out_cap, c->out_len, len, 4096);
-    memcpy(c->out + c->out_len, data, len);
-    c->out_len += len;
+    hf_buf_append(&c->out, data, len);
 }
 
 /* ---- the connection list and epoll ---- */
@@ -291,10 +274,10 @@ static void conn_close(conn *c)
     epoll_ctl(lp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     api_response_free(&c->resp);
-    free(c->url);
-    free(c->auth);
-    free(c->body);
-    free(c->out);
+    hf_buf_free(&c->url);
+    hf_buf_free(&c->auth);
+    hf_buf_free(&c->body);
+    hf_buf_free(&c->out);
     free(c->pending);
     free(c);
     count_closed(lp);
@@ -343,7 +326,7 @@ static void log_access(const conn *c, int status, size_t bytes, const char *tena
 {
     char client[96], path[300];
     client_address(c->fd, client, sizeof client);
-    loggable(c->url, c->url_len, path, sizeof path);
+    loggable(c->url.ptr, c->url.len, path, sizeof path);
     uint64_t ns = hf_clock_mono_ns() - c->started_ns;
     log_line("access", "%s \"%s %s HTTP/%u.%u\" %d %zu %" PRIu64 ".%06" PRIu64 "%s%s", client,
              http_method_str((enum http_method)c->parser.method), path, c->parser.http_major,
@@ -396,8 +379,8 @@ static void queue_answer(conn *c, int status, const char *content_type,
         status = 500;
     size_t room = 160 + (content_type ? strlen(content_type) : 0) +
                   (www_authenticate ? strlen(www_authenticate) : 0);
-    c->out = reserve(c->out, &c->out_cap, c->out_len, room, 4096);
-    char *start = c->out + c->out_len, *d = start;
+    hf_buf_reserve(&c->out, room);
+    char *start = c->out.ptr + c->out.len, *d = start;
     d = put(d, "HTTP/1.1 ");
     d = hf_put_uint(d, (uint64_t)status);
     *d++ = ' ';
@@ -425,7 +408,7 @@ static void queue_answer(conn *c, int status, const char *content_type,
     else if (keep_alive_10)
         d = put(d, "Connection: keep-alive\r\n");
     d = put(d, "\r\n");
-    c->out_len += (size_t)(d - start);
+    c->out.len += (size_t)(d - start);
     if (status != 204 && with_body && len)
         out_append(c, body, len);
 }
@@ -463,22 +446,23 @@ static int hex_value(char ch)
  * libmicrohttpd did; a '%' not followed by two hex digits stays). */
 static hf_slice decoded_path(conn *c)
 {
+    char *url = c->url.ptr;
     size_t end = 0;
-    while (end < c->url_len && c->url[end] != '?' && c->url[end] != '#')
+    while (end < c->url.len && url[end] != '?' && url[end] != '#')
         end++;
     size_t n = 0;
     for (size_t i = 0; i < end; i++) {
         int hi, lo;
-        if (c->url[i] == '%' && i + 2 < end && (hi = hex_value(c->url[i + 1])) >= 0 &&
-            (lo = hex_value(c->url[i + 2])) >= 0) {
-            c->url[n++] = (char)(hi * 16 + lo);
+        if (url[i] == '%' && i + 2 < end && (hi = hex_value(url[i + 1])) >= 0 &&
+            (lo = hex_value(url[i + 2])) >= 0) {
+            url[n++] = (char)(hi * 16 + lo);
             i += 2;
         } else {
-            c->url[n++] = c->url[i];
+            url[n++] = url[i];
         }
     }
-    c->url_len = n; /* the access log shows the decoded path */
-    return (hf_slice){c->url, n};
+    c->url.len = n; /* the access log shows the decoded path */
+    return (hf_slice){url, n};
 }
 
 static void answer_request(conn *c)
@@ -496,7 +480,7 @@ static void answer_request(conn *c)
     } else {
         hf_slice path = decoded_path(c);
         api_handle(server->api, http_method_str((enum http_method)p->method), path,
-                   c->has_auth ? c->auth : NULL, c->body, c->body_len, &c->resp);
+                   c->has_auth ? c->auth.ptr : NULL, c->body.ptr, c->body.len, &c->resp);
         const api_response *r = &c->resp;
         queue_answer(c, r->status, r->content_type, r->www_authenticate, r->body.ptr,
                      r->body.len, !head, keep_alive_10);
@@ -504,12 +488,7 @@ static void answer_request(conn *c)
             log_access(c, r->status, r->status == 204 ? 0 : r->body.len, r->tenant);
         api_response_trim(&c->resp);
     }
-    if (c->body_cap > BODY_KEEP) {
-        free(c->body);
-        c->body = NULL;
-        c->body_cap = 0;
-    }
-    c->body_len = 0;
+    hf_buf_reset(&c->body, BODY_KEEP);
 }
 
 /* ---- the parser's callbacks ---- */
@@ -523,16 +502,16 @@ static bool over_header_limit(conn *c, size_t more)
 static int on_message_begin(http_parser *p)
 {
     conn *c = p->data;
-    c->url_len = 0;
+    c->url.len = 0;
     c->header_bytes = 0;
     c->field_len = 0;
     c->in_value = false;
     c->header = H_OTHER;
     c->has_auth = false;
     c->has_host = false;
-    c->auth_len = 0;
+    c->auth.len = 0;
     c->expect_len = 0;
-    c->body_len = 0;
+    hf_buf_reset(&c->body, BODY_KEEP);
     c->dropped = 0;
     c->too_large = false;
     c->complete = false;
@@ -544,13 +523,10 @@ static int on_message_begin(http_parser *p)
 static int on_url(http_parser *p, const char *at, size_t len)
 {
     conn *c = p->data;
-    if (over_header_limit(c, len)) {
+    if (over_header_limit(c, len) || !hf_buf_append(&c->url, at, len)) {
         c->refuse = 414;
         return -1;
     }
-    c->url = reserve(c->url, &c->url_cap, c->url_len, len, 256);
-    memcpy(c->url + c->url_len, at, len);
-    c->url_len += len;
     return 0;
 }
 
@@ -592,7 +568,7 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
         if (field_is(c, "authorization") && !c->has_auth) { /* the first one counts */
             c->header = H_AUTHORIZATION;
             c->has_auth = true;
-            c->auth_len = 0;
+            c->auth.len = 0;
         } else if (field_is(c, "host")) {
             c->has_host = true;
         } else if (field_is(c, "expect")) {
@@ -601,10 +577,13 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
         }
     }
     if (c->header == H_AUTHORIZATION) {
-        c->auth = reserve(c->auth, &c->auth_cap, c->auth_len, len + 1, 128);
-        memcpy(c->auth + c->auth_len, at, len);
-        c->auth_len += len;
-        c->auth[c->auth_len] = '\0';
+        if (!hf_buf_reserve(&c->auth, len + 1)) { /* within the limit checked above */
+            c->refuse = 431;
+            return -1;
+        }
+        memcpy(c->auth.ptr + c->auth.len, at, len);
+        c->auth.len += len;
+        c->auth.ptr[c->auth.len] = '\0';
     } else if (c->header == H_EXPECT) {
         for (size_t i = 0; i < len; i++, c->expect_len++)
             if (c->expect_len < sizeof c->expect)
@@ -629,6 +608,12 @@ static int on_headers_complete(http_parser *p)
         http_parser_pause(p, 1);
         return 0;
     }
+    /* The body's buffer doubles as bytes arrive, up to the declared length
+     * (so that a body with Content-Length ends in a buffer of exactly its
+     * size) or the limit: memory follows what was received, not what a
+     * client announced. Past the limit, on_body drops it. */
+    hf_buf_set_max(&c->body, has_length ? (size_t)p->content_length
+                                        : server->config.max_body_bytes);
     bool body_expected = chunked || (has_length && p->content_length > 0);
     if (body_expected && c->expect_len == 12 && memcmp(c->expect, "100-continue", 12) == 0 &&
         p->http_minor == 1) {
@@ -638,42 +623,16 @@ static int on_headers_complete(http_parser *p)
     return 0;
 }
 
-/* The buffer doubles as bytes arrive, up to the declared length (so that a
- * body with Content-Length ends in a buffer of exactly its size) or the
- * limit: memory follows what was received, not what a client announced. */
-static void body_append(conn *c, const char *data, size_t size)
-{
-    size_t need = c->body_len + size;
-    if (need > c->body_cap) {
-        size_t ceiling = c->loop->server->config.max_body_bytes;
-        bool declared = (c->parser.flags & F_CONTENTLENGTH) && !(c->parser.flags & F_CHUNKED);
-        size_t total = declared ? c->body_len + (size_t)c->parser.content_length + size : 0;
-        if (declared && total < ceiling)
-            ceiling = total;
-        size_t cap = c->body_cap ? c->body_cap : BODY_FIRST;
-        while (cap < need)
-            cap *= 2;
-        if (cap > ceiling)
-            cap = ceiling > need ? ceiling : need;
-        c->body = hf_xrealloc(c->body, cap);
-        c->body_cap = cap;
-    }
-    memcpy(c->body + c->body_len, data, size);
-    c->body_len = need;
-}
-
 static int on_body(http_parser *p, const char *at, size_t len)
 {
     conn *c = p->data;
     size_t max = c->loop->server->config.max_body_bytes;
-    if (!c->too_large && len <= max - c->body_len) {
-        body_append(c, at, len);
+    if (!c->too_large && hf_buf_append(&c->body, at, len))
         return 0;
-    }
     if (!c->too_large) {
         c->too_large = true;
-        c->dropped = c->body_len;
-        c->body_len = 0;
+        c->dropped = c->body.len;
+        c->body.len = 0;
     }
     c->dropped += len;
     if (c->dropped - max > DROP_LIMIT) {
@@ -708,7 +667,7 @@ static const http_parser_settings parser_settings = {
  * new input unless input is held (pending) or no request may follow. */
 static uint32_t wanted(const conn *c)
 {
-    uint32_t events = c->out_sent < c->out_len ? EPOLLOUT : 0;
+    uint32_t events = c->out_sent < c->out.len ? EPOLLOUT : 0;
     if (c->lingering || (!c->pending && !c->closing && !c->peer_done))
         events |= EPOLLIN;
     return events;
@@ -737,7 +696,7 @@ static bool feed(conn *c, const char *data, size_t len)
             if (c->complete) {
                 c->complete = false;
                 answer_request(c);
-                if (!c->closing && len > 0 && c->out_len - c->out_sent > OUT_HIGH) {
+                if (!c->closing && len > 0 && c->out.len - c->out_sent > OUT_HIGH) {
                     c->pending = hf_xmalloc(len);
                     memcpy(c->pending, data, len);
                     c->pending_len = len;
@@ -773,8 +732,8 @@ static bool feed(conn *c, const char *data, size_t len)
  */
 static bool flush(conn *c)
 {
-    while (c->out_sent < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent, MSG_NOSIGNAL);
+    while (c->out_sent < c->out.len) {
+        ssize_t n = send(c->fd, c->out.ptr + c->out_sent, c->out.len - c->out_sent, MSG_NOSIGNAL);
         if (n > 0) {
             c->out_sent += (size_t)n;
             touch(c);
@@ -788,12 +747,8 @@ static bool flush(conn *c)
             return false;
         }
     }
-    c->out_len = c->out_sent = 0;
-    if (c->out_cap > OUT_KEEP) {
-        free(c->out);
-        c->out = NULL;
-        c->out_cap = 0;
-    }
+    c->out_sent = 0;
+    hf_buf_reset(&c->out, OUT_KEEP);
     if (c->peer_done) {
         conn_close(c);
         return false;
@@ -829,7 +784,7 @@ static void on_readable(conn *c)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
         if (n <= 0) { /* the end of the client's side, or an error */
-            if (c->lingering || c->out_sent == c->out_len || n < 0) {
+            if (c->lingering || c->out_sent == c->out.len || n < 0) {
                 conn_close(c);
                 return;
             }
@@ -869,6 +824,9 @@ static void conn_open(loop *lp, int fd)
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     api_response_init(&c->resp, server->api);
+    hf_buf_init(&c->url, server->config.max_header_bytes);
+    hf_buf_init(&c->auth, server->config.max_header_bytes + 1);
+    hf_buf_init(&c->body, server->config.max_body_bytes);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
     if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         log_msg(LOG_WARN, "http: cannot watch a new connection: %s", strerror(errno));
@@ -920,10 +878,7 @@ static void give(loop *lp, int fd)
         return;
     }
     pthread_mutex_lock(&best->inbox_lock);
-    if (best->inbox_len == best->inbox_cap) {
-        best->inbox_cap = best->inbox_cap ? best->inbox_cap * 2 : 16;
-        best->inbox = hf_xreallocarray(best->inbox, best->inbox_cap, sizeof *best->inbox);
-    }
+    best->inbox = hf_grow(best->inbox, &best->inbox_cap, best->inbox_len + 1, sizeof *best->inbox);
     best->inbox[best->inbox_len++] = fd;
     pthread_mutex_unlock(&best->inbox_lock);
     uint64_t one = 1;

@@ -105,9 +105,9 @@
 
 #include "core/core.h"
 #include "module/redismodule_api.h"
-#include "module/wire.h"
 #include "store/import.h"
 #include "util/xalloc.h"
+#include "wire/wire.h"
 
 #define RM_API_DEFINE(name, ret, params) ret(*rm_##name) params;
 RM_API_LIST(RM_API_DEFINE)

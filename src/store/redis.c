@@ -1,7 +1,7 @@
 /*
  * redis.c: the Redis engine's operations (redis.h): each store call as one
  * HF3FS.* command of the module (docs/redis-module.md), its arguments and
- * answers in the encodings of src/module/wire.h; the connections, health
+ * answers in the encodings of src/wire/wire.h; the connections, health
  * and figures are store/redis_conn.c's.
  */
 #include "store/redis.h"
@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "module/wire.h"
 #include "store/redis_conn.h"
 #include "util/log.h"
 #include "util/xalloc.h"
+#include "wire/wire.h"
 
 typedef struct store_redis {
     store_t base;

@@ -4,27 +4,41 @@
 
 #include "util/xalloc.h"
 
-void hf_buf_reserve(hf_buf *b, size_t more)
+bool hf_buf_reserve(hf_buf *b, size_t more)
 {
+    if (b->overflow)
+        return false;
     if (b->cap - b->len >= more)
-        return;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < more)
-        cap *= 2;
-    b->ptr = hf_xrealloc(b->ptr, cap);
-    b->cap = cap;
+        return true;
+    size_t max = b->bounded ? b->max : SIZE_MAX;
+    if (more > max - b->len) {
+        b->overflow = true;
+        return false;
+    }
+    b->ptr = hf_grow_max(b->ptr, &b->cap, b->len + more, 1, max);
+    return true;
 }
 
-void hf_buf_append(hf_buf *b, const void *data, size_t len)
+bool hf_buf_append(hf_buf *b, const void *data, size_t len)
 {
-    hf_buf_reserve(b, len);
+    if (!hf_buf_reserve(b, len))
+        return false;
     if (len)
         memcpy(b->ptr + b->len, data, len);
     b->len += len;
+    return true;
+}
+
+void hf_buf_reset(hf_buf *b, size_t keep_bytes)
+{
+    if (b->cap > keep_bytes)
+        hf_buf_free(b);
+    b->len = 0;
+    b->overflow = false;
 }
 
 void hf_buf_free(hf_buf *b)
 {
     hf_xfree(b->ptr);
-    *b = (hf_buf){0};
+    *b = (hf_buf){.max = b->max, .bounded = b->bounded};
 }

@@ -16,6 +16,19 @@ void *hf_xcalloc(size_t count, size_t size);
 void *hf_xrealloc(void *ptr, size_t size);
 /* realloc of an array of count elements of size bytes, checking the product. */
 void *hf_xreallocarray(void *ptr, size_t count, size_t size);
+/*
+ * Growth of an array of elem_size-byte elements (a byte buffer: 1) that must
+ * now hold `need` of them: when *cap (in elements) is smaller, the capacity
+ * doubles, from 256 bytes' worth, until it holds need, and *cap and the
+ * reallocated pointer are returned; else ptr unchanged. hf_grow_max never
+ * goes past max elements (need <= max is the caller's to check: the last
+ * doubling stops at max).
+ */
+void *hf_grow_max(void *ptr, size_t *cap, size_t need, size_t elem_size, size_t max);
+static inline void *hf_grow(void *ptr, size_t *cap, size_t need, size_t elem_size)
+{
+    return hf_grow_max(ptr, cap, need, elem_size, (size_t)-1 / elem_size);
+}
 /* Frees what the functions above returned. */
 void hf_xfree(void *ptr);
 

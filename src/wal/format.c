@@ -7,40 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/bytes.h"
 #include "util/xalloc.h"
 #include "wal/crc32c.h"
-
-/* ---------------------------------------------------------------- buffers */
-
-/* ----------------------------------------------------- little-endian ints */
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /* ---------------------------------------------------------- file headers */
 
@@ -48,13 +17,13 @@ void wal__header_encode(const wal_file_header *h, uint8_t out[WAL_HEADER_SIZE])
 {
     memset(out, 0, WAL_HEADER_SIZE);
     memcpy(out, h->magic, 8);
-    put32(out + 8, h->version);
-    put32(out + 12, h->flags);
-    put64(out + 16, h->seq);
-    put64(out + 24, h->lsn);
-    put64(out + 32, (uint64_t)h->time_base);
-    put32(out + 40, h->salt);
-    put32(out + 44, wal_crc32c(out, 44));
+    hf_put_le32(out + 8, h->version);
+    hf_put_le32(out + 12, h->flags);
+    hf_put_le64(out + 16, h->seq);
+    hf_put_le64(out + 24, h->lsn);
+    hf_put_le64(out + 32, (uint64_t)h->time_base);
+    hf_put_le32(out + 40, h->salt);
+    hf_put_le32(out + 44, wal_crc32c(out, 44));
 }
 
 int wal__header_decode(const uint8_t *p, size_t len, wal_file_header *h)
@@ -65,15 +34,15 @@ int wal__header_decode(const uint8_t *p, size_t len, wal_file_header *h)
         return WAL_HDR_BAD_MAGIC;
     if (len < WAL_HEADER_SIZE)
         return WAL_HDR_SHORT;
-    if (get32(p + 44) != wal_crc32c(p, 44))
+    if (hf_get_le32(p + 44) != wal_crc32c(p, 44))
         return WAL_HDR_BAD_CRC;
     memcpy(h->magic, p, 8);
-    h->version = get32(p + 8);
-    h->flags = get32(p + 12);
-    h->seq = get64(p + 16);
-    h->lsn = get64(p + 24);
-    h->time_base = (int64_t)get64(p + 32);
-    h->salt = get32(p + 40);
+    h->version = hf_get_le32(p + 8);
+    h->flags = hf_get_le32(p + 12);
+    h->seq = hf_get_le64(p + 16);
+    h->lsn = hf_get_le64(p + 24);
+    h->time_base = (int64_t)hf_get_le64(p + 32);
+    h->salt = hf_get_le32(p + 40);
     if (h->version < WAL_VERSION_OLDEST || h->version > WAL_VERSION)
         return WAL_HDR_BAD_VERSION;
     return WAL_HDR_OK;
@@ -81,15 +50,6 @@ int wal__header_decode(const uint8_t *p, size_t len, wal_file_header *h)
 
 /* ---------------------------------------------------------------- varints */
 
-static void put_varint(hf_buf *b, uint64_t v)
-{
-    hf_buf_reserve(b, 10);
-    while (v >= 0x80) {
-        b->ptr[b->len++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    b->ptr[b->len++] = (uint8_t)v;
-}
 
 /* A cursor over a body; `bad` once anything did not parse. */
 typedef struct reader {
@@ -99,19 +59,14 @@ typedef struct reader {
 
 static uint64_t get_varint(reader *r)
 {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (r->p >= r->end) {
-            r->bad = true;
-            return 0;
-        }
-        uint8_t byte = *r->p++;
-        v |= (uint64_t)(byte & 0x7f) << shift;
-        if (!(byte & 0x80))
-            return v;
+    uint64_t v;
+    int n = hf_varint_get(r->p, (size_t)(r->end - r->p), &v);
+    if (n <= 0) {
+        r->bad = true;
+        return 0;
     }
-    r->bad = true;
-    return 0;
+    r->p += n;
+    return v;
 }
 
 static const uint8_t *get_bytes(reader *r, size_t n)
@@ -130,12 +85,10 @@ static const uint8_t *get_bytes(reader *r, size_t n)
 static void put_deadline(hf_buf *b, int64_t base, int64_t deadline)
 {
     if (deadline == 0) {
-        put_varint(b, 0);
+        hf_buf_put_varint(b, 0);
         return;
     }
-    uint64_t d = (uint64_t)deadline - (uint64_t)base;
-    uint64_t zz = (d << 1) ^ (uint64_t)-(int64_t)(d >> 63);
-    put_varint(b, zz + 1);
+    hf_buf_put_varint(b, hf_zigzag_encode((uint64_t)deadline - (uint64_t)base) + 1);
 }
 
 static int64_t get_deadline(reader *r, int64_t base)
@@ -143,9 +96,7 @@ static int64_t get_deadline(reader *r, int64_t base)
     uint64_t v = get_varint(r);
     if (v == 0)
         return 0;
-    uint64_t zz = v - 1;
-    uint64_t d = (zz >> 1) ^ (uint64_t) - (int64_t)(zz & 1);
-    return (int64_t)((uint64_t)base + d);
+    return (int64_t)((uint64_t)base + hf_zigzag_decode(v - 1));
 }
 
 /* ------------------------------------------------------------------- keys */
@@ -174,12 +125,12 @@ static bool is_packable_hex(hf_slice key)
 static void put_key(hf_buf *b, hf_slice key)
 {
     if (!is_packable_hex(key)) {
-        put_varint(b, (uint64_t)key.len << 1);
+        hf_buf_put_varint(b, (uint64_t)key.len << 1);
         hf_buf_append(b, key.ptr, key.len);
         return;
     }
     size_t n = key.len / 2;
-    put_varint(b, (uint64_t)n << 1 | 1);
+    hf_buf_put_varint(b, (uint64_t)n << 1 | 1);
     hf_buf_reserve(b, n);
     for (size_t i = 0; i < n; i++)
         b->ptr[b->len++] = (uint8_t)(hex_digit((uint8_t)key.ptr[2 * i]) << 4 |
@@ -214,42 +165,33 @@ static hf_slice get_key(reader *r, hf_buf *scratch)
 
 /* ---------------------------------------------------------------- framing */
 
-void wal__frame_append(hf_buf *out, uint32_t salt, const uint8_t *body, size_t body_len)
+void wal__frame_append(hf_buf *out, uint32_t salt, const void *body, size_t body_len)
 {
     hf_buf_reserve(out, WAL_MAX_FRAME_OVERHEAD + body_len);
-    uint8_t *rec = out->ptr + out->len;
-    size_t n = 4;
-    uint64_t v = body_len;
-    while (v >= 0x80) {
-        rec[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    rec[n++] = (uint8_t)v;
+    uint8_t *rec = (uint8_t *)out->ptr + out->len;
+    size_t n = 4 + hf_varint_put(rec + 4, body_len);
     memcpy(rec + n, body, body_len);
-    put32(rec, wal_crc32c(rec + 4, n - 4 + body_len) ^ salt);
+    hf_put_le32(rec, wal_crc32c(rec + 4, n - 4 + body_len) ^ salt);
     out->len += n + body_len;
 }
 
-int wal__frame(const uint8_t *p, size_t avail, uint32_t salt, size_t *rec_len,
+int wal__frame(const void *data, size_t avail, uint32_t salt, size_t *rec_len,
                const uint8_t **body, size_t *body_len)
 {
+    const uint8_t *p = data;
+    /* The length's varint: at most WAL_MAX_FRAME_OVERHEAD - 4 bytes; one
+     * that has not ended where the data ends may still be arriving. */
+    size_t room = avail > 4 ? avail - 4 : 0, most = WAL_MAX_FRAME_OVERHEAD - 4;
     uint64_t len = 0;
-    size_t n = 4;
-    for (int shift = 0;; shift += 7) {
-        if (n >= avail)
-            return WAL_FRAME_SHORT;
-        if (n >= WAL_MAX_FRAME_OVERHEAD)
-            return WAL_FRAME_BAD;
-        uint8_t byte = p[n++];
-        len |= (uint64_t)(byte & 0x7f) << shift;
-        if (!(byte & 0x80))
-            break;
-    }
+    int got = hf_varint_get(p + 4, room < most ? room : most, &len);
+    if (got <= 0)
+        return room <= most ? WAL_FRAME_SHORT : WAL_FRAME_BAD;
+    size_t n = 4 + (size_t)got;
     if (len == 0 || len > WAL_MAX_BODY)
         return WAL_FRAME_BAD;
     if (avail - n < len)
         return WAL_FRAME_SHORT;
-    if (get32(p) != (wal_crc32c(p + 4, n - 4 + (size_t)len) ^ salt))
+    if (hf_get_le32(p) != (wal_crc32c(p + 4, n - 4 + (size_t)len) ^ salt))
         return WAL_FRAME_BAD;
     *rec_len = n + (size_t)len;
     *body = p + n;
@@ -377,8 +319,8 @@ static void held_flush(wal_encoder *e)
         return;
     e->held = false;
     body_start(e, WAL_REC_RESERVE);
-    put_varint(&e->body, e->held_pool);
-    put_varint(&e->body, e->held_page);
+    hf_buf_put_varint(&e->body, e->held_pool);
+    hf_buf_put_varint(&e->body, e->held_page);
     put_deadline(&e->body, e->time_base, 0);
     put_key(&e->body, (hf_slice){(const char *)e->held_key.ptr, e->held_key.len});
     body_emit(e);
@@ -408,8 +350,8 @@ void wal__enc_event(void *ctx, const core_event *ev)
         if (merge) {
             e->held = false;
             body_start(e, WAL_REC_OWNED);
-            put_varint(&e->body, e->held_pool);
-            put_varint(&e->body, e->held_page);
+            hf_buf_put_varint(&e->body, e->held_pool);
+            hf_buf_put_varint(&e->body, e->held_page);
             put_key(&e->body, (hf_slice){(const char *)e->held_key.ptr, e->held_key.len});
             body_emit(e);
             return;
@@ -432,10 +374,10 @@ void wal__enc_event(void *ctx, const core_event *ev)
             wal__pools_put(&e->pools, id, ev->ns, ev->rank);
         }
         body_start(e, WAL_REC_POOL_INIT);
-        put_varint(&e->body, id);
-        put_varint(&e->body, ev->rank);
-        put_varint(&e->body, ev->page);
-        put_varint(&e->body, ev->ns.len);
+        hf_buf_put_varint(&e->body, id);
+        hf_buf_put_varint(&e->body, ev->rank);
+        hf_buf_put_varint(&e->body, ev->page);
+        hf_buf_put_varint(&e->body, ev->ns.len);
         hf_buf_append(&e->body, ev->ns.ptr, ev->ns.len);
         body_emit(e);
         return;
@@ -458,15 +400,15 @@ void wal__enc_event(void *ctx, const core_event *ev)
     if ((size_t)ev->type >= sizeof types || types[ev->type] == 0)
         abort(); /* an event type this log does not write (USE, DEMOTE): a bug */
     body_start(e, types[ev->type]);
-    put_varint(&e->body, id);
-    put_varint(&e->body, ev->page);
+    hf_buf_put_varint(&e->body, id);
+    hf_buf_put_varint(&e->body, ev->page);
     if (ev->type == CORE_EV_RESERVE || ev->type == CORE_EV_DRAIN ||
         ev->type == CORE_EV_WRITE_LEASE || ev->type == CORE_EV_WRITE_DONE)
         put_deadline(&e->body, e->time_base, ev->deadline);
     if (ev->type == CORE_EV_RESERVE)
         put_key(&e->body, ev->key);
     if (ev->type == CORE_EV_SWEEP)
-        put_varint(&e->body, (uint64_t)ev->deadline); /* full turns, >= 0 */
+        hf_buf_put_varint(&e->body, (uint64_t)ev->deadline); /* full turns, >= 0 */
     body_emit(e);
 }
 
@@ -474,7 +416,7 @@ void wal__enc_end(wal_encoder *e)
 {
     uint64_t count = e->records;
     body_start(e, WAL_REC_END);
-    put_varint(&e->body, count);
+    hf_buf_put_varint(&e->body, count);
     body_emit(e);
 }
 

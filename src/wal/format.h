@@ -76,13 +76,13 @@ enum {
     WAL_FRAME_BAD = -2,   /* impossible length or checksum mismatch */
 };
 
-/* Frame the record at p[0..avail-1]: *rec_len = its whole size, *body its
+/* Frame the record at data[0..avail-1]: *rec_len = its whole size, *body its
  * body (pointing into p). */
-int wal__frame(const uint8_t *p, size_t avail, uint32_t salt, size_t *rec_len,
+int wal__frame(const void *data, size_t avail, uint32_t salt, size_t *rec_len,
                const uint8_t **body, size_t *body_len);
 
 /* Append one record with this body to out. */
-void wal__frame_append(hf_buf *out, uint32_t salt, const uint8_t *body, size_t body_len);
+void wal__frame_append(hf_buf *out, uint32_t salt, const void *body, size_t body_len);
 
 /* ------------------------------------------------------------ pool table */
 

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/bytes.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/xalloc.h"
@@ -156,10 +157,7 @@ static int list_dir(recovery *R)
                     de->d_name);
             continue;
         }
-        if (R->nfiles == R->cap) {
-            R->cap = R->cap ? R->cap * 2 : 16;
-            R->files = hf_xreallocarray(R->files, R->cap, sizeof *R->files);
-        }
+        R->files = hf_grow(R->files, &R->cap, R->nfiles + 1, sizeof *R->files);
         dir_file *f = &R->files[R->nfiles++];
         f->kind = kind;
         f->seq = seq;
@@ -308,16 +306,14 @@ static uint64_t count_frames(const uint8_t *p, size_t len)
     while (i < len) {
         count++;
         size_t n = i + 4;
+        if (n >= len)
+            break;
         uint64_t body = 0;
-        int shift = 0;
-        while (n < len && shift < 28 && (p[n] & 0x80))
-            body |= (uint64_t)(p[n++] & 0x7f) << shift, shift += 7;
-        if (n >= len || shift >= 28)
+        size_t most = WAL_MAX_FRAME_OVERHEAD - 4;
+        int got = hf_varint_get(p + n, len - n < most ? len - n : most, &body);
+        if (got <= 0 || body == 0)
             break;
-        body |= (uint64_t)p[n++] << shift;
-        if (body == 0)
-            break;
-        i = n + body;
+        i = n + (size_t)got + body;
     }
     return count ? count : 1;
 }

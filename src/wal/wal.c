@@ -587,7 +587,7 @@ static int switch_segment(wal_t *w, const wal_rotation *rot, bool abandon, const
 static int write_batch(wal_t *w, const wal_rotation *rot, bool broken, bool sync,
                        const char **what)
 {
-    const uint8_t *p = w->batch.ptr;
+    const uint8_t *p = (const uint8_t *)w->batch.ptr;
     size_t n = w->batch.len, head = rot->pending ? rot->off : n;
     int rc = 0;
     *what = "write";

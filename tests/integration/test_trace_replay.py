@@ -237,7 +237,7 @@ def test_replay_leaves_a_sound_state():
 
 
 def test_stripe_hash_is_the_wire_hash():
-    # values of wire_stripe_hash / wire_stripe_of (src/module/wire.c), computed by the C
+    # values of wire_stripe_hash / wire_stripe_of (src/wire/wire.c), computed by the C
     mod = replay_module()
     for key, stripe in ((b"0123456789abcdef0123456789abcdef", 2), (b"a1b2", 9), (b"kv", 7),
                         (b"", 14)):

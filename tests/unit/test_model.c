@@ -39,7 +39,7 @@
 #include "check.h"
 #include "core/core.h"
 #include "engines.h"
-#include "module/wire.h"
+#include "wire/wire.h"
 
 enum { NNS = 2, NRANKS = 3, MAXP = 6, NKEYS = 14, STEPS = 200000, MAXS = 8 };
 

@@ -1,5 +1,5 @@
 /*
- * test_wire.c: the encodings of src/module/wire.h (front end <-> Redis
+ * test_wire.c: the encodings of src/wire/wire.h (front end <-> Redis
  * module) round-trip, and their decoders refuse malformed input without
  * reading past it (each input sits in a buffer of exactly its size, so the
  * ASan build catches a read beyond).
@@ -7,8 +7,9 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "module/wire.h"
+#include "util/bytes.h"
 #include "util/slot.h"
+#include "wire/wire.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -345,6 +346,47 @@ TEST(stripes_share_every_page_of_a_pool_exactly_once)
         }
 }
 
+/* util/bytes.h, under every encoding here and in the WAL: the bytes are
+ * pinned (they are on disk and on the wire). */
+TEST(byte_codecs_are_pinned_and_round_trip)
+{
+    uint8_t b[HF_VARINT_MAX];
+    hf_put_le16(b, 0x0102);
+    CHECK(b[0] == 2 && b[1] == 1 && hf_get_le16(b) == 0x0102);
+    hf_put_le32(b, 0x01020304u);
+    CHECK(b[0] == 4 && b[3] == 1 && hf_get_le32(b) == 0x01020304u);
+    hf_put_le64(b, 0x0102030405060708ull);
+    CHECK(b[0] == 8 && b[7] == 1 && hf_get_le64(b) == 0x0102030405060708ull);
+
+    static const struct { uint64_t v; size_t n; uint8_t first, last; } pinned[] = {
+        {0, 1, 0x00, 0x00},       {127, 1, 0x7f, 0x7f},         {128, 2, 0x80, 0x01},
+        {300, 2, 0xac, 0x02},     {UINT64_MAX, 10, 0xff, 0x01},
+    };
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
+        size_t n = hf_varint_put(b, pinned[i].v);
+        CHECK_EQ(n, pinned[i].n);
+        CHECK(b[0] == pinned[i].first && b[n - 1] == pinned[i].last);
+        uint64_t v = 0;
+        CHECK_EQ(hf_varint_get(b, n, &v), (int)n);
+        CHECK(v == pinned[i].v);
+        CHECK_EQ(hf_varint_get(b, n - 1, &v), 0); /* cut short */
+    }
+    memset(b, 0x80, sizeof b);
+    uint64_t v;
+    CHECK_EQ(hf_varint_get(b, sizeof b, &v), -1); /* longer than 64 bits */
+
+    static const int64_t signed_values[] = {0, -1, 1, -2, 2, INT64_MAX, INT64_MIN};
+    static const uint64_t zigzagged[] = {0, 1, 2, 3, 4, UINT64_MAX - 1, UINT64_MAX};
+    for (size_t i = 0; i < 7; i++) {
+        CHECK(hf_zigzag_encode((uint64_t)signed_values[i]) == zigzagged[i]);
+        CHECK((int64_t)hf_zigzag_decode(zigzagged[i]) == signed_values[i]);
+    }
+    for (int i = 0; i < 10000; i++) {
+        uint64_t x = next();
+        CHECK(hf_zigzag_decode(hf_zigzag_encode(x)) == x);
+    }
+}
+
 int main(void)
 {
     RUN(value_keys_are_valid_hash_tags_for_every_namespace);
@@ -357,5 +399,6 @@ int main(void)
     RUN(stripes_share_every_page_of_a_pool_exactly_once);
     RUN(events_round_trip_and_truncated_or_malformed_events_are_refused);
     RUN(random_bytes_never_decode_beyond_their_length);
+    RUN(byte_codecs_are_pinned_and_round_trip);
     return TEST_SUMMARY();
 }

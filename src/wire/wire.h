@@ -1,8 +1,9 @@
 /*
  * wire.h: what the front end and the Redis module say to each other
  * (docs/redis-module.md): names, versions, and the byte encodings of the
- * HF3FS.* commands' arguments and replies. Used by both sides, so that an
- * encoding exists once.
+ * HF3FS.* commands' arguments and replies. Used by both sides (src/store's
+ * Redis engine and src/module), so that an encoding exists once; a folder of
+ * its own, so that neither side depends on the other's.
  *
  * Encodings (all integers little-endian)
  *   key list   for each key: u32 length, then its bytes
@@ -20,8 +21,8 @@
  * Decoders never trust their input: a malformed list or event answers -1
  * and reads nothing beyond the given length.
  */
-#ifndef HF_MODULE_WIRE_H
-#define HF_MODULE_WIRE_H
+#ifndef HF_WIRE_H
+#define HF_WIRE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,10 +1,11 @@
-#include "module/wire.h"
+#include "wire/wire.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/bytes.h"
 #include "util/slot.h"
 #include "util/xalloc.h"
 
@@ -29,18 +30,6 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap)
     return need;
 }
 
-static void put_u32(char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const char *p)
-{
-    const unsigned char *u = (const unsigned char *)p;
-    return (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
-}
-
 void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n)
 {
     size_t total = 0;
@@ -48,7 +37,7 @@ void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n)
         total += 4 + keys[i].len;
     hf_buf_reserve(b, total);
     for (size_t i = 0; i < n; i++) {
-        put_u32((char *)b->ptr + b->len, (uint32_t)keys[i].len);
+        hf_put_le32(b->ptr + b->len, (uint32_t)keys[i].len);
         if (keys[i].len)
             memcpy((char *)b->ptr + b->len + 4, keys[i].ptr, keys[i].len);
         b->len += 4 + keys[i].len;
@@ -62,7 +51,7 @@ int64_t wire_keys_count(const char *p, size_t len)
     while (pos < len) {
         if (len - pos < 4)
             return -1;
-        uint32_t klen = get_u32(p + pos);
+        uint32_t klen = hf_get_le32(p + pos);
         pos += 4;
         if (klen > len - pos)
             return -1;
@@ -76,7 +65,7 @@ void wire_keys_decode(const char *p, size_t len, hf_slice *out)
 {
     size_t pos = 0, i = 0;
     while (pos < len) {
-        uint32_t klen = get_u32(p + pos);
+        uint32_t klen = hf_get_le32(p + pos);
         out[i++] = (hf_slice){p + pos + 4, klen};
         pos += 4 + klen;
     }
@@ -85,21 +74,14 @@ void wire_keys_decode(const char *p, size_t len, hf_slice *out)
 void wire_i64_append(hf_buf *b, const int64_t *v, size_t n)
 {
     hf_buf_reserve(b, 8 * n);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t u = (uint64_t)v[i];
-        for (int k = 0; k < 8; k++)
-            b->ptr[b->len + 8 * i + k] = (char)(u >> (8 * k));
-    }
+    for (size_t i = 0; i < n; i++)
+        hf_put_le64(b->ptr + b->len + 8 * i, (uint64_t)v[i]);
     b->len += 8 * n;
 }
 
 int64_t wire_i64_at(const char *p, size_t i)
 {
-    const unsigned char *u = (const unsigned char *)p + 8 * i;
-    uint64_t v = 0;
-    for (int k = 7; k >= 0; k--)
-        v = v << 8 | u[k];
-    return (int64_t)v;
+    return (int64_t)hf_get_le64(p + 8 * i);
 }
 
 size_t wire_cfg_format(const core_config *cfg, char *out, size_t cap)
@@ -230,41 +212,25 @@ size_t wire_stripe_key(hf_slice ns, wire_stripe st, char *out, size_t cap)
     return n;
 }
 
-static void put_varint(hf_buf *b, uint64_t v)
-{
-    hf_buf_reserve(b, 10);
-    while (v >= 0x80) {
-        b->ptr[b->len++] = (char)(v | 0x80);
-        v >>= 7;
-    }
-    b->ptr[b->len++] = (char)v;
-}
-
+/* A varint at *pos of p[0..len), advancing *pos; -1 if malformed. */
 static int get_varint(const char *p, size_t len, size_t *pos, uint64_t *out)
 {
-    uint64_t v = 0;
-    for (unsigned shift = 0; shift < 64; shift += 7) {
-        if (*pos >= len)
-            return -1;
-        unsigned char c = (unsigned char)p[(*pos)++];
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
+    int n = hf_varint_get(p + *pos, len - *pos, out);
+    if (n <= 0)
+        return -1;
+    *pos += (size_t)n;
+    return 0;
 }
 
 void wire_event_append(hf_buf *b, const core_event *ev)
 {
     hf_buf_reserve(b, 1);
     b->ptr[b->len++] = (char)ev->type;
-    put_varint(b, ev->rank);
-    put_varint(b, ev->page);
-    put_varint(b, ((uint64_t)ev->deadline << 1) ^ (uint64_t)(ev->deadline >> 63));
+    hf_buf_put_varint(b, ev->rank);
+    hf_buf_put_varint(b, ev->page);
+    hf_buf_put_varint(b, hf_zigzag_encode((uint64_t)ev->deadline));
     if (ev->type == CORE_EV_RESERVE) {
-        put_varint(b, ev->key.len);
+        hf_buf_put_varint(b, ev->key.len);
         hf_buf_append(b, ev->key.ptr, ev->key.len);
     }
 }
@@ -281,7 +247,7 @@ int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_ev
         get_varint(p, len, pos, &zz))
         return -1;
     *ev = (core_event){(core_event_type)type, ns, (uint32_t)rank, page, {"", 0},
-                       (int64_t)(zz >> 1) ^ -(int64_t)(zz & 1)};
+                       (int64_t)hf_zigzag_decode(zz)};
     if (type == CORE_EV_CLEAR_ALL)
         ev->ns = (hf_slice){"", 0};
     if (type == CORE_EV_RESERVE) {
