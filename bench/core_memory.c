@@ -72,7 +72,7 @@ static void fill(core_t *core, size_t entries, int key_chars)
 
 static void measure(size_t entries, int key_chars)
 {
-    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
+    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
                        .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
     core_t *core = core_new(&cfg);
     long before = rss_kib();
@@ -95,7 +95,7 @@ static void measure_free_pages(size_t entries)
     static char names[BATCH][32];
     hf_slice keys[BATCH];
     int64_t *pages = calloc(entries ? entries : 1, sizeof *pages);
-    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
+    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
                        .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
     core_t *core = core_new(&cfg);
     long before = rss_kib();
@@ -143,7 +143,7 @@ static void measure_pool(size_t unused_entries, int unused)
 {
     (void)unused_entries;
     (void)unused;
-    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
+    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
                        .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
     /* Warm up malloc and stdio first (a first fopen or malloc in the child
      * maps and touches pages that have nothing to do with the pool). */

@@ -48,7 +48,7 @@ core_config fuzz_core_config(void)
     return (core_config){
         .reservation_ms = 600,
         .read_lease_ms = 200,
-        .evict_lru = true,
+        .evict = true,
         .max_pages = 1000,
         .max_ranks = 4,
         .hash_seed = 0x5eed,

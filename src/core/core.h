@@ -120,7 +120,7 @@ typedef struct core_config {
     int64_t read_lease_ms;  /* read lease (docs/protocol.md: default 5 s) */
     int64_t write_lease_ms; /* bound of a write lease on a hit; 0: hits are not protected */
     int64_t release_grace_ms; /* a released page drains this long; 0: FREE at once */
-    bool evict_lru;         /* eviction: true = by recency (see Recency), false = none */
+    bool evict;             /* eviction: true = the CLOCK rule (see Recency), false = none */
     uint64_t max_pages;     /* largest num_pages accepted, <= CORE_MAX_PAGES_LIMIT */
     uint32_t max_ranks;     /* ranks are 0 .. max_ranks-1 */
     uint64_t hash_seed;     /* seeds the key hash (the caller picks it at random) */

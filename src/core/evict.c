@@ -10,7 +10,7 @@
  *   - A victim is an OWNED page that is evictable: no read or write lease
  *     (its column's deadline <= now) and not a hit of the running
  *     allocation (PINNED). RESERVED and DRAINING pages are never taken.
- *     Nothing is evicted without config.evict_lru, or while every OWNED
+ *     Nothing is evicted without config.evict, or while every OWNED
  *     page is read-leased after core_recovered().
  *   - First choice: the most recently demoted evictable page (demoted: its
  *     key lost its page in another rank while this page had no lease, and
@@ -208,7 +208,7 @@ static uint32_t clock_sweep(core_pool_t *pool, core_evict_scan *scan, int64_t no
 
 static uint32_t find_evictable(core_pool_t *pool, core_evict_scan *scan, int64_t now)
 {
-    if (!pool->core->config.evict_lru || pool->nowned == 0 || scan->exhausted ||
+    if (!pool->core->config.evict || pool->nowned == 0 || scan->exhausted ||
         core__all_owned_leased(pool->core, now))
         return CORE_NIL;
     uint32_t page = take_demoted(pool, now);
@@ -237,7 +237,7 @@ bool core__can_take(core_pool_t *pool, uint64_t need, int64_t now)
     uint64_t avail = core__pool_free_count(pool);
     if (avail >= need)
         return true;
-    if (!pool->core->config.evict_lru || core__all_owned_leased(pool->core, now))
+    if (!pool->core->config.evict || core__all_owned_leased(pool->core, now))
         return false;
     for (uint64_t p = 0; p < pool->touched && avail < need; p++)
         if (core__page_is_owned(pool, (uint32_t)p) && page_evictable(pool, (uint32_t)p, now))

@@ -106,6 +106,7 @@
 #include "core/core.h"
 #include "module/redismodule_api.h"
 #include "store/import.h"
+#include "util/bytes.h"
 #include "util/xalloc.h"
 #include "wire/wire.h"
 
@@ -144,7 +145,7 @@ static core_config default_config(void)
 {
     core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000,
                        .write_lease_ms = 30000, .release_grace_ms = 0,
-                       .evict_lru = true, .max_pages = CORE_MAX_PAGES_LIMIT,
+                       .evict = true, .max_pages = CORE_MAX_PAGES_LIMIT,
                        .max_ranks = CORE_MAX_RANKS_LIMIT};
     return cfg;
 }
@@ -200,14 +201,9 @@ static void value_free(void *p)
 
 static void put_u32(hf_buf *b, uint32_t x)
 {
-    char c[4] = {(char)x, (char)(x >> 8), (char)(x >> 16), (char)(x >> 24)};
+    char c[4];
+    hf_put_le32(c, x);
     hf_buf_append(b, c, 4);
-}
-
-static uint32_t get_u32(const char *p)
-{
-    const unsigned char *u = (const unsigned char *)p;
-    return (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
 }
 
 static void collect_event(void *ctx, const core_event *ev)
@@ -278,7 +274,7 @@ static hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev
             snprintf(err, errlen, "truncated free order");
             goto fail;
         }
-        uint32_t rank = get_u32(order + pos), n = get_u32(order + pos + 4);
+        uint32_t rank = hf_get_le32(order + pos), n = hf_get_le32(order + pos + 4);
         pos += 8;
         if ((orderlen - pos) / 4 < n) {
             snprintf(err, errlen, "truncated free order of rank %" PRIu32, rank);
@@ -287,7 +283,7 @@ static hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev
         core_pool_t *pool = core_pool_find(v->core, ns, rank);
         pages = hf_xreallocarray(pages, n ? n : 1, sizeof *pages);
         for (uint32_t i = 0; i < n; i++)
-            pages[i] = get_u32(order + pos + 4 * (size_t)i);
+            pages[i] = hf_get_le32(order + pos + 4 * (size_t)i);
         pos += 4 * (size_t)n;
         if (!pool || core_pool_set_free_order(pool, pages, n) != 0) {
             hf_xfree(pages);

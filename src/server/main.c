@@ -76,7 +76,7 @@ typedef struct server_options {
     double read_lease_s;
     double write_lease_s; /* < 0: the reservation timeout */
     double release_grace_s;
-    bool evict_lru;
+    bool evict;
     bool debug_api;
     const char *persistence_path;
     double save_interval_s;
@@ -118,7 +118,7 @@ static const server_options defaults = {
     .read_lease_s = 5,
     .write_lease_s = -1,
     .release_grace_s = 10,
-    .evict_lru = true,
+    .evict = true,
     .save_interval_s = 60,
     .data_dir = "./hf3fs-metad-data",
     .fsync = WAL_FSYNC_ALWAYS,
@@ -350,7 +350,7 @@ static void parse_flag(server_options *o, int id, const char *arg)
         /* "lru": the flag's value before the rule was named for what it is */
         if (strcmp(arg, "clock") != 0 && strcmp(arg, "lru") != 0 && strcmp(arg, "none") != 0)
             bad_flag(flag, arg, "clock or none");
-        o->evict_lru = strcmp(arg, "none") != 0;
+        o->evict = strcmp(arg, "none") != 0;
         break;
     case OPT_DEBUG_API: o->debug_api = true; break;
     case OPT_PERSISTENCE_PATH: o->persistence_path = arg; break;
@@ -531,7 +531,7 @@ static core_config core_config_from(const server_options *o)
         .read_lease_ms = seconds_to_ms(o->read_lease_s),
         .write_lease_ms = seconds_to_ms(write_lease_s(o)),
         .release_grace_ms = seconds_to_ms(o->release_grace_s),
-        .evict_lru = o->evict_lru,
+        .evict = o->evict,
         .max_pages = o->max_pages,
         .max_ranks = (uint32_t)o->max_ranks,
         .hash_seed = random_seed(),
@@ -746,7 +746,7 @@ static void log_settings(const server_options *o, uint16_t port)
             v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
             o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys,
             o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s,
-            o->read_lease_s, write_lease_s(o), o->release_grace_s, o->evict_lru ? "clock" : "none",
+            o->read_lease_s, write_lease_s(o), o->release_grace_s, o->evict ? "clock" : "none",
             o->debug_api ? "on" : "off",
             log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
             o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",

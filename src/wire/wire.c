@@ -88,7 +88,7 @@ size_t wire_cfg_format(const core_config *cfg, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%d,%" PRIu64 ",%" PRIu32,
                      cfg->reservation_ms, cfg->read_lease_ms, cfg->write_lease_ms,
-                     cfg->release_grace_ms, cfg->evict_lru ? 1 : 0, cfg->max_pages,
+                     cfg->release_grace_ms, cfg->evict ? 1 : 0, cfg->max_pages,
                      cfg->max_ranks);
     return n < 0 ? 0 : (size_t)n;
 }
@@ -145,7 +145,7 @@ int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st)
     cfg->read_lease_ms = f[1];
     cfg->write_lease_ms = f[2];
     cfg->release_grace_ms = f[3];
-    cfg->evict_lru = f[4] == 1;
+    cfg->evict = f[4] == 1;
     cfg->max_pages = (uint64_t)f[5];
     cfg->max_ranks = (uint32_t)f[6];
     if (st)

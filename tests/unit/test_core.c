@@ -14,7 +14,7 @@ static core_config test_config(void)
     return (core_config){
         .reservation_ms = 600000,
         .read_lease_ms = 5000,
-        .evict_lru = true,
+        .evict = true,
         .max_pages = 4000000000ull,
         .max_ranks = 1024,
         .hash_seed = 12345,
@@ -313,7 +313,7 @@ TEST(reservation_expires_after_the_timeout_and_a_late_confirm_is_refused)
 TEST(partial_allocation_answers_minus_one_for_keys_that_find_no_page)
 {
     core_config cfg = test_config();
-    cfg.evict_lru = false;
+    cfg.evict = false;
     setup(cfg);
     core_pool_t *pool = make_pool(KV, 0, 2);
     int64_t owned = own(pool, "h", 0);
@@ -333,7 +333,7 @@ TEST(partial_allocation_answers_minus_one_for_keys_that_find_no_page)
 TEST(all_or_nothing_reserves_no_new_key_when_they_do_not_all_fit_but_answers_hits)
 {
     core_config cfg = test_config();
-    cfg.evict_lru = false;
+    cfg.evict = false;
     setup(cfg);
     core_pool_t *pool = make_pool(KV, 0, 3);
     int64_t owned = own(pool, "h", 0);

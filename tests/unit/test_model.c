@@ -784,7 +784,7 @@ static void run_model(bool evict, uint64_t seed)
 {
     core_config cfg = {.reservation_ms = RESERVE_MS, .read_lease_ms = LEASE_MS,
                        .write_lease_ms = WRITE_LEASE_MS, .release_grace_ms = GRACE_MS,
-                       .evict_lru = evict, .max_pages = 1000, .max_ranks = NRANKS,
+                       .evict = evict, .max_pages = 1000, .max_ranks = NRANKS,
                        .hash_seed = seed};
     store_clock clock = {model_now_ms, NULL};
     char err[256];

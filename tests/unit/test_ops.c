@@ -134,7 +134,7 @@ static core_config test_core_config(void)
     return (core_config){
         .reservation_ms = 600000,
         .read_lease_ms = 5000,
-        .evict_lru = true,
+        .evict = true,
         .max_pages = 1000000,
         .max_ranks = 64,
         .hash_seed = 7,

@@ -9,7 +9,7 @@
 #include "core/core.h"
 
 static const core_config SMALL = {.reservation_ms = 600000, .read_lease_ms = 5000,
-                                  .evict_lru = true, .max_pages = 1000, .max_ranks = 4,
+                                  .evict = true, .max_pages = 1000, .max_ranks = 4,
                                   .hash_seed = 3};
 
 /* A restart with a lower --max-pages or --max-ranks than an existing pool

@@ -22,7 +22,7 @@
 #include "wal/wal.h"
 #include "wal/wal_internal.h"
 
-static const core_config CFG = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict_lru = true,
+static const core_config CFG = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
                                 .max_pages = 1000, .max_ranks = 8, .hash_seed = 11};
 
 /* ------------------------------------------------------------- rendering */

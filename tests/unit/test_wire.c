@@ -110,7 +110,7 @@ TEST(page_lists_round_trip_every_int64)
 TEST(cfg_round_trips_and_malformed_cfg_is_refused)
 {
     core_config c = {.reservation_ms = 600000, .read_lease_ms = 5000, .write_lease_ms = 0,
-                     .release_grace_ms = 77, .evict_lru = true, .max_pages = 4294967294ull,
+                     .release_grace_ms = 77, .evict = true, .max_pages = 4294967294ull,
                      .max_ranks = 4294967295u, .hash_seed = 12345};
     char text[128];
     size_t len = wire_cfg_format(&c, text, sizeof text);
@@ -121,7 +121,7 @@ TEST(cfg_round_trips_and_malformed_cfg_is_refused)
     free(p);
     CHECK(d.reservation_ms == c.reservation_ms && d.read_lease_ms == c.read_lease_ms &&
           d.write_lease_ms == c.write_lease_ms && d.release_grace_ms == c.release_grace_ms &&
-          d.evict_lru == c.evict_lru && d.max_pages == c.max_pages && d.max_ranks == c.max_ranks);
+          d.evict == c.evict && d.max_pages == c.max_pages && d.max_ranks == c.max_ranks);
     CHECK_EQ(d.hash_seed, 999); /* not the caller's to set */
     const char *bad[] = {
         "", "1,2,3,4,1,5", "1,2,3,4,1,5,6,7", "1,2,3,4,2,5,6", "-1,2,3,4,1,5,6",
