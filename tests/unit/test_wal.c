@@ -17,6 +17,7 @@
 #include "fault/fault.h"
 #include "check.h"
 #include "core/core.h"
+#include "randops.h"
 #include "util/log.h"
 #include "wal/format.h"
 #include "wal/wal.h"
@@ -27,32 +28,9 @@ static const core_config CFG = {.reservation_ms = 600000, .read_lease_ms = 5000,
 
 /* ------------------------------------------------------------- rendering */
 
-typedef struct text {
-    char *buf;
-    size_t len, cap;
-} text;
-
-static void text_event(void *ctx, const core_event *ev)
-{
-    text *t = ctx;
-    char line[1200];
-    int n = snprintf(line, sizeof line, "%d %.*s %u %llu %.*s %lld\n", ev->type, (int)ev->ns.len,
-                     ev->ns.ptr, ev->rank, (unsigned long long)ev->page, (int)ev->key.len,
-                     ev->key.ptr, (long long)ev->deadline);
-    if (t->len + (size_t)n + 1 > t->cap) {
-        t->cap = (t->len + (size_t)n + 1) * 2;
-        t->buf = realloc(t->buf, t->cap);
-    }
-    memcpy(t->buf + t->len, line, (size_t)n + 1);
-    t->len += (size_t)n;
-}
-
 static char *render(const core_t *core)
 {
-    text t = {NULL, 0, 0};
-    text_event(&t, &(core_event){0, {"", 0}, 0, 0, {"", 0}, 0});
-    core_walk_state(core, text_event, &t);
-    return t.buf;
+    return randops_text_state(core).buf;
 }
 
 static void expect_same_state(const core_t *a, const core_t *b, const char *what)
@@ -72,14 +50,11 @@ static void expect_same_state(const core_t *a, const core_t *b, const char *what
 
 /* --------------------------------------------------------- random work */
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static randops_rng rng = {0x9e3779b97f4a7c15ull};
 
 static int pick(int n)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (int)(rng % (uint64_t)n);
+    return randops_pick(&rng, n);
 }
 
 static char key_names[24][80];
@@ -101,53 +76,19 @@ static void make_keys(void)
 
 static const hf_slice NS[3] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns-b"), HF_SLICE_LIT("")};
 
+/* The operations as the store would run them, over the first two
+ * namespaces, batches of up to 6 keys and pools of 2-11 pages. */
+static const randops_mix MIX = {
+    .ns = NS, .nns = 2, .keys = keys, .nkeys = 24, .ranks = 3, .max_batch = 6,
+    .reinit_one_in = 60, .pool_pages = 2, .pool_span = 10,
+    .weight = {[RANDOPS_ALLOCATE] = 35, [RANDOPS_LOOKUP] = 20, [RANDOPS_EXISTS] = 10,
+               [RANDOPS_DELETE] = 10, [RANDOPS_POOL_CLEAR] = 2, [RANDOPS_COMPLETE_EXISTS] = 21},
+    .clear_all_one_in = 8, .release_one_in = 6, .unconfirmed_one_in = 5};
+
 /* One random operation, as the store would run it. */
 static void random_op(core_t *core, int64_t now)
 {
-    hf_slice ns = NS[pick(2)];
-    uint32_t rank = (uint32_t)pick(3);
-    core_pool_t *pool = core_pool_find(core, ns, rank);
-    if (!pool || pick(60) == 0) {
-        core_pool_init(core, ns, rank, (uint64_t)(2 + pick(10)), NULL);
-        return;
-    }
-    hf_slice batch[6];
-    int64_t pages[6];
-    bool flags[6];
-    int n = 1 + pick(6);
-    for (int i = 0; i < n; i++)
-        batch[i] = keys[pick(24)];
-    int op = pick(100);
-    if (op < 35) {
-        core_allocate(pool, batch, (size_t)n, pick(2) ? CORE_ALLOC_PARTIAL : CORE_ALLOC_ALL_OR_NOTHING,
-                      now, pages, flags);
-        hf_slice ck[6];
-        int64_t cp[6], rel[6];
-        size_t nc = 0, nr = 0;
-        for (int i = 0; i < n; i++) {
-            if (pages[i] < 0)
-                continue;
-            if (pick(6) == 0)
-                rel[nr++] = pages[i];
-            else if (pick(5)) {
-                ck[nc] = batch[i];
-                cp[nc++] = pages[i];
-            }
-        }
-        core_confirm(pool, ck, cp, nc, rel, nr, now, NULL);
-    } else if (op < 55) {
-        core_lookup(pool, batch, (size_t)n, now, pages);
-    } else if (op < 65) {
-        core_exists(pool, batch, (size_t)n, now, flags);
-    } else if (op < 75) {
-        core_delete(pool, batch, (size_t)n, now);
-    } else if (op < 77) {
-        core_pool_clear(pool, now);
-    } else if (op < 98) {
-        core_complete_exists(core, ns, batch, (size_t)n, now, flags);
-    } else if (pick(8) == 0) {
-        core_clear_all(core);
-    }
+    randops_step(core, &MIX, &rng, now, false, NULL);
 }
 
 /* ------------------------------------------------------- codec round trip */
