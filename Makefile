@@ -58,7 +58,7 @@ $(BUILD)/libhfmetad.a: $(LIB_OBJ)
 $(BUILD)/hf3fs-metad: $(BUILD)/obj/$(SERVER_MAIN:.c=.o) $(BUILD)/libhfmetad.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/unit/randops.h tests/engines.h $(BUILD)/libhfmetad.a
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/unit/checks.h tests/unit/randops.h tests/engines.h $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -Itests -o $@ $< $(UNIT_EXTRA) $(BUILD)/libhfmetad.a $(LDLIBS)
 
