@@ -3,11 +3,16 @@
 #   make            build build/hf3fs-metad, build/hf3fs_metad_redis.so (the Redis
 #                   module) and, mk/*.mk, the client library and CLI
 #   make run        install build deps if missing, build, start on the defaults
-#   make test       install deps if missing, build normal and ASan+UBSan, run every
-#                   suite against both, several at once (tests/run-all.sh)
+#   make test       install deps if missing, build normal, ASan+UBSan and TSan, run
+#                   every suite against the first two and the thread-heavy ones
+#                   against TSan, several at once (tests/run-all.sh)
 #   make check      the quick loop: the unit tests and the embedded engine's
 #                   suites against the normal build
 #   make test-normal / make test-asan   every suite against one build only
+#   make tsan       the server under ThreadSanitizer in build/tsan (mk/tsan.mk)
+#   make lint       clang-tidy (.clang-tidy) and cppcheck over src/, lib/, cli/
+#                   (mk/lint.mk); any finding fails
+#   make format-check  the C files clang-format (.clang-format) would change
 #
 # JOBS suites run at once (default 6: most of them sleep); the output of each
 # goes to build/test-logs/ and is printed when it fails.
@@ -35,7 +40,7 @@ LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run test check test-normal test-asan asan deps clean
+.PHONY: all run test check test-normal test-asan asan deps clean lint tsan format-check
 
 JOBS     ?= 6
 # Compiler processes at once for the builds that make test and make check start.
@@ -90,7 +95,8 @@ asan:
 test: deps
 	$(MAKE) -j$(BUILD_JOBS) all units
 	$(MAKE) asan
-	./tests/run-all.sh -j $(JOBS) $(BUILD) $(ASAN_DIR)
+	$(MAKE) tsan
+	./tests/run-all.sh -j $(JOBS) $(BUILD) $(ASAN_DIR) $(TSAN_DIR)
 
 check: deps
 	$(MAKE) -j$(BUILD_JOBS) all units
