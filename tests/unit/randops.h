@@ -23,7 +23,7 @@
 
 #include "core/core.h"
 
-/* An xorshift64 generator. */
+/* An xorshift64 generator (every random test here draws from one). */
 typedef struct randops_rng {
     uint64_t s;
 } randops_rng;

@@ -8,16 +8,14 @@
 
 #include "check.h"
 #include "module/wire.h"
+#include "randops.h"
 #include "util/slot.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static randops_rng rng = {0x9e3779b97f4a7c15ull};
 
 static uint64_t next(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return randops_next(&rng);
 }
 
 /* A heap copy of exactly len bytes. */
