@@ -523,11 +523,29 @@ static int mini_open(mini *m, const char *dir, const wal_options *extra)
     return rc;
 }
 
+/* What mini_open made, without a log: the open was refused. */
+static void mini_free(mini *m)
+{
+    core_free(m->core);
+    pthread_mutex_destroy(&m->lock);
+}
+
 static void mini_close(mini *m, bool final_snapshot)
 {
     wal_close(m->wal, final_snapshot);
-    core_free(m->core);
-    pthread_mutex_destroy(&m->lock);
+    mini_free(m);
+}
+
+/* Opening the log in dir is refused with the code want. */
+static void expect_open_refused(const char *dir, int want)
+{
+    mini m;
+    int rc = mini_open(&m, dir, NULL);
+    if (rc == 0)
+        mini_close(&m, false);
+    else
+        mini_free(&m);
+    CHECK_EQ(rc, want);
 }
 
 /* Run n random operations; each change waits for the log. Returns how many
@@ -729,10 +747,7 @@ TEST(damage_before_the_tail_is_refused_without_salvage_and_salvaged_with_it)
     size_t n = boundaries(seg, starts, 19999);
     flip(seg, starts[n / 2] + 2);
     size_t size = file_size(seg);
-    mini m;
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EDAMAGED);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EDAMAGED);
     CHECK_EQ(file_size(seg), size); /* nothing was cut or changed */
     CHECK_EQ(count_files(dir, ".wal"), 1);
 
@@ -765,9 +780,7 @@ TEST(a_damaged_tail_in_a_segment_that_is_not_the_last_is_refused)
     mini_close(&m, false);
     CHECK(count_files(dir, ".wal") >= 2);
     CHECK_EQ(truncate(seg, (off_t)(file_size(seg) - 3)), 0);
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EDAMAGED);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EDAMAGED);
     rm_tree(dir);
 }
 
@@ -804,14 +817,11 @@ TEST(a_background_snapshot_plus_the_log_after_it_equals_the_live_state)
 TEST(a_foreign_or_newer_data_directory_is_refused_and_left_alone)
 {
     char dir[300], path[600];
-    mini m;
     new_dir(dir, sizeof dir, "foreign");
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/dump.rdb", dir);
     copy_file("/dev/null", path);
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EFOREIGN);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EFOREIGN);
     CHECK_EQ(count_files(dir, ""), 3); /* ., .., dump.rdb: nothing created */
     unlink(path);
 
@@ -821,9 +831,7 @@ TEST(a_foreign_or_newer_data_directory_is_refused_and_left_alone)
     CHECK_EQ(write(fd, "{\"not\": \"a snapshot of ours, but long enough to have a header\"}", 64),
              64);
     close(fd);
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EFOREIGN);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EFOREIGN);
     rm_tree(dir);
 
     /* a newer format version */
@@ -840,9 +848,7 @@ TEST(a_foreign_or_newer_data_directory_is_refused_and_left_alone)
     wal__header_encode(&h, hdr);
     CHECK_EQ(pwrite(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
     close(fd);
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EFOREIGN);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EFOREIGN);
     rm_tree(dir);
 }
 
