@@ -111,6 +111,18 @@ test-asan: asan
 clean:
 	rm -rf build
 
+# The C files that clang-format would change under .clang-format (the style
+# the code has), with how many lines each; fails if any. Never rewrites one:
+# `clang-format -i FILE` does, for a file of one's own change.
+CLANG_FORMAT ?= clang-format
+FORMAT_FILES  = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find src lib cli include tests fuzz bench -name '*.[ch]')
+
+format-check:
+	@n=0; for f in $(FORMAT_FILES); do \
+	    c=$$($(CLANG_FORMAT) --style=file "$$f" | diff -U0 "$$f" - | grep -c '^-[^-]'); \
+	    if [ "$$c" -gt 0 ]; then echo "$$f: $$c lines"; n=$$((n + c)); fi; \
+	done; echo "format-check: $$n lines would change"; [ $$n -eq 0 ]
+
 # Further components (client library, CLI, benchmarks, fuzzers) add their
 # rules in mk/*.mk; they may append test suites to EXTRA_TESTS.
 -include mk/*.mk
