@@ -3,11 +3,16 @@
 #   make            build build/hf3fs-metad, build/hf3fs_metad_redis.so (the Redis
 #                   module) and, mk/*.mk, the client library and CLI
 #   make run        install build deps if missing, build, start on the defaults
-#   make test       install deps if missing, build normal and ASan+UBSan, run every
-#                   suite against both, several at once (tests/run-all.sh)
+#   make test       install deps if missing, build normal, ASan+UBSan and TSan, run
+#                   every suite against the first two and the thread-heavy ones
+#                   against TSan, several at once (tests/run-all.sh)
 #   make check      the quick loop: the unit tests and the embedded engine's
 #                   suites against the normal build
 #   make test-normal / make test-asan   every suite against one build only
+#   make tsan       the server under ThreadSanitizer in build/tsan (mk/tsan.mk)
+#   make lint       clang-tidy (.clang-tidy) and cppcheck over src/, lib/, cli/
+#                   (mk/lint.mk); any finding fails
+#   make format-check  the C files clang-format (.clang-format) would change
 #
 # JOBS suites run at once (default 6: most of them sleep); the output of each
 # goes to build/test-logs/ and is printed when it fails.
@@ -35,7 +40,7 @@ LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run test check test-normal test-asan asan deps clean
+.PHONY: all run test check test-normal test-asan asan deps clean lint tsan format-check
 
 JOBS     ?= 6
 # Compiler processes at once for the builds that make test and make check start.
@@ -60,7 +65,7 @@ $(BUILD)/libhfmetad.a: $(LIB_OBJ)
 $(BUILD)/hf3fs-metad: $(BUILD)/obj/$(SERVER_MAIN:.c=.o) $(BUILD)/libhfmetad.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/engines.h $(BUILD)/libhfmetad.a
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/unit/checks.h tests/unit/randops.h tests/engines.h $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DHF_ASSERTS -Itests/unit -Itests -o $@ $< $(UNIT_EXTRA) $(BUILD)/libhfmetad.a $(LDLIBS)
 
@@ -92,7 +97,8 @@ asan:
 test: deps
 	$(MAKE) -j$(BUILD_JOBS) all units
 	$(MAKE) asan
-	./tests/run-all.sh -j $(JOBS) $(BUILD) $(ASAN_DIR)
+	$(MAKE) tsan
+	./tests/run-all.sh -j $(JOBS) $(BUILD) $(ASAN_DIR) $(TSAN_DIR)
 
 check: deps
 	$(MAKE) -j$(BUILD_JOBS) all units
@@ -106,6 +112,18 @@ test-asan: asan
 
 clean:
 	rm -rf build
+
+# The C files that clang-format would change under .clang-format (the style
+# the code has), with how many lines each; fails if any. Never rewrites one:
+# `clang-format -i FILE` does, for a file of one's own change.
+CLANG_FORMAT ?= clang-format
+FORMAT_FILES  = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find src lib cli include tests fuzz bench -name '*.[ch]')
+
+format-check:
+	@n=0; for f in $(FORMAT_FILES); do \
+	    c=$$($(CLANG_FORMAT) --style=file "$$f" | diff -U0 "$$f" - | grep -c '^-[^-]'); \
+	    if [ "$$c" -gt 0 ]; then echo "$$f: $$c lines"; n=$$((n + c)); fi; \
+	done; echo "format-check: $$n lines would change"; [ $$n -eq 0 ]
 
 # Further components (client library, CLI, benchmarks, fuzzers) add their
 # rules in mk/*.mk; they may append test suites to EXTRA_TESTS.

@@ -219,7 +219,7 @@ int cli_connect(const cli *o, hf3fs_meta_client **out)
             return cli_usage_error(o, "invalid URL %s (want http://[:TOKEN@]host:port)", o->url);
         return cli_fail(o, NULL, rc);
     }
-    if (o->token && (rc = hf3fs_meta_set_bearer_token(*out, o->token)) != 0) {
+    if (o->token && hf3fs_meta_set_bearer_token(*out, o->token) != 0) {
         hf3fs_meta_close(*out);
         *out = NULL;
         return cli_usage_error(o, "invalid token (printable ASCII without spaces)");

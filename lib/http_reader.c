@@ -293,11 +293,11 @@ int hf3fs_meta__http_feed(hf3fs_meta__http_reader *r, const char *bytes, size_t 
             size_t take = nl ? (size_t)(nl - (bytes + i)) : len - i;
             bool in_head = r->state == ST_STATUS || r->state == ST_HEADER;
             if (r->line_len + take > sizeof r->line - 1) {
-                rc = fail(r, HF3FS_META_EPROTO, "answer line too long");
+                fail(r, HF3FS_META_EPROTO, "answer line too long");
                 break;
             }
             if (in_head && r->head_bytes + take + 1 > HF3FS_META__HTTP_MAX_HEAD) {
-                rc = fail(r, HF3FS_META_EPROTO, "answer headers too large");
+                fail(r, HF3FS_META_EPROTO, "answer headers too large");
                 break;
             }
             memcpy(r->line + r->line_len, bytes + i, take);
@@ -312,7 +312,7 @@ int hf3fs_meta__http_feed(hf3fs_meta__http_reader *r, const char *bytes, size_t 
             if (n && r->line[n - 1] == '\r')
                 n--;
             if (memchr(r->line, '\r', n) || memchr(r->line, '\0', n)) {
-                rc = fail(r, HF3FS_META_EPROTO, "stray CR or NUL in answer line");
+                fail(r, HF3FS_META_EPROTO, "stray CR or NUL in answer line");
                 break;
             }
             r->line_len = 0;
@@ -327,8 +327,8 @@ int hf3fs_meta__http_feed(hf3fs_meta__http_reader *r, const char *bytes, size_t 
         hf3fs_meta__buf_append(&r->body, bytes + i, take);
         if (hf3fs_meta__buf_error(&r->body)) {
             int code = hf3fs_meta__buf_error(&r->body);
-            rc = fail(r, code, code == HF3FS_META_ETOOBIG ? "answer body larger than the client's limit"
-                                                          : "out of memory for the answer body");
+            fail(r, code, code == HF3FS_META_ETOOBIG ? "answer body larger than the client's limit"
+                                                     : "out of memory for the answer body");
             break;
         }
         i += take;

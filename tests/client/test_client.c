@@ -42,6 +42,8 @@ static int n_passed, n_failed;
 static char failure[2048];
 static const char *live_url;
 
+/* The first failure of a test is kept, and the test goes to its clean-up
+ * (every test ends with a `done:` label). CHECK, CHECK_EQ: tests/unit/checks.h. */
 #define FAIL_AT(...)                                                                  \
     do {                                                                              \
         if (!failure[0]) {                                                            \
@@ -51,11 +53,8 @@ static const char *live_url;
         goto done;                                                                    \
     } while (0)
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond))                                                                  \
-            FAIL_AT("expected %s", #cond);                                            \
-    } while (0)
+#define TEST_FAIL(...) FAIL_AT(__VA_ARGS__)
+#include "../unit/checks.h"
 
 /* rc of a library call on client c (may be NULL) must equal want. */
 #define CHECK_RC(c, expr, want)                                                       \
@@ -72,13 +71,6 @@ static const char *live_url;
         const char *g_ = (got), *w_ = (want);                                         \
         if (!g_ || strcmp(g_, w_) != 0)                                               \
             FAIL_AT("%s is \"%s\", expected \"%s\"", #got, g_ ? g_ : "(null)", w_);   \
-    } while (0)
-
-#define CHECK_I64(got, want)                                                          \
-    do {                                                                              \
-        long long g_ = (long long)(got), w_ = (long long)(want);                      \
-        if (g_ != w_)                                                                 \
-            FAIL_AT("%s is %lld, expected %lld", #got, g_, w_);                       \
     } while (0)
 
 enum kind { UNIT, FAKE, LIVE, IDLE };
@@ -528,7 +520,7 @@ static void test_http_reader_stops_at_the_end_of_the_answer(void)
     int rc = hf3fs_meta__http_feed(&r, a, strlen(a), &used);
     hf3fs_meta__http_reader_free(&r);
     CHECK_RC(NULL, rc, HF3FS_META__HTTP_DONE);
-    CHECK_I64(used, strlen("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"));
+    CHECK_EQ(used, strlen("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"));
 done:;
 }
 
@@ -553,7 +545,7 @@ static void test_json_reader_navigates_objects_arrays_and_scalars(void)
         FAIL_AT("parse: %d %s at %zu", rc, d.error, d.error_offset);
     uint32_t a = hf3fs_meta__json_get(&d, 0, "a");
     CHECK(a != HF3FS_META__JSON_NONE && d.nodes[a].type == HF3FS_META__JSON_ARRAY);
-    CHECK_I64(d.nodes[a].count, 6);
+    CHECK_EQ(d.nodes[a].count, 6);
     uint32_t e = hf3fs_meta__json_first(&d, a);
     CHECK(hf3fs_meta__json_int(&d, e, &v) == 0 && v == 1);
     e = hf3fs_meta__json_next(&d, a, e);
@@ -747,7 +739,7 @@ static void test_invalid_arguments_fail_before_anything_is_sent(void)
     CHECK_RC(c, hf3fs_meta_set_bearer_token(c, "has space"), HF3FS_META_EINVAL);
     CHECK_RC(c, hf3fs_meta_set_max_answer(c, 10), HF3FS_META_EINVAL);
     CHECK_STR(hf3fs_meta_last_error(NULL), "no client");
-    CHECK_I64(hf3fs_meta_last_status(NULL), 0);
+    CHECK_EQ(hf3fs_meta_last_status(NULL), 0);
 done:
     hf3fs_meta_close(c);
 }
@@ -761,7 +753,7 @@ static void test_stats_parse_decodes_pools_and_refuses_bad_documents(void)
     hf3fs_meta_pool_stats *p = NULL;
     size_t n = 0;
     CHECK_RC(NULL, hf3fs_meta_stats_parse(text, strlen(text), &p, &n), 0);
-    CHECK_I64(n, 2);
+    CHECK_EQ(n, 2);
     CHECK_STR(p[0].ns, "kv");
     CHECK(p[0].rank == 1 && p[0].num_pages == 8 && p[0].free == 5 && p[0].reserved == 1 &&
           p[0].owned == 2 && p[0].draining == 0 && p[0].keys == 2 && p[0].touched == 3 &&
@@ -847,7 +839,7 @@ static void test_request_has_host_length_type_and_base_path(void)
     CHECK(strstr(h, "\r\nContent-Type: application/json\r\n") != NULL);
     CHECK(strstr(h, "Authorization") == NULL);
     /* {"namespace":"ns","written_keys_to_confirm":[["k",3]],"pages_to_release":[]} */
-    CHECK_I64(s->body_len[0], 76);
+    CHECK_EQ(s->body_len[0], 76);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -870,7 +862,7 @@ static void test_chunked_answer_is_decoded(void)
     CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, 2, exists), 0);
     CHECK(exists[0] && !exists[1]);
     CHECK_RC(c, hf3fs_meta_health(c), 0); /* the connection is still in step */
-    CHECK_I64(atomic_load(&s->n_connections), 1);
+    CHECK_EQ(atomic_load(&s->n_connections), 1);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -887,7 +879,7 @@ static void test_answer_arriving_one_byte_at_a_time_is_read_whole(void)
     CHECK(s);
     c = fake_client(s, NULL);
     CHECK_RC(c, hf3fs_meta_vllm_batch_allocate(c, 0, keys, 1, pages), 0);
-    CHECK_I64(pages[0], 5);
+    CHECK_EQ(pages[0], 5);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -902,7 +894,7 @@ static void test_keep_alive_connection_is_reused(void)
     c = fake_client(s, NULL);
     for (int i = 0; i < 3; i++)
         CHECK_RC(c, hf3fs_meta_health(c), 0);
-    CHECK_I64(atomic_load(&s->n_connections), 1);
+    CHECK_EQ(atomic_load(&s->n_connections), 1);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -920,8 +912,8 @@ static void test_connection_close_answer_then_new_connection(void)
     CHECK_RC(c, hf3fs_meta_health(c), 0);
     CHECK_RC(c, hf3fs_meta_health(c), 0); /* HTTP/1.0 body ending with the connection */
     CHECK_RC(c, hf3fs_meta_health(c), 0);
-    CHECK_I64(atomic_load(&s->n_connections), 3);
-    CHECK_I64(atomic_load(&s->n_requests), 3);
+    CHECK_EQ(atomic_load(&s->n_connections), 3);
+    CHECK_EQ(atomic_load(&s->n_requests), 3);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -938,7 +930,7 @@ static void test_idle_connection_closed_by_server_is_replaced(void)
     CHECK_RC(c, hf3fs_meta_health(c), 0);
     sleep_ms(50);
     CHECK_RC(c, hf3fs_meta_health(c), 0);
-    CHECK_I64(atomic_load(&s->n_connections), 2);
+    CHECK_EQ(atomic_load(&s->n_connections), 2);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -951,7 +943,7 @@ static void test_connection_lost_before_answer_is_retried(void)
     CHECK(s);
     c = fake_client(s, NULL);
     CHECK_RC(c, hf3fs_meta_health(c), 0);
-    CHECK_I64(atomic_load(&s->n_requests), 3);
+    CHECK_EQ(atomic_load(&s->n_requests), 3);
     CHECK_STR(hf3fs_meta_last_error(c), "");
 done:
     hf3fs_meta_close(c);
@@ -969,8 +961,8 @@ static void test_allocation_is_retried_after_a_lost_connection_by_default(void)
     CHECK(s);
     c = fake_client(s, NULL);
     CHECK_RC(c, hf3fs_meta_vllm_batch_allocate(c, 0, keys, 1, pages), 0);
-    CHECK_I64(pages[0], 5);
-    CHECK_I64(atomic_load(&s->n_requests), 2);
+    CHECK_EQ(pages[0], 5);
+    CHECK_EQ(atomic_load(&s->n_requests), 2);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -988,7 +980,7 @@ static void test_allocation_is_not_repeated_when_retry_allocate_is_off(void)
     CHECK_RC(c, hf3fs_meta_set_retry_allocate(c, 0), 0);
     CHECK_RC(c, hf3fs_meta_sglang_reserve_and_allocate(c, 0, NULL, keys, 1, existed, pages),
              HF3FS_META_ECONNECT);
-    CHECK_I64(atomic_load(&s->n_requests), 1);
+    CHECK_EQ(atomic_load(&s->n_requests), 1);
     /* idempotent calls are still retried */
     CHECK_RC(c, hf3fs_meta_vllm_batch_allocate(c, 0, keys, 1, pages), 0);
     CHECK_RC(c, hf3fs_meta_health(c), 0);
@@ -1007,12 +999,12 @@ static void test_http_error_answer_is_never_retried(void)
     CHECK(s);
     c = fake_client(s, NULL);
     CHECK_RC(c, hf3fs_meta_health(c), HF3FS_META_ESERVER);
-    CHECK_I64(atomic_load(&s->n_requests), 1);
-    CHECK_I64(hf3fs_meta_last_status(c), 503);
+    CHECK_EQ(atomic_load(&s->n_requests), 1);
+    CHECK_EQ(hf3fs_meta_last_status(c), 503);
     CHECK_STR(hf3fs_meta_last_detail(c), "overloaded!");
     CHECK_STR(hf3fs_meta_last_error(c), "GET /health: HTTP 503: overloaded!");
     CHECK_RC(c, hf3fs_meta_health(c), 0); /* and the connection is still good */
-    CHECK_I64(atomic_load(&s->n_connections), 1);
+    CHECK_EQ(atomic_load(&s->n_connections), 1);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -1027,9 +1019,9 @@ static void test_retries_are_bounded(void)
     c = fake_client(s, NULL);
     CHECK_RC(c, hf3fs_meta_set_retries(c, 2, 1), 0);
     CHECK_RC(c, hf3fs_meta_health(c), HF3FS_META_ECONNECT);
-    CHECK_I64(atomic_load(&s->n_requests), 3);
+    CHECK_EQ(atomic_load(&s->n_requests), 3);
     CHECK(strstr(hf3fs_meta_last_error(c), "after 3 attempts") != NULL);
-    CHECK_I64(hf3fs_meta_last_status(c), 0);
+    CHECK_EQ(hf3fs_meta_last_status(c), 0);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -1065,7 +1057,7 @@ static void test_server_down_is_a_connection_error(void)
     bool exists[1];
     CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, 1, exists), HF3FS_META_ECONNECT);
     CHECK(strstr(hf3fs_meta_last_error(c), "Connection refused") != NULL);
-    CHECK_I64(hf3fs_meta_last_status(c), 0);
+    CHECK_EQ(hf3fs_meta_last_status(c), 0);
 done:
     hf3fs_meta_close(c);
 }
@@ -1089,7 +1081,7 @@ static void test_request_timeout_against_a_server_that_never_answers(void)
     for (int i = 0; i < 500 && atomic_load(&s->n_requests) == 0; i++)
         sleep_ms(10);
     sleep_ms(50);
-    CHECK_I64(atomic_load(&s->n_requests), 1); /* a timeout is not retried */
+    CHECK_EQ(atomic_load(&s->n_requests), 1); /* a timeout is not retried */
     CHECK(strstr(hf3fs_meta_last_error(c), "300 ms") != NULL);
 done:
     hf3fs_meta_close(c);
@@ -1113,9 +1105,9 @@ static void test_early_answer_while_sending_a_large_body_is_read(void)
         keys[i] = key;
     c = fake_client(s, NULL);
     CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, n, exists), HF3FS_META_EREFUSED);
-    CHECK_I64(hf3fs_meta_last_status(c), 413);
+    CHECK_EQ(hf3fs_meta_last_status(c), 413);
     CHECK_STR(hf3fs_meta_last_detail(c), "body over 8388608 B");
-    CHECK_I64(atomic_load(&s->n_requests), 1);
+    CHECK_EQ(atomic_load(&s->n_requests), 1);
 done:
     free(keys);
     free(exists);
@@ -1170,7 +1162,7 @@ static void test_answer_over_the_size_limit_is_refused(void)
     CHECK_RC(c, hf3fs_meta_stats(c, &json, NULL), HF3FS_META_ETOOBIG);
     CHECK(json == NULL);
     CHECK_RC(c, hf3fs_meta_health(c), 0); /* on a new connection */
-    CHECK_I64(atomic_load(&s->n_connections), 2);
+    CHECK_EQ(atomic_load(&s->n_connections), 2);
 done:
     hf3fs_meta_close(c);
     fake_stop(s);
@@ -1245,7 +1237,7 @@ static void test_live_health_answers_ok(void)
     hf3fs_meta_client *c = NULL;
     CHECK_RC(NULL, hf3fs_meta_open(live_url, &c), 0);
     CHECK_RC(c, hf3fs_meta_health(c), 0);
-    CHECK_I64(hf3fs_meta_last_status(c), 200);
+    CHECK_EQ(hf3fs_meta_last_status(c), 200);
     CHECK_STR(hf3fs_meta_last_error(c), "");
 done:
     hf3fs_meta_close(c);
@@ -1300,8 +1292,8 @@ static void test_live_vllm_allocation_is_all_or_nothing(void)
     CHECK_RC(c, hf3fs_meta_vllm_batch_allocate(c, 0, keys, 3, pages), 0);
     CHECK(pages[0] == -1 && pages[1] == -1 && pages[2] == -1);
     CHECK(live_pool(c, "kv", 0, &st));
-    CHECK_I64(st.reserved, 0);
-    CHECK_I64(st.free, 2);
+    CHECK_EQ(st.reserved, 0);
+    CHECK_EQ(st.free, 2);
 done:
     hf3fs_meta_close(c);
 }
@@ -1318,11 +1310,11 @@ static void test_live_vllm_confirm_releases_unused_reserved_pages(void)
     CHECK(live_pool(c, "kv", 0, &st) && st.reserved == 2);
     CHECK_RC(c, hf3fs_meta_vllm_confirm_write(c, 0, keys, pages, 1, &pages[1], 1), 0);
     CHECK(live_pool(c, "kv", 0, &st));
-    CHECK_I64(st.reserved, 0);
-    CHECK_I64(st.owned, 1);
-    CHECK_I64(st.free, 6);
-    CHECK_I64(st.draining, 1); /* the released page, for the release grace */
-    CHECK_I64(st.keys, 1);
+    CHECK_EQ(st.reserved, 0);
+    CHECK_EQ(st.owned, 1);
+    CHECK_EQ(st.free, 6);
+    CHECK_EQ(st.draining, 1); /* the released page, for the release grace */
+    CHECK_EQ(st.keys, 1);
     /* a release alone, and a confirmation that matches no reservation: harmless */
     CHECK_RC(c, hf3fs_meta_vllm_confirm_write(c, 0, NULL, NULL, 0, &pages[1], 1), 0);
     CHECK_RC(c, hf3fs_meta_vllm_confirm_write(c, 0, &keys[1], &pages[1], 1, NULL, 0), 0);
@@ -1336,7 +1328,7 @@ static void test_live_vllm_invalid_initialization_gives_the_detail_text(void)
     hf3fs_meta_client *c = live_client();
     CHECK(c);
     CHECK_RC(c, hf3fs_meta_vllm_init_worker(c, 0, 0), HF3FS_META_EREFUSED);
-    CHECK_I64(hf3fs_meta_last_status(c), 400);
+    CHECK_EQ(hf3fs_meta_last_status(c), 400);
     CHECK_STR(hf3fs_meta_last_detail(c), "Invalid initialization parameters");
     CHECK(strstr(hf3fs_meta_last_error(c), "HTTP 400: Invalid initialization parameters") != NULL);
     CHECK_RC(c, hf3fs_meta_vllm_init_worker(c, 0, -5), HF3FS_META_EREFUSED);
@@ -1352,7 +1344,7 @@ static void test_live_vllm_uninitialized_rank_is_not_initialized(void)
     int64_t pages[1];
     CHECK(c);
     CHECK_RC(c, hf3fs_meta_vllm_batch_allocate(c, 7, keys, 1, pages), HF3FS_META_ENOTINIT);
-    CHECK_I64(hf3fs_meta_last_status(c), 404);
+    CHECK_EQ(hf3fs_meta_last_status(c), 404);
     CHECK_STR(hf3fs_meta_last_detail(c), "Rank 7 not initialized");
     CHECK_RC(c, hf3fs_meta_vllm_get_locations(c, 7, keys, 1, pages), HF3FS_META_ENOTINIT);
     CHECK_RC(c, hf3fs_meta_vllm_confirm_write(c, 7, keys, pages, 0, NULL, 0), HF3FS_META_ENOTINIT);
@@ -1431,7 +1423,7 @@ static void test_live_sglang_default_namespace_is_the_vllm_one(void)
     CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, 1, exists), 0);
     CHECK(exists[0]);
     CHECK_RC(c, hf3fs_meta_vllm_get_locations(c, 0, keys, 1, loc), 0);
-    CHECK_I64(loc[0], pages[0]);
+    CHECK_EQ(loc[0], pages[0]);
 done:
     hf3fs_meta_close(c);
 }
@@ -1533,7 +1525,7 @@ static void test_live_stats_raw_json_and_parsed_pools(void)
     CHECK_RC(c, hf3fs_meta_stats(c, &json, &len), 0);
     CHECK(json && len == strlen(json) && json[0] == '{' && strstr(json, "\"pools\""));
     CHECK_RC(NULL, hf3fs_meta_stats_parse(json, len, &pools, &n), 0);
-    CHECK_I64(n, 1);
+    CHECK_EQ(n, 1);
     CHECK_STR(pools[0].ns, "kv");
     CHECK(pools[0].rank == 2 && pools[0].num_pages == 10 && pools[0].free == 8 &&
           pools[0].reserved == 1 && pools[0].owned == 1 && pools[0].keys == 1);
@@ -1552,7 +1544,7 @@ static void test_live_raw_request_returns_any_status_with_body(void)
     size_t len = 0;
     CHECK(c);
     CHECK_RC(c, hf3fs_meta_request(c, "GET", "/no/such/route", NULL, 0, &status, &body, &len), 0);
-    CHECK_I64(status, 404);
+    CHECK_EQ(status, 404);
     CHECK_STR(hf3fs_meta_last_detail(c), "Not Found");
     CHECK(body && strstr(body, "Not Found"));
     hf3fs_meta_free(body);
@@ -1560,15 +1552,15 @@ static void test_live_raw_request_returns_any_status_with_body(void)
     const char *init = "{\"role\":\"worker\",\"num_pages\":3}";
     CHECK_RC(c, hf3fs_meta_request(c, "POST", "/rank/4/initialize", init, strlen(init), &status,
                                    &body, &len), 0);
-    CHECK_I64(status, 200);
+    CHECK_EQ(status, 200);
     CHECK_STR(body, "{\"message\":\"Rank 4 initialized with 3 pages\"}");
     hf3fs_meta_free(body);
     body = NULL;
     CHECK_RC(c, hf3fs_meta_request(c, "POST", "/keys/batch_exists", "{bad", 4, &status, NULL, NULL), 0);
-    CHECK_I64(status, 400);
+    CHECK_EQ(status, 400);
     CHECK(*hf3fs_meta_last_detail(c));
     CHECK_RC(c, hf3fs_meta_request(c, "GET", "/metrics", NULL, 0, &status, &body, &len), 0);
-    CHECK_I64(status, 200);
+    CHECK_EQ(status, 200);
     CHECK(len > 0 && strlen(body) == len);
 done:
     hf3fs_meta_free(body);

@@ -2,7 +2,9 @@
  * check.h: a tiny test harness in the manner of libuv's test/task.h.
  *
  * TEST(name) defines a test; RUN(name) runs it. The CHECK_* macros print
- * both sides on failure and fail the current test (the rest of it is skipped).
+ * both sides on failure and fail the current test (the rest of it is skipped);
+ * they are checks.h's, over this harness's TEST_FAIL (a longjmp out of the
+ * test).
  * main() ends with TEST_SUMMARY(), which prints "N passed, N failed" and
  * returns the exit code. A main() that calls TEST_SELECT(argc, argv) first
  * runs only the tests whose names contain one of its arguments (all of them
@@ -55,20 +57,7 @@ static inline int test_selected(const char *name)
         longjmp(test_jmp, 1);                                                              \
     } while (0)
 
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond))                                                                       \
-            TEST_FAIL("check failed: %s", #cond);                                          \
-    } while (0)
-
-#define CHECK_INT(a, op, b)                                                                \
-    do {                                                                                   \
-        int64_t a_ = (int64_t)(a), b_ = (int64_t)(b);                                      \
-        if (!(a_ op b_))                                                                   \
-            TEST_FAIL("%s %s %s: %" PRId64 " vs %" PRId64, #a, #op, #b, a_, b_);           \
-    } while (0)
-
-#define CHECK_EQ(a, b) CHECK_INT(a, ==, b)
+#include "checks.h"
 
 #define TEST_SUMMARY()                                                                     \
     (printf("%d passed, %d failed\n", test_passed, test_failed),                           \

@@ -44,6 +44,22 @@ static void setup(core_config cfg)
     core = core_new(&cfg);
 }
 
+/* A core whose reads only count a use: no read lease protects a page. */
+static void setup_without_read_leases(void)
+{
+    core_config cfg = test_config();
+    cfg.read_lease_ms = 0;
+    setup(cfg);
+}
+
+/* A core that never evicts: a full pool answers -1. */
+static void setup_without_eviction(void)
+{
+    core_config cfg = test_config();
+    cfg.evict = false;
+    setup(cfg);
+}
+
 static hf_slice K(const char *s)
 {
     return hf_slice_from_cstr(s);
@@ -312,9 +328,7 @@ TEST(reservation_expires_after_the_timeout_and_a_late_confirm_is_refused)
 
 TEST(partial_allocation_answers_minus_one_for_keys_that_find_no_page)
 {
-    core_config cfg = test_config();
-    cfg.evict = false;
-    setup(cfg);
+    setup_without_eviction();
     core_pool_t *pool = make_pool(KV, 0, 2);
     int64_t owned = own(pool, "h", 0);
     hf_slice keys[4] = {K("a"), K("h"), K("b"), K("c")};
@@ -332,9 +346,7 @@ TEST(partial_allocation_answers_minus_one_for_keys_that_find_no_page)
 
 TEST(all_or_nothing_reserves_no_new_key_when_they_do_not_all_fit_but_answers_hits)
 {
-    core_config cfg = test_config();
-    cfg.evict = false;
-    setup(cfg);
+    setup_without_eviction();
     core_pool_t *pool = make_pool(KV, 0, 3);
     int64_t owned = own(pool, "h", 0);
     hf_slice keys[4] = {K("a"), K("h"), K("b"), K("c")};
@@ -393,9 +405,7 @@ TEST(a_key_used_more_often_outlives_one_confirmed_after_its_last_use)
 {
     /* Not LRU: counts, not order. "a" is used (count + 1) and then "b" is
      * confirmed; exact LRU would evict "a", the clock evicts "b". */
-    core_config cfg = test_config();
-    cfg.read_lease_ms = 0; /* the use only, no protection */
-    setup(cfg);
+    setup_without_read_leases();
     core_pool_t *pool = make_pool(KV, 0, 2);
     int64_t a = own(pool, "a", 0);
     CHECK_EQ(lookup1(pool, "a", 1), a);
@@ -408,9 +418,7 @@ TEST(a_key_used_more_often_outlives_one_confirmed_after_its_last_use)
 TEST(reads_change_no_eviction_order_beyond_the_keys_they_read)
 {
     /* A read writes only its key's count: the order of the others stays. */
-    core_config cfg = test_config();
-    cfg.read_lease_ms = 0;
-    setup(cfg);
+    setup_without_read_leases();
     core_pool_t *pool = make_pool(KV, 0, 4);
     own(pool, "a", 0);
     own(pool, "b", 0);
@@ -578,9 +586,7 @@ TEST(complete_reads_lease_the_key_on_every_rank)
 
 TEST(a_demoted_page_that_is_used_again_no_longer_goes_first)
 {
-    core_config cfg = test_config();
-    cfg.read_lease_ms = 0;
-    setup(cfg);
+    setup_without_read_leases();
     core_pool_t *r0 = make_pool(KV, 0, 2);
     core_pool_t *r1 = make_pool(KV, 1, 2);
     int64_t old = own(r1, "old", 0);
@@ -675,9 +681,7 @@ TEST(losing_a_key_on_one_rank_makes_its_pages_on_other_ranks_go_first)
 TEST(complete_reads_at_tp_9_see_every_rank_and_use_every_column)
 {
     enum { TP = 9 };
-    core_config cfg = test_config();
-    cfg.read_lease_ms = 0;
-    setup(cfg);
+    setup_without_read_leases();
     core_pool_t *r[TP];
     for (uint32_t i = 0; i < TP; i++)
         r[i] = make_pool(KV, i, 3);
@@ -820,9 +824,7 @@ TEST(namespaces_with_the_same_rank_are_separate_pools)
 
 TEST(exists_and_lookup_count_as_a_use_that_keeps_the_key_over_an_unused_one)
 {
-    core_config cfg = test_config();
-    cfg.read_lease_ms = 0; /* only the use, no protection */
-    setup(cfg);
+    setup_without_read_leases();
     core_pool_t *pool = make_pool(KV, 0, 2);
     int64_t a = own(pool, "a", 0);
     own(pool, "b", 0);

@@ -15,36 +15,12 @@
 
 #include "check.h"
 #include "core/core.h"
+#include "randops.h"
 
-/* A text rendering of a state (walk events, then every free stack). */
-typedef struct text {
-    char *buf;
-    size_t len, cap;
-} text;
-
-static void text_add(text *t, const char *line, size_t n)
-{
-    if (t->len + n + 1 > t->cap) {
-        t->cap = (t->len + n + 1) * 2;
-        t->buf = realloc(t->buf, t->cap);
-    }
-    memcpy(t->buf + t->len, line, n);
-    t->len += n;
-    t->buf[t->len] = 0;
-}
-
-static void text_event(void *ctx, const core_event *ev)
-{
-    char line[1200];
-    int n = snprintf(line, sizeof line, "%d %.*s %u %llu %.*s %lld\n", ev->type, (int)ev->ns.len,
-                     ev->ns.ptr, ev->rank, (unsigned long long)ev->page, (int)ev->key.len,
-                     ev->key.ptr, (long long)ev->deadline);
-    text_add(ctx, line, (size_t)n);
-}
-
+/* The free stacks of every pool, as text lines after the walk's events. */
 typedef struct render_ctx {
     core_t *core;
-    text *t;
+    randops_text *t;
 } render_ctx;
 
 static void text_free_order(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *st)
@@ -54,19 +30,18 @@ static void text_free_order(void *ctx, hf_slice ns, uint32_t rank, const core_po
     size_t n = core_pool_free_order(core_pool_find(r->core, ns, rank), &pages);
     char line[64];
     int len = snprintf(line, sizeof line, "free %.*s %u:", (int)ns.len, ns.ptr, rank);
-    text_add(r->t, line, (size_t)len);
+    randops_text_add(r->t, line, (size_t)len);
     for (size_t i = 0; i < n; i++) {
         len = snprintf(line, sizeof line, " %u", pages[i]);
-        text_add(r->t, line, (size_t)len);
+        randops_text_add(r->t, line, (size_t)len);
     }
-    text_add(r->t, "\n", 1);
+    randops_text_add(r->t, "\n", 1);
 }
 
-static text render(core_t *core)
+/* A text rendering of a state (walk events, then every free stack). */
+static randops_text render(core_t *core)
 {
-    text t = {NULL, 0, 0};
-    text_add(&t, "", 0);
-    core_walk_state(core, text_event, &t);
+    randops_text t = randops_text_state(core);
     render_ctx r = {core, &t};
     core_foreach_pool(core, 0, text_free_order, &r);
     return t;
@@ -78,82 +53,23 @@ static const core_config CFG = {.reservation_ms = 900, .read_lease_ms = 400, .ev
 static const hf_slice NS[2] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("other")};
 static char names[24][80];
 static hf_slice keys[24];
-static uint64_t rng = 0x2545f4914f6cdd1dull;
+static randops_rng rng = {0x2545f4914f6cdd1dull};
+
+/* Every operation, expiries and the completeness reads too; pools of 0-9
+ * pages (0: refused); some confirmations name a wrong page (refused), and
+ * some allocations are never confirmed nor released. */
+static const randops_mix MIX = {
+    .ns = NS, .nns = 2, .keys = keys, .nkeys = 24, .ranks = 3, .max_batch = 4,
+    .reinit_one_in = 60, .pool_pages = 0, .pool_span = 10,
+    .weight = {[RANDOPS_ALLOCATE] = 30, [RANDOPS_LOOKUP] = 20, [RANDOPS_EXISTS] = 12,
+               [RANDOPS_DELETE] = 10, [RANDOPS_POOL_CLEAR] = 2, [RANDOPS_POOL_EXPIRE] = 4,
+               [RANDOPS_COMPLETE_EXISTS] = 12, [RANDOPS_COMPLETE_LOCATIONS] = 9},
+    .clear_all_one_in = 1, .release_one_in = 8, .wrong_page_one_in = 7, .unconfirmed_one_in = 6,
+    .skip_confirm_one_in = 3};
 
 static int pick(int n)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (int)(rng % (uint64_t)n);
-}
-
-/* One random operation, chosen by the numbers in r[] (so that two cores can
- * be given the same one); its answers are written into out[] for
- * comparison. */
-static void step(core_t *core, const int *r, int64_t now, int64_t *out)
-{
-    hf_slice ns = NS[r[0] % 2];
-    uint32_t rank = (uint32_t)(r[1] % 3);
-    core_pool_t *pool = core_pool_find(core, ns, rank);
-    memset(out, 0, 16 * sizeof *out);
-    if (!pool || r[2] % 60 == 0) {
-        core_pool_init(core, ns, rank, (uint64_t)(r[3] % 10), NULL);
-        return;
-    }
-    hf_slice batch[4];
-    int64_t pages[4];
-    bool flags[4];
-    int n = 1 + r[4] % 4;
-    for (int i = 0; i < n; i++)
-        batch[i] = keys[r[5 + i] % 24];
-    int op = r[9] % 100;
-    if (op < 30) {
-        core_allocate(pool, batch, (size_t)n, r[10] % 2 ? CORE_ALLOC_PARTIAL : CORE_ALLOC_ALL_OR_NOTHING,
-                      now, pages, flags);
-        int64_t release[4];
-        size_t nrel = 0, nconf = 0, refused = 0;
-        hf_slice ck[4];
-        int64_t cp[4];
-        for (int i = 0; i < n; i++) {
-            out[i] = pages[i];
-            out[4 + i] = flags[i];
-            if (pages[i] < 0)
-                continue;
-            int what = (r[11] >> (2 * i)) & 7;
-            if (what == 0)
-                release[nrel++] = pages[i];
-            else if (what != 1) {
-                ck[nconf] = batch[i];
-                cp[nconf++] = what == 2 ? pages[i] + 1 : pages[i]; /* some refused */
-            }
-        }
-        if (r[12] % 3)
-            core_confirm(pool, ck, cp, nconf, release, nrel, now, &refused);
-        out[8] = (int64_t)refused;
-    } else if (op < 50) {
-        core_lookup(pool, batch, (size_t)n, now, pages);
-        memcpy(out, pages, (size_t)n * sizeof *pages);
-    } else if (op < 62) {
-        core_exists(pool, batch, (size_t)n, now, flags);
-        for (int i = 0; i < n; i++)
-            out[i] = flags[i];
-    } else if (op < 72) {
-        core_delete(pool, batch, (size_t)n, now);
-    } else if (op < 74) {
-        core_pool_clear(pool, now);
-    } else if (op < 78) {
-        core_pool_expire(pool, now);
-    } else if (op < 90) {
-        core_complete_exists(core, ns, batch, (size_t)n, now, flags);
-        for (int i = 0; i < n; i++)
-            out[i] = flags[i];
-    } else if (op < 99) {
-        out[15] = core_complete_locations(core, ns, rank, batch, (size_t)n, now, pages);
-        memcpy(out, pages, (size_t)n * sizeof *pages);
-    } else {
-        core_clear_all(core);
-    }
+    return randops_pick(&rng, n);
 }
 
 typedef struct follower {
@@ -171,8 +87,8 @@ static void follow(void *ctx, const core_event *ev)
 
 static void expect_same(core_t *a, core_t *b, int at)
 {
-    text ta = render(a), tb = render(b);
-    int same = ta.len == tb.len && memcmp(ta.buf, tb.buf, ta.len) == 0;
+    randops_text ta = render(a), tb = render(b);
+    bool same = randops_text_same(&ta, &tb);
     if (!same)
         printf("  primary:\n%.3000s\n  follower:\n%.3000s\n", ta.buf, tb.buf);
     free(ta.buf);
@@ -188,17 +104,7 @@ static void expect_same(core_t *a, core_t *b, int at)
 
 TEST(a_core_fed_its_primarys_events_live_keeps_the_same_state_and_free_stacks)
 {
-    for (int i = 0; i < 24; i++) {
-        if (i == 0)
-            memset(names[i], 'a', 64);
-        else if (i == 1)
-            memcpy(names[i], "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 64);
-        else if (i == 2)
-            memset(names[i], 'Z', 70);
-        else
-            snprintf(names[i], sizeof names[i], "k%d", i);
-        keys[i] = hf_slice_from_cstr(names[i]);
-    }
+    randops_keys(names, keys, 24);
     core_t *a = core_new(&CFG), *b = core_new(&(core_config){.reservation_ms = 1,
                                                              .max_pages = 1000, .max_ranks = 4,
                                                              .hash_seed = 99});
@@ -209,26 +115,22 @@ TEST(a_core_fed_its_primarys_events_live_keeps_the_same_state_and_free_stacks)
     int independent = 0;
     for (int s = 1; s <= 30000; s++) {
         now += pick(4) ? pick(50) : pick(1000);
-        int r[13];
-        for (int i = 0; i < 13; i++)
-            r[i] = pick(1 << 20);
-        int64_t out_a[16], out_b[16];
+        int64_t out_a[RANDOPS_OUT_LEN], out_b[RANDOPS_OUT_LEN];
         if (s % 97 == 0) {
-            /* a read (lookup, exists, completeness), on each core: the
-             * follower answers as its primary would */
-            static const int reads[4] = {30, 50, 78, 90};
-            r[9] = reads[r[9] % 4] + (r[9] >> 2) % 8;
+            /* a read (lookup, exists, completeness), on each core from the
+             * same draws: the follower answers as its primary would */
+            randops_rng again = rng;
             core_set_observer(a, NULL, NULL);
-            step(a, r, now, out_a);
-            step(b, r, now, out_b);
+            randops_step(a, &MIX, &rng, now, true, out_a);
+            randops_step(b, &MIX, &again, now, true, out_b);
             core_set_observer(a, follow, &f);
-            for (int i = 0; i < 16; i++)
+            for (int i = 0; i < RANDOPS_OUT_LEN; i++)
                 if (out_a[i] != out_b[i])
                     TEST_FAIL("step %d: answer %d: primary %lld, follower %lld", s, i,
                               (long long)out_a[i], (long long)out_b[i]);
             independent++;
         } else {
-            step(a, r, now, out_a);
+            randops_step(a, &MIX, &rng, now, false, NULL);
         }
         CHECK_EQ(f.refused, 0);
         expect_same(a, b, s);

@@ -39,6 +39,7 @@
 #include "check.h"
 #include "core/core.h"
 #include "engines.h"
+#include "randops.h"
 #include "wire/wire.h"
 
 enum { NNS = 2, NRANKS = 3, MAXP = 6, NKEYS = 14, STEPS = 200000, MAXS = 8 };
@@ -85,19 +86,11 @@ static struct {
     long rollbacks; /* all-or-nothing allocations undone on stripes that served them */
 } seen;
 static test_engine engine;
-static uint64_t rng = 88172645463325252ull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+static randops_rng rng = {88172645463325252ull};
 
 static int pick(int n)
 {
-    return (int)(rnd() % (uint64_t)n);
+    return randops_pick(&rng, n);
 }
 
 static void make_keys(void)
@@ -797,7 +790,7 @@ static void run_model(bool evict, uint64_t seed)
         TEST_FAIL("HF3FS_TEST_STRIPES=%s: 1 to %d", stripes, MAXS);
     memset(&seen, 0, sizeof seen);
     memset(model, 0, sizeof model);
-    rng = seed;
+    rng.s = seed;
     now = 1000000;
     /* engines over the network run fewer steps; the thresholds scale */
     long steps = engine.steps ? engine.steps : STEPS, k = steps / 200;

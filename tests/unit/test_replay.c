@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "core/core.h"
+#include "randops.h"
 
 typedef struct rec_event {
     core_event ev;
@@ -52,99 +53,26 @@ static void log_free(event_log *log)
     memset(log, 0, sizeof *log);
 }
 
-/* A text rendering of a state, through core_walk_state. */
-typedef struct text {
-    char *buf;
-    size_t len, cap;
-} text;
-
-static void text_event(void *ctx, const core_event *ev)
-{
-    text *t = ctx;
-    char line[1200];
-    int n = snprintf(line, sizeof line, "%d %.*s %u %llu %.*s %lld\n", ev->type, (int)ev->ns.len,
-                     ev->ns.ptr, ev->rank, (unsigned long long)ev->page, (int)ev->key.len,
-                     ev->key.ptr, (long long)ev->deadline);
-    if (t->len + (size_t)n + 1 > t->cap) {
-        t->cap = (t->len + (size_t)n + 1) * 2;
-        t->buf = realloc(t->buf, t->cap);
-    }
-    memcpy(t->buf + t->len, line, (size_t)n + 1);
-    t->len += (size_t)n;
-}
-
-static text render(const core_t *core)
-{
-    text t = {NULL, 0, 0};
-    text_event(&t, &(core_event){0, {"", 0}, 0, 0, {"", 0}, 0});
-    core_walk_state(core, text_event, &t);
-    return t;
-}
-
 static const core_config CFG = {.reservation_ms = 900, .read_lease_ms = 400, .evict = true,
                                 .max_pages = 1000, .max_ranks = 4, .hash_seed = 7,
                                 .write_lease_ms = 700, .release_grace_ms = 300};
 static const hf_slice NS[2] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("other")};
 static char names[20][80];
 static hf_slice keys[20];
-static uint64_t rng = 0x853c49e6748fea9bull;
+static randops_rng rng = {0x853c49e6748fea9bull};
+
+/* Writes above all (allocations, deletes, clears) over small pools, so that
+ * the log holds every kind of event. */
+static const randops_mix MIX = {
+    .ns = NS, .nns = 2, .keys = keys, .nkeys = 20, .ranks = 3, .max_batch = 4,
+    .reinit_one_in = 50, .pool_pages = 1, .pool_span = 8,
+    .weight = {[RANDOPS_ALLOCATE] = 30, [RANDOPS_LOOKUP] = 25, [RANDOPS_EXISTS] = 15,
+               [RANDOPS_DELETE] = 10, [RANDOPS_POOL_CLEAR] = 2, [RANDOPS_COMPLETE_EXISTS] = 16},
+    .clear_all_one_in = 10, .release_one_in = 5, .unconfirmed_one_in = 4};
 
 static int pick(int n)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (int)(rng % (uint64_t)n);
-}
-
-static void random_step(core_t *core, int64_t now)
-{
-    hf_slice ns = NS[pick(2)];
-    uint32_t rank = (uint32_t)pick(3);
-    core_pool_t *pool = core_pool_find(core, ns, rank);
-    if (!pool || pick(50) == 0) {
-        core_pool_init(core, ns, rank, (uint64_t)(1 + pick(8)), NULL);
-        return;
-    }
-    hf_slice batch[4];
-    int64_t pages[4];
-    bool flags[4];
-    int n = 1 + pick(4);
-    for (int i = 0; i < n; i++)
-        batch[i] = keys[pick(20)];
-    int op = pick(100);
-    if (op < 30) {
-        core_allocate(pool, batch, (size_t)n, pick(2) ? CORE_ALLOC_PARTIAL : CORE_ALLOC_ALL_OR_NOTHING,
-                      now, pages, flags);
-        /* confirm most, release some */
-        int64_t release[4];
-        size_t nrel = 0, nconf = 0;
-        hf_slice ck[4];
-        int64_t cp[4];
-        for (int i = 0; i < n; i++) {
-            if (pages[i] < 0)
-                continue;
-            if (pick(5) == 0)
-                release[nrel++] = pages[i];
-            else if (pick(4)) {
-                ck[nconf] = batch[i];
-                cp[nconf++] = pages[i];
-            }
-        }
-        core_confirm(pool, ck, cp, nconf, release, nrel, now, NULL);
-    } else if (op < 55) {
-        core_lookup(pool, batch, (size_t)n, now, pages);
-    } else if (op < 70) {
-        core_exists(pool, batch, (size_t)n, now, flags);
-    } else if (op < 80) {
-        core_delete(pool, batch, (size_t)n, now);
-    } else if (op < 82) {
-        core_pool_clear(pool, now);
-    } else if (op < 98) {
-        core_complete_exists(core, ns, batch, (size_t)n, now, flags);
-    } else if (pick(10) == 0) {
-        core_clear_all(core);
-    }
+    return randops_pick(&rng, n);
 }
 
 /* Replay events[from..to) on top of `base` (a list of events, may be NULL). */
@@ -167,8 +95,8 @@ static core_t *replay(const core_event *base, size_t nbase, const event_log *log
 
 static void expect_same(const core_t *live, const core_t *copy, const char *what)
 {
-    text a = render(live), b = render(copy);
-    int same = a.len == b.len && memcmp(a.buf, b.buf, a.len) == 0;
+    randops_text a = randops_text_state(live), b = randops_text_state(copy);
+    bool same = randops_text_same(&a, &b);
     if (!same) {
         printf("  live:\n%.2000s\n  %s:\n%.2000s\n", a.buf, what, b.buf);
     }
@@ -180,17 +108,7 @@ static void expect_same(const core_t *live, const core_t *copy, const char *what
 
 TEST(replaying_the_event_log_or_a_snapshot_plus_its_tail_rebuilds_the_exact_state)
 {
-    for (int i = 0; i < 20; i++) {
-        if (i == 0)
-            memset(names[i], 'a', 64);
-        else if (i == 1)
-            memcpy(names[i], "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 64);
-        else if (i == 2)
-            memset(names[i], 'Z', 70);
-        else
-            snprintf(names[i], sizeof names[i], "k%d", i);
-        keys[i] = hf_slice_from_cstr(names[i]);
-    }
+    randops_keys(names, keys, 20);
     event_log log = {0}, snapshot = {0};
     size_t snapshot_at = 0;
     core_t *live = core_new(&CFG);
@@ -199,7 +117,7 @@ TEST(replaying_the_event_log_or_a_snapshot_plus_its_tail_rebuilds_the_exact_stat
     int checkpoints = 0;
     for (int step = 1; step <= 20000; step++) {
         now += pick(4) ? pick(50) : pick(1000);
-        random_step(live, now);
+        randops_step(live, &MIX, &rng, now, false, NULL);
         if (step % 500 != 0)
             continue;
         core_t *copy = replay(NULL, 0, &log, 0);

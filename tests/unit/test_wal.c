@@ -17,6 +17,7 @@
 #include "fault/fault.h"
 #include "check.h"
 #include "core/core.h"
+#include "randops.h"
 #include "util/log.h"
 #include "wal/format.h"
 #include "wal/wal.h"
@@ -27,32 +28,9 @@ static const core_config CFG = {.reservation_ms = 600000, .read_lease_ms = 5000,
 
 /* ------------------------------------------------------------- rendering */
 
-typedef struct text {
-    char *buf;
-    size_t len, cap;
-} text;
-
-static void text_event(void *ctx, const core_event *ev)
-{
-    text *t = ctx;
-    char line[1200];
-    int n = snprintf(line, sizeof line, "%d %.*s %u %llu %.*s %lld\n", ev->type, (int)ev->ns.len,
-                     ev->ns.ptr, ev->rank, (unsigned long long)ev->page, (int)ev->key.len,
-                     ev->key.ptr, (long long)ev->deadline);
-    if (t->len + (size_t)n + 1 > t->cap) {
-        t->cap = (t->len + (size_t)n + 1) * 2;
-        t->buf = realloc(t->buf, t->cap);
-    }
-    memcpy(t->buf + t->len, line, (size_t)n + 1);
-    t->len += (size_t)n;
-}
-
 static char *render(const core_t *core)
 {
-    text t = {NULL, 0, 0};
-    text_event(&t, &(core_event){0, {"", 0}, 0, 0, {"", 0}, 0});
-    core_walk_state(core, text_event, &t);
-    return t.buf;
+    return randops_text_state(core).buf;
 }
 
 static void expect_same_state(const core_t *a, const core_t *b, const char *what)
@@ -72,14 +50,11 @@ static void expect_same_state(const core_t *a, const core_t *b, const char *what
 
 /* --------------------------------------------------------- random work */
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static randops_rng rng = {0x9e3779b97f4a7c15ull};
 
 static int pick(int n)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (int)(rng % (uint64_t)n);
+    return randops_pick(&rng, n);
 }
 
 static char key_names[24][80];
@@ -101,53 +76,19 @@ static void make_keys(void)
 
 static const hf_slice NS[3] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns-b"), HF_SLICE_LIT("")};
 
+/* The operations as the store would run them, over the first two
+ * namespaces, batches of up to 6 keys and pools of 2-11 pages. */
+static const randops_mix MIX = {
+    .ns = NS, .nns = 2, .keys = keys, .nkeys = 24, .ranks = 3, .max_batch = 6,
+    .reinit_one_in = 60, .pool_pages = 2, .pool_span = 10,
+    .weight = {[RANDOPS_ALLOCATE] = 35, [RANDOPS_LOOKUP] = 20, [RANDOPS_EXISTS] = 10,
+               [RANDOPS_DELETE] = 10, [RANDOPS_POOL_CLEAR] = 2, [RANDOPS_COMPLETE_EXISTS] = 21},
+    .clear_all_one_in = 8, .release_one_in = 6, .unconfirmed_one_in = 5};
+
 /* One random operation, as the store would run it. */
 static void random_op(core_t *core, int64_t now)
 {
-    hf_slice ns = NS[pick(2)];
-    uint32_t rank = (uint32_t)pick(3);
-    core_pool_t *pool = core_pool_find(core, ns, rank);
-    if (!pool || pick(60) == 0) {
-        core_pool_init(core, ns, rank, (uint64_t)(2 + pick(10)), NULL);
-        return;
-    }
-    hf_slice batch[6];
-    int64_t pages[6];
-    bool flags[6];
-    int n = 1 + pick(6);
-    for (int i = 0; i < n; i++)
-        batch[i] = keys[pick(24)];
-    int op = pick(100);
-    if (op < 35) {
-        core_allocate(pool, batch, (size_t)n, pick(2) ? CORE_ALLOC_PARTIAL : CORE_ALLOC_ALL_OR_NOTHING,
-                      now, pages, flags);
-        hf_slice ck[6];
-        int64_t cp[6], rel[6];
-        size_t nc = 0, nr = 0;
-        for (int i = 0; i < n; i++) {
-            if (pages[i] < 0)
-                continue;
-            if (pick(6) == 0)
-                rel[nr++] = pages[i];
-            else if (pick(5)) {
-                ck[nc] = batch[i];
-                cp[nc++] = pages[i];
-            }
-        }
-        core_confirm(pool, ck, cp, nc, rel, nr, now, NULL);
-    } else if (op < 55) {
-        core_lookup(pool, batch, (size_t)n, now, pages);
-    } else if (op < 65) {
-        core_exists(pool, batch, (size_t)n, now, flags);
-    } else if (op < 75) {
-        core_delete(pool, batch, (size_t)n, now);
-    } else if (op < 77) {
-        core_pool_clear(pool, now);
-    } else if (op < 98) {
-        core_complete_exists(core, ns, batch, (size_t)n, now, flags);
-    } else if (pick(8) == 0) {
-        core_clear_all(core);
-    }
+    randops_step(core, &MIX, &rng, now, false, NULL);
 }
 
 /* ------------------------------------------------------- codec round trip */
@@ -582,11 +523,29 @@ static int mini_open(mini *m, const char *dir, const wal_options *extra)
     return rc;
 }
 
+/* What mini_open made, without a log: the open was refused. */
+static void mini_free(mini *m)
+{
+    core_free(m->core);
+    pthread_mutex_destroy(&m->lock);
+}
+
 static void mini_close(mini *m, bool final_snapshot)
 {
     wal_close(m->wal, final_snapshot);
-    core_free(m->core);
-    pthread_mutex_destroy(&m->lock);
+    mini_free(m);
+}
+
+/* Opening the log in dir is refused with the code want. */
+static void expect_open_refused(const char *dir, int want)
+{
+    mini m;
+    int rc = mini_open(&m, dir, NULL);
+    if (rc == 0)
+        mini_close(&m, false);
+    else
+        mini_free(&m);
+    CHECK_EQ(rc, want);
 }
 
 /* Run n random operations; each change waits for the log. Returns how many
@@ -788,10 +747,7 @@ TEST(damage_before_the_tail_is_refused_without_salvage_and_salvaged_with_it)
     size_t n = boundaries(seg, starts, 19999);
     flip(seg, starts[n / 2] + 2);
     size_t size = file_size(seg);
-    mini m;
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EDAMAGED);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EDAMAGED);
     CHECK_EQ(file_size(seg), size); /* nothing was cut or changed */
     CHECK_EQ(count_files(dir, ".wal"), 1);
 
@@ -824,9 +780,7 @@ TEST(a_damaged_tail_in_a_segment_that_is_not_the_last_is_refused)
     mini_close(&m, false);
     CHECK(count_files(dir, ".wal") >= 2);
     CHECK_EQ(truncate(seg, (off_t)(file_size(seg) - 3)), 0);
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EDAMAGED);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EDAMAGED);
     rm_tree(dir);
 }
 
@@ -863,14 +817,11 @@ TEST(a_background_snapshot_plus_the_log_after_it_equals_the_live_state)
 TEST(a_foreign_or_newer_data_directory_is_refused_and_left_alone)
 {
     char dir[300], path[600];
-    mini m;
     new_dir(dir, sizeof dir, "foreign");
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/dump.rdb", dir);
     copy_file("/dev/null", path);
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EFOREIGN);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EFOREIGN);
     CHECK_EQ(count_files(dir, ""), 3); /* ., .., dump.rdb: nothing created */
     unlink(path);
 
@@ -880,9 +831,7 @@ TEST(a_foreign_or_newer_data_directory_is_refused_and_left_alone)
     CHECK_EQ(write(fd, "{\"not\": \"a snapshot of ours, but long enough to have a header\"}", 64),
              64);
     close(fd);
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EFOREIGN);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EFOREIGN);
     rm_tree(dir);
 
     /* a newer format version */
@@ -899,9 +848,7 @@ TEST(a_foreign_or_newer_data_directory_is_refused_and_left_alone)
     wal__header_encode(&h, hdr);
     CHECK_EQ(pwrite(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
     close(fd);
-    CHECK_EQ(mini_open(&m, dir, NULL), WAL_EFOREIGN);
-    core_free(m.core);
-    pthread_mutex_destroy(&m.lock);
+    expect_open_refused(dir, WAL_EFOREIGN);
     rm_tree(dir);
 }
 

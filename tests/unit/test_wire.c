@@ -7,18 +7,16 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "randops.h"
 #include "util/bytes.h"
 #include "util/slot.h"
 #include "wire/wire.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static randops_rng rng = {0x9e3779b97f4a7c15ull};
 
 static uint64_t next(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return randops_next(&rng);
 }
 
 /* A heap copy of exactly len bytes. */

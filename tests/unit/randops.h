@@ -1,0 +1,277 @@
+/*
+ * randops.h: random operations on a core, and the text of its durable state,
+ * for the unit tests that run a core at random and compare it with another
+ * (test_replay.c: the event log replayed; test_wal.c: the log recovered;
+ * test_follow.c: a core followed live).
+ *
+ * randops_step() runs one operation drawn from a randops_rng (an xorshift64
+ * state, a value: a copy of it draws the same numbers again, so that two
+ * cores can be given the same operation) in the proportions of a
+ * randops_mix: each test keeps its own mix, and its seed draws the same
+ * operations as before the generator was shared. randops_text_state()
+ * renders core_walk_state as text, one event a line, so that two states
+ * compare with memcmp and print readably when they differ.
+ */
+#ifndef HF_TEST_RANDOPS_H
+#define HF_TEST_RANDOPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+/* An xorshift64 generator (every random test here draws from one). */
+typedef struct randops_rng {
+    uint64_t s;
+} randops_rng;
+
+static inline uint64_t randops_next(randops_rng *rng)
+{
+    rng->s ^= rng->s << 13;
+    rng->s ^= rng->s >> 7;
+    rng->s ^= rng->s << 17;
+    return rng->s;
+}
+
+/* A number in [0, n). */
+static inline int randops_pick(randops_rng *rng, int n)
+{
+    return (int)(randops_next(rng) % (uint64_t)n);
+}
+
+/* n keys into names[] and keys[]: the first three long (64 'a', 64 hex
+ * digits, 70 'Z': the packed and the long encodings of a key), then "k3",
+ * "k4", ... */
+static inline void randops_keys(char (*names)[80], hf_slice *keys, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (i == 0)
+            memset(names[i], 'a', 64);
+        else if (i == 1)
+            memcpy(names[i], "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 64);
+        else if (i == 2)
+            memset(names[i], 'Z', 70);
+        else
+            snprintf(names[i], sizeof names[i], "k%d", i);
+        keys[i] = hf_slice_from_cstr(names[i]);
+    }
+}
+
+/* The operations, in the order of randops_mix.weight[]: a draw of 100 picks
+ * the first whose cumulated weight exceeds it (the weights add up to at most
+ * 100; the rest is RANDOPS_CLEAR_ALL). */
+enum {
+    RANDOPS_ALLOCATE, /* then confirm most pages, release some */
+    RANDOPS_LOOKUP,
+    RANDOPS_EXISTS,
+    RANDOPS_DELETE,
+    RANDOPS_POOL_CLEAR,
+    RANDOPS_POOL_EXPIRE,
+    RANDOPS_COMPLETE_EXISTS,
+    RANDOPS_COMPLETE_LOCATIONS,
+    RANDOPS_CLEAR_ALL,
+    RANDOPS_OPS
+};
+
+#define RANDOPS_MAX_BATCH 6
+
+/* The answers of one step (randops_step's out[]): each key's page (or
+ * flag, for the existence reads), then each allocated key's flag, the pages
+ * confirm refused and what core_complete_locations returned. */
+enum {
+    RANDOPS_OUT_FLAGS = RANDOPS_MAX_BATCH,
+    RANDOPS_OUT_REFUSED = 2 * RANDOPS_MAX_BATCH,
+    RANDOPS_OUT_RESULT,
+    RANDOPS_OUT_LEN
+};
+
+typedef struct randops_mix {
+    const hf_slice *ns; /* namespaces drawn from */
+    int nns;
+    const hf_slice *keys; /* keys drawn from */
+    int nkeys;
+    int ranks;       /* ranks 0 .. ranks-1 */
+    int max_batch;   /* keys per call, 1 .. max_batch (<= RANDOPS_MAX_BATCH) */
+    int reinit_one_in;          /* an existing pool initialized again */
+    int pool_pages, pool_span;  /* a new pool's pages: pool_pages + [0, pool_span) */
+    int weight[RANDOPS_CLEAR_ALL]; /* out of 100 */
+    int clear_all_one_in;       /* of the draws left for RANDOPS_CLEAR_ALL */
+    /* Each allocated page: released one in release_one_in, else confirmed
+     * with a wrong page one in wrong_page_one_in (0: never), else left
+     * reserved one in unconfirmed_one_in; and the whole confirm skipped one
+     * in skip_confirm_one_in (0: never). */
+    int release_one_in, wrong_page_one_in, unconfirmed_one_in, skip_confirm_one_in;
+} randops_mix;
+
+/* True one time in n (n == 0: never), drawing a number only for n > 0. */
+static inline bool randops_one_in(randops_rng *rng, int n)
+{
+    return n > 0 && randops_pick(rng, n) == 0;
+}
+
+/* The operation a draw picks: over every operation, or (reads_only) over the
+ * reads only (lookup, exists and the completeness reads), in their mix's
+ * proportions. */
+static inline int randops_op(const randops_mix *mix, randops_rng *rng, bool reads_only)
+{
+    static const bool read[RANDOPS_CLEAR_ALL] = {
+        [RANDOPS_LOOKUP] = true, [RANDOPS_EXISTS] = true,
+        [RANDOPS_COMPLETE_EXISTS] = true, [RANDOPS_COMPLETE_LOCATIONS] = true};
+    int total = 100;
+    if (reads_only) {
+        total = 0;
+        for (int op = 0; op < RANDOPS_CLEAR_ALL; op++)
+            total += read[op] ? mix->weight[op] : 0;
+    }
+    int draw = randops_pick(rng, total);
+    for (int op = 0; op < RANDOPS_CLEAR_ALL; op++) {
+        if (reads_only && !read[op])
+            continue;
+        if (draw < mix->weight[op])
+            return op;
+        draw -= mix->weight[op];
+    }
+    return RANDOPS_CLEAR_ALL;
+}
+
+/* Allocate the batch, then confirm, release or leave each page as the mix
+ * says. */
+static inline void randops_allocate(core_pool_t *pool, const randops_mix *mix, randops_rng *rng,
+                                    const hf_slice *batch, int n, int64_t now, int64_t *out)
+{
+    int64_t pages[RANDOPS_MAX_BATCH], cp[RANDOPS_MAX_BATCH], release[RANDOPS_MAX_BATCH];
+    bool flags[RANDOPS_MAX_BATCH];
+    hf_slice ck[RANDOPS_MAX_BATCH];
+    size_t nrel = 0, nconf = 0, refused = 0;
+    core_allocate(pool, batch, (size_t)n,
+                  randops_pick(rng, 2) ? CORE_ALLOC_PARTIAL : CORE_ALLOC_ALL_OR_NOTHING, now, pages,
+                  flags);
+    for (int i = 0; i < n; i++) {
+        out[i] = pages[i];
+        out[RANDOPS_OUT_FLAGS + i] = flags[i];
+        if (pages[i] < 0)
+            continue;
+        if (randops_one_in(rng, mix->release_one_in)) {
+            release[nrel++] = pages[i];
+        } else if (randops_one_in(rng, mix->wrong_page_one_in)) {
+            ck[nconf] = batch[i]; /* refused */
+            cp[nconf++] = pages[i] + 1;
+        } else if (!randops_one_in(rng, mix->unconfirmed_one_in)) {
+            ck[nconf] = batch[i];
+            cp[nconf++] = pages[i];
+        }
+    }
+    if (!randops_one_in(rng, mix->skip_confirm_one_in))
+        core_confirm(pool, ck, cp, nconf, release, nrel, now, &refused);
+    out[RANDOPS_OUT_REFUSED] = (int64_t)refused;
+}
+
+/* One random operation, as the store would run it; its answers go to out[]
+ * (RANDOPS_OUT_LEN numbers, zero where none; NULL: not kept). A pool not
+ * there yet is created. */
+static inline void randops_step(core_t *core, const randops_mix *mix, randops_rng *rng,
+                                int64_t now, bool reads_only, int64_t *out)
+{
+    int64_t ignored[RANDOPS_OUT_LEN];
+    if (!out)
+        out = ignored;
+    memset(out, 0, RANDOPS_OUT_LEN * sizeof *out);
+    hf_slice ns = mix->ns[randops_pick(rng, mix->nns)];
+    uint32_t rank = (uint32_t)randops_pick(rng, mix->ranks);
+    core_pool_t *pool = core_pool_find(core, ns, rank);
+    if (!pool || randops_one_in(rng, mix->reinit_one_in)) {
+        core_pool_init(core, ns, rank, (uint64_t)(mix->pool_pages + randops_pick(rng, mix->pool_span)),
+                       NULL);
+        return;
+    }
+    hf_slice batch[RANDOPS_MAX_BATCH];
+    int64_t pages[RANDOPS_MAX_BATCH];
+    bool flags[RANDOPS_MAX_BATCH];
+    int n = 1 + randops_pick(rng, mix->max_batch);
+    for (int i = 0; i < n; i++)
+        batch[i] = mix->keys[randops_pick(rng, mix->nkeys)];
+    switch (randops_op(mix, rng, reads_only)) {
+    case RANDOPS_ALLOCATE:
+        randops_allocate(pool, mix, rng, batch, n, now, out);
+        break;
+    case RANDOPS_LOOKUP:
+        core_lookup(pool, batch, (size_t)n, now, pages);
+        memcpy(out, pages, (size_t)n * sizeof *pages);
+        break;
+    case RANDOPS_EXISTS:
+        core_exists(pool, batch, (size_t)n, now, flags);
+        for (int i = 0; i < n; i++)
+            out[i] = flags[i];
+        break;
+    case RANDOPS_DELETE:
+        core_delete(pool, batch, (size_t)n, now);
+        break;
+    case RANDOPS_POOL_CLEAR:
+        core_pool_clear(pool, now);
+        break;
+    case RANDOPS_POOL_EXPIRE:
+        core_pool_expire(pool, now);
+        break;
+    case RANDOPS_COMPLETE_EXISTS:
+        core_complete_exists(core, ns, batch, (size_t)n, now, flags);
+        for (int i = 0; i < n; i++)
+            out[i] = flags[i];
+        break;
+    case RANDOPS_COMPLETE_LOCATIONS:
+        out[RANDOPS_OUT_RESULT] =
+            core_complete_locations(core, ns, rank, batch, (size_t)n, now, pages);
+        memcpy(out, pages, (size_t)n * sizeof *pages);
+        break;
+    default:
+        if (randops_one_in(rng, mix->clear_all_one_in))
+            core_clear_all(core);
+        break;
+    }
+}
+
+/* ------------------------------------------------------ state as text */
+
+typedef struct randops_text {
+    char *buf; /* NUL-terminated */
+    size_t len, cap;
+} randops_text;
+
+static inline void randops_text_add(randops_text *t, const char *s, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        t->cap = (t->len + n + 1) * 2;
+        t->buf = realloc(t->buf, t->cap);
+    }
+    memcpy(t->buf + t->len, s, n);
+    t->len += n;
+    t->buf[t->len] = 0;
+}
+
+/* A core_walk_state observer: one line a durable event. */
+static inline void randops_text_event(void *ctx, const core_event *ev)
+{
+    char line[1200];
+    int n = snprintf(line, sizeof line, "%d %.*s %u %llu %.*s %lld\n", ev->type, (int)ev->ns.len,
+                     ev->ns.ptr, ev->rank, (unsigned long long)ev->page, (int)ev->key.len,
+                     ev->key.ptr, (long long)ev->deadline);
+    randops_text_add(ctx, line, (size_t)n);
+}
+
+/* The durable state of core, a line an event (free with free(t.buf)). */
+static inline randops_text randops_text_state(const core_t *core)
+{
+    randops_text t = {NULL, 0, 0};
+    randops_text_add(&t, "", 0);
+    core_walk_state(core, randops_text_event, &t);
+    return t;
+}
+
+static inline bool randops_text_same(const randops_text *a, const randops_text *b)
+{
+    return a->len == b->len && memcmp(a->buf, b->buf, a->len) == 0;
+}
+
+#endif
