@@ -38,7 +38,7 @@ lint-tidy:
 	printf '%s\n' $(LINT_SRC) | xargs -P$(BUILD_JOBS) -I{} \
 	    $(LINT_TIDY) --quiet {} -- $(LINT_DEFS) -Isrc -Iinclude || status=1; \
 	printf '%s\n' $(LINT_LIB) | xargs -P$(BUILD_JOBS) -I{} \
-	    $(LINT_TIDY) --quiet {} -- $(LINT_DEFS) -Iinclude -Ilib || status=1; \
+	    $(LINT_TIDY) --quiet {} -- $(LINT_DEFS) -Iinclude -Ilib -iquote src || status=1; \
 	printf '%s\n' $(LINT_CLI) | xargs -P$(BUILD_JOBS) -I{} \
 	    $(LINT_TIDY) --quiet {} -- $(LINT_DEFS) -Iinclude || status=1; \
 	exit $$status
@@ -46,6 +46,6 @@ lint-tidy:
 lint-cppcheck:
 	@status=0; \
 	$(LINT_CPPCHECK) $(CPPCHECK_FLAGS) -Isrc -Iinclude src || status=1; \
-	$(LINT_CPPCHECK) $(CPPCHECK_FLAGS) -Iinclude -Ilib lib || status=1; \
+	$(LINT_CPPCHECK) $(CPPCHECK_FLAGS) -Iinclude -Ilib -Isrc lib || status=1; \
 	$(LINT_CPPCHECK) $(CPPCHECK_FLAGS) -Iinclude cli || status=1; \
 	exit $$status

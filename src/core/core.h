@@ -194,7 +194,7 @@ typedef enum core_refusal {
 
 /* For the expansions that leave the second names (A) out. */
 #define CORE_POOL_NO_ALIAS(...)
-#define CORE_POOL_PLUS_ONE(...) +1
+#define CORE_POOL_PLUS_ONE(...) +1 // NOLINT(bugprone-macro-parentheses): a term of a sum
 /* How many fields CORE_POOL_FIGURES lists. */
 enum { CORE_POOL_FIGURE_COUNT = 0 CORE_POOL_FIGURES(CORE_POOL_PLUS_ONE, CORE_POOL_NO_ALIAS) };
 

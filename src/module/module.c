@@ -110,7 +110,8 @@
 #include "util/xalloc.h"
 #include "wire/wire.h"
 
-#define RM_API_DEFINE(name, ret, params) ret(*rm_##name) params;
+/* ret and params are a type and a parameter list: they cannot be parenthesized */
+#define RM_API_DEFINE(name, ret, params) ret(*rm_##name) params; // NOLINT(bugprone-macro-parentheses)
 RM_API_LIST(RM_API_DEFINE)
 #undef RM_API_DEFINE
 
@@ -951,8 +952,8 @@ static int cmd_stats(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     for (size_t i = 0; i < l.n; i++) {
         const core_pool_stats *s = &l.st[i];
         /* rank, the figures and refusals (core.h lists both), the estimator */
-        rm_ReplyWithArray(ctx, (long)(1 + CORE_POOL_FIGURE_COUNT + 2 * CORE_REFUSE_COUNT + 1 +
-                                      REUSE_SCALES));
+        rm_ReplyWithArray(ctx, 1L + CORE_POOL_FIGURE_COUNT + 2L * CORE_REFUSE_COUNT + 1 +
+                                   REUSE_SCALES);
         rm_ReplyWithLongLong(ctx, (long long)l.ranks[i]);
 #define REPLY_FIGURE(field, ...) rm_ReplyWithLongLong(ctx, (long long)s->field);
         CORE_POOL_FIGURES(REPLY_FIGURE, CORE_POOL_NO_ALIAS)
@@ -1219,18 +1220,21 @@ enum { HF3FS_COMMANDS(CMD_ID, CMD_ID) CMD_COUNT };
 #define CMD_NONE(...)
 HF3FS_COMMANDS(CMD_ENTRY_DECL, CMD_NONE)
 
+/* The arguments are initializers of the fields they name, not expressions. */
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define CMD_SPEC_X(id, flags_, key_, argc_, mode_, opts_, args_)                              \
     {.name = "hf3fs." #id, .flags = flags_, .key = key_, .fn = entry_##id, .argc = argc_, \
      .mode = mode_, .opts = opts_, .args = {CMD_UNPAREN args_}, .run = run_##id},
 #define CMD_SPEC_R(id, flags_, key_, fn_) \
     {.name = "hf3fs." #id, .flags = flags_, .key = key_, .fn = fn_},
+// NOLINTEND(bugprone-macro-parentheses)
 static const cmd_spec commands[CMD_COUNT] = {HF3FS_COMMANDS(CMD_SPEC_X, CMD_SPEC_R)};
 
 /* The command's name as its errors spell it: HF3FS.<NAME>. */
 static const char *cmd_upper(const cmd_spec *s, char what[static 32])
 {
     size_t i;
-    for (i = 0; s->name[i] && i < 31; i++)
+    for (i = 0; i < 31 && s->name[i]; i++)
         what[i] = (char)(s->name[i] >= 'a' && s->name[i] <= 'z' ? s->name[i] - 'a' + 'A'
                                                                 : s->name[i]);
     what[i] = 0;

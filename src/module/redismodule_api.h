@@ -140,7 +140,8 @@ typedef struct RedisModuleTypeMethods {
  * RedisModuleString *, "b" a buffer as two arguments (const char *, size_t),
  * "c" a C string, "l" a long long. */
 
-#define RM_API_DECLARE(name, ret, params) extern ret(*rm_##name) params;
+/* ret and params are a type and a parameter list: they cannot be parenthesized */
+#define RM_API_DECLARE(name, ret, params) extern ret(*rm_##name) params; // NOLINT(bugprone-macro-parentheses)
 RM_API_LIST(RM_API_DECLARE)
 #undef RM_API_DECLARE
 

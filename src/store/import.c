@@ -92,7 +92,7 @@ static const char *shown(hf_slice k, char buf[84])
     size_t n = k.len < 80 ? k.len : 80;
     for (size_t i = 0; i < n; i++)
         buf[i] = k.ptr[i] >= 0x20 && k.ptr[i] < 0x7f ? k.ptr[i] : '?';
-    strcpy(buf + n, k.len > 80 ? "..." : "");
+    memcpy(buf + n, k.len > 80 ? "..." : "", k.len > 80 ? 4 : 1);
     return buf;
 }
 

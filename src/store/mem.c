@@ -65,15 +65,15 @@ static int op_end(store_mem *m, bool change, int rc)
 #define LOCKED(s, change, rc, body)                                                            \
     do {                                                                                       \
         store_mem *m_ = mem_of(s);                                                             \
-        rc = op_begin(m_, change);                                                             \
-        if (rc != STORE_OK)                                                                    \
+        (rc) = op_begin(m_, change);                                                           \
+        if ((rc) != STORE_OK)                                                                  \
             break;                                                                             \
         core_t *core = m_->core;                                                               \
         int64_t now = m_->clock.now_ms(m_->clock.ctx);                                         \
         (void)now;                                                                             \
         (void)core;                                                                            \
-        body;                                                                                  \
-        rc = op_end(m_, change, rc);                                                           \
+        body; /* NOLINT(bugprone-macro-parentheses): a statement */                            \
+        (rc) = op_end(m_, change, (rc));                                                       \
     } while (0)
 
 #define CHANGE true
@@ -102,7 +102,7 @@ static int mem_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pa
             if (!pool)                                                                         \
                 rc_ = STORE_ENOPOOL;                                                           \
             else                                                                               \
-                op;                                                                            \
+                op; /* NOLINT(bugprone-macro-parentheses): a statement */                      \
         });                                                                                    \
         return rc_;                                                                            \
     } while (0)

@@ -133,8 +133,9 @@ static void put_key(hf_buf *b, hf_slice key)
     hf_buf_put_varint(b, (uint64_t)n << 1 | 1);
     hf_buf_reserve(b, n);
     for (size_t i = 0; i < n; i++)
-        b->ptr[b->len++] = (uint8_t)(hex_digit((uint8_t)key.ptr[2 * i]) << 4 |
-                                     hex_digit((uint8_t)key.ptr[2 * i + 1]));
+        /* both digits are 0..15: is_packable_hex checked every character */
+        b->ptr[b->len++] = (uint8_t)((unsigned)hex_digit((uint8_t)key.ptr[2 * i]) << 4 |
+                                     (unsigned)hex_digit((uint8_t)key.ptr[2 * i + 1]));
 }
 
 static const char hex_chars[] = "0123456789abcdef";

@@ -250,7 +250,7 @@ static bool parse_seq_name(const char *name, const char *prefix, const char *suf
                            uint64_t *seq)
 {
     size_t lp = strlen(prefix), ls = strlen(suffix), len = strlen(name);
-    if (len != lp + 16 + ls || strncmp(name, prefix, lp) != 0 || strcmp(name + lp + 16, suffix))
+    if (len != lp + 16 + ls || strncmp(name, prefix, lp) != 0 || strcmp(name + lp + 16, suffix) != 0)
         return false;
     uint64_t v = 0;
     for (size_t i = lp; i < lp + 16; i++) {
