@@ -192,7 +192,8 @@ def build_jobs(build, check):
 
 def once_jobs(build, check):
     """The suites that run once whatever the builds: the fuzz corpora (the
-    targets are built once, into build/fuzz) and the bench smoke run."""
+    targets are built once, into build/fuzz), the bench smoke run and the
+    static checks."""
     server = {"HF3FS_METAD_BIN": os.path.join(build, "hf3fs-metad")}
     fuzz = [PYTHON, os.path.join("tests", "integration", "test_fuzz_corpus.py")]
     if check:
@@ -201,7 +202,11 @@ def once_jobs(build, check):
     jobs = [Job("test_fuzz_corpus.py", fuzz, server, weight=4),
             Job("test_bench_smoke.py",
                 [PYTHON, os.path.join("tests", "integration", "test_bench_smoke.py")],
-                server, weight=4)]
+                server, weight=4),
+            # The static checks (mk/lint.mk) and the tree's format
+            # (.clang-format): a finding or a line to reformat fails them.
+            Job("lint", ["make", "--no-print-directory", "BUILD_JOBS=1", "lint",
+                         "format-check"], {}, weight=4)]
     # The sequence fuzzer's corpus over each Redis engine, in shares that run
     # at once, each over a Redis of its own.
     for engine in ("redis", "redis-cluster"):
