@@ -124,14 +124,7 @@ int core_pool_init(core_t *core, hf_slice name, uint32_t rank, uint64_t num_page
     core_ns *ns = ns_find(core, name);
     if (!ns)
         ns = core__ns_new(core, name);
-    if (rank >= ns->ranks_cap) {
-        uint32_t cap = ns->ranks_cap ? ns->ranks_cap : 8;
-        while (cap <= rank)
-            cap *= 2;
-        ns->by_rank = hf_xreallocarray(ns->by_rank, cap, sizeof *ns->by_rank);
-        memset(ns->by_rank + ns->ranks_cap, 0, (cap - ns->ranks_cap) * sizeof *ns->by_rank);
-        ns->ranks_cap = cap;
-    }
+    ns->by_rank = hf_grow_index(ns->by_rank, &ns->ranks_cap, rank, sizeof *ns->by_rank, 8);
     HF_ASSERT(rank < ns->ranks_cap && !ns->by_rank[rank]);
     pool = core__pool_new(core, ns, rank, num_pages);
     ns->by_rank[rank] = pool;

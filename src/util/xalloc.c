@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static hf_allocator alloc = {malloc, calloc, realloc, free};
 
@@ -58,6 +59,19 @@ void *hf_grow_max(void *ptr, size_t *cap, size_t need, size_t elem_size, size_t 
         c = max;
     *cap = c;
     return hf_xreallocarray(ptr, c, elem_size);
+}
+
+void *hf_grow_index(void *ptr, uint32_t *cap, uint32_t index, size_t elem_size, uint32_t first)
+{
+    if (index < *cap)
+        return ptr;
+    uint64_t c = *cap ? *cap : first;
+    while (c <= index)
+        c *= 2;
+    char *p = hf_xreallocarray(ptr, (size_t)c, elem_size);
+    memset(p + (size_t)*cap * elem_size, 0, (size_t)(c - *cap) * elem_size);
+    *cap = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+    return p;
 }
 
 void hf_xfree(void *ptr)

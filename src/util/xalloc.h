@@ -10,6 +10,7 @@
 #define HF_XALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 void *hf_xmalloc(size_t size);
 void *hf_xcalloc(size_t count, size_t size);
@@ -29,6 +30,13 @@ static inline void *hf_grow(void *ptr, size_t *cap, size_t need, size_t elem_siz
 {
     return hf_grow_max(ptr, cap, need, elem_size, (size_t)-1 / elem_size);
 }
+/*
+ * Growth of a table indexed by a 32-bit id so that it holds `index`: when
+ * *cap is not above it, the capacity doubles from `first` until it is, the
+ * new elements are zeroed, and *cap and the reallocated pointer are
+ * returned; else ptr unchanged.
+ */
+void *hf_grow_index(void *ptr, uint32_t *cap, uint32_t index, size_t elem_size, uint32_t first);
 /* Frees what the functions above returned. */
 void hf_xfree(void *ptr);
 

@@ -236,14 +236,7 @@ static void pools_place(wal_pools *t, uint32_t id)
 
 void wal__pools_put(wal_pools *t, uint32_t id, hf_slice ns, uint32_t rank)
 {
-    if (id >= t->cap) {
-        uint32_t cap = t->cap ? t->cap : 16;
-        while (cap <= id)
-            cap *= 2;
-        t->ents = hf_xreallocarray(t->ents, cap, sizeof *t->ents);
-        memset(t->ents + t->cap, 0, (cap - t->cap) * sizeof *t->ents);
-        t->cap = cap;
-    }
+    t->ents = hf_grow_index(t->ents, &t->cap, id, sizeof *t->ents, 16);
     if (id >= t->count)
         t->count = id + 1;
     wal_pool_ent *e = &t->ents[id];
