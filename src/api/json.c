@@ -617,7 +617,8 @@ void json_put_str(json_buf *buf, const char *text, size_t len)
 void json_put_uint(json_buf *buf, uint64_t value)
 {
     char digits[HF_UINT_DIGITS];
-    json_put_raw(buf, digits, (size_t)(hf_put_uint(digits, value) - digits));
+    size_t len = (size_t)(hf_put_uint(digits, value) - digits); /* digits written before use */
+    json_put_raw(buf, digits, len);
 }
 
 void json_put_int(json_buf *buf, int64_t value)

@@ -71,11 +71,17 @@ static void side_release(core_pool_t *pool, uint32_t s)
     e->next = pool->side_free;
     pool->side_free = s;
     if (--pool->side_live == 0 && pool->side_cap > 1024) {
-        /* a burst of reservations is over: give the table back */
+        /* a burst of reservations is over: give the table back. Both lists
+         * are empty (their lengths sum to side_live); their ends are reset
+         * with the table's other indexes so that the static analyzer, which
+         * does not know that sum, sees no walk into the freed table. */
+        HF_ASSERT(pool->reserved.len == 0 && pool->draining.len == 0);
         hf_xfree(pool->side);
         pool->side = NULL;
         pool->side_top = pool->side_cap = 0;
         pool->side_free = CORE_NIL;
+        pool->reserved.head = pool->reserved.tail = CORE_NIL;
+        pool->draining.head = pool->draining.tail = CORE_NIL;
     }
 }
 

@@ -289,6 +289,7 @@ static void conn_close(conn *c)
 static void client_address(int fd, char *out, size_t len)
 {
     struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss); /* getpeername fills it; the analyzer does not know */
     socklen_t sl = sizeof ss;
     char host[64], port[16];
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||
@@ -982,8 +983,12 @@ static void *loop_run(void *arg)
             sweep(lp, now);
         }
     }
-    while (lp->head)
-        conn_close(lp->head);
+    /* conn_close unlinks c, so next is the new head: taken before the free,
+     * the analyzer need not know that a head has no prev */
+    for (conn *c = lp->head, *next; c; c = next) {
+        next = c->next;
+        conn_close(c);
+    }
     return NULL;
 }
 
@@ -1021,6 +1026,7 @@ static int listen_on(const http_config *config, char *err, size_t errlen)
 static uint16_t local_port(int fd)
 {
     struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss); /* getsockname fills it; the analyzer does not know */
     socklen_t sl = sizeof ss;
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
         return 0;

@@ -584,6 +584,9 @@ static int recover_existing(recovery *R)
     }
     int rc;
     if (!snap) {
+        /* wal__recover calls this only when a segment or a snapshot is
+         * listed: with no snapshot, segs is a segment */
+        // cppcheck-suppress nullPointer
         rc = damage(R, segs->name, 0, "there is no snapshot: the log cannot be read without "
                     "the snapshot it continues");
         if (rc)
