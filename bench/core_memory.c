@@ -72,8 +72,12 @@ static void fill(core_t *core, size_t entries, int key_chars)
 
 static void measure(size_t entries, int key_chars)
 {
-    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
-                       .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
+    core_config cfg = {.reservation_ms = 600000,
+                       .read_lease_ms = 5000,
+                       .evict = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT,
+                       .max_ranks = 1024,
+                       .hash_seed = 1};
     core_t *core = core_new(&cfg);
     long before = rss_kib();
     for (unsigned r = 0; r < tp; r++)
@@ -82,7 +86,8 @@ static void measure(size_t entries, int key_chars)
     long after = rss_kib();
     core_pool_stats st;
     core_pool_get_stats(core_pool_find(core, HF_SLICE_LIT("kv"), 0), 0, &st);
-    printf("%zu owned entries, %d-char keys, TP %u: %.1f bytes per (key, rank) (owned %llu per rank)\n",
+    printf("%zu owned entries, %d-char keys, TP %u: %.1f bytes per (key, rank) (owned %llu per "
+           "rank)\n",
            entries, key_chars, tp, (after - before) * 1024.0 / (double)entries / tp,
            (unsigned long long)st.owned);
     core_free(core);
@@ -95,8 +100,12 @@ static void measure_free_pages(size_t entries)
     static char names[BATCH][32];
     hf_slice keys[BATCH];
     int64_t *pages = calloc(entries ? entries : 1, sizeof *pages);
-    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
-                       .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
+    core_config cfg = {.reservation_ms = 600000,
+                       .read_lease_ms = 5000,
+                       .evict = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT,
+                       .max_ranks = 1024,
+                       .hash_seed = 1};
     core_t *core = core_new(&cfg);
     long before = rss_kib();
     core_pool_init(core, HF_SLICE_LIT("kv"), 0, entries, NULL);
@@ -143,8 +152,12 @@ static void measure_pool(size_t unused_entries, int unused)
 {
     (void)unused_entries;
     (void)unused;
-    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
-                       .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 1};
+    core_config cfg = {.reservation_ms = 600000,
+                       .read_lease_ms = 5000,
+                       .evict = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT,
+                       .max_ranks = 1024,
+                       .hash_seed = 1};
     /* Warm up malloc and stdio first (a first fopen or malloc in the child
      * maps and touches pages that have nothing to do with the pool). */
     core_t *warm = core_new(&cfg);
@@ -156,7 +169,8 @@ static void measure_pool(size_t unused_entries, int unused)
     core_pool_init(core, HF_SLICE_LIT("kv"), 0, 1000000000ull, NULL);
     long after = rss_kib();
     printf("pool of 10^9 pages just created: %ld KiB (RSS granularity is 4 KiB pages; the pool "
-           "record is %zu bytes)\n", after - before, core_pool_struct_bytes());
+           "record is %zu bytes)\n",
+           after - before, core_pool_struct_bytes());
     core_free(core);
 }
 

@@ -84,12 +84,16 @@ int main(int argc, char **argv)
     uint32_t ranks = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 2;
     if (ranks == 0)
         ranks = 1;
-    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
-                       .max_pages = CORE_MAX_PAGES_LIMIT, .max_ranks = 1024, .hash_seed = 7};
+    core_config cfg = {.reservation_ms = 600000,
+                       .read_lease_ms = 5000,
+                       .evict = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT,
+                       .max_ranks = 1024,
+                       .hash_seed = 7};
     core_t *core = core_new(&cfg);
     hf_slice ns = HF_SLICE_LIT("kv");
     size_t pages_per_rank = n + rounds * BATCH + 1;
-    char (*names)[64] = malloc(n * sizeof *names);
+    char(*names)[64] = malloc(n * sizeof *names);
     static char fresh[BATCH][64];
     hf_slice keys[BATCH];
     int64_t pages[BATCH];

@@ -69,8 +69,10 @@ static int post(conn *c, const char *path, const char *body)
         cap = need * 2;
         req = realloc(req, cap);
     }
-    int n = snprintf(req, cap, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\n\r\n%s", path, blen, body);
+    int n = snprintf(req, cap,
+                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     path, blen, body);
     for (int off = 0; off < n;) {
         ssize_t k = write(c->fd, req + off, (size_t)(n - off));
         if (k <= 0)
@@ -206,8 +208,8 @@ static void run_load(uint64_t nkeys, int rank)
         len = (size_t)snprintf(body, cap * 2, "{\"rank\":%d,\"confirmations\":[", rank);
         for (uint64_t i = 0; i < n; i++) {
             key_of(base + i, key);
-            len += (size_t)snprintf(body + len, cap * 2 - len, "%s[\"%s\",%ld]", i ? "," : "",
-                                    key, pages[i]);
+            len += (size_t)snprintf(body + len, cap * 2 - len, "%s[\"%s\",%ld]", i ? "," : "", key,
+                                    pages[i]);
         }
         snprintf(body + len, cap * 2 - len, "]}");
         if (post(&c, "/keys/confirm_write", body) != 204)
@@ -243,7 +245,7 @@ int main(int argc, char **argv)
 {
     if (argc < 4) {
         fprintf(stderr, "usage: durability_load PORT cycle CLIENTS SECONDS | load NKEYS | "
-                "exists ROUNDS\n");
+                        "exists ROUNDS\n");
         return 2;
     }
     port = atoi(argv[1]);

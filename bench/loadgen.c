@@ -384,8 +384,10 @@ static int connect_to(int port)
 static void start_request(conn *c, const char *path, const text *body)
 {
     c->out.len = 0;
-    text_printf(&c->out, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                "application/json\r\nContent-Length: %zu\r\n", path, body->len);
+    text_printf(&c->out,
+                "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                "application/json\r\nContent-Length: %zu\r\n",
+                path, body->len);
     if (authorization) {
         text_put(&c->out, "Authorization: ", 15);
         text_put(&c->out, authorization, strlen(authorization));
@@ -408,8 +410,8 @@ static int parse_answer(conn *c, int *status, const char **body, size_t *body_le
         die("bad answer: %.40s", c->in.ptr);
     *status = atoi(c->in.ptr + 9);
     size_t length = 0;
-    for (char *line = memchr(c->in.ptr, '\n', (size_t)(head_end - c->in.ptr)); line && line < head_end;
-         line = memchr(line + 1, '\n', (size_t)(head_end - line))) {
+    for (char *line = memchr(c->in.ptr, '\n', (size_t)(head_end - c->in.ptr));
+         line && line < head_end; line = memchr(line + 1, '\n', (size_t)(head_end - line))) {
         if (strncasecmp(line + 1, "Content-Length:", 15) == 0)
             length = strtoull(line + 16, NULL, 10);
     }
@@ -525,8 +527,7 @@ static int save_answer(run *r, conn *c, int status, const char *body, size_t len
     if (++c->rank < r->ranks) {
         set_job_ns(r, c);
         save_send_allocate(c);
-    }
-    else
+    } else
         save_new_job(r, c);
     return 0;
 }
@@ -651,8 +652,8 @@ static void drive(run *r, size_t nconns, double seconds, job_fn first, answer_fn
      * which measures the hit path, not the save path. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t run_base = bench_splitmix(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
-                                 ((uint64_t)getpid() << 32));
+    uint64_t run_base = bench_splitmix(
+        ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32));
     for (size_t i = 0; i < nconns; i++) {
         conn *c = &conns[i];
         c->fd = connect_to(r->port);
@@ -681,8 +682,8 @@ static void drive(run *r, size_t nconns, double seconds, job_fn first, answer_fn
                     die("send: %s", strerror(errno));
                 if (w > 0)
                     c->sent += (size_t)w;
-                struct epoll_event ev = {.events = c->sent < c->out.len ? EPOLLIN | EPOLLOUT : EPOLLIN,
-                                         .data.ptr = c};
+                struct epoll_event ev = {
+                    .events = c->sent < c->out.len ? EPOLLIN | EPOLLOUT : EPOLLIN, .data.ptr = c};
                 epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
             }
             if (!(events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
@@ -715,8 +716,8 @@ static void drive(run *r, size_t nconns, double seconds, job_fn first, answer_fn
     double elapsed = now_s() - measured_from;
     printf("requests=%llu seconds=%.2f rps=%.0f pairs_per_s=%.0f keys_per_s=%.0f p50_us=%llu "
            "p99_us=%llu errors=%llu answered=%llu answered_pairs=%llu\n",
-           (unsigned long long)r->requests, elapsed,
-           (double)r->requests / elapsed, (double)r->pairs / elapsed, (double)r->keys / elapsed,
+           (unsigned long long)r->requests, elapsed, (double)r->requests / elapsed,
+           (double)r->pairs / elapsed, (double)r->keys / elapsed,
            (unsigned long long)percentile(r, 50), (unsigned long long)percentile(r, 99),
            (unsigned long long)r->errors, (unsigned long long)r->answered,
            (unsigned long long)r->answered_pairs);
@@ -817,8 +818,7 @@ static int cmd_load(int argc, char **argv)
                 die("confirm_write failed: %.200s", answer);
         }
     }
-    fprintf(stderr, "loadgen: %zu complete keys on %u ranks in %.2f s\n", n, ranks,
-            now_s() - t0);
+    fprintf(stderr, "loadgen: %zu complete keys on %u ranks in %.2f s\n", n, ranks, now_s() - t0);
     close(c.fd);
     free(body.ptr);
     free(c.out.ptr);
@@ -848,8 +848,8 @@ static int cmd_bodies(int argc, char **argv)
         }
         for (size_t i = 0; i < batch; i++) /* 66: a page's -k, then its -v */
             ids[i] = key_chars == 66 && (i & 1) ? ids[i - 1] | 1
-                   : key_chars == 66             ? (rnd() % n) & ~1ull
-                                                 : rnd() % n;
+                     : key_chars == 66          ? (rnd() % n) & ~1ull
+                                                : rnd() % n;
         line.len = 0;
         if (strcmp(kind, "exists") == 0) {
             text_put(&line, "/keys/batch_exists\t", 19);
@@ -929,11 +929,8 @@ static const char *resp_skip(const char *p, const char *end, bool *bad)
     long v = strtol(p + 1, NULL, 10);
     switch (*p) {
     case '+':
-    case ':':
-        return nl + 1;
-    case '-':
-        *bad = true;
-        return nl + 1;
+    case ':': return nl + 1;
+    case '-': *bad = true; return nl + 1;
     case '$':
         if (v < 0) {
             *bad = true;
@@ -951,8 +948,7 @@ static const char *resp_skip(const char *p, const char *end, bool *bad)
                 return NULL;
         }
         return p;
-    default:
-        die("bad Redis reply: %.40s", p);
+    default: die("bad Redis reply: %.40s", p);
     }
     return NULL;
 }
@@ -1105,9 +1101,10 @@ static int cmd_hmget(int argc, char **argv)
             p99 = b;
     }
     printf("requests=%llu seconds=%.2f rps=%.0f hmgets_per_s=%.0f p50_us=%llu p99_us=%llu "
-           "errors=%llu answered=%llu\n", (unsigned long long)reads, elapsed,
-           (double)reads / elapsed, 2.0 * (double)reads / elapsed, (unsigned long long)p50,
-           (unsigned long long)p99, (unsigned long long)errors, (unsigned long long)reads);
+           "errors=%llu answered=%llu\n",
+           (unsigned long long)reads, elapsed, (double)reads / elapsed,
+           2.0 * (double)reads / elapsed, (unsigned long long)p50, (unsigned long long)p99,
+           (unsigned long long)errors, (unsigned long long)reads);
     for (size_t i = 0; i < nconns; i++) {
         close(cs[i].fd);
         free(cs[i].out.ptr);

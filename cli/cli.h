@@ -78,9 +78,22 @@ bool cli_parse_page(const char *s, int64_t *out);
 
 /* The commands, each `int cmd_<name>(cli *o)` returning its exit code:
  * commands.c (one library call each), stats.c (stats, watch), load.c. */
-#define CLI_COMMANDS(X)                                                                        \
-    X(init) X(alloc) X(confirm) X(release) X(exists) X(locate) X(delete) X(clear) X(health)    \
-    X(stats) X(watch) X(load)
+/* one command a line */
+// clang-format off
+#define CLI_COMMANDS(X) \
+    X(init)             \
+    X(alloc)            \
+    X(confirm)          \
+    X(release)          \
+    X(exists)           \
+    X(locate)           \
+    X(delete)           \
+    X(clear)            \
+    X(health)           \
+    X(stats)            \
+    X(watch)            \
+    X(load)
+// clang-format on
 #define CLI_DECLARE_COMMAND(name) int cmd_##name(cli *o);
 CLI_COMMANDS(CLI_DECLARE_COMMAND)
 

@@ -8,7 +8,10 @@
 
 #include "cli.h"
 
-static bool sglang(const cli *o) { return o->dialect == DIALECT_SGLANG; }
+static bool sglang(const cli *o)
+{
+    return o->dialect == DIALECT_SGLANG;
+}
 
 /* Keys of the command (arguments or stdin); a usage error if there are none. */
 static int get_keys(const cli *o, char ***keys, size_t *n)
@@ -190,8 +193,8 @@ static bool alloc_result(const cli *o, int64_t page, bool existed)
 
 int cmd_alloc(cli *o)
 {
-    static const command_spec spec = {.call = alloc_call, .key_result = alloc_result,
-                                      .list = "results", .list_rank = true};
+    static const command_spec spec = {
+        .call = alloc_call, .key_result = alloc_result, .list = "results", .list_rank = true};
     return run_keys(o, &spec);
 }
 
@@ -213,8 +216,8 @@ static bool exists_result(const cli *o, int64_t page, bool exists)
 
 int cmd_exists(cli *o)
 {
-    static const command_spec spec = {.call = exists_call, .key_result = exists_result,
-                                      .list = "exists"};
+    static const command_spec spec = {
+        .call = exists_call, .key_result = exists_result, .list = "exists"};
     return run_keys(o, &spec);
 }
 
@@ -240,8 +243,8 @@ static bool locate_result(const cli *o, int64_t page, bool flag)
 
 int cmd_locate(cli *o)
 {
-    static const command_spec spec = {.call = locate_call, .key_result = locate_result,
-                                      .list = "locations", .list_rank = true};
+    static const command_spec spec = {
+        .call = locate_call, .key_result = locate_result, .list = "locations", .list_rank = true};
     return run_keys(o, &spec);
 }
 
@@ -308,7 +311,8 @@ static int parse_page_list(const cli *o, const char *list, int64_t **pages, size
         return cli_fail(o, NULL, HF3FS_META_ENOMEM);
     }
     size_t k = 0;
-    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
         if (!cli_parse_page(tok, &out[k])) {
             free(out);
             free(copy);

@@ -36,14 +36,14 @@
 #define KEY_LEN 32
 
 typedef struct counters {
-    atomic_uint_fast64_t requests;      /* HTTP requests answered */
+    atomic_uint_fast64_t requests; /* HTTP requests answered */
     atomic_uint_fast64_t prompts;
-    atomic_uint_fast64_t keys_checked;  /* keys asked to batch_exists */
-    atomic_uint_fast64_t keys_hit;      /* leading keys found */
+    atomic_uint_fast64_t keys_checked;   /* keys asked to batch_exists */
+    atomic_uint_fast64_t keys_hit;       /* leading keys found */
     atomic_uint_fast64_t keys_allocated; /* pages reserved and confirmed */
-    atomic_uint_fast64_t alloc_failed;  /* keys that got -1 */
+    atomic_uint_fast64_t alloc_failed;   /* keys that got -1 */
     atomic_uint_fast64_t errors;
-    atomic_uint_fast64_t latency_us;    /* sum over requests */
+    atomic_uint_fast64_t latency_us; /* sum over requests */
     atomic_uint_fast64_t max_latency_us;
 } counters;
 
@@ -131,10 +131,9 @@ static void note_request(worker *w, double started)
     atomic_fetch_add_explicit(&w->total->requests, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->total->latency_us, us, memory_order_relaxed);
     uint64_t max = atomic_load_explicit(&w->total->max_latency_us, memory_order_relaxed);
-    while (us > max && !atomic_compare_exchange_weak_explicit(&w->total->max_latency_us, &max, us,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed)) {
-    }
+    while (us > max &&
+           !atomic_compare_exchange_weak_explicit(&w->total->max_latency_us, &max, us,
+                                                  memory_order_relaxed, memory_order_relaxed)) {}
 }
 
 static void note_error(worker *w, hf3fs_meta_client *c, int rc)
@@ -146,8 +145,8 @@ static void note_error(worker *w, hf3fs_meta_client *c, int rc)
 }
 
 /* One prompt: scheduler lookup, then reads and writes on every rank. */
-static int run_prompt(worker *w, hf3fs_meta_client *c, const char *const *keys, int k,
-                      bool *exists, int64_t *pages, const char **todo_keys, int64_t *todo_pages)
+static int run_prompt(worker *w, hf3fs_meta_client *c, const char *const *keys, int k, bool *exists,
+                      int64_t *pages, const char **todo_keys, int64_t *todo_pages)
 {
     const cli *o = w->o;
     bool sg = o->dialect == DIALECT_SGLANG;
@@ -175,8 +174,7 @@ static int run_prompt(worker *w, hf3fs_meta_client *c, const char *const *keys, 
             continue;
         size_t n = (size_t)(k - hit);
         t = now_s();
-        rc = sg ? hf3fs_meta_sglang_reserve_and_allocate(c, rank, o->ns, keys + hit, n, NULL,
-                                                         pages)
+        rc = sg ? hf3fs_meta_sglang_reserve_and_allocate(c, rank, o->ns, keys + hit, n, NULL, pages)
                 : hf3fs_meta_vllm_batch_allocate(c, rank, keys + hit, n, pages);
         if (rc)
             return rc;
@@ -271,8 +269,9 @@ static void progress(const cli *o, counters *t, double elapsed, bool final, bool
 {
     double e = elapsed > 0 ? elapsed : 1e-9;
     uint64_t checked = get(&t->keys_checked);
-    fprintf(stderr, "%s[%5.1fs] requests %llu (%.0f/s)  prompts %.0f/s  keys allocated %.0f/s"
-                    "  hit %.1f%%  errors %llu%s",
+    fprintf(stderr,
+            "%s[%5.1fs] requests %llu (%.0f/s)  prompts %.0f/s  keys allocated %.0f/s"
+            "  hit %.1f%%  errors %llu%s",
             tty ? "\r" : "", elapsed, (unsigned long long)get(&t->requests),
             (double)get(&t->requests) / e, (double)get(&t->prompts) / e,
             (double)get(&t->keys_allocated) / e,
@@ -328,7 +327,8 @@ static void warn_small_pools(const cli *o, hf3fs_meta_client *c, int64_t pages)
     size_t len = 0, n = 0;
     hf3fs_meta_pool_stats *pools = NULL;
     const char *ns = o->dialect == DIALECT_SGLANG && o->ns ? o->ns : "kv";
-    if (hf3fs_meta_stats(c, &json, &len) == 0 && hf3fs_meta_stats_parse(json, len, &pools, &n) == 0) {
+    if (hf3fs_meta_stats(c, &json, &len) == 0 &&
+        hf3fs_meta_stats_parse(json, len, &pools, &n) == 0) {
         for (size_t i = 0; i < n; i++)
             if (strcmp(pools[i].ns, ns) == 0 && pools[i].rank < N_RANKS &&
                 pools[i].num_pages != pages)

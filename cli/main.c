@@ -34,8 +34,8 @@ enum opt_id {
 };
 
 #define BIT(o) (1u << (o))
-#define GLOBAL_OPTS                                                                       \
-    (BIT(OPT_URL) | BIT(OPT_TOKEN) | BIT(OPT_DIALECT) | BIT(OPT_NAMESPACE) | BIT(OPT_RANK) | \
+#define GLOBAL_OPTS                                                                                \
+    (BIT(OPT_URL) | BIT(OPT_TOKEN) | BIT(OPT_DIALECT) | BIT(OPT_NAMESPACE) | BIT(OPT_RANK) |       \
      BIT(OPT_JSON) | BIT(OPT_TIMEOUT) | BIT(OPT_HELP) | BIT(OPT_VERSION))
 
 static const struct option long_options[] = {
@@ -104,7 +104,8 @@ static const command commands[] = {
      "The stats table refreshed in place every S seconds (default 2); stops after N\n"
      "refreshes with --count (default: until interrupted). --json prints one stats\n"
      "document per line instead.\n"},
-    {"load", cmd_load, BIT(OPT_DURATION) | BIT(OPT_CLIENTS) | BIT(OPT_KEYS_PER_REQUEST) | BIT(OPT_PAGES),
+    {"load", cmd_load,
+     BIT(OPT_DURATION) | BIT(OPT_CLIENTS) | BIT(OPT_KEYS_PER_REQUEST) | BIT(OPT_PAGES),
      "load [--duration S] [--clients N] [--keys-per-request K] [--pages N]",
      "A load generator shaped like a vLLM deployment: N client threads (default 4),\n"
      "each one engine instance with its own connection. Per prompt of K blocks\n"
@@ -115,7 +116,8 @@ static const command commands[] = {
      "pages (default 65536, initialized first) fill, evictions. Runs S seconds\n"
      "(default 10) with a progress line on stderr, then prints requests/s and key\n"
      "rates. With --dialect sglang the same flow uses the SGLang calls.\n"},
-    {"health", cmd_health, 0, "health", "GET /health: exit 0 when the server answers {\"status\": \"ok\"}.\n"},
+    {"health", cmd_health, 0, "health",
+     "GET /health: exit 0 when the server answers {\"status\": \"ok\"}.\n"},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -131,31 +133,32 @@ static void print_help(FILE *f, const char *prog)
             prog, hf3fs_meta_version());
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].usage);
-    fprintf(f,
-            "\n"
-            "Options (before or after the command):\n"
-            "  --url URL          server (default $HF3FS_META_URL, else " CLI_DEFAULT_URL ");\n"
-            "                     http://:TOKEN@host:port sends HTTP Basic auth\n"
-            "  --token TOKEN      send \"Authorization: Bearer TOKEN\" (default $HF3FS_META_TOKEN)\n"
-            "  --dialect D        vllm (default) or sglang\n"
-            "  --namespace NS     SGLang pool namespace (default: the server's, \"kv\")\n"
-            "  --rank R           worker rank (default 0)\n"
-            "  --json             machine-readable output on stdout\n"
-            "  --timeout MS       request timeout in milliseconds (default 30000)\n"
-            "  --help             this text; COMMAND --help for a command\n"
-            "  --version          print the version\n"
-            "\n"
-            "Keys come from the arguments, or from stdin (one per line) when there are none.\n"
-            "\n"
-            "Exit codes: 0 ok; 1 a negative answer (not all keys exist, no page);\n"
-            "2 usage; 3 connection or timeout; 4 refused by the server (4xx: bad\n"
-            "request, not initialized, unauthorized); 5 server error (5xx) or a\n"
-            "malformed answer.\n");
+    fprintf(
+        f, "\n"
+           "Options (before or after the command):\n"
+           "  --url URL          server (default $HF3FS_META_URL, else " CLI_DEFAULT_URL ");\n"
+           "                     http://:TOKEN@host:port sends HTTP Basic auth\n"
+           "  --token TOKEN      send \"Authorization: Bearer TOKEN\" (default $HF3FS_META_TOKEN)\n"
+           "  --dialect D        vllm (default) or sglang\n"
+           "  --namespace NS     SGLang pool namespace (default: the server's, \"kv\")\n"
+           "  --rank R           worker rank (default 0)\n"
+           "  --json             machine-readable output on stdout\n"
+           "  --timeout MS       request timeout in milliseconds (default 30000)\n"
+           "  --help             this text; COMMAND --help for a command\n"
+           "  --version          print the version\n"
+           "\n"
+           "Keys come from the arguments, or from stdin (one per line) when there are none.\n"
+           "\n"
+           "Exit codes: 0 ok; 1 a negative answer (not all keys exist, no page);\n"
+           "2 usage; 3 connection or timeout; 4 refused by the server (4xx: bad\n"
+           "request, not initialized, unauthorized); 5 server error (5xx) or a\n"
+           "malformed answer.\n");
 }
 
 static void print_command_help(FILE *f, const char *prog, const command *cmd)
 {
-    fprintf(f, "usage: %s [OPTIONS] %s\n\n%s\nSee %s --help for the global options and exit codes.\n",
+    fprintf(f,
+            "usage: %s [OPTIONS] %s\n\n%s\nSee %s --help for the global options and exit codes.\n",
             prog, cmd->usage, cmd->help, prog);
 }
 

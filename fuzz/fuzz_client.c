@@ -110,8 +110,8 @@ static void check_json(const char *text, size_t len)
         if (n->type == HF3FS_META__JSON_ARRAY || n->type == HF3FS_META__JSON_OBJECT) {
             uint32_t count = 0;
             for (uint32_t c = hf3fs_meta__json_first(&doc, i); c != HF3FS_META__JSON_NONE;
-                 c = hf3fs_meta__json_next(&doc, i, n->type == HF3FS_META__JSON_OBJECT
-                                                        ? doc.nodes[c].end : c)) {
+                 c = hf3fs_meta__json_next(
+                     &doc, i, n->type == HF3FS_META__JSON_OBJECT ? doc.nodes[c].end : c)) {
                 if (c <= i || c >= n->end)
                     fuzz_fail("child %u of node %u is outside it", c, i);
                 if (++count > n->count)

@@ -32,13 +32,14 @@ void fuzz_quiet(void)
 api_config fuzz_api_config(void)
 {
     return (api_config){
-        .limits = {
-            .max_ranks = 4,
-            .max_pages = 1000,
-            .max_keys = 16,
-            .max_key_bytes = 80,
-            .max_body_bytes = 64 * 1024,
-        },
+        .limits =
+            {
+                .max_ranks = 4,
+                .max_pages = 1000,
+                .max_keys = 16,
+                .max_key_bytes = 80,
+                .max_body_bytes = 64 * 1024,
+            },
         .debug_api = true,
     };
 }
@@ -124,10 +125,12 @@ const size_t fuzz_route_count = sizeof fuzz_routes / sizeof fuzz_routes[0];
 static bool status_allowed(int status)
 {
     switch (status) {
-    case 200: case 204: case 400: case 404: case 405:
-        return true;
-    default:
-        return false;
+    case 200:
+    case 204:
+    case 400:
+    case 404:
+    case 405: return true;
+    default: return false;
     }
 }
 
@@ -273,8 +276,8 @@ void fuzz_check_pages(const char *path, const char *body, size_t body_len, const
             const json_node *key_j = item_key(&keys->u.items[j]);
             if (ans_j->type == JSON_INT && ans_j->u.i == ans_i->u.i &&
                 !hf_slice_eq(json_slice(key_i), json_slice(key_j)))
-                fuzz_fail("%s: keys %u and %u (different) were both given page %lld: %.*s", path,
-                          j, i, (long long)ans_i->u.i, (int)resp->body.len, resp->body.ptr);
+                fuzz_fail("%s: keys %u and %u (different) were both given page %lld: %.*s", path, j,
+                          i, (long long)ans_i->u.i, (int)resp->body.len, resp->body.ptr);
         }
     }
     json_doc_free(&req_doc);

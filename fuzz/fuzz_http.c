@@ -61,8 +61,13 @@ static void start_server(void)
     api_config config = fuzz_api_config();
     config.limits.max_body_bytes = 1024;
     api = api_new(store, &config);
-    http_config http = {.host = "127.0.0.1", .port = 0, .threads = 1, .max_connections = 64,
-                        .idle_timeout_s = 2, .max_body_bytes = 1024, .max_header_bytes = 4096};
+    http_config http = {.host = "127.0.0.1",
+                        .port = 0,
+                        .threads = 1,
+                        .max_connections = 64,
+                        .idle_timeout_s = 2,
+                        .max_body_bytes = 1024,
+                        .max_header_bytes = 4096};
     char err[256];
     server = http_start(&http, api, err, sizeof err);
     if (!server)
@@ -157,8 +162,9 @@ static void check_answers(const char *buf, size_t len, bool head)
             break; /* the 100 Continue of a request left unfinished */
         if (rc != HF3FS_META__HTTP_DONE)
             fuzz_fail("the server sent something that is not a whole HTTP answer (%s) at byte "
-                      "%zu: %.*s", r.error ? r.error : "?", off,
-                      (int)(len - off > 300 ? 300 : len - off), buf + off);
+                      "%zu: %.*s",
+                      r.error ? r.error : "?", off, (int)(len - off > 300 ? 300 : len - off),
+                      buf + off);
         if (r.status >= 500 && r.status != 505)
             fuzz_fail("the server answered %d: %.*s", r.status, (int)(len > 300 ? 300 : len), buf);
         off += used ? used : len - off;
@@ -176,8 +182,7 @@ static void check_alive(void)
     send_all(fd, (const uint8_t *)health, sizeof health - 1, 0);
     static char buf[4096];
     size_t len;
-    if (!read_all(fd, buf, sizeof buf, &len) || len < 12 ||
-        memcmp(buf + 9, "200", 3) != 0)
+    if (!read_all(fd, buf, sizeof buf, &len) || len < 12 || memcmp(buf + 9, "200", 3) != 0)
         fuzz_fail("GET /health after the input: %.*s", (int)len, buf);
     close(fd);
     fuzz_check_store(store, "an HTTP input");
@@ -205,7 +210,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len;
     if (!read_all(fd, buf, MAX_ANSWER, &len))
         fuzz_fail("the server did not close the connection within %d ms of the end of the "
-                  "input (%zu bytes of answers)", READ_TIMEOUT_MS, len);
+                  "input (%zu bytes of answers)",
+                  READ_TIMEOUT_MS, len);
     close(fd);
     /* An answer to HEAD has no body whatever its headers say: answers to a
      * mix of requests cannot be framed without knowing which was HEAD. */

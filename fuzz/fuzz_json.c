@@ -177,10 +177,22 @@ static int ref_close(reference *r, char tag)
     return 1;
 }
 
-static int ref_start_map(void *ctx) { return ref_open(ctx, '{'); }
-static int ref_end_map(void *ctx) { return ref_close(ctx, '}'); }
-static int ref_start_array(void *ctx) { return ref_open(ctx, '['); }
-static int ref_end_array(void *ctx) { return ref_close(ctx, ']'); }
+static int ref_start_map(void *ctx)
+{
+    return ref_open(ctx, '{');
+}
+static int ref_end_map(void *ctx)
+{
+    return ref_close(ctx, '}');
+}
+static int ref_start_array(void *ctx)
+{
+    return ref_open(ctx, '[');
+}
+static int ref_end_array(void *ctx)
+{
+    return ref_close(ctx, ']');
+}
 
 static const yajl_callbacks ref_callbacks = {
     .yajl_null = ref_null,
@@ -409,8 +421,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_doc_init(&again, &unlimited);
         const json_node *root2;
         if (json_parse(&again, out.ptr, out.len, &root2, err, sizeof err) != 0)
-            fuzz_fail("the tree written back does not parse: %s: %.*s", err, (int)out.len,
-                      out.ptr);
+            fuzz_fail("the tree written back does not parse: %s: %.*s", err, (int)out.len, out.ptr);
         canon tree2 = {0};
         tree_canon(root2, &tree2, 0);
         if (tree2.len != tree.len || memcmp(tree2.p, tree.p, tree.len) != 0)

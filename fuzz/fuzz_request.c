@@ -201,12 +201,12 @@ static void check_auth(const request *req, api_response *resp)
         if (!resp->www_authenticate)
             fuzz_fail("401 without a WWW-Authenticate challenge");
         if (carries || open)
-            fuzz_fail("%s %s refused with 401 but the header carries the token: %s",
-                      req->method, req->path, header);
+            fuzz_fail("%s %s refused with 401 but the header carries the token: %s", req->method,
+                      req->path, header);
         resp->status = 400; /* for fuzz_check_answer: an error like the others */
     } else if (!carries && !open) {
-        fuzz_fail("%s %s answered %d without the token: %s", req->method, req->path,
-                  resp->status, header);
+        fuzz_fail("%s %s answered %d without the token: %s", req->method, req->path, resp->status,
+                  header);
     }
 }
 

@@ -98,7 +98,7 @@ typedef struct session {
     unsigned nlast;
     fuzz_snapshot before, after;
     wal_encoder log;    /* the core's events, as the server logs them */
-    hf_buf snapshot;   /* the last OP_SNAPSHOT, empty if none */
+    hf_buf snapshot;    /* the last OP_SNAPSHOT, empty if none */
     size_t snapshot_at; /* log bytes before it */
 } session;
 
@@ -283,9 +283,23 @@ static void begin_body(session *s)
 /* ---- operations ---- */
 
 enum {
-    OP_TICK, OP_TRIM, OP_RAW,
-    OP_V_INIT, OP_V_INIT_ALIAS, OP_V_ALLOC, OP_V_CONFIRM, OP_V_EXISTS, OP_V_LOCATIONS, OP_V_CLEAR,
-    OP_S_INIT, OP_S_EXISTS, OP_S_ALLOC, OP_S_CONFIRM, OP_S_DELETE, OP_S_CLEAR, OP_S_PAGES,
+    OP_TICK,
+    OP_TRIM,
+    OP_RAW,
+    OP_V_INIT,
+    OP_V_INIT_ALIAS,
+    OP_V_ALLOC,
+    OP_V_CONFIRM,
+    OP_V_EXISTS,
+    OP_V_LOCATIONS,
+    OP_V_CLEAR,
+    OP_S_INIT,
+    OP_S_EXISTS,
+    OP_S_ALLOC,
+    OP_S_CONFIRM,
+    OP_S_DELETE,
+    OP_S_CLEAR,
+    OP_S_PAGES,
     OP_SNAPSHOT,
     OP_COUNT
 };
@@ -331,8 +345,8 @@ static hf_buf render(const core_t *core)
 }
 
 /* Replay the records of bytes[from..len-1] into core; the last decode result. */
-static int replay(wal_decoder *dec, core_t *core, const hf_buf *bytes, size_t from,
-                  uint32_t salt, const char *what)
+static int replay(wal_decoder *dec, core_t *core, const hf_buf *bytes, size_t from, uint32_t salt,
+                  const char *what)
 {
     int last = WAL_DEC_OK;
     for (size_t off = from; off < bytes->len;) {
@@ -395,12 +409,8 @@ static void run_op(session *s, unsigned op)
 {
     begin_body(s);
     switch (op) {
-    case OP_TICK:
-        s->now += (int64_t)fuzz_byte(&s->in) * 8;
-        return;
-    case OP_TRIM:
-        api_response_trim(&s->resp);
-        return;
+    case OP_TICK: s->now += (int64_t)fuzz_byte(&s->in) * 8; return;
+    case OP_TRIM: api_response_trim(&s->resp); return;
     case OP_SNAPSHOT:
         if (s->engine.core)
             take_snapshot(s);
@@ -455,9 +465,7 @@ static void run_op(session *s, unsigned op)
         put_keys(s, "keys", 0);
         send_body(s, "/keys/get_locations");
         return;
-    case OP_V_CLEAR:
-        send_request(s, "POST", "/clear", "", 0);
-        return;
+    case OP_V_CLEAR: send_request(s, "POST", "/clear", "", 0); return;
     case OP_S_INIT:
         sglang_path(s, "initialize");
         json_put_lit(&s->body, "\"num_pages\":");

@@ -67,7 +67,7 @@ static void put_deadline(hf_buf *b, uint8_t x)
 }
 
 static const char *const keys[] = {
-    "a", "b", "k-3", "", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "a",  "b",    "k-3",    "", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
     "ab", "ABCD", "x\001y",
 };
 
@@ -123,8 +123,7 @@ static void build_body(fuzz_reader *in, hf_buf *body, uint64_t records_before)
         hf_buf_append(body, ns, strlen(ns));
         return;
     }
-    case WAL_REC_CLEAR_ALL:
-        return;
+    case WAL_REC_CLEAR_ALL: return;
     case WAL_REC_USE: {
         hf_buf_put_varint(body, fuzz_byte(in) % 6);
         put_deadline(body, fuzz_byte(in));
@@ -134,9 +133,7 @@ static void build_body(fuzz_reader *in, hf_buf *body, uint64_t records_before)
             hf_buf_put_varint(body, fuzz_byte(in) % 12);
         return;
     }
-    case WAL_REC_END:
-        hf_buf_put_varint(body, (op & 0x80) ? fuzz_byte(in) : records_before);
-        return;
+    case WAL_REC_END: hf_buf_put_varint(body, (op & 0x80) ? fuzz_byte(in) : records_before); return;
     default: /* RESERVE OWN FREE DRAIN DEMOTE OWNED: pool, page, [deadline], [key] */
         hf_buf_put_varint(body, fuzz_byte(in) % 6);
         hf_buf_put_varint(body, fuzz_byte(in) % 12);
@@ -324,12 +321,18 @@ static void render_event(void *ctx, const core_event *ev)
 }
 
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
-static void host_lock(void *ctx) { pthread_mutex_lock(ctx); }
-static void host_unlock(void *ctx) { pthread_mutex_unlock(ctx); }
+static void host_lock(void *ctx)
+{
+    pthread_mutex_lock(ctx);
+}
+static void host_unlock(void *ctx)
+{
+    pthread_mutex_unlock(ctx);
+}
 
 /* Open dir; on success render the state into *state (if not NULL) and close. */
-static int open_dir(const char *dir, bool salvage, bool final_snapshot, hf_buf *state,
-                    char *err, size_t errlen)
+static int open_dir(const char *dir, bool salvage, bool final_snapshot, hf_buf *state, char *err,
+                    size_t errlen)
 {
     core_config config = fuzz_core_config();
     core_t *core = core_new(&config);

@@ -134,30 +134,30 @@ extern "C" {
 /** @defgroup errors Return codes
  * 0 is success; every error is negative and in -31400 .. -31409.
  * @{ */
-#define HF3FS_META_SUCCESS    0
+#define HF3FS_META_SUCCESS 0
 /** An argument is invalid (see CONVENTIONS); nothing was sent. */
-#define HF3FS_META_EINVAL     (-31400)
+#define HF3FS_META_EINVAL (-31400)
 /** Out of memory. */
-#define HF3FS_META_ENOMEM     (-31401)
+#define HF3FS_META_ENOMEM (-31401)
 /** Could not connect, or the connection was lost before an answer (after retries). */
-#define HF3FS_META_ECONNECT   (-31402)
+#define HF3FS_META_ECONNECT (-31402)
 /** The connect timeout or the request timeout expired. */
-#define HF3FS_META_ETIMEDOUT  (-31403)
+#define HF3FS_META_ETIMEDOUT (-31403)
 /** Malformed HTTP, or an answer whose JSON does not have the contract's shape. */
-#define HF3FS_META_EPROTO     (-31404)
+#define HF3FS_META_EPROTO (-31404)
 /** HTTP 4xx other than 401 and "not initialized": the server refused the
  * request; hf3fs_meta_last_error() carries its `detail` text. */
-#define HF3FS_META_EREFUSED   (-31405)
+#define HF3FS_META_EREFUSED (-31405)
 /** HTTP 404 for a pool (or vLLM rank) that was not initialized: a 404 whose
  * `detail` says "not initialized" (any other 404, such as "Not Found" for an
  * unknown path, is HF3FS_META_EREFUSED). */
-#define HF3FS_META_ENOTINIT   (-31406)
+#define HF3FS_META_ENOTINIT (-31406)
 /** HTTP 401: authentication required or wrong token. */
-#define HF3FS_META_EUNAUTH    (-31407)
+#define HF3FS_META_EUNAUTH (-31407)
 /** HTTP 5xx (server error, 503 unavailable), or an unexpected status. */
-#define HF3FS_META_ESERVER    (-31408)
+#define HF3FS_META_ESERVER (-31408)
 /** The answer exceeds the client's size limit (hf3fs_meta_set_max_answer). */
-#define HF3FS_META_ETOOBIG    (-31409)
+#define HF3FS_META_ETOOBIG (-31409)
 /** @} */
 
 /** The opaque client: one server URL, one connection, its settings and the
@@ -316,8 +316,7 @@ HF3FS_META_API int hf3fs_meta_sglang_init(hf3fs_meta_client *c, int rank, const 
 
 /** POST /{rank}/exists: exists_out[i] is true iff the pool owns keys[i]. */
 HF3FS_META_API int hf3fs_meta_sglang_exists(hf3fs_meta_client *c, int rank, const char *ns,
-                                            const char *const *keys, size_t n,
-                                            bool *exists_out);
+                                            const char *const *keys, size_t n, bool *exists_out);
 
 /** POST /{rank}/reserve_and_allocate_page_indices: for each key, existed_out[i]
  * is true for a key the pool already owns (pages_out[i] is its page), false
@@ -326,9 +325,9 @@ HF3FS_META_API int hf3fs_meta_sglang_exists(hf3fs_meta_client *c, int rank, cons
  * what you do not use. existed_out may be NULL. Keys are sent as [key, ""]
  * pairs. Retries: see RETRIES above. */
 HF3FS_META_API int hf3fs_meta_sglang_reserve_and_allocate(hf3fs_meta_client *c, int rank,
-                                                          const char *ns,
-                                                          const char *const *keys, size_t n,
-                                                          bool *existed_out, int64_t *pages_out);
+                                                          const char *ns, const char *const *keys,
+                                                          size_t n, bool *existed_out,
+                                                          int64_t *pages_out);
 
 /** POST /{rank}/confirm_write {"written_keys_to_confirm": [[key, page]...],
  * "pages_to_release": [...]}: as hf3fs_meta_vllm_confirm_write. */
@@ -348,9 +347,8 @@ HF3FS_META_API int hf3fs_meta_sglang_clear(hf3fs_meta_client *c, int rank, const
 /** POST /{rank}/get_page_indices: pages_out[i] is the page the pool has for
  * keys[i], or -1. */
 HF3FS_META_API int hf3fs_meta_sglang_get_page_indices(hf3fs_meta_client *c, int rank,
-                                                      const char *ns,
-                                                      const char *const *keys, size_t n,
-                                                      int64_t *pages_out);
+                                                      const char *ns, const char *const *keys,
+                                                      size_t n, int64_t *pages_out);
 /** @} */
 
 /* ------------------------------------------------------------------------ */
@@ -370,7 +368,7 @@ HF3FS_META_API int hf3fs_meta_stats(hf3fs_meta_client *c, char **json_out, size_
 /** One pool of GET /v1/stats, decoded by hf3fs_meta_stats_parse(). A counter
  * the server did not send is -1. */
 typedef struct hf3fs_meta_pool_stats {
-    const char *ns;     /**< namespace, NUL-terminated; inside the parse result */
+    const char *ns; /**< namespace, NUL-terminated; inside the parse result */
     int64_t rank;
     int64_t num_pages;
     int64_t free;

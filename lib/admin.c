@@ -20,8 +20,8 @@ int hf3fs_meta_health(hf3fs_meta_client *c)
     hf3fs_meta__json_doc doc;
     const hf3fs_meta__buf *body = &c->reader.body;
     rc = hf3fs_meta__json_parse(&doc, body->data ? body->data : "", body->len, 8);
-    if (rc == 0 && !hf3fs_meta__json_string_eq(&doc, hf3fs_meta__json_get(&doc, 0, "status"),
-                                               "ok", 2))
+    if (rc == 0 &&
+        !hf3fs_meta__json_string_eq(&doc, hf3fs_meta__json_get(&doc, 0, "status"), "ok", 2))
         rc = HF3FS_META_EPROTO;
     hf3fs_meta__json_free(&doc);
     if (rc == HF3FS_META_EPROTO)
@@ -70,9 +70,12 @@ static const struct {
     const char *name;
     size_t offset;
 } counters[] = {
-#define COUNTER(field) {#field, offsetof(hf3fs_meta_pool_stats, field)}
-    COUNTER(rank),  COUNTER(num_pages), COUNTER(free),    COUNTER(reserved),
-    COUNTER(owned), COUNTER(draining),  COUNTER(keys),    COUNTER(touched),
+#define COUNTER(field)                                                                             \
+    {                                                                                              \
+#field, offsetof(hf3fs_meta_pool_stats, field)                                             \
+    }
+    COUNTER(rank),  COUNTER(num_pages), COUNTER(free),      COUNTER(reserved),
+    COUNTER(owned), COUNTER(draining),  COUNTER(keys),      COUNTER(touched),
     COUNTER(hits),  COUNTER(misses),    COUNTER(evictions),
 #undef COUNTER
 };
@@ -89,7 +92,8 @@ int hf3fs_meta_stats_parse(const char *json, size_t len, hf3fs_meta_pool_stats *
     hf3fs_meta__json_doc doc;
     int rc = hf3fs_meta__json_parse(&doc, json, len, HF3FS_META__JSON_DEFAULT_DEPTH);
     uint32_t pools = rc == 0 ? hf3fs_meta__json_get(&doc, 0, "pools") : HF3FS_META__JSON_NONE;
-    if (rc == 0 && (pools == HF3FS_META__JSON_NONE || doc.nodes[pools].type != HF3FS_META__JSON_ARRAY))
+    if (rc == 0 &&
+        (pools == HF3FS_META__JSON_NONE || doc.nodes[pools].type != HF3FS_META__JSON_ARRAY))
         rc = HF3FS_META_EPROTO;
     /* One block: the array, then the namespace strings. */
     size_t n = rc == 0 ? doc.nodes[pools].count : 0, strings = 0;
@@ -158,9 +162,8 @@ static bool valid_path(const char *p)
     return true;
 }
 
-int hf3fs_meta_request(hf3fs_meta_client *c, const char *method, const char *path,
-                       const char *body, size_t body_len, int *status_out, char **body_out,
-                       size_t *len_out)
+int hf3fs_meta_request(hf3fs_meta_client *c, const char *method, const char *path, const char *body,
+                       size_t body_len, int *status_out, char **body_out, size_t *len_out)
 {
     if (body_out)
         *body_out = NULL;

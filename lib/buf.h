@@ -36,6 +36,9 @@ void hf3fs_meta__buf_put_i64(hf3fs_meta__buf *b, int64_t v);
  * memory. */
 char *hf3fs_meta__buf_steal(hf3fs_meta__buf *b, size_t *len_out);
 
-static inline int hf3fs_meta__buf_error(const hf3fs_meta__buf *b) { return b->error; }
+static inline int hf3fs_meta__buf_error(const hf3fs_meta__buf *b)
+{
+    return b->error;
+}
 
 #endif

@@ -390,8 +390,7 @@ int hf3fs_meta__post(hf3fs_meta_client *c, const char *path, const hf3fs_meta__j
         memset(doc, 0, sizeof *doc);
     int rc = hf3fs_meta__jw_error(w);
     if (rc == HF3FS_META_EINVAL)
-        return hf3fs_meta__set_error(c, rc, "POST %s: a key or namespace is not valid UTF-8",
-                                     path);
+        return hf3fs_meta__set_error(c, rc, "POST %s: a key or namespace is not valid UTF-8", path);
     if (rc)
         return hf3fs_meta__set_error(c, rc, "POST %s: cannot build the request body: %s", path,
                                      hf3fs_meta_strerror(rc));
@@ -411,8 +410,7 @@ int hf3fs_meta__post(hf3fs_meta_client *c, const char *path, const hf3fs_meta__j
         return hf3fs_meta__set_error(c, rc, "%s: answer is not JSON: %s at byte %zu", what,
                                      doc->error, doc->error_offset);
     if (doc->nodes[0].type != HF3FS_META__JSON_OBJECT)
-        return hf3fs_meta__set_error(c, HF3FS_META_EPROTO, "%s: answer is not a JSON object",
-                                     what);
+        return hf3fs_meta__set_error(c, HF3FS_META_EPROTO, "%s: answer is not a JSON object", what);
     return 0;
 }
 
@@ -426,8 +424,7 @@ int hf3fs_meta__check_rank(hf3fs_meta_client *c, int rank)
 int hf3fs_meta__check_array(hf3fs_meta_client *c, const void *array, size_t n, const char *name)
 {
     if (n && !array)
-        return hf3fs_meta__set_error(c, HF3FS_META_EINVAL, "%s is NULL with %zu elements", name,
-                                     n);
+        return hf3fs_meta__set_error(c, HF3FS_META_EINVAL, "%s is NULL with %zu elements", name, n);
     return 0;
 }
 
@@ -442,8 +439,8 @@ int hf3fs_meta__check_keys(hf3fs_meta_client *c, const char *const *keys, size_t
     return 0;
 }
 
-void hf3fs_meta__write_keys(hf3fs_meta__jw *w, const char *name, const char *const *keys,
-                            size_t n, bool pairs)
+void hf3fs_meta__write_keys(hf3fs_meta__jw *w, const char *name, const char *const *keys, size_t n,
+                            bool pairs)
 {
     hf3fs_meta__jw_key(w, name);
     hf3fs_meta__jw_array_begin(w);
@@ -459,8 +456,8 @@ void hf3fs_meta__write_keys(hf3fs_meta__jw *w, const char *name, const char *con
     hf3fs_meta__jw_array_end(w);
 }
 
-void hf3fs_meta__write_confirmations(hf3fs_meta__jw *w, const char *name,
-                                     const char *const *keys, const int64_t *pages, size_t n)
+void hf3fs_meta__write_confirmations(hf3fs_meta__jw *w, const char *name, const char *const *keys,
+                                     const int64_t *pages, size_t n)
 {
     hf3fs_meta__jw_key(w, name);
     hf3fs_meta__jw_array_begin(w);
@@ -513,7 +510,7 @@ int hf3fs_meta__answer_page(hf3fs_meta_client *c, const hf3fs_meta__json_doc *do
 }
 
 int hf3fs_meta__read_bools(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, const char *name,
-                      size_t n, bool *out)
+                           size_t n, bool *out)
 {
     uint32_t array = 0; /* set when rc is 0 */
     int rc = hf3fs_meta__answer_array(c, doc, name, n, &array);
@@ -521,16 +518,16 @@ int hf3fs_meta__read_bools(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc
     for (size_t i = 0; rc == 0 && i < n; i++) {
         uint8_t type = doc->nodes[item].type;
         if (type != HF3FS_META__JSON_TRUE && type != HF3FS_META__JSON_FALSE)
-            return hf3fs_meta__set_error(c, HF3FS_META_EPROTO, "answer \"%s\"[%zu] is not a boolean",
-                                         name, i);
+            return hf3fs_meta__set_error(c, HF3FS_META_EPROTO,
+                                         "answer \"%s\"[%zu] is not a boolean", name, i);
         out[i] = type == HF3FS_META__JSON_TRUE;
         item = hf3fs_meta__json_next(doc, array, item);
     }
     return rc;
 }
 
-int hf3fs_meta__read_pages(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc,
-                           const char *name, size_t n, int64_t *out)
+int hf3fs_meta__read_pages(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, const char *name,
+                           size_t n, int64_t *out)
 {
     uint32_t array = 0; /* set when rc is 0 */
     int rc = hf3fs_meta__answer_array(c, doc, name, n, &array);

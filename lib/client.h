@@ -45,11 +45,11 @@ struct hf3fs_meta_client {
     bool retry_allocate;
     size_t max_answer;
     /* the connection */
-    int fd;            /* -1 when closed */
-    uint64_t rng;      /* backoff jitter */
+    int fd;       /* -1 when closed */
+    uint64_t rng; /* backoff jitter */
     /* per call */
-    hf3fs_meta__buf body;     /* JSON body being built */
-    hf3fs_meta__buf request;  /* the request bytes (head and body) */
+    hf3fs_meta__buf body;    /* JSON body being built */
+    hf3fs_meta__buf request; /* the request bytes (head and body) */
     hf3fs_meta__http_reader reader;
     int last_status;
     char last_error[HF3FS_META__MSG_MAX];
@@ -71,8 +71,8 @@ int hf3fs_meta__begin(hf3fs_meta_client *c);
 /* Send method path (after the base path) with body[0..len-1] (body NULL: no
  * body and no Content-Type) and read the answer into c->reader. 0 once an
  * answer arrived, whatever its status; else a transport error. */
-int hf3fs_meta__call(hf3fs_meta_client *c, const char *method, const char *path,
-                     const char *body, size_t len, hf3fs_meta__retry_rule rule);
+int hf3fs_meta__call(hf3fs_meta_client *c, const char *method, const char *path, const char *body,
+                     size_t len, hf3fs_meta__retry_rule rule);
 
 /* 0 for a 2xx answer; for an error status set last_detail from the JSON
  * detail and return the code (EUNAUTH, ENOTINIT, EREFUSED, ESERVER). */
@@ -94,11 +94,11 @@ int hf3fs_meta__check_keys(hf3fs_meta_client *c, const char *const *keys, size_t
 int hf3fs_meta__check_array(hf3fs_meta_client *c, const void *array, size_t n, const char *name);
 
 /* Write "name": [k0, k1...] or, with pairs, "name": [[k0, ""], ...]. */
-void hf3fs_meta__write_keys(hf3fs_meta__jw *w, const char *name, const char *const *keys,
-                            size_t n, bool pairs);
+void hf3fs_meta__write_keys(hf3fs_meta__jw *w, const char *name, const char *const *keys, size_t n,
+                            bool pairs);
 /* Write "name": [[k0, p0], ...]. */
-void hf3fs_meta__write_confirmations(hf3fs_meta__jw *w, const char *name,
-                                     const char *const *keys, const int64_t *pages, size_t n);
+void hf3fs_meta__write_confirmations(hf3fs_meta__jw *w, const char *name, const char *const *keys,
+                                     const int64_t *pages, size_t n);
 void hf3fs_meta__write_pages(hf3fs_meta__jw *w, const char *name, const int64_t *pages, size_t n);
 
 /* The array member `name` of the root object, with exactly n elements; else
@@ -111,10 +111,10 @@ int hf3fs_meta__answer_page(hf3fs_meta_client *c, const hf3fs_meta__json_doc *do
 
 /* {"name": [bool, ...]} and {"name": [page or null, ...]}, one
  * entry per key, into out[0..n-1]. */
-int hf3fs_meta__read_bools(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc,
-                           const char *name, size_t n, bool *out);
-int hf3fs_meta__read_pages(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc,
-                           const char *name, size_t n, int64_t *out);
+int hf3fs_meta__read_bools(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, const char *name,
+                           size_t n, bool *out);
+int hf3fs_meta__read_pages(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, const char *name,
+                           size_t n, int64_t *out);
 
 /* transport.c */
 void hf3fs_meta__disconnect(hf3fs_meta_client *c);

@@ -22,9 +22,9 @@ typedef enum hf3fs_meta__keys_out {
 
 /* A call over keys that reads no item pairs: "keys": [k0, ...] posted to
  * path (idempotent), the answer's array `answer` read into out (kind). */
-static inline int hf3fs_meta__keys_call(hf3fs_meta_client *c, hf3fs_meta__jw *w,
-                                        const char *path, const char *const *keys, size_t n,
-                                        const char *answer, hf3fs_meta__keys_out kind, void *out)
+static inline int hf3fs_meta__keys_call(hf3fs_meta_client *c, hf3fs_meta__jw *w, const char *path,
+                                        const char *const *keys, size_t n, const char *answer,
+                                        hf3fs_meta__keys_out kind, void *out)
 {
     int rc = hf3fs_meta__check_keys(c, keys, n);
     if (rc == 0 && kind != HF3FS_META__OUT_NONE)
@@ -83,8 +83,8 @@ static inline int hf3fs_meta__alloc_item(hf3fs_meta_client *c, const hf3fs_meta_
 /* An allocation over keys: "keys": [[k0, ""], ...] posted to path (an
  * allocation: see the retry rules), each item of the answer (exactly n)
  * read in order. */
-static inline int hf3fs_meta__alloc_call(hf3fs_meta_client *c, hf3fs_meta__jw *w,
-                                         const char *path, const char *const *keys, size_t n,
+static inline int hf3fs_meta__alloc_call(hf3fs_meta_client *c, hf3fs_meta__jw *w, const char *path,
+                                         const char *const *keys, size_t n,
                                          const hf3fs_meta__alloc_answer *a)
 {
     int rc = hf3fs_meta__check_keys(c, keys, n);
@@ -110,8 +110,8 @@ static inline int hf3fs_meta__alloc_call(hf3fs_meta_client *c, hf3fs_meta__jw *w
  * "pages_to_release": [...] posted to path (idempotent). */
 static inline int hf3fs_meta__confirm_call(hf3fs_meta_client *c, hf3fs_meta__jw *w,
                                            const char *path, const char *name,
-                                           const char *const *keys, const int64_t *pages,
-                                           size_t n, const int64_t *release, size_t n_release)
+                                           const char *const *keys, const int64_t *pages, size_t n,
+                                           const int64_t *release, size_t n_release)
 {
     int rc = hf3fs_meta__check_keys(c, keys, n);
     if (rc || (rc = hf3fs_meta__check_array(c, pages, n, "pages")) != 0 ||

@@ -192,8 +192,7 @@ static int end_of_head(hf3fs_meta__http_reader *r)
         start_next_head(r); /* interim answer: the real one follows */
         return 0;
     }
-    r->keep_alive = r->minor_version == 1 ? !r->conn_close
-                                          : (r->conn_keep_alive && !r->conn_close);
+    r->keep_alive = r->minor_version == 1 ? !r->conn_close : (r->conn_keep_alive && !r->conn_close);
     if (r->head_request || r->status == 204 || r->status == 304)
         return finish(r);
     if (r->chunked) {
@@ -256,21 +255,16 @@ static int parse_chunk_size(hf3fs_meta__http_reader *r, const char *s, size_t le
 static int on_line(hf3fs_meta__http_reader *r, const char *s, size_t len)
 {
     switch (r->state) {
-    case ST_STATUS:
-        return parse_status_line(r, s, len);
-    case ST_HEADER:
-        return len == 0 ? end_of_head(r) : parse_header_line(r, s, len);
-    case ST_CHUNK_SIZE:
-        return parse_chunk_size(r, s, len);
+    case ST_STATUS: return parse_status_line(r, s, len);
+    case ST_HEADER: return len == 0 ? end_of_head(r) : parse_header_line(r, s, len);
+    case ST_CHUNK_SIZE: return parse_chunk_size(r, s, len);
     case ST_CHUNK_END:
         if (len != 0)
             return fail(r, HF3FS_META_EPROTO, "chunk not followed by CRLF");
         r->state = ST_CHUNK_SIZE;
         return 0;
-    case ST_TRAILER:
-        return len == 0 ? finish(r) : 0;
-    default:
-        return fail(r, HF3FS_META_EPROTO, "internal: line in a body state");
+    case ST_TRAILER: return len == 0 ? finish(r) : 0;
+    default: return fail(r, HF3FS_META_EPROTO, "internal: line in a body state");
     }
 }
 
@@ -280,8 +274,7 @@ static bool line_state(int state)
            state == ST_CHUNK_END || state == ST_TRAILER;
 }
 
-int hf3fs_meta__http_feed(hf3fs_meta__http_reader *r, const char *bytes, size_t len,
-                          size_t *used)
+int hf3fs_meta__http_feed(hf3fs_meta__http_reader *r, const char *bytes, size_t len, size_t *used)
 {
     size_t i = 0;
     int rc = HF3FS_META__HTTP_MORE;
@@ -327,8 +320,9 @@ int hf3fs_meta__http_feed(hf3fs_meta__http_reader *r, const char *bytes, size_t 
         hf3fs_meta__buf_append(&r->body, bytes + i, take);
         if (hf3fs_meta__buf_error(&r->body)) {
             int code = hf3fs_meta__buf_error(&r->body);
-            fail(r, code, code == HF3FS_META_ETOOBIG ? "answer body larger than the client's limit"
-                                                     : "out of memory for the answer body");
+            fail(r, code,
+                 code == HF3FS_META_ETOOBIG ? "answer body larger than the client's limit"
+                                            : "out of memory for the answer body");
             break;
         }
         i += take;
@@ -361,6 +355,7 @@ int hf3fs_meta__http_eof(hf3fs_meta__http_reader *r)
         r->keep_alive = false;
         return finish(r);
     }
-    return fail(r, HF3FS_META_EPROTO, r->got_bytes ? "connection closed in the middle of an answer"
-                                                    : "connection closed without an answer");
+    return fail(r, HF3FS_META_EPROTO,
+                r->got_bytes ? "connection closed in the middle of an answer"
+                             : "connection closed without an answer");
 }

@@ -45,7 +45,7 @@ typedef struct hf3fs_meta__http_reader {
     int state;
     /* the answer */
     int status;
-    int minor_version;   /* 0 or 1 */
+    int minor_version; /* 0 or 1 */
     bool keep_alive;
     hf3fs_meta__buf body;
     /* framing */
@@ -55,13 +55,13 @@ typedef struct hf3fs_meta__http_reader {
     bool conn_keep_alive;
     bool has_length;
     uint64_t content_length;
-    uint64_t remaining;  /* of the body or of the current chunk */
-    size_t head_bytes;   /* status line and headers so far */
+    uint64_t remaining; /* of the body or of the current chunk */
+    size_t head_bytes;  /* status line and headers so far */
     size_t line_len;
     char line[HF3FS_META__HTTP_MAX_LINE];
-    bool got_bytes;      /* at least one byte was fed */
-    int result;          /* the error code after a failure */
-    const char *error;   /* static reason after a failure */
+    bool got_bytes;    /* at least one byte was fed */
+    int result;        /* the error code after a failure */
+    const char *error; /* static reason after a failure */
 } hf3fs_meta__http_reader;
 
 /* Prepare for a new answer. The reader must be zeroed before its first init
@@ -74,8 +74,7 @@ void hf3fs_meta__http_reader_free(hf3fs_meta__http_reader *r);
  * the answer completed before their end: the rest belongs to whatever
  * follows). Returns HTTP_MORE, HTTP_DONE, or a negative HF3FS_META_E* code;
  * after DONE or an error, feeding again returns the same result. */
-int hf3fs_meta__http_feed(hf3fs_meta__http_reader *r, const char *bytes, size_t len,
-                          size_t *used);
+int hf3fs_meta__http_feed(hf3fs_meta__http_reader *r, const char *bytes, size_t len, size_t *used);
 
 /* The connection ended. Returns HTTP_DONE if that completes the answer (a
  * body delimited by the end of the connection), else HF3FS_META_EPROTO

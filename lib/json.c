@@ -70,10 +70,22 @@ static void jw_close(hf3fs_meta__jw *w, char ch, bool object)
     hf3fs_meta__buf_putc(w->out, ch);
 }
 
-void hf3fs_meta__jw_object_begin(hf3fs_meta__jw *w) { jw_open(w, '{', true); }
-void hf3fs_meta__jw_object_end(hf3fs_meta__jw *w) { jw_close(w, '}', true); }
-void hf3fs_meta__jw_array_begin(hf3fs_meta__jw *w) { jw_open(w, '[', false); }
-void hf3fs_meta__jw_array_end(hf3fs_meta__jw *w) { jw_close(w, ']', false); }
+void hf3fs_meta__jw_object_begin(hf3fs_meta__jw *w)
+{
+    jw_open(w, '{', true);
+}
+void hf3fs_meta__jw_object_end(hf3fs_meta__jw *w)
+{
+    jw_close(w, '}', true);
+}
+void hf3fs_meta__jw_array_begin(hf3fs_meta__jw *w)
+{
+    jw_open(w, '[', false);
+}
+void hf3fs_meta__jw_array_end(hf3fs_meta__jw *w)
+{
+    jw_close(w, ']', false);
+}
 
 static void jw_quoted(hf3fs_meta__jw *w, const char *s, size_t len)
 {
@@ -155,7 +167,7 @@ void hf3fs_meta__jw_bool(hf3fs_meta__jw *w, bool v)
 
 typedef struct parser {
     hf3fs_meta__json_doc *doc;
-    const char *p;   /* input */
+    const char *p; /* input */
     size_t len;
     size_t pos;
     uint32_t str_len; /* bytes used in doc->strings */
@@ -314,8 +326,7 @@ static int parse_string(parser *ps)
             put_utf8(ps, cp);
             continue;
         }
-        default:
-            return fail(ps, "unknown escape in string");
+        default: return fail(ps, "unknown escape in string");
         }
         ps->doc->strings[ps->str_len++] = plain;
     }
@@ -326,7 +337,10 @@ static int parse_string(parser *ps)
     return 0;
 }
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
 
 static int parse_number(parser *ps)
 {

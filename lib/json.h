@@ -43,7 +43,7 @@ typedef struct hf3fs_meta__jw {
     hf3fs_meta__buf *out;
     int error;
     unsigned depth;
-    bool after_key;                             /* the next value follows "key": */
+    bool after_key;                               /* the next value follows "key": */
     bool has_items[HF3FS_META__JW_MAX_DEPTH + 1]; /* per open container */
     bool is_object[HF3FS_META__JW_MAX_DEPTH + 1];
 } hf3fs_meta__jw;
@@ -91,10 +91,10 @@ typedef struct hf3fs_meta__json_doc {
     hf3fs_meta__json_node *nodes;
     uint32_t n_nodes;
     uint32_t cap_nodes;
-    char *strings;        /* decoded string bytes */
-    const char *input;    /* the parsed text (borrowed) */
-    const char *error;    /* static reason after EPROTO */
-    size_t error_offset;  /* byte offset of the error in the input */
+    char *strings;       /* decoded string bytes */
+    const char *input;   /* the parsed text (borrowed) */
+    const char *error;   /* static reason after EPROTO */
+    size_t error_offset; /* byte offset of the error in the input */
 } hf3fs_meta__json_doc;
 
 /* Parse text[0..len-1]; max_depth >= 1 bounds the nesting. On success the

@@ -59,8 +59,7 @@ int hf3fs_meta_sglang_init(hf3fs_meta_client *c, int rank, const char *ns, int64
 int hf3fs_meta_sglang_exists(hf3fs_meta_client *c, int rank, const char *ns,
                              const char *const *keys, size_t n, bool *exists_out)
 {
-    return keys_call(c, rank, ns, "exists", keys, n, "exists", HF3FS_META__OUT_BOOLS,
-                     exists_out);
+    return keys_call(c, rank, ns, "exists", keys, n, "exists", HF3FS_META__OUT_BOOLS, exists_out);
 }
 
 int hf3fs_meta_sglang_reserve_and_allocate(hf3fs_meta_client *c, int rank, const char *ns,

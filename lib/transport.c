@@ -98,8 +98,7 @@ static int wait_fd(int fd, short events, int64_t deadline, short *revents)
 /* Connect to one address within the connect timeout. */
 static int connect_one(hf3fs_meta_client *c, const struct addrinfo *ai, int *err)
 {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) {
         *err = errno;
         return HF3FS_META_ECONNECT;
@@ -220,17 +219,16 @@ static int exchange(hf3fs_meta_client *c, const char *method, const char *path,
                                              err ? errno_text(err, text, sizeof text) : "");
             }
             if (result != HF3FS_META__HTTP_DONE)
-                return hf3fs_meta__set_error(c, HF3FS_META_ECONNECT,
-                                             "%s %s: connection lost in the middle of the answer%s%s",
-                                             method, path, err ? ": " : "",
-                                             err ? errno_text(err, text, sizeof text) : "");
+                return hf3fs_meta__set_error(
+                    c, HF3FS_META_ECONNECT,
+                    "%s %s: connection lost in the middle of the answer%s%s", method, path,
+                    err ? ": " : "", err ? errno_text(err, text, sizeof text) : "");
         } else {
             int err = errno;
             *retry = sent < req_len ? RETRY_ALWAYS : RETRY_IF_SAFE;
-            return hf3fs_meta__set_error(c, HF3FS_META_ECONNECT,
-                                         "%s %s: connection to %s lost before an answer: %s",
-                                         method, path, c->host_header,
-                                         errno_text(err, text, sizeof text));
+            return hf3fs_meta__set_error(
+                c, HF3FS_META_ECONNECT, "%s %s: connection to %s lost before an answer: %s", method,
+                path, c->host_header, errno_text(err, text, sizeof text));
         }
         if (result == HF3FS_META__HTTP_DONE) {
             if (sent < req_len)
@@ -290,12 +288,11 @@ static void backoff_sleep(hf3fs_meta_client *c, int attempt)
     c->rng ^= c->rng << 17;
     ms -= (int64_t)(c->rng % (uint64_t)(ms / 4 + 1));
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-int hf3fs_meta__call(hf3fs_meta_client *c, const char *method, const char *path,
-                     const char *body, size_t len, hf3fs_meta__retry_rule rule)
+int hf3fs_meta__call(hf3fs_meta_client *c, const char *method, const char *path, const char *body,
+                     size_t len, hf3fs_meta__retry_rule rule)
 {
     build_request(c, method, path, body, len);
     if (hf3fs_meta__buf_error(&c->request))

@@ -79,19 +79,19 @@ int hf3fs_meta_vllm_confirm_write(hf3fs_meta_client *c, int rank, const char *co
     hf3fs_meta__jw w;
     int rc = start(c, RANK_IN_BODY, rank, &w);
     return rc ? rc
-              : hf3fs_meta__confirm_call(c, &w, "/keys/confirm_write", "confirmations", keys,
-                                         pages, n, release, n_release);
+              : hf3fs_meta__confirm_call(c, &w, "/keys/confirm_write", "confirmations", keys, pages,
+                                         n, release, n_release);
 }
 
 int hf3fs_meta_vllm_batch_exists(hf3fs_meta_client *c, const char *const *keys, size_t n,
                                  bool *exists_out)
 {
-    return keys_call(c, NO_RANK, 0, "/keys/batch_exists", keys, n, "exists",
-                     HF3FS_META__OUT_BOOLS, exists_out);
+    return keys_call(c, NO_RANK, 0, "/keys/batch_exists", keys, n, "exists", HF3FS_META__OUT_BOOLS,
+                     exists_out);
 }
 
-int hf3fs_meta_vllm_get_locations(hf3fs_meta_client *c, int rank, const char *const *keys,
-                                  size_t n, int64_t *pages_out)
+int hf3fs_meta_vllm_get_locations(hf3fs_meta_client *c, int rank, const char *const *keys, size_t n,
+                                  int64_t *pages_out)
 {
     return keys_call(c, RANK_IN_BODY, rank, "/keys/get_locations", keys, n, "locations",
                      HF3FS_META__OUT_PAGES, pages_out);

@@ -53,8 +53,8 @@ struct test_engine {
      * read FREE), and its key (OWNED and RESERVED; it points into keybuf or
      * into the engine, valid until its next operation). The pool exists.
      */
-    core_page_state (*page)(test_engine *e, hf_slice ns, uint32_t rank, uint64_t page,
-                            int64_t now, hf_slice *key, char keybuf[64]);
+    core_page_state (*page)(test_engine *e, hf_slice ns, uint32_t rank, uint64_t page, int64_t now,
+                            hf_slice *key, char keybuf[64]);
     /* The embedded engine's core, for checks of the embedded engine only
      * (its log codec); NULL for every other engine. */
     core_t *core;
@@ -179,8 +179,10 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
         else if (!url || !*url)
             url = redis_test_url[0] ? redis_test_url : redis_test_start();
         if (!url) {
-            snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no redis-server could be started "
-                     "(is it installed? make deps)", name);
+            snprintf(err, errlen,
+                     "HF3FS_TEST_ENGINE=%s: no redis-server could be started "
+                     "(is it installed? make deps)",
+                     name);
             return -1;
         }
         /* Redis shares the 2 cores with every suite running at once: a
@@ -203,7 +205,8 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
         e->steps = 20000;
         return 0;
     }
-    snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no such engine (known: mem, redis, redis-cluster)", name);
+    snprintf(err, errlen, "HF3FS_TEST_ENGINE=%s: no such engine (known: mem, redis, redis-cluster)",
+             name);
     return -1;
 }
 

@@ -87,8 +87,7 @@ static const char *redis_test_module(void)
             *slash = '\0';
         }
     }
-    snprintf(redis_test_module_path, sizeof redis_test_module_path, "%s/hf3fs_metad_redis.so",
-             dir);
+    snprintf(redis_test_module_path, sizeof redis_test_module_path, "%s/hf3fs_metad_redis.so", dir);
     if (redis_test_module_path[0] != '/') { /* redis-server runs in its own --dir */
         char *abs = realpath(redis_test_module_path, NULL);
         if (abs) {
@@ -165,7 +164,7 @@ static const char *redis_test_start(void)
     const char *module = redis_test_module();
     if (!module) {
         fprintf(stderr, "redis_test: no hf3fs_metad_redis.so (build it: make; or set "
-                "HF3FS_REDIS_MODULE)\n");
+                        "HF3FS_REDIS_MODULE)\n");
         return NULL;
     }
     char portbuf[16];

@@ -56,7 +56,7 @@ struct api {
     const char **route_names; /* metric labels: the patterns, then "unmatched" */
     api__metrics *metrics;    /* row nroutes: no route (404, HTTP-level answers) */
     api__summary *summary;
-    int64_t started_ms;       /* wall clock */
+    int64_t started_ms; /* wall clock */
 };
 
 static void add_routes(api_t *api, const api__route *table, size_t n)
@@ -91,8 +91,8 @@ api_t *api_new(store_t *store, const api_config *config)
     if (config->auth_token) {
         tenant_table *table;
         char err[256];
-        if (tenant_table_parse(config->auth_token, config->auth_token_len, api->seed, &table,
-                               err, sizeof err) != 0) {
+        if (tenant_table_parse(config->auth_token, config->auth_token_len, api->seed, &table, err,
+                               sizeof err) != 0) {
             log_msg(LOG_ERROR, "api_new: the token file: %s", err);
             abort();
         }
@@ -247,8 +247,8 @@ void api__answer_pages(api__req *req, const char *name, const int64_t *pages, si
 }
 
 /* Format into the request arena: messages may quote a namespace or a path. */
-__attribute__((format(printf, 2, 0)))
-static const char *vformat(api__req *req, const char *fmt, va_list ap, size_t *len)
+__attribute__((format(printf, 2, 0))) static const char *vformat(api__req *req, const char *fmt,
+                                                                 va_list ap, size_t *len)
 {
     va_list copy;
     va_copy(copy, ap);
@@ -274,8 +274,8 @@ static void begin_error(api__req *req, int status)
 
 /* {"detail": detail, "reason": <formatted>}, or {"detail": <formatted>}
  * without a detail. */
-__attribute__((format(printf, 4, 0)))
-static void fail_v(api__req *req, int status, const char *detail, const char *fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static void
+fail_v(api__req *req, int status, const char *detail, const char *fmt, va_list ap)
 {
     size_t len;
     const char *text = vformat(req, fmt, ap, &len);
@@ -316,9 +316,7 @@ void api__store_failed(api__req *req, int err)
          * and this change may already have taken effect. */
         api__fail(req, 507, "Outcome unknown: %s", store_describe(req->store, err));
         return;
-    case STORE_ENOMEM:
-        api__fail(req, 503, "Service unavailable: out of memory");
-        return;
+    case STORE_ENOMEM: api__fail(req, 503, "Service unavailable: out of memory"); return;
     case STORE_EINVAL:
         api__fail(req, 400, "Invalid argument: %s", store_describe(req->store, err));
         return;
@@ -406,23 +404,24 @@ int api__decode_keys(api__req *req, const json_node *list, const char *field, hf
 static int check_key_pair(api__req *req, const json_node *pair, const char *field, size_t i)
 {
     if (pair->len != 2) {
-        api__fail(req, 400, "'%s[%zu]' must be a key string or a [key, prefix_key] pair, "
-                  "got a list of %u items", field, i, (unsigned)pair->len);
+        api__fail(req, 400,
+                  "'%s[%zu]' must be a key string or a [key, prefix_key] pair, "
+                  "got a list of %u items",
+                  field, i, (unsigned)pair->len);
         return -1;
     }
     if (check_key(req, &pair->u.items[0], field, i, "[0]") != 0)
         return -1;
     const json_node *prefix = &pair->u.items[1];
     if (prefix->type != JSON_STRING && prefix->type != JSON_NULL) {
-        api__fail(req, 400, "'%s[%zu][1]' (prefix_key) must be a string or null, got %s", field,
-                  i, json_type_name(prefix));
+        api__fail(req, 400, "'%s[%zu][1]' (prefix_key) must be a string or null, got %s", field, i,
+                  json_type_name(prefix));
         return -1;
     }
     return 0;
 }
 
-int api__decode_key_items(api__req *req, const json_node *list, const char *field,
-                          hf_slice **keys)
+int api__decode_key_items(api__req *req, const json_node *list, const char *field, hf_slice **keys)
 {
     if (check_count(req, list, field) != 0)
         return -1;
@@ -434,8 +433,9 @@ int api__decode_key_items(api__req *req, const json_node *list, const char *fiel
                 return -1;
             item = &item->u.items[0];
         } else if (item->type != JSON_STRING) {
-            api__fail(req, 400, "'%s[%zu]' must be a key string or a [key, prefix_key] pair, got %s",
-                      field, i, json_type_name(item));
+            api__fail(req, 400,
+                      "'%s[%zu]' must be a key string or a [key, prefix_key] pair, got %s", field,
+                      i, json_type_name(item));
             return -1;
         } else if (check_key(req, item, field, i, "") != 0) {
             return -1;
@@ -523,8 +523,10 @@ int api__decode_namespace(api__req *req, hf_slice *ns)
         return -1;
     }
     if (node->u.str[0] == TENANT_NS_BYTE) {
-        api__fail(req, 400, "'namespace' may not begin with the byte 0x%02x: it marks the "
-                  "namespaces of tenants", (unsigned)(unsigned char)TENANT_NS_BYTE);
+        api__fail(req, 400,
+                  "'namespace' may not begin with the byte 0x%02x: it marks the "
+                  "namespaces of tenants",
+                  (unsigned)(unsigned char)TENANT_NS_BYTE);
         return -1;
     }
     *ns = json_slice(node);
@@ -610,7 +612,8 @@ int api__init_pool(api__req *req, hf_slice ns, uint64_t num_pages, bool *created
     if (err == STORE_OK && !q.exists && (num_pages > quota || q.pages > quota - num_pages)) {
         pthread_mutex_unlock(&req->api->quota_lock);
         char problem[320];
-        snprintf(problem, sizeof problem, "tenant '%s' has a quota of %" PRIu64 " pages: its "
+        snprintf(problem, sizeof problem,
+                 "tenant '%s' has a quota of %" PRIu64 " pages: its "
                  "pools have %" PRIu64 " and this initialize asks for %" PRIu64 " more",
                  req->tenant->name.ptr, quota, q.pages, num_pages);
         fail_body(req, problem);
@@ -756,8 +759,10 @@ static void dispatch(api__req *req, hf_slice rank_seg, const char *body, size_t 
         return;
     req->route->handler(req);
     if (req->out->overflow) {
-        log_msg(LOG_WARN, "%s: an answer outgrew the limit of %zu bytes (raise "
-                "--max-body-bytes)", req->route->pattern, req->out->max);
+        log_msg(LOG_WARN,
+                "%s: an answer outgrew the limit of %zu bytes (raise "
+                "--max-body-bytes)",
+                req->route->pattern, req->out->max);
         api__fail(req, 500, "The answer is larger than this server's limit of %zu bytes",
                   req->out->max);
     }
@@ -822,8 +827,10 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *autho
     } else if (index == api->nroutes) {
         api__fail(&req, status, status == 405 ? "Method Not Allowed" : "Not Found");
     } else if (req.tenant->operator_ && !(api->routes[index]->flags & API__OPERATOR_OK)) {
-        api__fail(&req, 403, "Forbidden: the operator's token reads /metrics, /v1/stats and "
-                  "the debug routes; %s needs a tenant's token", api->routes[index]->pattern);
+        api__fail(&req, 403,
+                  "Forbidden: the operator's token reads /metrics, /v1/stats and "
+                  "the debug routes; %s needs a tenant's token",
+                  api->routes[index]->pattern);
     } else {
         req.route = api->routes[index];
         dispatch(&req, rank_seg, body, len);

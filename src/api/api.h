@@ -74,13 +74,13 @@ int api_reload_tokens(api_t *api, const char *text, size_t len, char *err, size_
  */
 typedef struct api_response {
     int status;
-    const char *content_type; /* static string; NULL when there is no body */
+    const char *content_type;     /* static string; NULL when there is no body */
     const char *www_authenticate; /* static string for a 401's WWW-Authenticate, else NULL */
     /* For the access log: the request's tenant; "-" when it has none (401,
      * /health); NULL without auth. Valid until api_free. */
     const char *tenant;
     json_buf body;
-    json_doc doc;             /* the decoded request and its arena */
+    json_doc doc; /* the decoded request and its arena */
 } api_response;
 
 void api_response_init(api_response *resp, const api_t *api);

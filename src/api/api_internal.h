@@ -48,12 +48,12 @@ struct api__req {
     const api_limits *limits;
     const api__route *route;
     api_response *resp;
-    json_buf *out;          /* == &resp->body */
-    json_doc *doc;          /* == &resp->doc: arena for decoded arrays */
-    const json_node *body;  /* the request object, or NULL (empty body, GET) */
-    uint32_t rank;          /* the {rank} path segment, when the route has one */
-    const tenant *tenant;   /* whose request it is (tenants.h) */
-    bool shared;            /* the token file names more than one tenant */
+    json_buf *out;         /* == &resp->body */
+    json_doc *doc;         /* == &resp->doc: arena for decoded arrays */
+    const json_node *body; /* the request object, or NULL (empty body, GET) */
+    uint32_t rank;         /* the {rank} path segment, when the route has one */
+    const tenant *tenant;  /* whose request it is (tenants.h) */
+    bool shared;           /* the token file names more than one tenant */
 };
 
 extern const api__route api__vllm_routes[];
@@ -91,8 +91,7 @@ int api__decode_rank(api__req *req, const json_node *node, const char *field, ui
 int api__decode_keys(api__req *req, const json_node *list, const char *field, hf_slice **keys);
 /* Like api__decode_keys, but an item may also be [key, prefix_key] with
  * prefix_key a string or null (accepted and ignored). */
-int api__decode_key_items(api__req *req, const json_node *list, const char *field,
-                          hf_slice **keys);
+int api__decode_key_items(api__req *req, const json_node *list, const char *field, hf_slice **keys);
 /* [[key, page], ...] with page an integer. */
 int api__decode_confirmations(api__req *req, const json_node *list, const char *field,
                               hf_slice **keys, int64_t **pages);

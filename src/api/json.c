@@ -567,10 +567,10 @@ static bool plain8(const unsigned char *s)
     uint64_t w;
     memcpy(&w, s, 8);
     uint64_t quote = w ^ ('"' * ones), backslash = w ^ ('\\' * ones);
-    uint64_t special = ((w - 0x20 * ones) & ~w)              /* a byte < 0x20 */
-                       | ((quote - ones) & ~quote)            /* a '"' */
-                       | ((backslash - ones) & ~backslash)    /* a '\\' */
-                       | w;                                   /* a byte >= 0x80 */
+    uint64_t special = ((w - 0x20 * ones) & ~w)            /* a byte < 0x20 */
+                       | ((quote - ones) & ~quote)         /* a '"' */
+                       | ((backslash - ones) & ~backslash) /* a '\\' */
+                       | w;                                /* a byte >= 0x80 */
     return (special & highs) == 0;
 }
 

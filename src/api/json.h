@@ -80,7 +80,7 @@ typedef struct json_doc {
     json_limits limits;
     json_chunk *chunks; /* newest first; the arena allocates from the head */
     size_t chunk_used;
-    json_node *stack;   /* values whose container is still open */
+    json_node *stack; /* values whose container is still open */
     size_t stack_len, stack_cap;
     size_t open[JSON_MAX_DEPTH]; /* stack index of each open container */
     uint32_t depth;

@@ -25,14 +25,12 @@ static const int counted_statuses[] = {200, 204, 400, 401, 403, 404, 405, 413, 4
 
 /* Upper bounds of the latency buckets, in nanoseconds and as `le` labels. */
 static const uint64_t latency_bounds_ns[] = {
-    10000,    25000,    50000,     100000,    250000,    500000,
-    1000000,  2500000,  5000000,   10000000,  25000000,  50000000,
-    100000000, 250000000, 500000000, 1000000000, 2500000000,
+    10000,    25000,    50000,    100000,    250000,    500000,    1000000,    2500000,    5000000,
+    10000000, 25000000, 50000000, 100000000, 250000000, 500000000, 1000000000, 2500000000,
 };
 static const char *const latency_labels[] = {
-    "1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005",
-    "0.001", "0.0025",  "0.005", "0.01",   "0.025",   "0.05",
-    "0.1",   "0.25",    "0.5",   "1",      "2.5",
+    "1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
+    "0.01",  "0.025",   "0.05",  "0.1",    "0.25",    "0.5",    "1",     "2.5",
 };
 #define LATENCY_BOUNDS (sizeof latency_bounds_ns / sizeof latency_bounds_ns[0])
 #define LATENCY_BUCKETS (LATENCY_BOUNDS + 1)
@@ -49,7 +47,7 @@ typedef struct cell {
 } cell;
 
 struct api__metrics {
-    size_t rows; /* nroutes + 1 */
+    size_t rows;                    /* nroutes + 1 */
     _Atomic(cell *) shards[SHARDS]; /* each rows * STATUS_BUCKETS cells */
     _Atomic uint64_t connections_opened;
     _Atomic uint64_t connections_closed;
@@ -373,8 +371,8 @@ void api__metrics_write(const api__metrics *m, json_buf *out, const char *const 
         if (!observed)
             continue;
         /* the sum in nanoseconds: seconds with 9 decimals */
-        store_histogram h = {LATENCY_BUCKETS, latency_bounds_ns, sums[i].buckets,
-                             sums[i].sum_ns, 9};
+        store_histogram h = {LATENCY_BUCKETS, latency_bounds_ns, sums[i].buckets, sums[i].sum_ns,
+                             9};
         cell_labels(labels, status, route_names[i / STATUS_BUCKETS], i % STATUS_BUCKETS);
         api__prom_histogram(out, duration, labels, 2, &h, latency_labels);
     }

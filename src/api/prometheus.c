@@ -45,13 +45,12 @@ static const figure figures[] = {
     /* the namespace's, in the stats of its first pool */
     FIGURE(prefix_requests, NS, "hf3fs_metad_prefix_requests_total", counter,
            "Completeness reads (vLLM batch_exists, SGLang exists) counted as requests.")
-    FIGURE(prefix_blocks, NS, "hf3fs_metad_prefix_blocks_total", counter,
-           "Keys asked by those reads.")
-    FIGURE(prefix_hits, NS, "hf3fs_metad_prefix_hit_blocks_total", counter,
-           "Keys in the leading run of present keys of those reads (prefix hits).")
-    FIGURE(est_blocks, NS, "hf3fs_metad_hit_ratio_estimate_sampled_blocks", gauge,
-           "Sampled block uses in the window of the hit ratio estimate.")
-};
+        FIGURE(prefix_blocks, NS, "hf3fs_metad_prefix_blocks_total", counter,
+               "Keys asked by those reads.")
+            FIGURE(prefix_hits, NS, "hf3fs_metad_prefix_hit_blocks_total", counter,
+                   "Keys in the leading run of present keys of those reads (prefix hits).")
+                FIGURE(est_blocks, NS, "hf3fs_metad_hit_ratio_estimate_sampled_blocks", gauge,
+                       "Sampled block uses in the window of the hit ratio estimate.")};
 #define NFIGURES (sizeof figures / sizeof figures[0])
 
 static uint64_t value_of(const api__pool_figures *p, const figure *f)
@@ -63,8 +62,8 @@ static uint64_t value_of(const api__pool_figures *p, const figure *f)
 
 /* The labels of a pool's sample: tenant, namespace, the rank unless
  * per_ns, then extra (if extra->name). rank_text holds the rank. */
-static size_t pool_labels(api__prom_label labels[4], char rank_text[16],
-                          const api__pool_figures *p, bool per_ns, api__prom_label extra)
+static size_t pool_labels(api__prom_label labels[4], char rank_text[16], const api__pool_figures *p,
+                          bool per_ns, api__prom_label extra)
 {
     size_t n = 0;
     labels[n++] = (api__prom_label){"tenant", p->tenant};

@@ -25,8 +25,10 @@
 static void fail_store(api__req *req, int err, hf_slice ns)
 {
     if (err == STORE_ENOPOOL)
-        api__fail(req, 404, "Rank %u namespace '%.*s' not initialized. Please call /%u/initialize "
-                  "first.", (unsigned)req->rank, (int)ns.len, ns.ptr, (unsigned)req->rank);
+        api__fail(req, 404,
+                  "Rank %u namespace '%.*s' not initialized. Please call /%u/initialize "
+                  "first.",
+                  (unsigned)req->rank, (int)ns.len, ns.ptr, (unsigned)req->rank);
     else
         api__store_failed(req, err);
 }
@@ -83,8 +85,10 @@ static void initialize(api__req *req)
     if (err == API__ANSWERED)
         return;
     if (err == STORE_OK && created && num_pages == 0)
-        log_msg(LOG_WARN, "rank %u namespace '%.*s'%s initialized with 0 pages: it can store "
-                "nothing", (unsigned)req->rank, (int)ns.len, ns.ptr, api__tenant_words(req));
+        log_msg(LOG_WARN,
+                "rank %u namespace '%.*s'%s initialized with 0 pages: it can store "
+                "nothing",
+                (unsigned)req->rank, (int)ns.len, ns.ptr, api__tenant_words(req));
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;
@@ -93,7 +97,8 @@ static void initialize(api__req *req)
         log_msg(LOG_INFO, "rank %u namespace '%.*s'%s initialized with %" PRIu64 " pages",
                 (unsigned)req->rank, (int)ns.len, ns.ptr, api__tenant_words(req), num_pages);
     else if (existing != num_pages)
-        log_msg(LOG_WARN, "rank %u namespace '%.*s'%s already has %" PRIu64 " pages; an "
+        log_msg(LOG_WARN,
+                "rank %u namespace '%.*s'%s already has %" PRIu64 " pages; an "
                 "initialize asked for %" PRIu64 ": the pool is kept as it is",
                 (unsigned)req->rank, (int)ns.len, ns.ptr, api__tenant_words(req), existing,
                 num_pages);
@@ -152,8 +157,10 @@ static void confirm_write(api__req *req)
     size_t n = 0, nrel;
     if (list && list->type != JSON_NULL) {
         if (list->type != JSON_ARRAY) {
-            api__fail(req, 400, "'written_keys_to_confirm' must be a list of [key, page] pairs, "
-                      "got %s", json_type_name(list));
+            api__fail(req, 400,
+                      "'written_keys_to_confirm' must be a list of [key, page] pairs, "
+                      "got %s",
+                      json_type_name(list));
             return;
         }
         if (api__decode_confirmations(req, list, "written_keys_to_confirm", &keys, &pages) != 0)
@@ -179,8 +186,7 @@ static void delete_keys(api__req *req)
     size_t n;
     if (required_keys(req, false, &keys, &n) != 0 || api__decode_namespace(req, &ns) != 0)
         return;
-    int err = req->store->ops->delete_keys(req->store, api__store_ns(req, ns), req->rank, keys,
-                                           n);
+    int err = req->store->ops->delete_keys(req->store, api__store_ns(req, ns), req->rank, keys, n);
     if (err != STORE_OK) {
         fail_store(req, err, ns);
         return;

@@ -27,12 +27,12 @@ const tenant tenant_default = {
 struct tenant_table {
     uint64_t seed;
     size_t ntokens, ntenants;
-    size_t nclients; /* tenants other than the operator */
-    hf_slice *tokens;        /* each its own allocation */
-    uint32_t *owners;        /* tokens[i] belongs to tenants[owners[i]] */
-    tenant *tenants;         /* names and prefixes each their own allocation */
-    bool *quota_named;       /* while parsing: a line named the tenant's quota */
-    hf_slice *names;         /* while parsing: tenants[i].name */
+    size_t nclients;   /* tenants other than the operator */
+    hf_slice *tokens;  /* each its own allocation */
+    uint32_t *owners;  /* tokens[i] belongs to tenants[owners[i]] */
+    tenant *tenants;   /* names and prefixes each their own allocation */
+    bool *quota_named; /* while parsing: a line named the tenant's quota */
+    hf_slice *names;   /* while parsing: tenants[i].name */
     uint32_t *token_slots, *name_slots;
     size_t mask;
 };
@@ -52,8 +52,8 @@ static uint64_t hash_of(uint64_t seed, const char *p, size_t len)
 
 /* The slot of key in slots (keys[id - 1] are the entries): where it is, or
  * the empty slot where it would go. Keys are compared in constant time. */
-static uint32_t *probe(const tenant_table *t, uint32_t *slots, const hf_slice *keys,
-                       const char *p, size_t len)
+static uint32_t *probe(const tenant_table *t, uint32_t *slots, const hf_slice *keys, const char *p,
+                       size_t len)
 {
     size_t i = (size_t)hash_of(t->seed, p, len) & t->mask;
     for (;; i = (i + 1) & t->mask) {
@@ -187,19 +187,22 @@ static int add_line(tenant_table *t, const hf_slice *w, size_t nwords, size_t li
                     size_t errlen)
 {
     if (nwords > 3)
-        return fail(err, errlen, "line %zu has %zu words; a line is TOKEN [TENANT [pages=N]]",
-                    line, nwords);
+        return fail(err, errlen, "line %zu has %zu words; a line is TOKEN [TENANT [pages=N]]", line,
+                    nwords);
     if (w[0].len > TENANT_TOKEN_MAX)
         return fail(err, errlen, "line %zu: the token is over %d bytes", line, TENANT_TOKEN_MAX);
     for (size_t i = 0; i < w[0].len; i++)
         if (w[0].ptr[i] <= ' ' || w[0].ptr[i] > '~')
-            return fail(err, errlen, "line %zu: the token holds a control character or a "
-                        "non-ASCII byte; a token is one word of printable ASCII", line);
+            return fail(err, errlen,
+                        "line %zu: the token holds a control character or a "
+                        "non-ASCII byte; a token is one word of printable ASCII",
+                        line);
     hf_slice name = nwords > 1 ? w[1] : tenant_default.name;
     if (!valid_name(name.ptr, name.len))
-        return fail(err, errlen, "line %zu: tenant '%.*s' is not a name of 1 to %d characters "
-                    "a-z 0-9 _ -, nor *", line, (int)(name.len > 80 ? 80 : name.len), name.ptr,
-                    TENANT_NAME_MAX);
+        return fail(err, errlen,
+                    "line %zu: tenant '%.*s' is not a name of 1 to %d characters "
+                    "a-z 0-9 _ -, nor *",
+                    line, (int)(name.len > 80 ? 80 : name.len), name.ptr, TENANT_NAME_MAX);
     uint64_t quota = TENANT_NO_QUOTA;
     if (nwords > 2 && !parse_quota(w[2].ptr, w[2].len, &quota))
         return fail(err, errlen, "line %zu: '%.*s' is not pages=N (N a whole number of pages)",
@@ -213,8 +216,8 @@ static int add_line(tenant_table *t, const hf_slice *w, size_t nwords, size_t li
         if (x->operator_)
             return fail(err, errlen, "line %zu: the operator * has no pages to bound", line);
         if (t->quota_named[owner] && x->quota_pages != quota)
-            return fail(err, errlen, "line %zu: tenant '%s' was given another quota before",
-                        line, x->name.ptr);
+            return fail(err, errlen, "line %zu: tenant '%s' was given another quota before", line,
+                        x->name.ptr);
         t->quota_named[owner] = true;
         x->quota_pages = quota;
     }
@@ -224,8 +227,8 @@ static int add_line(tenant_table *t, const hf_slice *w, size_t nwords, size_t li
     return 0;
 }
 
-int tenant_table_parse(const char *text, size_t len, uint64_t seed, tenant_table **out,
-                       char *err, size_t errlen)
+int tenant_table_parse(const char *text, size_t len, uint64_t seed, tenant_table **out, char *err,
+                       size_t errlen)
 {
     *out = NULL;
     size_t lines = 1;
@@ -260,7 +263,8 @@ int tenant_table_parse(const char *text, size_t len, uint64_t seed, tenant_table
     }
     if (t->ntokens == 0) {
         tenant_table_free(t);
-        return fail(err, errlen, "holds no token (it is empty, or only blank lines and "
+        return fail(err, errlen,
+                    "holds no token (it is empty, or only blank lines and "
                     "comments)");
     }
     for (size_t i = 0; i < t->ntenants; i++)

@@ -59,8 +59,8 @@ typedef struct tenant_table tenant_table;
 /* Parse a token file's text[0..len). 0 and *out (free with
  * tenant_table_free), or -1 with a sentence in err. seed: the hash's (any
  * value; random in the server). Aborts on out-of-memory. */
-int tenant_table_parse(const char *text, size_t len, uint64_t seed, tenant_table **out,
-                       char *err, size_t errlen);
+int tenant_table_parse(const char *text, size_t len, uint64_t seed, tenant_table **out, char *err,
+                       size_t errlen);
 /* Zeroes the tokens, then frees. NULL is fine. */
 void tenant_table_free(tenant_table *t);
 

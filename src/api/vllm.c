@@ -98,13 +98,15 @@ static int init_num_pages(api__req *req, uint64_t *num_pages)
         return -1;
     }
     if (node->type != JSON_INT) {
-        api__fail_reason(req, 400, INIT_INVALID, "'num_pages' must be an integer in 1..%" PRIu64
-                         ", got %s", max, json_type_name(node));
+        api__fail_reason(req, 400, INIT_INVALID,
+                         "'num_pages' must be an integer in 1..%" PRIu64 ", got %s", max,
+                         json_type_name(node));
         return -1;
     }
     if (node->u.i < 1 || (uint64_t)node->u.i > max) {
-        api__fail_reason(req, 400, INIT_INVALID, "'num_pages' must be an integer in 1..%" PRIu64
-                         ", got %" PRId64, max, node->u.i);
+        api__fail_reason(req, 400, INIT_INVALID,
+                         "'num_pages' must be an integer in 1..%" PRIu64 ", got %" PRId64, max,
+                         node->u.i);
         return -1;
     }
     *num_pages = (uint64_t)node->u.i;
@@ -148,7 +150,8 @@ static void init_pool(api__req *req, uint64_t num_pages)
         log_msg(LOG_INFO, "rank %u namespace 'kv'%s initialized with %" PRIu64 " pages",
                 (unsigned)req->rank, api__tenant_words(req), num_pages);
     else if (existing != num_pages)
-        log_msg(LOG_WARN, "rank %u namespace 'kv'%s already has %" PRIu64 " pages; an "
+        log_msg(LOG_WARN,
+                "rank %u namespace 'kv'%s already has %" PRIu64 " pages; an "
                 "initialize asked for %" PRIu64 ": the pool is kept as it is",
                 (unsigned)req->rank, api__tenant_words(req), existing, num_pages);
     /* The pool's real size: the one asked for, except when an existing pool
@@ -231,8 +234,8 @@ static void confirm_write(api__req *req)
         api__decode_pages(req, json_get(req->body, "pages_to_release"), "pages_to_release",
                           &release, &nrel) != 0)
         return;
-    int err = req->store->ops->confirm(req->store, api__store_ns(req, vllm_ns), req->rank, keys, pages, list->len,
-                                       release, nrel);
+    int err = req->store->ops->confirm(req->store, api__store_ns(req, vllm_ns), req->rank, keys,
+                                       pages, list->len, release, nrel);
     if (err != STORE_OK) {
         fail_store(req, err, req->rank);
         return;

@@ -50,7 +50,7 @@ enum outcome {
     OUT_TIMEOUT,  /* no reply before the deadline: it may have run */
     OUT_AUTH,     /* the node refused our AUTH */
     OUT_NOMEM,
-    OUT_PROTO,    /* the node's byte stream could not be parsed */
+    OUT_PROTO, /* the node's byte stream could not be parsed */
 };
 
 /* A command of a batch (or the refresh's CLUSTER SLOTS) and its progress. */
@@ -58,14 +58,14 @@ typedef struct request {
     int argc;
     const char **argv;
     const size_t *argvlen;
-    int slot;          /* -1: raw, sent to `node` as is */
-    int node;          /* where it goes this round */
-    bool asking;       /* ASK redirect: precede by ASKING, this round only */
-    bool ready;        /* to be sent in the next round */
+    int slot;    /* -1: raw, sent to `node` as is */
+    int node;    /* where it goes this round */
+    bool asking; /* ASK redirect: precede by ASKING, this round only */
+    bool ready;  /* to be sent in the next round */
     bool done;
     unsigned flags;
     int redirects;
-    int error;         /* the code it fails with if the deadline passes now */
+    int error; /* the code it fails with if the deadline passes now */
     enum outcome outcome;
     redisReply *reply;
 } request;
@@ -82,16 +82,16 @@ typedef struct node {
     char *host;
     int port;
     char addr[128];
-    redisContext *ctx;   /* NULL: not connected */
-    bool fresh;          /* new connection: AUTH not sent yet */
-    bool connecting;     /* connect() not yet known to have succeeded */
+    redisContext *ctx; /* NULL: not connected */
+    bool fresh;        /* new connection: AUTH not sent yet */
+    bool connecting;   /* connect() not yet known to have succeeded */
     int64_t connect_deadline;
     bool primary, replica;
     uint32_t slots;
     bool down;
     int64_t down_until;
     int down_wait_ms;
-    char why[256];       /* why it is down */
+    char why[256]; /* why it is down */
     /* This round: its expected replies are expects[first, end), the next to
      * come is expects[next]; `written` bytes of its pipeline went out. */
     size_t first, end, next;
@@ -122,8 +122,7 @@ static void sleep_ms(int64_t ms)
     if (ms <= 0)
         return;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
 }
 
 static int min_int(int a, int b)
@@ -172,8 +171,8 @@ static int node_intern(cluster_t *c, const char *host, size_t hostlen, int port)
     nd->host[hostlen] = '\0';
     nd->port = port;
     nd->down_wait_ms = DOWN_MIN_MS;
-    snprintf(nd->addr, sizeof(nd->addr), strchr(nd->host, ':') ? "[%s]:%d" : "%s:%d",
-             nd->host, port);
+    snprintf(nd->addr, sizeof(nd->addr), strchr(nd->host, ':') ? "[%s]:%d" : "%s:%d", nd->host,
+             port);
     return (int)c->nnodes++;
 }
 
@@ -239,8 +238,8 @@ static expect *expect_push(cluster_t *c, size_t *n)
 }
 
 /* Append a command to the node's pipeline and expect its reply. */
-static bool pipeline_append(cluster_t *c, node *nd, size_t *nexp, enum expect_kind kind,
-                            size_t req, int argc, const char **argv, const size_t *argvlen)
+static bool pipeline_append(cluster_t *c, node *nd, size_t *nexp, enum expect_kind kind, size_t req,
+                            int argc, const char **argv, const size_t *argvlen)
 {
     size_t start = sdslen(nd->ctx->obuf);
     if (redisAppendCommandArgv(nd->ctx, argc, argv, argvlen) != REDIS_OK)
@@ -267,8 +266,7 @@ static void round_fail_node(cluster_t *c, node *nd, request *reqs, enum outcome 
 }
 
 /* A connection failed (refused, broken, unparsable): the node is down. */
-static void round_node_error(cluster_t *c, node *nd, request *reqs, enum outcome sent,
-                             int64_t now)
+static void round_node_error(cluster_t *c, node *nd, request *reqs, enum outcome sent, int64_t now)
 {
     set_error(c, "%s: %s", nd->addr,
               nd->ctx && nd->ctx->errstr[0] ? nd->ctx->errstr : "connection failed");
@@ -338,8 +336,7 @@ static void round_build(cluster_t *c, request *reqs, size_t n, int64_t now)
             if (rq->asking)
                 ok = pipeline_append(c, nd, &nexp, EXP_ASKING, r, 1, asking, asking_len);
             if (ok)
-                ok = pipeline_append(c, nd, &nexp, EXP_REQUEST, r, rq->argc, rq->argv,
-                                     rq->argvlen);
+                ok = pipeline_append(c, nd, &nexp, EXP_REQUEST, r, rq->argc, rq->argv, rq->argvlen);
             if (!ok) {
                 set_error(c, "%s: out of memory", nd->addr);
                 rq->outcome = OUT_NOMEM;
@@ -464,8 +461,8 @@ static bool slots_reply_valid(const redisReply *r)
         const redisReply *range = r->element[i];
         if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
             range->element[0]->type != REDIS_REPLY_INTEGER ||
-            range->element[1]->type != REDIS_REPLY_INTEGER ||
-            range->element[0]->integer < 0 || range->element[1]->integer >= CLUSTER_SLOTS ||
+            range->element[1]->type != REDIS_REPLY_INTEGER || range->element[0]->integer < 0 ||
+            range->element[1]->integer >= CLUSTER_SLOTS ||
             range->element[0]->integer > range->element[1]->integer)
             return false;
         for (size_t k = 2; k < range->elements; k++)
@@ -564,8 +561,12 @@ static int map_refresh(cluster_t *c, int64_t deadline)
             if (nd->down != (pass == 1) || (nd->down && hf_clock_mono_ms() < nd->down_until))
                 continue;
             asked++;
-            request rq = {.argc = 2, .argv = argv, .argvlen = argvlen, .slot = -1,
-                          .node = (int)i, .ready = true};
+            request rq = {.argc = 2,
+                          .argv = argv,
+                          .argvlen = argvlen,
+                          .slot = -1,
+                          .node = (int)i,
+                          .ready = true};
             round_run(c, &rq, 1, deadline);
             if (rq.outcome == OUT_AUTH) {
                 err = CLUSTER_EAUTH;
@@ -655,8 +656,7 @@ static bool request_settle(cluster_t *c, request *rq, cluster_cmd *cmd, bool *tr
     if (out != OUT_REPLY)
         *trouble = true;
     switch (out) {
-    case OUT_NONE:
-        return false;
+    case OUT_NONE: return false;
     case OUT_UNSENT:
         rq->error = CLUSTER_EUNREACHABLE;
         if (raw)
@@ -667,20 +667,11 @@ static bool request_settle(cluster_t *c, request *rq, cluster_cmd *cmd, bool *tr
         if (raw || !(rq->flags & CLUSTER_CMD_IDEMPOTENT))
             request_finish(rq, cmd, rq->error);
         return !rq->done;
-    case OUT_TIMEOUT:
-        request_finish(rq, cmd, CLUSTER_ETIMEOUT);
-        return false;
-    case OUT_AUTH:
-        request_finish(rq, cmd, CLUSTER_EAUTH);
-        return false;
-    case OUT_NOMEM:
-        request_finish(rq, cmd, CLUSTER_ENOMEM);
-        return false;
-    case OUT_PROTO:
-        request_finish(rq, cmd, CLUSTER_EPROTO);
-        return false;
-    case OUT_REPLY:
-        break;
+    case OUT_TIMEOUT: request_finish(rq, cmd, CLUSTER_ETIMEOUT); return false;
+    case OUT_AUTH: request_finish(rq, cmd, CLUSTER_EAUTH); return false;
+    case OUT_NOMEM: request_finish(rq, cmd, CLUSTER_ENOMEM); return false;
+    case OUT_PROTO: request_finish(rq, cmd, CLUSTER_EPROTO); return false;
+    case OUT_REPLY: break;
     }
     redisReply *r = rq->reply;
     if (raw || r->type != REDIS_REPLY_ERROR) {
@@ -702,8 +693,8 @@ static bool request_settle(cluster_t *c, request *rq, cluster_cmd *cmd, bool *tr
             return false;
         }
         if (++rq->redirects > CLUSTER_MAX_REDIRECTS) {
-            set_error(c, "%s: %d redirects for slot %d, the last: %.*s", nd->addr,
-                      rq->redirects, rq->slot, (int)r->len, r->str);
+            set_error(c, "%s: %d redirects for slot %d, the last: %.*s", nd->addr, rq->redirects,
+                      rq->slot, (int)r->len, r->str);
             request_finish(rq, cmd, CLUSTER_EREDIRECT);
             return false;
         }
@@ -836,8 +827,8 @@ int cluster_exec(cluster_t *c, cluster_cmd *cmds, size_t n)
 redisReply *cluster_command(cluster_t *c, const void *key, size_t keylen, int argc,
                             const char **argv, const size_t *argvlen, int *error)
 {
-    cluster_cmd cmd = {.argc = argc, .argv = argv, .argvlen = argvlen,
-                       .slot = cluster_key_slot(key, keylen)};
+    cluster_cmd cmd = {
+        .argc = argc, .argv = argv, .argvlen = argvlen, .slot = cluster_key_slot(key, keylen)};
     *error = cluster_exec(c, &cmd, 1);
     return cmd.reply;
 }
@@ -877,8 +868,10 @@ int cluster_open(const cluster_options *opt, cluster_t **out, char *err, size_t 
     cluster_t *c = hf_xcalloc(1, sizeof(*c));
     c->user = dup_or_null(opt->user);
     c->password = dup_or_null(opt->password);
-    c->connect_timeout_ms = opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms : DEFAULT_TIMEOUT_MS;
-    c->command_timeout_ms = opt->command_timeout_ms > 0 ? opt->command_timeout_ms : DEFAULT_TIMEOUT_MS;
+    c->connect_timeout_ms = opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms
+                                                        : DEFAULT_TIMEOUT_MS;
+    c->command_timeout_ms = opt->command_timeout_ms > 0 ? opt->command_timeout_ms
+                                                        : DEFAULT_TIMEOUT_MS;
     c->refresh_wait_ms = REFRESH_MIN_MS;
     for (int s = 0; s < CLUSTER_SLOTS; s++)
         c->slot_map[s] = -1;

@@ -90,12 +90,12 @@ enum {
     CLUSTER_EUNREACHABLE = -402, /* no connection to the node in time; the command was not sent */
     CLUSTER_ETIMEOUT = -403,     /* sent, no reply before the deadline: it may have run */
     CLUSTER_ECONN = -404,        /* sent, then the connection broke: it may have run */
-    CLUSTER_EDOWN = -405,        /* CLUSTERDOWN, or the slot is served by no node, until the deadline */
-    CLUSTER_ETRYAGAIN = -406,    /* TRYAGAIN or LOADING until the deadline */
-    CLUSTER_EREDIRECT = -407,    /* more than CLUSTER_MAX_REDIRECTS MOVED/ASK for one command */
-    CLUSTER_EAUTH = -408,        /* AUTH refused, or the node demands one */
-    CLUSTER_EPROTO = -409,       /* not a cluster node, or an answer that cannot be parsed */
-    CLUSTER_ENOMEM = -410,       /* hiredis could not allocate */
+    CLUSTER_EDOWN = -405, /* CLUSTERDOWN, or the slot is served by no node, until the deadline */
+    CLUSTER_ETRYAGAIN = -406, /* TRYAGAIN or LOADING until the deadline */
+    CLUSTER_EREDIRECT = -407, /* more than CLUSTER_MAX_REDIRECTS MOVED/ASK for one command */
+    CLUSTER_EAUTH = -408,     /* AUTH refused, or the node demands one */
+    CLUSTER_EPROTO = -409,    /* not a cluster node, or an answer that cannot be parsed */
+    CLUSTER_ENOMEM = -410,    /* hiredis could not allocate */
 };
 
 #define CLUSTER_SLOTS 16384
@@ -129,8 +129,8 @@ typedef struct cluster_cmd {
     int argc;
     const char **argv;
     const size_t *argvlen;
-    int slot;     /* the slot of its key (cluster_key_slot), or -1: to `node` */
-    int node;     /* with slot -1: a known node's index; sent there as is, never
+    int slot;       /* the slot of its key (cluster_key_slot), or -1: to `node` */
+    int node;       /* with slot -1: a known node's index; sent there as is, never
                    * redirected or retried (SCRIPT LOAD, INFO, FLUSHALL...) */
     unsigned flags; /* CLUSTER_CMD_* */
     /* Out: the reply (error replies included) with error 0, or NULL and a
@@ -170,18 +170,18 @@ const char *cluster_last_error(const cluster_t *c);
 
 /* The figures of a known node, for /metrics and /v1/stats. */
 typedef struct cluster_node_stats {
-    char addr[128];     /* "host:port" */
-    bool primary;       /* serves slots in the current map */
-    bool replica;       /* a replica in the current map */
-    bool connected;     /* has an open connection now */
-    bool down;          /* its last connection attempt or connection failed */
-    uint32_t slots;     /* slots it serves in the current map */
-    uint64_t requests;  /* commands sent to it (CLUSTER SLOTS included; not AUTH or ASKING) */
-    uint64_t moved;     /* MOVED answers it gave */
-    uint64_t ask;       /* ASK answers it gave */
-    uint64_t retries;   /* TRYAGAIN, CLUSTERDOWN and LOADING answers it gave */
-    uint64_t errors;    /* connections refused, broken or timed out */
-    uint64_t connects;  /* connections opened */
+    char addr[128];    /* "host:port" */
+    bool primary;      /* serves slots in the current map */
+    bool replica;      /* a replica in the current map */
+    bool connected;    /* has an open connection now */
+    bool down;         /* its last connection attempt or connection failed */
+    uint32_t slots;    /* slots it serves in the current map */
+    uint64_t requests; /* commands sent to it (CLUSTER SLOTS included; not AUTH or ASKING) */
+    uint64_t moved;    /* MOVED answers it gave */
+    uint64_t ask;      /* ASK answers it gave */
+    uint64_t retries;  /* TRYAGAIN, CLUSTERDOWN and LOADING answers it gave */
+    uint64_t errors;   /* connections refused, broken or timed out */
+    uint64_t connects; /* connections opened */
 } cluster_node_stats;
 
 typedef struct cluster_stats {

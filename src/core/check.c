@@ -53,8 +53,8 @@ __attribute__((format(printf, 2, 3))) static int fail(check_ctx *ctx, const char
 {
     if (ctx->errlen == 0)
         return -1;
-    int off = ctx->pool ? snprintf(ctx->err, ctx->errlen, "pool %s/%" PRIu32 ": ",
-                                   ctx->ns->name, ctx->pool->rank)
+    int off = ctx->pool ? snprintf(ctx->err, ctx->errlen, "pool %s/%" PRIu32 ": ", ctx->ns->name,
+                                   ctx->pool->rank)
                         : snprintf(ctx->err, ctx->errlen, "namespace %s: ", ctx->ns->name);
     if (off < 0 || (size_t)off >= ctx->errlen)
         return -1;
@@ -71,7 +71,8 @@ static bool kind_valid(uint8_t kind)
 }
 
 /* Walk a list; every member must be in `state`; deadlines sorted. */
-static int check_list(check_ctx *ctx, const core_list *list, core_page_state state, const char *name)
+static int check_list(check_ctx *ctx, const core_list *list, core_page_state state,
+                      const char *name)
 {
     const core_pool_t *pool = ctx->pool;
     uint64_t len = 0;
@@ -93,7 +94,8 @@ static int check_list(check_ctx *ctx, const core_list *list, core_page_state sta
     if (list->tail != prev)
         return fail(ctx, "%s list: wrong tail", name);
     if (list->len != len)
-        return fail(ctx, "%s list: length %" PRIu64 " but %" PRIu64 " linked", name, list->len, len);
+        return fail(ctx, "%s list: length %" PRIu64 " but %" PRIu64 " linked", name, list->len,
+                    len);
     return 0;
 }
 
@@ -251,8 +253,7 @@ static int check_pool(check_ctx *ctx)
             if (ref >= ns->rec_top)
                 return fail(ctx, "page %u names record %u beyond the records", p, ref);
             uint8_t *rec = core__krec(ns, ref);
-            if (rec[CORE_REC_KIND] == CORE_KEY_NONE ||
-                core__krec_pages(ns, rec)[pool->col] != p)
+            if (rec[CORE_REC_KIND] == CORE_KEY_NONE || core__krec_pages(ns, rec)[pool->col] != p)
                 return fail(ctx, "OWNED page %u names record %u, which does not own it", p, ref);
             count[CORE_PAGE_OWNED]++;
         }

@@ -206,7 +206,8 @@ static void batch_end(core_pool_t *pool, core_key *enc, size_t *dup)
 static inline uint32_t pool_find(const core_pool_t *pool, const core_key *key)
 {
     uint32_t id = core__index_find(pool->ns, key);
-    return id == CORE_NIL ? CORE_NIL : core__krec_pages(pool->ns, core__krec(pool->ns, id))[pool->col];
+    return id == CORE_NIL ? CORE_NIL
+                          : core__krec_pages(pool->ns, core__krec(pool->ns, id))[pool->col];
 }
 
 /* A page to give: a FREE one, else a victim (evict.c). */
@@ -228,7 +229,8 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
     uint64_t hits = 0, need = 0;
     for (size_t i = 0; i < n; i++) {
         if (i % CORE_PREFETCH_BLOCK == 0)
-            core__index_prefetch(pool->ns, &enc[i], n - i < CORE_PREFETCH_BLOCK ? n - i : CORE_PREFETCH_BLOCK);
+            core__index_prefetch(pool->ns, &enc[i],
+                                 n - i < CORE_PREFETCH_BLOCK ? n - i : CORE_PREFETCH_BLOCK);
         if (dup[i] != i)
             continue;
         uint32_t page = pool_find(pool, &enc[i]);
@@ -323,8 +325,9 @@ static void confirm_one(core_pool_t *pool, const core_key *key, int64_t page, in
         return;
     }
     uint32_t id = core__index_find(pool->ns, key);
-    uint32_t owned = id == CORE_NIL ? CORE_NIL
-                                    : core__krec_pages(pool->ns, core__krec(pool->ns, id))[pool->col];
+    uint32_t owned = id == CORE_NIL
+                         ? CORE_NIL
+                         : core__krec_pages(pool->ns, core__krec(pool->ns, id))[pool->col];
     HF_ASSERT(owned != p);
     if (owned != CORE_NIL) { /* the key won a page meanwhile: keep that one */
         core__page_unreserve(pool, p);
@@ -348,8 +351,8 @@ static void release_one(core_pool_t *pool, int64_t page, int64_t now, size_t *re
         core__page_release(pool, (uint32_t)page, now);
         pool->counters.releases++;
     } else {
-        refuse(pool, refusals, state == CORE_PAGE_OWNED ? CORE_REFUSE_OWNED : CORE_REFUSE_NOT_RESERVED,
-               refused);
+        refuse(pool, refusals,
+               state == CORE_PAGE_OWNED ? CORE_REFUSE_OWNED : CORE_REFUSE_NOT_RESERVED, refused);
     }
 }
 
@@ -380,8 +383,8 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
 }
 
 /* Undo an allocation that no client saw: see core.h. */
-void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
-                 const bool *existed, size_t n, int64_t now)
+void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages, const bool *existed,
+                 size_t n, int64_t now)
 {
     core_key *enc;
     size_t *dup;
@@ -544,8 +547,8 @@ static inline bool all_pages(const uint32_t *pages, uint32_t n)
  * record has a page in every column; complete keys are leased and used in
  * every rank; answer[i] is the page in `rank` (or 0 if rank is CORE_NIL).
  * One index probe and one record per key, whatever the TP size. */
-static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_slice *keys,
-                          size_t n, int64_t now, int64_t *answer)
+static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_slice *keys, size_t n,
+                          int64_t now, int64_t *answer)
 {
     for (size_t i = 0; i < n; i++)
         answer[i] = -1;
@@ -695,8 +698,7 @@ size_t core_memory_usage(const core_t *core)
         total += sizeof *ns + ns->name_len + ns->ranks_cap * sizeof(core_pool_t *) +
                  ns->ncols * sizeof(core_pool_t *) + ns->nrchunks * CORE_REC_CHUNK * ns->rec_size +
                  ns->rchunks_cap * sizeof(uint8_t *) +
-                 (ns->slots ? (ns->slot_mask + 1) * sizeof(uint32_t) : 0) +
-                 reuse_memory(ns->reuse);
+                 (ns->slots ? (ns->slot_mask + 1) * sizeof(uint32_t) : 0) + reuse_memory(ns->reuse);
         for (uint32_t id = 0; id < ns->rec_top; id++) {
             uint8_t *rec = core__krec(ns, id);
             if (*core__rec_kind(rec) == CORE_KEY_EXT)
@@ -717,4 +719,3 @@ size_t core_memory_usage(const core_t *core)
     }
     return total;
 }
-

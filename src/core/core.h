@@ -116,14 +116,14 @@ typedef enum core_page_state {
 } core_page_state;
 
 typedef struct core_config {
-    int64_t reservation_ms; /* reservation lease (docs/protocol.md: default 600 s) */
-    int64_t read_lease_ms;  /* read lease (docs/protocol.md: default 5 s) */
-    int64_t write_lease_ms; /* bound of a write lease on a hit; 0: hits are not protected */
+    int64_t reservation_ms;   /* reservation lease (docs/protocol.md: default 600 s) */
+    int64_t read_lease_ms;    /* read lease (docs/protocol.md: default 5 s) */
+    int64_t write_lease_ms;   /* bound of a write lease on a hit; 0: hits are not protected */
     int64_t release_grace_ms; /* a released page drains this long; 0: FREE at once */
-    bool evict;             /* eviction: true = the CLOCK rule (see Recency), false = none */
-    uint64_t max_pages;     /* largest num_pages accepted, <= CORE_MAX_PAGES_LIMIT */
-    uint32_t max_ranks;     /* ranks are 0 .. max_ranks-1 */
-    uint64_t hash_seed;     /* seeds the key hash (the caller picks it at random) */
+    bool evict;               /* eviction: true = the CLOCK rule (see Recency), false = none */
+    uint64_t max_pages;       /* largest num_pages accepted, <= CORE_MAX_PAGES_LIMIT */
+    uint32_t max_ranks;       /* ranks are 0 .. max_ranks-1 */
+    uint64_t hash_seed;       /* seeds the key hash (the caller picks it at random) */
 } core_config;
 
 /* Why a confirmation or release was refused. */
@@ -150,46 +150,46 @@ typedef enum core_refusal {
  *   LEASE   a family of its own, after every FAMILY one: the write-lease
  *           families stand together
  */
-#define CORE_POOL_FIGURES(X, A)                                                                  \
-    X(num_pages, FAMILY, "hf3fs_metad_pool_num_pages", gauge, "Pages of the pool.")             \
-    X(free, STATE, "", gauge, "")                                                                \
-    X(reserved, STATE, "", gauge, "")                                                            \
-    X(owned, STATE, "", gauge, "")                                                               \
-    X(draining, STATE, "", gauge, "")                                                            \
-    X(write_leased, LEASE, "hf3fs_metad_pool_write_leased_pages", gauge,                         \
-      "Owned pages protected for writers: vLLM allocation hits being rewritten.")                \
-    A(keys, owned, FAMILY, "hf3fs_metad_pool_keys", gauge, "Keys owning a page in the pool.")   \
-    X(touched, FAMILY, "hf3fs_metad_pool_touched_pages", gauge,                                  \
-      "Pages ever handed out (high-water mark).")                                                \
-    X(hits, FAMILY, "hf3fs_metad_pool_hits_total", counter,                                      \
-      "Keys found by allocate, exists or lookup.")                                               \
-    X(misses, FAMILY, "hf3fs_metad_pool_misses_total", counter,                                  \
-      "Keys not found by allocate, exists or lookup.")                                           \
-    X(reservations, FAMILY, "hf3fs_metad_pool_reservations_total", counter,                      \
-      "Pages reserved for a key.")                                                               \
-    X(confirmations, FAMILY, "hf3fs_metad_pool_confirmations_total", counter,                    \
-      "Reservations confirmed.")                                                                 \
-    X(releases, FAMILY, "hf3fs_metad_pool_releases_total", counter, "Reservations released.")   \
-    X(evictions, FAMILY, "hf3fs_metad_pool_evictions_total", counter,                            \
-      "Owned keys evicted to make room.")                                                        \
-    X(expired_reservations, FAMILY, "hf3fs_metad_pool_expired_reservations_total", counter,      \
-      "Reservations whose lease ran out.")                                                       \
-    X(duplicate_confirmations, FAMILY, "hf3fs_metad_pool_duplicate_confirmations_total",         \
-      counter, "Confirmed reservations freed because the key already owned another page.")       \
-    X(write_leases, LEASE, "hf3fs_metad_pool_write_leases_total", counter,                       \
-      "Write leases given to allocation hits (one per writer).")                                 \
-    X(write_leases_ended, LEASE, "hf3fs_metad_pool_write_leases_ended_total", counter,           \
-      "Write leases ended by the confirmation of their last writer.")                            \
-    X(write_leases_expired, LEASE, "hf3fs_metad_pool_write_leases_expired_total", counter,       \
+#define CORE_POOL_FIGURES(X, A)                                                                    \
+    X(num_pages, FAMILY, "hf3fs_metad_pool_num_pages", gauge, "Pages of the pool.")                \
+    X(free, STATE, "", gauge, "")                                                                  \
+    X(reserved, STATE, "", gauge, "")                                                              \
+    X(owned, STATE, "", gauge, "")                                                                 \
+    X(draining, STATE, "", gauge, "")                                                              \
+    X(write_leased, LEASE, "hf3fs_metad_pool_write_leased_pages", gauge,                           \
+      "Owned pages protected for writers: vLLM allocation hits being rewritten.")                  \
+    A(keys, owned, FAMILY, "hf3fs_metad_pool_keys", gauge, "Keys owning a page in the pool.")      \
+    X(touched, FAMILY, "hf3fs_metad_pool_touched_pages", gauge,                                    \
+      "Pages ever handed out (high-water mark).")                                                  \
+    X(hits, FAMILY, "hf3fs_metad_pool_hits_total", counter,                                        \
+      "Keys found by allocate, exists or lookup.")                                                 \
+    X(misses, FAMILY, "hf3fs_metad_pool_misses_total", counter,                                    \
+      "Keys not found by allocate, exists or lookup.")                                             \
+    X(reservations, FAMILY, "hf3fs_metad_pool_reservations_total", counter,                        \
+      "Pages reserved for a key.")                                                                 \
+    X(confirmations, FAMILY, "hf3fs_metad_pool_confirmations_total", counter,                      \
+      "Reservations confirmed.")                                                                   \
+    X(releases, FAMILY, "hf3fs_metad_pool_releases_total", counter, "Reservations released.")      \
+    X(evictions, FAMILY, "hf3fs_metad_pool_evictions_total", counter,                              \
+      "Owned keys evicted to make room.")                                                          \
+    X(expired_reservations, FAMILY, "hf3fs_metad_pool_expired_reservations_total", counter,        \
+      "Reservations whose lease ran out.")                                                         \
+    X(duplicate_confirmations, FAMILY, "hf3fs_metad_pool_duplicate_confirmations_total", counter,  \
+      "Confirmed reservations freed because the key already owned another page.")                  \
+    X(write_leases, LEASE, "hf3fs_metad_pool_write_leases_total", counter,                         \
+      "Write leases given to allocation hits (one per writer).")                                   \
+    X(write_leases_ended, LEASE, "hf3fs_metad_pool_write_leases_ended_total", counter,             \
+      "Write leases ended by the confirmation of their last writer.")                              \
+    X(write_leases_expired, LEASE, "hf3fs_metad_pool_write_leases_expired_total", counter,         \
       "Write leases that ran out before their writers confirmed (writers crashed or gave up).")
 
 /* The refusals of one pool, a count per core_refusal each, in the same
  * places and after the figures: X(field, name, family, help), name its
  * member in /v1/stats, family a counter labelled by reason. */
-#define CORE_POOL_REFUSALS(X)                                                                    \
-    X(refused_confirms, refused_confirmations, "hf3fs_metad_pool_refused_confirmations_total",  \
-      "Confirmations refused, by reason.")                                                       \
-    X(refused_releases, refused_releases, "hf3fs_metad_pool_refused_releases_total",             \
+#define CORE_POOL_REFUSALS(X)                                                                      \
+    X(refused_confirms, refused_confirmations, "hf3fs_metad_pool_refused_confirmations_total",     \
+      "Confirmations refused, by reason.")                                                         \
+    X(refused_releases, refused_releases, "hf3fs_metad_pool_refused_releases_total",               \
       "Releases refused, by reason.")
 
 /* For the expansions that leave the second names (A) out. */
@@ -260,8 +260,8 @@ void core_pool_clear(core_pool_t *pool, int64_t now);
 void core_pool_expire(core_pool_t *pool, int64_t now);
 
 typedef enum core_alloc_mode {
-    CORE_ALLOC_PARTIAL = 0,      /* SGLang: each key gets what is available */
-    CORE_ALLOC_ALL_OR_NOTHING,   /* vLLM: all new keys get a page, or none does */
+    CORE_ALLOC_PARTIAL = 0,    /* SGLang: each key gets what is available */
+    CORE_ALLOC_ALL_OR_NOTHING, /* vLLM: all new keys get a page, or none does */
 } core_alloc_mode;
 
 /*
@@ -282,7 +282,7 @@ typedef enum core_alloc_mode {
  * lease from now (never shorter than a read lease still running).
  */
 void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc_mode mode,
-                  int64_t now, int64_t *pages, bool *existed);
+                   int64_t now, int64_t *pages, bool *existed);
 
 /*
  * Confirm (keys[i], pages[i]) for i < n, then release release[0..nrel-1].
@@ -307,8 +307,8 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
  * changed meanwhile are left alone, and so are the keys the allocation
  * evicted to make room (evicted is evicted). Counters are not rolled back.
  */
-void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
-                 const bool *existed, size_t n, int64_t now);
+void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages, const bool *existed,
+                 size_t n, int64_t now);
 
 /* Per-pool presence (SGLang exists); present keys get a read lease and a use
  * (volatile: no event). */
@@ -350,7 +350,8 @@ int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_s
 void core_prefix_count(core_t *core, hf_slice ns, const bool *present, size_t n);
 
 /* Pools, for stats: calls fn for each pool in (namespace, rank) order of creation. */
-typedef void (*core_pool_visitor)(void *ctx, hf_slice ns, uint32_t rank, const core_pool_stats *stats);
+typedef void (*core_pool_visitor)(void *ctx, hf_slice ns, uint32_t rank,
+                                  const core_pool_stats *stats);
 /* `now` decides which write leases are still live. */
 void core_foreach_pool(const core_t *core, int64_t now, core_pool_visitor fn, void *ctx);
 void core_pool_get_stats(const core_pool_t *pool, int64_t now, core_pool_stats *out);
@@ -398,7 +399,7 @@ typedef enum core_event_type {
 
 typedef struct core_event {
     core_event_type type;
-    hf_slice ns;      /* pool namespace (empty for CLEAR_ALL) */
+    hf_slice ns; /* pool namespace (empty for CLEAR_ALL) */
     uint32_t rank;
     uint64_t page;    /* page number, or num_pages for POOL_INIT */
     hf_slice key;     /* RESERVE only */

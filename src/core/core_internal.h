@@ -211,9 +211,9 @@ typedef struct core_ns {
     uint32_t off_pages, off_deadlines;
     uint8_t **rchunks;
     size_t nrchunks, rchunks_cap;
-    uint32_t rec_top;  /* ids below this were handed out */
-    uint32_t rec_free; /* free list of record ids */
-    uint64_t nrecs;    /* live records */
+    uint32_t rec_top;   /* ids below this were handed out */
+    uint32_t rec_free;  /* free list of record ids */
+    uint64_t nrecs;     /* live records */
     uint64_t pages_sum; /* sum of the pools' num_pages: bounds the live records */
 
     uint32_t *slots; /* key index: tag | record id, or CORE_NIL */
@@ -251,7 +251,8 @@ typedef struct core_key {
 
 static inline uint8_t *core__krec(const core_ns *ns, uint32_t id)
 {
-    return ns->rchunks[id >> CORE_REC_CHUNK_SHIFT] + (size_t)(id & (CORE_REC_CHUNK - 1)) * ns->rec_size;
+    return ns->rchunks[id >> CORE_REC_CHUNK_SHIFT] +
+           (size_t)(id & (CORE_REC_CHUNK - 1)) * ns->rec_size;
 }
 
 static inline core_keyst *core__krec_key(uint8_t *rec)
@@ -324,8 +325,9 @@ static inline uint32_t core__slot_make(const core_ns *ns, uint32_t id, uint32_t 
 
 /* Record layout for `ncols` columns (see "Key records" above). */
 #define CORE_REC_OFF_PAGES(ncols) ((CORE_REC_BITS + (uint32_t)(ncols) + 3) & ~3u)
-#define CORE_REC_OFF_DEADLINES(ncols) ((CORE_REC_OFF_PAGES(ncols) + 4 * (uint32_t)(ncols) + 7) & ~7u)
-#define CORE_REC_SIZE(ncols) \
+#define CORE_REC_OFF_DEADLINES(ncols)                                                              \
+    ((CORE_REC_OFF_PAGES(ncols) + 4 * (uint32_t)(ncols) + 7) & ~7u)
+#define CORE_REC_SIZE(ncols)                                                                       \
     (((size_t)CORE_REC_OFF_DEADLINES(ncols) + 8 * (size_t)(ncols) + 7) & ~(size_t)7)
 
 _Static_assert(sizeof(core_keyst) == 32 && CORE_REC_KIND == sizeof(core_keyst) &&

@@ -134,8 +134,7 @@ static inline bool page_evictable(const core_pool_t *pool, uint32_t page, int64_
 /* The most recently demoted evictable page, off the stack; or CORE_NIL. */
 static uint32_t take_demoted(core_pool_t *pool, int64_t now)
 {
-    while (pool->ndemoted_stack > 0 &&
-           !page_demoted(pool, pool->demoted[pool->ndemoted_stack - 1]))
+    while (pool->ndemoted_stack > 0 && !page_demoted(pool, pool->demoted[pool->ndemoted_stack - 1]))
         pool->ndemoted_stack--; /* stale */
     if (pool->ndemoted == 0)
         return CORE_NIL;
@@ -170,7 +169,7 @@ static uint32_t clock_sweep(core_pool_t *pool, core_evict_scan *scan, int64_t no
     bool seen_evictable = false;
     for (;;) {
         if (steps > 0 && steps % n == 0 && !seen_evictable)
-            break; /* a full turn without an evictable page */
+            break;            /* a full turn without an evictable page */
         if ((steps & 7) == 0) /* the records of the pages ahead, read at random */
             for (uint32_t k = 8; k < 16; k++)
                 if ((uint64_t)hand + k < n) {
@@ -269,4 +268,3 @@ void core__sweep_apply(core_pool_t *pool, uint32_t to, int64_t turns)
     }
     pool->hand = to;
 }
-

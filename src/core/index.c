@@ -85,8 +85,7 @@ static inline __m128i hex16(const char *raw, __m128i *bad)
                                   _mm_cmplt_epi8(c, _mm_set1_epi8('9' + 1)));
     __m128i letter = _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8('a' - 1)),
                                    _mm_cmplt_epi8(c, _mm_set1_epi8('f' + 1)));
-    *bad = _mm_or_si128(*bad, _mm_andnot_si128(_mm_or_si128(digit, letter),
-                                               _mm_set1_epi8(-1)));
+    *bad = _mm_or_si128(*bad, _mm_andnot_si128(_mm_or_si128(digit, letter), _mm_set1_epi8(-1)));
     /* value: low nibble, +9 for letters */
     __m128i v = _mm_add_epi8(_mm_and_si128(c, _mm_set1_epi8(0x0f)),
                              _mm_and_si128(letter, _mm_set1_epi8(9)));

@@ -31,7 +31,8 @@
 /* ---------------------------------------------------------- side table */
 
 /* The FREE `page` gets a side entry in `state` (on no list yet). */
-static uint32_t side_alloc(core_pool_t *pool, uint32_t page, core_page_state state, int64_t deadline)
+static uint32_t side_alloc(core_pool_t *pool, uint32_t page, core_page_state state,
+                           int64_t deadline)
 {
     HF_ASSERT(page < pool->touched && *core__ref(pool, page) == CORE_NIL);
     HF_ASSERT(state == CORE_PAGE_RESERVED || state == CORE_PAGE_DRAINING);
@@ -358,7 +359,8 @@ void core__page_reserve(core_pool_t *pool, uint32_t page, const core_key *key, i
     pool->counters.reservations++;
     if (pool->core->observer && !pool->core->replaying) {
         char buf[64];
-        core__emit_key(pool, CORE_EV_RESERVE, page, deadline, core__keyst_text(&e->key, e->key_kind, buf));
+        core__emit_key(pool, CORE_EV_RESERVE, page, deadline,
+                       core__keyst_text(&e->key, e->key_kind, buf));
     }
 }
 
@@ -514,4 +516,3 @@ void core__pool_release(core_pool_t *pool)
     hf_xfree(pool->demoted);
     hf_xfree(pool);
 }
-

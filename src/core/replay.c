@@ -63,9 +63,7 @@ static int apply_free(core_pool_t *pool, uint32_t page)
         return CORE_EINVAL;
     switch (core__page_state(pool, page)) {
     case CORE_PAGE_RESERVED:
-    case CORE_PAGE_DRAINING:
-        core__side_drop(pool, page);
-        break;
+    case CORE_PAGE_DRAINING: core__side_drop(pool, page); break;
     case CORE_PAGE_OWNED:
         core__rec_release_if_empty(pool->ns, pool->core, core__owned_leave(pool, page, NULL));
         break;
@@ -100,8 +98,7 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
         core__page_own(pool, page, id, &key);
         return 0;
     }
-    case CORE_EV_FREE:
-        return apply_free(pool, page);
+    case CORE_EV_FREE: return apply_free(pool, page);
     case CORE_EV_DRAIN: /* from the log: an OWNED page; from a snapshot: a FREE one */
         if (apply_target(pool, ev->page, CORE_PAGE_OWNED)) {
             core__rec_release_if_empty(pool->ns, pool->core, core__owned_leave(pool, page, NULL));
@@ -112,9 +109,8 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
         }
         core__page_drain(pool, page, ev->deadline);
         return 0;
-    case CORE_EV_USE:    /* recency of an older log or value: volatile, ignored */
-    case CORE_EV_DEMOTE:
-        return apply_target(pool, ev->page, CORE_PAGE_OWNED) ? 0 : CORE_EINVAL;
+    case CORE_EV_USE: /* recency of an older log or value: volatile, ignored */
+    case CORE_EV_DEMOTE: return apply_target(pool, ev->page, CORE_PAGE_OWNED) ? 0 : CORE_EINVAL;
     case CORE_EV_SWEEP:
         if (!pool || ev->page >= pool->num_pages || ev->deadline < 0)
             return CORE_EINVAL;
@@ -136,8 +132,7 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
         *core__page_deadline(pool, page) = ev->deadline;
         return 0;
     }
-    default:
-        return CORE_EINVAL;
+    default: return CORE_EINVAL;
     }
 }
 
@@ -247,11 +242,11 @@ void core_apply_finish(core_t *core)
 
 /* ------------------------------------------------------------ events out */
 
-static void walk_emit(core_observer_fn fn, void *ctx, const core_pool_t *pool,
-                      core_event_type type, uint32_t page, int64_t deadline)
+static void walk_emit(core_observer_fn fn, void *ctx, const core_pool_t *pool, core_event_type type,
+                      uint32_t page, int64_t deadline)
 {
     char buf[64];
-    core_event ev = {type, {pool->ns->name, pool->ns->name_len}, pool->rank, page, {"", 0},
+    core_event ev = {type,    {pool->ns->name, pool->ns->name_len}, pool->rank, page, {"", 0},
                      deadline};
     if (type == CORE_EV_RESERVE) {
         uint32_t ref = *core__ref(pool, page);
@@ -279,8 +274,9 @@ static void walk_owned(const core_pool_t *pool, core_observer_fn fn, void *ctx)
 
 static void walk_pool(const core_pool_t *pool, core_observer_fn fn, void *ctx)
 {
-    core_event init = {CORE_EV_POOL_INIT, {pool->ns->name, pool->ns->name_len}, pool->rank,
-                       pool->num_pages, {"", 0}, 0};
+    core_event init = {CORE_EV_POOL_INIT, {pool->ns->name, pool->ns->name_len},
+                       pool->rank,        pool->num_pages,
+                       {"", 0},           0};
     fn(ctx, &init);
     if (pool->hand != 0) /* no OWNED page yet: this only puts the hand in place */
         walk_emit(fn, ctx, pool, CORE_EV_SWEEP, pool->hand, 0);

@@ -44,8 +44,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define REUSE_SCALES 5         /* 0.25, 0.5, 1, 2, 4 times the pages */
-#define REUSE_MAX_KEYS 65536u  /* sampled keys simulated, at most */
+#define REUSE_SCALES 5        /* 0.25, 0.5, 1, 2, 4 times the pages */
+#define REUSE_MAX_KEYS 65536u /* sampled keys simulated, at most */
 #define REUSE_WINDOW (1u << 20)
 
 /* The scales' names, "0.25" to "4", as /v1/stats and /metrics write them. */
@@ -63,19 +63,19 @@ typedef struct reuse {
     uint64_t threshold; /* a key is sampled when its hash is below this */
     uint8_t run;        /* the request's leading run: the largest segment seen */
     uint64_t pages;
-    uint32_t cap, used;            /* simulated keys: room, in use */
-    uint32_t size[REUSE_SCALES];   /* keys of each segment, at most */
-    uint32_t count[REUSE_SCALES];  /* keys of each segment */
-    uint32_t last[REUSE_SCALES];   /* each segment's least recent key */
+    uint32_t cap, used;           /* simulated keys: room, in use */
+    uint32_t size[REUSE_SCALES];  /* keys of each segment, at most */
+    uint32_t count[REUSE_SCALES]; /* keys of each segment */
+    uint32_t last[REUSE_SCALES];  /* each segment's least recent key */
     uint32_t head;
     struct reuse_entry {
         uint32_t key, prev, next; /* hash; list links (entry numbers) */
         uint8_t seg;
-    } *e; /* 16 bytes: an access reads one line per entry */
+    } * e; /* 16 bytes: an access reads one line per entry */
     uint32_t *slots;
     uint32_t slot_mask;
-    uint64_t blocks;                    /* sampled block uses in the window */
-    uint64_t by_run[REUSE_SCALES + 1];  /* of them, by their request's run so far */
+    uint64_t blocks;                   /* sampled block uses in the window */
+    uint64_t by_run[REUSE_SCALES + 1]; /* of them, by their request's run so far */
 } reuse_t;
 
 /* An estimator for pools of `pages` pages (never NULL: out of memory aborts). */

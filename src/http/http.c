@@ -95,15 +95,15 @@
 #include "util/fmt.h"
 #include "util/xalloc.h"
 
-#define READ_CHUNK (64u * 1024)  /* the loop's read buffer */
-#define BODY_KEEP (64u * 1024)   /* body buffer kept between requests */
-#define OUT_KEEP (64u * 1024)    /* answer buffer kept once drained */
-#define OUT_HIGH (64u * 1024)    /* unsent answer bytes past which no request is parsed */
+#define READ_CHUNK (64u * 1024)        /* the loop's read buffer */
+#define BODY_KEEP (64u * 1024)         /* body buffer kept between requests */
+#define OUT_KEEP (64u * 1024)          /* answer buffer kept once drained */
+#define OUT_HIGH (64u * 1024)          /* unsent answer bytes past which no request is parsed */
 #define DROP_LIMIT (64u * 1024 * 1024) /* body bytes dropped past the limit, then cut */
 #define LINGER_S 2
 #define ACCEPT_BURST 8 /* then the loop sees its connections close: dead ones free their slots */
 #define MAX_EVENTS 64
-#define FIELD_MAX 16             /* header names we look at are shorter */
+#define FIELD_MAX 16 /* header names we look at are shorter */
 
 typedef struct loop loop;
 
@@ -113,31 +113,31 @@ typedef struct conn {
     struct conn *prev, *next; /* the loop's list, least recently active first */
     struct conn *flush_next;  /* the loop's answers to send after this batch */
     bool flush_queued;
-    uint64_t active_s;        /* monotonic seconds of the last bytes either way */
-    uint32_t events;          /* what epoll watches now */
+    uint64_t active_s; /* monotonic seconds of the last bytes either way */
+    uint32_t events;   /* what epoll watches now */
     http_parser parser;
 
     /* the request being read */
-    hf_buf url;         /* at most max_header_bytes */
+    hf_buf url; /* at most max_header_bytes */
     size_t header_bytes;
     char field[FIELD_MAX];
     size_t field_len;
     bool in_value;
     enum { H_OTHER, H_AUTHORIZATION, H_EXPECT } header;
-    hf_buf auth;        /* NUL-terminated; at most max_header_bytes + 1 */
+    hf_buf auth; /* NUL-terminated; at most max_header_bytes + 1 */
     bool has_auth;
     bool has_host;
     char expect[16];
     size_t expect_len;
-    hf_buf body;        /* at most max_body_bytes, or the declared length */
+    hf_buf body;    /* at most max_body_bytes, or the declared length */
     size_t dropped; /* body bytes received past the limit */
     bool too_large;
-    bool complete;      /* a whole request is parsed: answer it */
-    int refuse;         /* an answer that ends the connection: 413 early, 414, 431, 505 */
+    bool complete; /* a whole request is parsed: answer it */
+    int refuse;    /* an answer that ends the connection: 413 early, 414, 431, 505 */
     uint64_t started_ns;
 
     /* answers */
-    hf_buf out;         /* no maximum: what is queued is bounded by OUT_HIGH */
+    hf_buf out; /* no maximum: what is queued is bounded by OUT_HIGH */
     size_t out_sent;
     char *pending; /* input held while answers back up (OUT_HIGH) */
     size_t pending_len;
@@ -151,7 +151,7 @@ struct loop {
     http_server *server;
     int epfd;
     int wake_fd;
-    int spare_fd; /* given up to accept-and-close when out of descriptors */
+    int spare_fd;       /* given up to accept-and-close when out of descriptors */
     atomic_uint nconns; /* connections given to this loop and not closed yet */
     pthread_mutex_t inbox_lock;
     int *inbox; /* accepted by another loop, to be opened here */
@@ -373,8 +373,8 @@ static char *put(char *dst, const char *s)
  * connection. The body is left out for HEAD (`with_body` false). The head
  * is assembled by hand: snprintf was 5% of a 1-key request's time. */
 static void queue_answer(conn *c, int status, const char *content_type,
-                         const char *www_authenticate, const char *body, size_t len,
-                         bool with_body, bool keep_alive_10)
+                         const char *www_authenticate, const char *body, size_t len, bool with_body,
+                         bool keep_alive_10)
 {
     if (status < 100 || status > 999)
         status = 500;
@@ -483,8 +483,8 @@ static void answer_request(conn *c)
         api_handle(server->api, http_method_str((enum http_method)p->method), path,
                    c->has_auth ? c->auth.ptr : NULL, c->body.ptr, c->body.len, &c->resp);
         const api_response *r = &c->resp;
-        queue_answer(c, r->status, r->content_type, r->www_authenticate, r->body.ptr,
-                     r->body.len, !head, keep_alive_10);
+        queue_answer(c, r->status, r->content_type, r->www_authenticate, r->body.ptr, r->body.len,
+                     !head, keep_alive_10);
         if (server->config.access_log)
             log_access(c, r->status, r->status == 204 ? 0 : r->body.len, r->tenant);
         api_response_trim(&c->resp);
@@ -613,8 +613,8 @@ static int on_headers_complete(http_parser *p)
      * (so that a body with Content-Length ends in a buffer of exactly its
      * size) or the limit: memory follows what was received, not what a
      * client announced. Past the limit, on_body drops it. */
-    hf_buf_set_max(&c->body, has_length ? (size_t)p->content_length
-                                        : server->config.max_body_bytes);
+    hf_buf_set_max(&c->body,
+                   has_length ? (size_t)p->content_length : server->config.max_body_bytes);
     bool body_expected = chunked || (has_length && p->content_length > 0);
     if (body_expected && c->expect_len == 12 && memcmp(c->expect, "100-continue", 12) == 0 &&
         p->http_minor == 1) {
@@ -690,8 +690,10 @@ static bool feed(conn *c, const char *data, size_t len)
         if (e == HPE_PAUSED) {
             http_parser_pause(&c->parser, 0);
             if (c->refuse) { /* 413 (its own text) or 505 */
-                queue_refusal(c, c->refuse, c->refuse == 505 ? "HTTP version not supported: "
-                              "only HTTP/1.0 and HTTP/1.1 are served" : NULL);
+                queue_refusal(c, c->refuse,
+                              c->refuse == 505 ? "HTTP version not supported: "
+                                                 "only HTTP/1.0 and HTTP/1.1 are served"
+                                               : NULL);
                 return true;
             }
             if (c->complete) {
@@ -711,10 +713,12 @@ static bool feed(conn *c, const char *data, size_t len)
         if (e == HPE_CB_body)
             return false; /* an endless upload (on_body) */
         if (c->refuse == 414)
-            queue_refusal(c, 414, "Request line too long: the limit for the request line "
+            queue_refusal(c, 414,
+                          "Request line too long: the limit for the request line "
                           "and headers is --max-header-bytes");
         else if (c->refuse == 431 || e == HPE_HEADER_OVERFLOW)
-            queue_refusal(c, 431, "Request headers too large: the limit for the request line "
+            queue_refusal(c, 431,
+                          "Request headers too large: the limit for the request line "
                           "and headers is --max-header-bytes");
         else {
             char detail[128];
@@ -961,7 +965,8 @@ static void *loop_run(void *arg)
                 on_acceptable(lp);
             } else if (ptr == lp) {
                 uint64_t v;
-                if (read(lp->wake_fd, &v, sizeof v) < 0) { /* the flag says why */ }
+                if (read(lp->wake_fd, &v, sizeof v) < 0) { /* the flag says why */
+                }
                 take_inbox(lp);
             } else {
                 conn *c = ptr;
@@ -996,7 +1001,8 @@ static void *loop_run(void *arg)
 
 static int listen_on(const http_config *config, char *err, size_t errlen)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *found = NULL;
     char port[8];
@@ -1013,8 +1019,10 @@ static int listen_on(const http_config *config, char *err, size_t errlen)
     if (fd >= 0)
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
-        snprintf(err, errlen, "cannot listen on %s port %u (in use, or not an address of this "
-                 "host?): %s", config->host, (unsigned)config->port, strerror(errno));
+        snprintf(err, errlen,
+                 "cannot listen on %s port %u (in use, or not an address of this "
+                 "host?): %s",
+                 config->host, (unsigned)config->port, strerror(errno));
         if (fd >= 0)
             close(fd);
         fd = -1;
@@ -1091,7 +1099,8 @@ http_server *http_start(const http_config *config, api_t *api, char *err, size_t
     atomic_init(&server->open_connections, 0);
     server->too_large_len = snprintf(server->too_large_body, sizeof server->too_large_body,
                                      "{\"detail\":\"Request body too large: the limit is %zu "
-                                     "bytes\"}", config->max_body_bytes);
+                                     "bytes\"}",
+                                     config->max_body_bytes);
     server->listen_fd = listen_on(config, err, errlen);
     if (server->listen_fd < 0) {
         free_server(server);

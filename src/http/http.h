@@ -34,10 +34,10 @@ typedef struct http_config {
     uint16_t port;    /* 0: the system picks one (see http_bound_port) */
     unsigned threads;
     unsigned max_connections;
-    unsigned idle_timeout_s;  /* 0: never */
+    unsigned idle_timeout_s; /* 0: never */
     size_t max_body_bytes;
-    size_t max_header_bytes;  /* request line + headers, per connection */
-    bool access_log;          /* one log line per answer (see http.c) */
+    size_t max_header_bytes; /* request line + headers, per connection */
+    bool access_log;         /* one log line per answer (see http.c) */
 } http_config;
 
 typedef struct http_server http_server;

@@ -111,7 +111,8 @@
 #include "wire/wire.h"
 
 /* ret and params are a type and a parameter list: they cannot be parenthesized */
-#define RM_API_DEFINE(name, ret, params) ret(*rm_##name) params; // NOLINT(bugprone-macro-parentheses)
+#define RM_API_DEFINE(name, ret, params)                                                           \
+    ret(*rm_##name) params; // NOLINT(bugprone-macro-parentheses)
 RM_API_LIST(RM_API_DEFINE)
 #undef RM_API_DEFINE
 
@@ -144,9 +145,12 @@ static hf_slice value_ns(const hf_value *v)
  * that changes a value brings its caller's configuration anyway. */
 static core_config default_config(void)
 {
-    core_config cfg = {.reservation_ms = 600000, .read_lease_ms = 5000,
-                       .write_lease_ms = 30000, .release_grace_ms = 0,
-                       .evict = true, .max_pages = CORE_MAX_PAGES_LIMIT,
+    core_config cfg = {.reservation_ms = 600000,
+                       .read_lease_ms = 5000,
+                       .write_lease_ms = 30000,
+                       .release_grace_ms = 0,
+                       .evict = true,
+                       .max_pages = CORE_MAX_PAGES_LIMIT,
                        .max_ranks = CORE_MAX_RANKS_LIMIT};
     return cfg;
 }
@@ -243,8 +247,7 @@ static void snapshot(const hf_value *v, hf_buf *events, hf_buf *order)
 /* A value rebuilt from a snapshot, or NULL (why in err) if it does not
  * describe a state. */
 static hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev, size_t evlen,
-                                     const char *order, size_t orderlen, char *err,
-                                     size_t errlen)
+                                     const char *order, size_t orderlen, char *err, size_t errlen)
 {
     core_config cfg = default_config();
     hf_value *v = value_new(ns, &cfg, st);
@@ -257,8 +260,10 @@ static hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev
     int rc;
     while ((rc = wire_event_next(ev, evlen, &pos, ns, &e)) == 1) {
         if (e.type == CORE_EV_CLEAR_ALL || core_apply(v->core, &e) != 0) {
-            snprintf(err, errlen, "event %zu (type %d, rank %" PRIu32 ", page %" PRIu64
-                     ") does not fit the state", count, (int)e.type, e.rank, e.page);
+            snprintf(err, errlen,
+                     "event %zu (type %d, rank %" PRIu32 ", page %" PRIu64
+                     ") does not fit the state",
+                     count, (int)e.type, e.rank, e.page);
             goto fail;
         }
         count++;
@@ -321,7 +326,8 @@ static void *type_rdb_load(RedisModuleIO *io, int encver)
     if (encver < 1 || encver > HF3FS_TYPE_ENCVER) {
         rm_LogIOError(io, "warning",
                       "hf3fsmeta: a value of encoding version %d, this module reads 1..%d "
-                      "(load it with a newer module)", encver, HF3FS_TYPE_ENCVER);
+                      "(load it with a newer module)",
+                      encver, HF3FS_TYPE_ENCVER);
         return NULL;
     }
     size_t nslen, evlen, orderlen;
@@ -333,8 +339,9 @@ static void *type_rdb_load(RedisModuleIO *io, int encver)
         uint64_t count = rm_LoadUnsigned(io), index = rm_LoadUnsigned(io);
         st = (wire_stripe){(uint32_t)count, (uint32_t)index};
         if (count < 1 || count > WIRE_MAX_STRIPES || index >= count) {
-            rm_LogIOError(io, "warning", "hf3fsmeta: a saved value names stripe %" PRIu64
-                          " of %" PRIu64, index, count);
+            rm_LogIOError(io, "warning",
+                          "hf3fsmeta: a saved value names stripe %" PRIu64 " of %" PRIu64, index,
+                          count);
             st.count = 0;
         }
     }
@@ -405,9 +412,9 @@ typedef enum cmd_arg {
     A_NUM_PAGES, /* the integers: num[], in order */
     A_FIRST,
     A_COUNT,
-    A_KEYS,      /* a key list */
-    A_PAGES,     /* a page list: pages[], in order */
-    A_BYTES,     /* any bytes: bytes[], in order */
+    A_KEYS,  /* a key list */
+    A_PAGES, /* a page list: pages[], in order */
+    A_BYTES, /* any bytes: bytes[], in order */
 } cmd_arg;
 
 #define CMD_MAX_ARGS 7
@@ -418,17 +425,17 @@ typedef struct cmd {
     RedisModuleCtx *ctx;
     RedisModuleString **argv;
     RedisModuleKey *key;
-    hf_value *v;   /* NULL: no value under the key */
+    hf_value *v; /* NULL: no value under the key */
     hf_buf events;
     int64_t now;
-    core_config cfg;  /* the caller's, limits capped */
-    wire_stripe st;   /* the stripe the caller names (cfg, or APPLY's and REBUILD's tail) */
+    core_config cfg; /* the caller's, limits capped */
+    wire_stripe st;  /* the stripe the caller names (cfg, or APPLY's and REBUILD's tail) */
     hf_slice ns;
     uint32_t rank;
     core_pool_t *pool;
     int64_t mode;
     int64_t num[2];
-    hf_slice *keys;   /* n of them */
+    hf_slice *keys; /* n of them */
     size_t n;
     int64_t *pages[2];
     size_t np[2];
@@ -560,8 +567,7 @@ static void cmd_catch_up(cmd *c, int64_t now)
  * stripe the caller names (*st_out) must be the value's: else -ESTRIPES
  * <the value's count>, so that a front end that took the namespace for
  * another count learns the real one before anything is done. */
-static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out,
-                   wire_stripe *st_out)
+static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out, wire_stripe *st_out)
 {
     size_t len;
     const char *p = rm_StringPtrLen(a, &len);
@@ -575,8 +581,9 @@ static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out,
     }
     if (c->v && (st.count != c->v->st.count || st.index != c->v->st.index)) {
         char msg[120];
-        snprintf(msg, sizeof msg, "ESTRIPES %" PRIu32 " the value is stripe %" PRIu32 " of %" PRIu32,
-                 c->v->st.count, c->v->st.index, c->v->st.count);
+        snprintf(msg, sizeof msg,
+                 "ESTRIPES %" PRIu32 " the value is stripe %" PRIu32 " of %" PRIu32, c->v->st.count,
+                 c->v->st.index, c->v->st.count);
         rm_ReplyWithError(c->ctx, msg);
         return -1;
     }
@@ -664,8 +671,8 @@ static core_pool_t *cmd_pool(cmd *c, uint32_t rank)
  * field of c; 0, or -1 after an error reply. */
 static int cmd_args(cmd *c, const cmd_arg *args, int first)
 {
-    static const char *const names[] = {[A_NUM_PAGES] = "num_pages", [A_FIRST] = "first",
-                                        [A_COUNT] = "count"};
+    static const char *const names[] = {
+        [A_NUM_PAGES] = "num_pages", [A_FIRST] = "first", [A_COUNT] = "count"};
     RedisModuleCtx *ctx = c->ctx;
     size_t nums = 0, pages = 0, bytes = 0;
     for (int i = 0; i < CMD_MAX_ARGS && args[i] != A_END; i++) {
@@ -673,20 +680,11 @@ static int cmd_args(cmd *c, const cmd_arg *args, int first)
         long long m;
         int rc = 0;
         switch (args[i]) {
-        case A_END:
-            break;
-        case A_NOW:
-            rc = arg_now(ctx, a, &c->now);
-            break;
-        case A_CFG:
-            rc = arg_cfg(c, a, c->now, &c->cfg, &c->st);
-            break;
-        case A_NS:
-            c->ns = arg_bytes(a);
-            break;
-        case A_RANK:
-            rc = arg_rank(ctx, a, &c->rank);
-            break;
+        case A_END: break;
+        case A_NOW: rc = arg_now(ctx, a, &c->now); break;
+        case A_CFG: rc = arg_cfg(c, a, c->now, &c->cfg, &c->st); break;
+        case A_NS: c->ns = arg_bytes(a); break;
+        case A_RANK: rc = arg_rank(ctx, a, &c->rank); break;
         case A_POOL:
             rc = arg_rank(ctx, a, &c->rank) != 0 || !(c->pool = cmd_pool(c, c->rank)) ? -1 : 0;
             break;
@@ -700,19 +698,13 @@ static int cmd_args(cmd *c, const cmd_arg *args, int first)
             break;
         case A_NUM_PAGES:
         case A_FIRST:
-        case A_COUNT:
-            rc = arg_i64(ctx, a, names[args[i]], 0, INT64_MAX, &c->num[nums++]);
-            break;
-        case A_KEYS:
-            rc = arg_keys(ctx, a, &c->keys, &c->n);
-            break;
+        case A_COUNT: rc = arg_i64(ctx, a, names[args[i]], 0, INT64_MAX, &c->num[nums++]); break;
+        case A_KEYS: rc = arg_keys(ctx, a, &c->keys, &c->n); break;
         case A_PAGES:
             rc = arg_pages(ctx, a, &c->pages[pages], &c->np[pages]);
             pages++;
             break;
-        case A_BYTES:
-            c->bytes[bytes++] = arg_bytes(a);
-            break;
+        case A_BYTES: c->bytes[bytes++] = arg_bytes(a); break;
         }
         if (rc != 0)
             return -1;
@@ -884,8 +876,8 @@ static void run_delete(cmd *c)
 static void run_cloc(cmd *c)
 {
     int64_t *pages = hf_xmalloc((c->n ? c->n : 1) * sizeof *pages);
-    if (core_complete_locations(c->v->core, value_ns(c->v), c->rank, c->keys, c->n, c->now,
-                                pages) < 0)
+    if (core_complete_locations(c->v->core, value_ns(c->v), c->rank, c->keys, c->n, c->now, pages) <
+        0)
         reply_enopool(c->ctx);
     else
         reply_pages(c->ctx, pages, c->n);
@@ -952,8 +944,8 @@ static int cmd_stats(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     for (size_t i = 0; i < l.n; i++) {
         const core_pool_stats *s = &l.st[i];
         /* rank, the figures and refusals (core.h lists both), the estimator */
-        rm_ReplyWithArray(ctx, 1L + CORE_POOL_FIGURE_COUNT + 2L * CORE_REFUSE_COUNT + 1 +
-                                   REUSE_SCALES);
+        rm_ReplyWithArray(ctx,
+                          1L + CORE_POOL_FIGURE_COUNT + 2L * CORE_REFUSE_COUNT + 1 + REUSE_SCALES);
         rm_ReplyWithLongLong(ctx, (long long)l.ranks[i]);
 #define REPLY_FIGURE(field, ...) rm_ReplyWithLongLong(ctx, (long long)s->field);
         CORE_POOL_FIGURES(REPLY_FIGURE, CORE_POOL_NO_ALIAS)
@@ -1007,9 +999,9 @@ static void run_pages(cmd *c)
     core_pool_expire(pool, c->now);
     core_pool_stats st;
     core_pool_get_stats(pool, c->now, &st);
-    uint64_t end = first >= st.num_pages ? first
+    uint64_t end = first >= st.num_pages          ? first
                    : count > st.num_pages - first ? st.num_pages
-                   : first + count;
+                                                  : first + count;
     rm_ReplyWithArray(c->ctx, (long)(end - first));
     for (uint64_t p = first; p < end; p++) {
         hf_slice key = {"", 0};
@@ -1052,8 +1044,8 @@ static void run_apply(cmd *c)
         hf_slice k = arg_bytes(c->argv[1]);
         rm_Log(c->ctx, "warning",
                "hf3fsmeta: HF3FS.APPLY on %.*s: event %zu %s; this node no longer follows its "
-               "primary exactly (resynchronize it)", (int)k.len, k.ptr, count,
-               rc == -1 ? "is malformed" : "does not fit the state");
+               "primary exactly (resynchronize it)",
+               (int)k.len, k.ptr, count, rc == -1 ? "is malformed" : "does not fit the state");
     }
     if (fresh && count == 0) {
         value_free(v);
@@ -1173,29 +1165,29 @@ static void run_clearall(cmd *c)
  * first = last = step = key (0: keyless); run_<name> does what differs.
  * R(name, flags, key, function): one that runs whole, parsing its own
  * arguments. */
-#define HF3FS_COMMANDS(X, R)                                                                   \
-    X(init, "write deny-oom", 1, 7, CHANGE, OBSERVE, (A_NOW, A_CFG, A_NS, A_RANK, A_NUM_PAGES)) \
-    X(alloc, "write deny-oom", 1, 7, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_MODE, A_KEYS))  \
-    X(import, "write deny-oom", 1, 9, CHANGE, OBSERVE,                                         \
-      (A_NOW, A_CFG, A_NS, A_RANK, A_NUM_PAGES, A_KEYS, A_PAGES))                              \
+#define HF3FS_COMMANDS(X, R)                                                                       \
+    X(init, "write deny-oom", 1, 7, CHANGE, OBSERVE, (A_NOW, A_CFG, A_NS, A_RANK, A_NUM_PAGES))    \
+    X(alloc, "write deny-oom", 1, 7, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_MODE, A_KEYS))      \
+    X(import, "write deny-oom", 1, 9, CHANGE, OBSERVE,                                             \
+      (A_NOW, A_CFG, A_NS, A_RANK, A_NUM_PAGES, A_KEYS, A_PAGES))                                  \
     /* confirmations, deletes and clears need no new memory and free some:                    \
      * they run under maxmemory too (a refused confirmation would strand a                    \
-     * page that was written) */                                                               \
-    X(confirm, "write", 1, 8, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS, A_PAGES, A_PAGES)) \
-    X(cancel, "write", 1, 8, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS, A_PAGES, A_BYTES)) \
-    X(stripes, "readonly", 1, 2, READ, 0, NO_ARGS)                                             \
-    X(exists, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                    \
-    X(lookup, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                    \
-    X(delete, "write", 1, 6, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                  \
-    X(clearpool, "write", 1, 5, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL))                       \
-    X(cexists, "write", 1, 5, READ, OBSERVE, (A_NOW, A_CFG, A_KEYS))                           \
-    X(cloc, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                      \
-    R(stats, "readonly", 1, cmd_stats)                                                         \
-    X(check, "readonly", 1, 2, CHANGE, 0, NO_ARGS)                                             \
-    X(pages, "write", 1, 6, CHANGE, OBSERVE, (A_NOW, A_RANK, A_FIRST, A_COUNT))                \
-    X(apply, "write", 1, 4, CHANGE, STRIPE_TAIL | FROM_PRIMARY, (A_NS, A_BYTES))               \
-    X(rebuild, "write", 1, 5, CHANGE, STRIPE_TAIL | FROM_AOF, (A_NS, A_BYTES, A_BYTES))        \
-    X(namespaces, "readonly", 0, 1, 0, 0, NO_ARGS)                                             \
+     * page that was written) */    \
+    X(confirm, "write", 1, 8, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS, A_PAGES, A_PAGES))   \
+    X(cancel, "write", 1, 8, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS, A_PAGES, A_BYTES))    \
+    X(stripes, "readonly", 1, 2, READ, 0, NO_ARGS)                                                 \
+    X(exists, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                        \
+    X(lookup, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                        \
+    X(delete, "write", 1, 6, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                      \
+    X(clearpool, "write", 1, 5, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL))                           \
+    X(cexists, "write", 1, 5, READ, OBSERVE, (A_NOW, A_CFG, A_KEYS))                               \
+    X(cloc, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                          \
+    R(stats, "readonly", 1, cmd_stats)                                                             \
+    X(check, "readonly", 1, 2, CHANGE, 0, NO_ARGS)                                                 \
+    X(pages, "write", 1, 6, CHANGE, OBSERVE, (A_NOW, A_RANK, A_FIRST, A_COUNT))                    \
+    X(apply, "write", 1, 4, CHANGE, STRIPE_TAIL | FROM_PRIMARY, (A_NS, A_BYTES))                   \
+    X(rebuild, "write", 1, 5, CHANGE, STRIPE_TAIL | FROM_AOF, (A_NS, A_BYTES, A_BYTES))            \
+    X(namespaces, "readonly", 0, 1, 0, 0, NO_ARGS)                                                 \
     X(clearall, "write", 0, 1, 0, 0, NO_ARGS)
 
 typedef struct cmd_spec {
@@ -1215,17 +1207,24 @@ typedef struct cmd_spec {
 #define CMD_ID(id, ...) CMD_##id,
 enum { HF3FS_COMMANDS(CMD_ID, CMD_ID) CMD_COUNT };
 
-#define CMD_ENTRY_DECL(id, ...) \
+#define CMD_ENTRY_DECL(id, ...)                                                                    \
     static int entry_##id(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 #define CMD_NONE(...)
 HF3FS_COMMANDS(CMD_ENTRY_DECL, CMD_NONE)
 
 /* The arguments are initializers of the fields they name, not expressions. */
 // NOLINTBEGIN(bugprone-macro-parentheses)
-#define CMD_SPEC_X(id, flags_, key_, argc_, mode_, opts_, args_)                              \
-    {.name = "hf3fs." #id, .flags = flags_, .key = key_, .fn = entry_##id, .argc = argc_, \
-     .mode = mode_, .opts = opts_, .args = {CMD_UNPAREN args_}, .run = run_##id},
-#define CMD_SPEC_R(id, flags_, key_, fn_) \
+#define CMD_SPEC_X(id, flags_, key_, argc_, mode_, opts_, args_)                                   \
+    {.name = "hf3fs." #id,                                                                         \
+     .flags = flags_,                                                                              \
+     .key = key_,                                                                                  \
+     .fn = entry_##id,                                                                             \
+     .argc = argc_,                                                                                \
+     .mode = mode_,                                                                                \
+     .opts = opts_,                                                                                \
+     .args = {CMD_UNPAREN args_},                                                                  \
+     .run = run_##id},
+#define CMD_SPEC_R(id, flags_, key_, fn_)                                                          \
     {.name = "hf3fs." #id, .flags = flags_, .key = key_, .fn = fn_},
 // NOLINTEND(bugprone-macro-parentheses)
 static const cmd_spec commands[CMD_COUNT] = {HF3FS_COMMANDS(CMD_SPEC_X, CMD_SPEC_R)};
@@ -1246,8 +1245,7 @@ static const char *cmd_upper(const cmd_spec *s, char what[static 32])
  * value caught up with a rebuild); its core's events observed; run_<name>;
  * the events propagated as one HF3FS.APPLY; the key closed. Any error is
  * the reply. */
-static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleString **argv,
-                        int argc)
+static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     if (argc != s->argc && !(s->opts & STRIPE_TAIL && argc == s->argc + 2))
         return rm_WrongArity(ctx);
@@ -1278,10 +1276,10 @@ static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleStrin
     return REDISMODULE_OK;
 }
 
-#define CMD_ENTRY(id, ...)                                                            \
-    static int entry_##id(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)    \
-    {                                                                                   \
-        return cmd_dispatch(&commands[CMD_##id], ctx, argv, argc);                    \
+#define CMD_ENTRY(id, ...)                                                                         \
+    static int entry_##id(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)                 \
+    {                                                                                              \
+        return cmd_dispatch(&commands[CMD_##id], ctx, argv, argc);                                 \
     }
 HF3FS_COMMANDS(CMD_ENTRY, CMD_NONE)
 
@@ -1305,8 +1303,8 @@ static int rm_load_api(RedisModuleCtx *ctx)
 {
     int (*get_api)(const char *, void *) = (int (*)(const char *, void *))((void **)ctx)[0];
     int missing = 0;
-#define RM_API_FETCH(name, ret, params)                                  \
-    if (get_api("RedisModule_" #name, (void *)&rm_##name) != REDISMODULE_OK) \
+#define RM_API_FETCH(name, ret, params)                                                            \
+    if (get_api("RedisModule_" #name, (void *)&rm_##name) != REDISMODULE_OK)                       \
         missing++;
     RM_API_LIST(RM_API_FETCH)
 #undef RM_API_FETCH

@@ -37,7 +37,7 @@
  * members up to `free`. */
 #define REDISMODULE_TYPE_METHOD_VERSION_1 1
 
-#define REDISMODULE_ERRORMSG_WRONGTYPE \
+#define REDISMODULE_ERRORMSG_WRONGTYPE                                                             \
     "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 typedef struct RedisModuleCtx RedisModuleCtx;
@@ -86,54 +86,54 @@ typedef struct RedisModuleTypeMethods {
 
 /* The API, as function pointers filled in by rm_load_api(). X-macro:
  * RM_API(name, return type, parameters). */
-#define RM_API_LIST(X)                                                                      \
-    X(Alloc, void *, (size_t bytes))                                                        \
-    X(Calloc, void *, (size_t nmemb, size_t size))                                          \
-    X(Realloc, void *, (void *ptr, size_t bytes))                                           \
-    X(Free, void, (void *ptr))                                                              \
-    X(SetModuleAttribs, void, (RedisModuleCtx * ctx, const char *name, int ver, int apiver)) \
-    X(IsModuleNameBusy, int, (const char *name))                                            \
-    X(CreateCommand, int,                                                                   \
-      (RedisModuleCtx * ctx, const char *name, RedisModuleCmdFunc cmdfunc,                   \
-       const char *strflags, int firstkey, int lastkey, int keystep))                       \
-    X(CreateDataType, RedisModuleType *,                                                    \
-      (RedisModuleCtx * ctx, const char *name, int encver, RedisModuleTypeMethods *methods)) \
-    X(OpenKey, RedisModuleKey *, (RedisModuleCtx * ctx, RedisModuleString * keyname, int mode)) \
-    X(CloseKey, void, (RedisModuleKey * kp))                                                \
-    X(KeyType, int, (RedisModuleKey * kp))                                                  \
-    X(DeleteKey, int, (RedisModuleKey * key))                                               \
-    X(ModuleTypeGetType, RedisModuleType *, (RedisModuleKey * key))                         \
-    X(ModuleTypeGetValue, void *, (RedisModuleKey * key))                                   \
-    X(ModuleTypeSetValue, int, (RedisModuleKey * key, RedisModuleType * mt, void *value))   \
-    X(CreateString, RedisModuleString *, (RedisModuleCtx * ctx, const char *ptr, size_t len)) \
-    X(FreeString, void, (RedisModuleCtx * ctx, RedisModuleString * str))                    \
-    X(StringPtrLen, const char *, (const RedisModuleString *str, size_t *len))              \
-    X(StringToLongLong, int, (const RedisModuleString *str, long long *ll))                 \
-    X(WrongArity, int, (RedisModuleCtx * ctx))                                              \
-    X(ReplyWithError, int, (RedisModuleCtx * ctx, const char *err))                         \
-    X(ReplyWithSimpleString, int, (RedisModuleCtx * ctx, const char *msg))                  \
-    X(ReplyWithLongLong, int, (RedisModuleCtx * ctx, long long ll))                         \
-    X(ReplyWithArray, int, (RedisModuleCtx * ctx, long len))                                \
-    X(ReplyWithStringBuffer, int, (RedisModuleCtx * ctx, const char *buf, size_t len))      \
-    X(Replicate, int, (RedisModuleCtx * ctx, const char *cmdname, const char *fmt, ...))    \
-    X(ReplicateVerbatim, int, (RedisModuleCtx * ctx))                                       \
-    X(GetContextFlags, int, (RedisModuleCtx * ctx))                                         \
-    X(Milliseconds, long long, (void))                                                      \
-    X(SaveUnsigned, void, (RedisModuleIO * io, uint64_t value))                             \
-    X(LoadUnsigned, uint64_t, (RedisModuleIO * io))                                         \
-    X(SaveStringBuffer, void, (RedisModuleIO * io, const char *str, size_t len))            \
-    X(LoadStringBuffer, char *, (RedisModuleIO * io, size_t *lenptr))                       \
-    X(EmitAOF, void, (RedisModuleIO * io, const char *cmdname, const char *fmt, ...))       \
-    X(DigestAddStringBuffer, void, (RedisModuleDigest * md, const char *ele, size_t len))   \
-    X(DigestEndSequence, void, (RedisModuleDigest * md))                                    \
-    X(Log, void, (RedisModuleCtx * ctx, const char *level, const char *fmt, ...))          \
-    X(LogIOError, void, (RedisModuleIO * io, const char *levelstr, const char *fmt, ...))  \
-    X(ScanCursorCreate, RedisModuleScanCursor *, (void))                                    \
-    X(ScanCursorDestroy, void, (RedisModuleScanCursor * cursor))                            \
-    X(Scan, int,                                                                            \
-      (RedisModuleCtx * ctx, RedisModuleScanCursor * cursor, RedisModuleScanCB fn,          \
-       void *privdata))                                                                     \
-    X(SubscribeToServerEvent, int,                                                          \
+#define RM_API_LIST(X)                                                                             \
+    X(Alloc, void *, (size_t bytes))                                                               \
+    X(Calloc, void *, (size_t nmemb, size_t size))                                                 \
+    X(Realloc, void *, (void *ptr, size_t bytes))                                                  \
+    X(Free, void, (void *ptr))                                                                     \
+    X(SetModuleAttribs, void, (RedisModuleCtx * ctx, const char *name, int ver, int apiver))       \
+    X(IsModuleNameBusy, int, (const char *name))                                                   \
+    X(CreateCommand, int,                                                                          \
+      (RedisModuleCtx * ctx, const char *name, RedisModuleCmdFunc cmdfunc, const char *strflags,   \
+       int firstkey, int lastkey, int keystep))                                                    \
+    X(CreateDataType, RedisModuleType *,                                                           \
+      (RedisModuleCtx * ctx, const char *name, int encver, RedisModuleTypeMethods *methods))       \
+    X(OpenKey, RedisModuleKey *, (RedisModuleCtx * ctx, RedisModuleString * keyname, int mode))    \
+    X(CloseKey, void, (RedisModuleKey * kp))                                                       \
+    X(KeyType, int, (RedisModuleKey * kp))                                                         \
+    X(DeleteKey, int, (RedisModuleKey * key))                                                      \
+    X(ModuleTypeGetType, RedisModuleType *, (RedisModuleKey * key))                                \
+    X(ModuleTypeGetValue, void *, (RedisModuleKey * key))                                          \
+    X(ModuleTypeSetValue, int, (RedisModuleKey * key, RedisModuleType * mt, void *value))          \
+    X(CreateString, RedisModuleString *, (RedisModuleCtx * ctx, const char *ptr, size_t len))      \
+    X(FreeString, void, (RedisModuleCtx * ctx, RedisModuleString * str))                           \
+    X(StringPtrLen, const char *, (const RedisModuleString *str, size_t *len))                     \
+    X(StringToLongLong, int, (const RedisModuleString *str, long long *ll))                        \
+    X(WrongArity, int, (RedisModuleCtx * ctx))                                                     \
+    X(ReplyWithError, int, (RedisModuleCtx * ctx, const char *err))                                \
+    X(ReplyWithSimpleString, int, (RedisModuleCtx * ctx, const char *msg))                         \
+    X(ReplyWithLongLong, int, (RedisModuleCtx * ctx, long long ll))                                \
+    X(ReplyWithArray, int, (RedisModuleCtx * ctx, long len))                                       \
+    X(ReplyWithStringBuffer, int, (RedisModuleCtx * ctx, const char *buf, size_t len))             \
+    X(Replicate, int, (RedisModuleCtx * ctx, const char *cmdname, const char *fmt, ...))           \
+    X(ReplicateVerbatim, int, (RedisModuleCtx * ctx))                                              \
+    X(GetContextFlags, int, (RedisModuleCtx * ctx))                                                \
+    X(Milliseconds, long long, (void))                                                             \
+    X(SaveUnsigned, void, (RedisModuleIO * io, uint64_t value))                                    \
+    X(LoadUnsigned, uint64_t, (RedisModuleIO * io))                                                \
+    X(SaveStringBuffer, void, (RedisModuleIO * io, const char *str, size_t len))                   \
+    X(LoadStringBuffer, char *, (RedisModuleIO * io, size_t * lenptr))                             \
+    X(EmitAOF, void, (RedisModuleIO * io, const char *cmdname, const char *fmt, ...))              \
+    X(DigestAddStringBuffer, void, (RedisModuleDigest * md, const char *ele, size_t len))          \
+    X(DigestEndSequence, void, (RedisModuleDigest * md))                                           \
+    X(Log, void, (RedisModuleCtx * ctx, const char *level, const char *fmt, ...))                  \
+    X(LogIOError, void, (RedisModuleIO * io, const char *levelstr, const char *fmt, ...))          \
+    X(ScanCursorCreate, RedisModuleScanCursor *, (void))                                           \
+    X(ScanCursorDestroy, void, (RedisModuleScanCursor * cursor))                                   \
+    X(Scan, int,                                                                                   \
+      (RedisModuleCtx * ctx, RedisModuleScanCursor * cursor, RedisModuleScanCB fn,                 \
+       void *privdata))                                                                            \
+    X(SubscribeToServerEvent, int,                                                                 \
       (RedisModuleCtx * ctx, RedisModuleEvent event, RedisModuleEventCallback callback))
 
 /* Format letters of Replicate / EmitAOF (documented): "s" a
@@ -141,13 +141,13 @@ typedef struct RedisModuleTypeMethods {
  * "c" a C string, "l" a long long. */
 
 /* ret and params are a type and a parameter list: they cannot be parenthesized */
-#define RM_API_DECLARE(name, ret, params) extern ret(*rm_##name) params; // NOLINT(bugprone-macro-parentheses)
+#define RM_API_DECLARE(name, ret, params)                                                          \
+    extern ret(*rm_##name) params; // NOLINT(bugprone-macro-parentheses)
 RM_API_LIST(RM_API_DECLARE)
 #undef RM_API_DECLARE
 
 /* The entry point Redis calls once at load (exported from the .so). */
 __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ctx,
-                                                              RedisModuleString **argv,
-                                                              int argc);
+                                                              RedisModuleString **argv, int argc);
 
 #endif

@@ -93,7 +93,7 @@ typedef struct server_options {
     const char *auth_token_file;
     bool access_log;
     double log_summary_interval_s; /* 0: no summary lines */
-    const char *store;              /* NULL: the embedded engine */
+    const char *store;             /* NULL: the embedded engine */
     const char *redis_password_file;
     double redis_connect_timeout_s;
     double redis_timeout_s;
@@ -131,15 +131,44 @@ static const server_options defaults = {
 };
 
 enum {
-    OPT_HOST = 256, OPT_PORT, OPT_THREADS, OPT_MAX_BODY, OPT_MAX_HEADER, OPT_MAX_KEYS,
-    OPT_MAX_KEY_BYTES, OPT_MAX_RANKS, OPT_MAX_PAGES, OPT_MAX_CONNECTIONS, OPT_IDLE_TIMEOUT,
-    OPT_RESERVATION_TIMEOUT, OPT_READ_LEASE, OPT_EVICTION, OPT_DEBUG_API, OPT_PERSISTENCE_PATH,
-    OPT_SAVE_INTERVAL, OPT_IN_MEMORY, OPT_LOG_LEVEL, OPT_AUTH_TOKEN_FILE, OPT_ACCESS_LOG,
-    OPT_LOG_SUMMARY_INTERVAL, OPT_DATA_DIR, OPT_FSYNC, OPT_SNAPSHOT_LOG_BYTES, OPT_SALVAGE,
-    OPT_WRITE_LEASE, OPT_RELEASE_GRACE, OPT_STORE, OPT_REDIS_PASSWORD_FILE,
-    OPT_REDIS_CONNECT_TIMEOUT, OPT_REDIS_TIMEOUT, OPT_REDIS_WAIT, OPT_REDIS_WAIT_TIMEOUT,
+    OPT_HOST = 256,
+    OPT_PORT,
+    OPT_THREADS,
+    OPT_MAX_BODY,
+    OPT_MAX_HEADER,
+    OPT_MAX_KEYS,
+    OPT_MAX_KEY_BYTES,
+    OPT_MAX_RANKS,
+    OPT_MAX_PAGES,
+    OPT_MAX_CONNECTIONS,
+    OPT_IDLE_TIMEOUT,
+    OPT_RESERVATION_TIMEOUT,
+    OPT_READ_LEASE,
+    OPT_EVICTION,
+    OPT_DEBUG_API,
+    OPT_PERSISTENCE_PATH,
+    OPT_SAVE_INTERVAL,
+    OPT_IN_MEMORY,
+    OPT_LOG_LEVEL,
+    OPT_AUTH_TOKEN_FILE,
+    OPT_ACCESS_LOG,
+    OPT_LOG_SUMMARY_INTERVAL,
+    OPT_DATA_DIR,
+    OPT_FSYNC,
+    OPT_SNAPSHOT_LOG_BYTES,
+    OPT_SALVAGE,
+    OPT_WRITE_LEASE,
+    OPT_RELEASE_GRACE,
+    OPT_STORE,
+    OPT_REDIS_PASSWORD_FILE,
+    OPT_REDIS_CONNECT_TIMEOUT,
+    OPT_REDIS_TIMEOUT,
+    OPT_REDIS_WAIT,
+    OPT_REDIS_WAIT_TIMEOUT,
     OPT_STRIPES,
-    OPT_REDIS_USE_LOG_BYTES, OPT_IMPORT_SGLANG, OPT_HELP,
+    OPT_REDIS_USE_LOG_BYTES,
+    OPT_IMPORT_SGLANG,
+    OPT_HELP,
 };
 
 static const struct option long_options[] = {
@@ -186,7 +215,8 @@ static const struct option long_options[] = {
 
 static void usage(FILE *out)
 {
-    fprintf(out,
+    fprintf(
+        out,
         "Usage: hf3fs-metad [FLAGS]\n"
         "KV-cache page metadata server for 3FS: serves the vLLM and SGLang dialects.\n"
         "\n"
@@ -337,7 +367,9 @@ static void parse_flag(server_options *o, int id, const char *arg)
     case OPT_MAX_KEYS: o->max_keys = parse_count(flag, arg, 1, 1u << 24, false); break;
     case OPT_MAX_KEY_BYTES: o->max_key_bytes = parse_count(flag, arg, 1, 1u << 20, true); break;
     case OPT_MAX_RANKS: o->max_ranks = parse_count(flag, arg, 1, 1u << 24, false); break;
-    case OPT_MAX_PAGES: o->max_pages = parse_count(flag, arg, 1, CORE_MAX_PAGES_LIMIT, false); break;
+    case OPT_MAX_PAGES:
+        o->max_pages = parse_count(flag, arg, 1, CORE_MAX_PAGES_LIMIT, false);
+        break;
     case OPT_MAX_CONNECTIONS: o->max_connections = parse_count(flag, arg, 1, 1000000, false); break;
     case OPT_IDLE_TIMEOUT: o->idle_timeout_s = parse_count(flag, arg, 0, 86400 * 365, false); break;
     case OPT_RESERVATION_TIMEOUT:
@@ -354,7 +386,10 @@ static void parse_flag(server_options *o, int id, const char *arg)
         break;
     case OPT_DEBUG_API: o->debug_api = true; break;
     case OPT_PERSISTENCE_PATH: o->persistence_path = arg; break;
-    case OPT_DATA_DIR: o->data_dir = arg; o->data_dir_given = true; break;
+    case OPT_DATA_DIR:
+        o->data_dir = arg;
+        o->data_dir_given = true;
+        break;
     case OPT_IMPORT_SGLANG:
         if (access(arg, R_OK) != 0)
             bad_flag(flag, arg, "a readable file");
@@ -393,7 +428,7 @@ static void parse_flag(server_options *o, int id, const char *arg)
          * still start, and ignored. */
         parse_count(flag, arg, 64, 64u << 20, true);
         fprintf(stderr, "hf3fs-metad: --redis-use-log-bytes is deprecated and ignored: the "
-                "hf3fs-metad Redis module logs no uses\n");
+                        "hf3fs-metad Redis module logs no uses\n");
         break;
     case OPT_SAVE_INTERVAL:
         o->save_interval_s = parse_seconds(flag, arg, 0, 1e9);
@@ -427,8 +462,10 @@ static void resolve_persistence_path(server_options *o)
         return;
     }
     if (o->import_sglang && strcmp(o->import_sglang, path) != 0) {
-        fprintf(stderr, "hf3fs-metad: --persistence-path %s (SGLang's state file) and "
-                "--import-sglang %s name two files to import\n", path, o->import_sglang);
+        fprintf(stderr,
+                "hf3fs-metad: --persistence-path %s (SGLang's state file) and "
+                "--import-sglang %s name two files to import\n",
+                path, o->import_sglang);
         exit(EXIT_USAGE);
     }
     if (!o->import_sglang)
@@ -541,13 +578,14 @@ static core_config core_config_from(const server_options *o)
 static api_config api_config_from(const server_options *o)
 {
     return (api_config){
-        .limits = {
-            .max_ranks = (uint32_t)o->max_ranks,
-            .max_pages = o->max_pages,
-            .max_keys = (size_t)o->max_keys,
-            .max_key_bytes = (size_t)o->max_key_bytes,
-            .max_body_bytes = (size_t)o->max_body_bytes,
-        },
+        .limits =
+            {
+                .max_ranks = (uint32_t)o->max_ranks,
+                .max_pages = o->max_pages,
+                .max_keys = (size_t)o->max_keys,
+                .max_key_bytes = (size_t)o->max_key_bytes,
+                .max_body_bytes = (size_t)o->max_body_bytes,
+            },
         .debug_api = o->debug_api,
     };
 }
@@ -598,8 +636,10 @@ static int read_secret_file(const char *path, size_t max, char **text, size_t *l
         return -1;
     }
     if (st.st_mode & (S_IRWXG | S_IRWXO))
-        log_msg(LOG_WARN, "--%s '%s' is readable or writable by other users "
-                "(mode %03o); chmod 600 it", token_flag, path, (unsigned)(st.st_mode & 0777));
+        log_msg(LOG_WARN,
+                "--%s '%s' is readable or writable by other users "
+                "(mode %03o); chmod 600 it",
+                token_flag, path, (unsigned)(st.st_mode & 0777));
     char *buf = malloc(max + 2);
     if (!buf) {
         close(fd);
@@ -657,7 +697,7 @@ static void read_password_file(const char *path, char **token, size_t *len)
     for (size_t i = 0; i < n; i++)
         if (buf[i] <= ' ' || buf[i] > '~')
             bad_token_file(path, "holds a space, a control character or a non-ASCII byte; "
-                           "a token is one word of printable ASCII");
+                                 "a token is one word of printable ASCII");
     *len = n;
 }
 
@@ -692,19 +732,22 @@ static void reload_token_file(api_t *api, const char *path)
     char *text;
     size_t len;
     if (read_token_file(path, &text, &len, err, sizeof err) != 0) {
-        log_msg(LOG_ERROR, "SIGHUP: --auth-token-file '%s' %s: refused, the tokens in force "
-                "stay", path, err);
+        log_msg(LOG_ERROR,
+                "SIGHUP: --auth-token-file '%s' %s: refused, the tokens in force "
+                "stay",
+                path, err);
         return;
     }
     int rc = api_reload_tokens(api, text, len, err, sizeof err);
     explicit_bzero(text, len);
     free(text);
     if (rc != 0)
-        log_msg(LOG_ERROR, "SIGHUP: --auth-token-file '%s' %s: refused, the tokens in force "
-                "stay", path, err);
+        log_msg(LOG_ERROR,
+                "SIGHUP: --auth-token-file '%s' %s: refused, the tokens in force "
+                "stay",
+                path, err);
     else
-        log_msg(LOG_INFO, "SIGHUP: --auth-token-file '%s' reread: its tokens are in force",
-                path);
+        log_msg(LOG_INFO, "SIGHUP: --auth-token-file '%s' reread: its tokens are in force", path);
 }
 
 /* Whether every address `host` stands for is a loopback address. */
@@ -735,25 +778,26 @@ static bool host_is_loopback(const char *host)
 static void log_settings(const server_options *o, uint16_t port)
 {
     bool v6 = strchr(o->host, ':') != NULL;
-    log_msg(LOG_INFO,
-            "hf3fs-metad listening on http://%s%s%s:%u (threads %" PRIu64 ", max-connections %"
-            PRIu64 ", idle-timeout %" PRIu64 " s, max-body-bytes %" PRIu64 ", max-header-bytes %"
-            PRIu64 ", max-keys %" PRIu64 ", max-key-bytes %" PRIu64 ", max-ranks %" PRIu64
-            ", max-pages %" PRIu64 ", reservation-timeout %g s, read-lease %g s, write-lease %g s, "
-            "release-grace %g s, eviction %s, "
-            "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s, "
-            "import-sglang %s)",
-            v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
-            o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys,
-            o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s,
-            o->read_lease_s, write_lease_s(o), o->release_grace_s, o->evict ? "clock" : "none",
-            o->debug_api ? "on" : "off",
-            log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
-            o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
-            o->access_log ? "on" : "off", o->log_summary_interval_s,
-            o->import_sglang ? o->import_sglang : "none");
+    log_msg(
+        LOG_INFO,
+        "hf3fs-metad listening on http://%s%s%s:%u (threads %" PRIu64 ", max-connections %" PRIu64
+        ", idle-timeout %" PRIu64 " s, max-body-bytes %" PRIu64 ", max-header-bytes %" PRIu64
+        ", max-keys %" PRIu64 ", max-key-bytes %" PRIu64 ", max-ranks %" PRIu64
+        ", max-pages %" PRIu64 ", reservation-timeout %g s, read-lease %g s, write-lease %g s, "
+        "release-grace %g s, eviction %s, "
+        "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s, "
+        "import-sglang %s)",
+        v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
+        o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys, o->max_key_bytes,
+        o->max_ranks, o->max_pages, o->reservation_timeout_s, o->read_lease_s, write_lease_s(o),
+        o->release_grace_s, o->evict ? "clock" : "none", o->debug_api ? "on" : "off",
+        log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
+        o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
+        o->access_log ? "on" : "off", o->log_summary_interval_s,
+        o->import_sglang ? o->import_sglang : "none");
     if (o->store) {
-        log_msg(LOG_INFO, "state is kept in Redis (store %s, redis-password-file %s, "
+        log_msg(LOG_INFO,
+                "state is kept in Redis (store %s, redis-password-file %s, "
                 "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %" PRIu64
                 ", redis-wait-timeout %g s, stripes %" PRIu64 " for the namespaces it creates): "
                 "this process is a stateless front end; data-dir, "
@@ -763,16 +807,18 @@ static void log_settings(const server_options *o, uint16_t port)
                 o->redis_wait_timeout_s, o->stripes);
         return;
     }
-    log_msg(LOG_INFO, "store: the embedded engine (no --store; redis-password-file, "
+    log_msg(LOG_INFO,
+            "store: the embedded engine (no --store; redis-password-file, "
             "redis-connect-timeout, redis-timeout, redis-wait, redis-wait-timeout and stripes "
             "apply to --store only)");
     if (o->in_memory)
         log_msg(LOG_INFO, "state is kept in memory only (--in-memory): a restart forgets every "
-                "pool");
+                          "pool");
     else
-        log_msg(LOG_INFO, "state is kept in %s (data-dir, fsync %s, save-interval %g s, "
-                "snapshot-log-bytes %" PRIu64 ", salvage %s)", o->data_dir,
-                wal_fsync_name(o->fsync), o->save_interval_s, o->snapshot_log_bytes,
+        log_msg(LOG_INFO,
+                "state is kept in %s (data-dir, fsync %s, save-interval %g s, "
+                "snapshot-log-bytes %" PRIu64 ", salvage %s)",
+                o->data_dir, wal_fsync_name(o->fsync), o->save_interval_s, o->snapshot_log_bytes,
                 o->salvage ? "on" : "off");
 }
 
@@ -855,8 +901,10 @@ static void import_at_start(const server_options *o, store_t *store)
         goto refused;
     }
     if (has && !o->import_again_refused) {
-        log_msg(LOG_INFO, "not importing %s: the state is not empty (imported at an earlier "
-                "start); %s stays as it is", path, path);
+        log_msg(LOG_INFO,
+                "not importing %s: the state is not empty (imported at an earlier "
+                "start); %s stays as it is",
+                path, path);
         return;
     }
     import_limits lim = {o->max_pages, o->max_ranks, o->max_key_bytes};
@@ -935,9 +983,11 @@ int main(int argc, char **argv)
     http_config http_cfg = http_config_from(&options);
     char err[256];
     if (!options.auth_token_file && !host_is_loopback(options.host))
-        log_msg(LOG_WARN, "--host %s is not a loopback address and there is no "
+        log_msg(LOG_WARN,
+                "--host %s is not a loopback address and there is no "
                 "--auth-token-file: anyone who can reach this port can change or clear the "
-                "cache's metadata", options.host);
+                "cache's metadata",
+                options.host);
     /* The summary's first figures, taken before any request can move them
      * (taken later, what came first would never be logged). */
     if (options.log_summary_interval_s > 0)

@@ -19,8 +19,8 @@
 typedef struct import_priv {
     char *text;
     json_doc doc;
-    hf_slice *keys;  /* every pool's keys, pool after pool */
-    int64_t *pages;  /* their pages */
+    hf_slice *keys; /* every pool's keys, pool after pool */
+    int64_t *pages; /* their pages */
 } import_priv;
 
 static void fail(char *err, size_t errlen, const char *fmt, ...)
@@ -102,8 +102,10 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
 {
     const char *pn = name->u.str;
     if (parse_pool_name(json_slice(name), lim->max_ranks, &p->rank, &p->ns) != 0) {
-        fail(err, errlen, "pool \"%s\": not \"rank\" or \"rank:namespace\" with a rank below "
-             "--max-ranks %" PRIu64, pn, lim->max_ranks);
+        fail(err, errlen,
+             "pool \"%s\": not \"rank\" or \"rank:namespace\" with a rank below "
+             "--max-ranks %" PRIu64,
+             pn, lim->max_ranks);
         return -1;
     }
     if (p->ns.len > lim->max_key_bytes) {
@@ -114,13 +116,16 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
                     *kti = json_get(v, "key_to_index");
     if (v->type != JSON_OBJECT || !np || np->type != JSON_INT || !fp || fp->type != JSON_ARRAY ||
         !kti || kti->type != JSON_ARRAY) {
-        fail(err, errlen, "pool \"%s\": not an object with num_pages (an integer), free_pages "
-             "and key_to_index (lists)", pn);
+        fail(err, errlen,
+             "pool \"%s\": not an object with num_pages (an integer), free_pages "
+             "and key_to_index (lists)",
+             pn);
         return -1;
     }
     if (np->u.i < 0 || (uint64_t)np->u.i > lim->max_pages) {
-        fail(err, errlen, "pool \"%s\": num_pages %" PRId64 " is not in 0..%" PRIu64
-             " (--max-pages)", pn, np->u.i, lim->max_pages);
+        fail(err, errlen,
+             "pool \"%s\": num_pages %" PRId64 " is not in 0..%" PRIu64 " (--max-pages)", pn,
+             np->u.i, lim->max_pages);
         return -1;
     }
     p->num_pages = (uint64_t)np->u.i;
@@ -131,21 +136,25 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
         const json_node *it = &kti->u.items[i];
         if (it->type != JSON_ARRAY || it->len != 2 || it->u.items[0].type != JSON_STRING ||
             it->u.items[1].type != JSON_INT || it->u.items[0].len == 0) {
-            fail(err, errlen, "pool \"%s\": key_to_index item %" PRIu32 " is not [key, page] "
-                 "with a non-empty key", pn, i);
+            fail(err, errlen,
+                 "pool \"%s\": key_to_index item %" PRIu32 " is not [key, page] "
+                 "with a non-empty key",
+                 pn, i);
             return -1;
         }
         keys[i] = json_slice(&it->u.items[0]);
         pages[i] = it->u.items[1].u.i;
         char kb[84];
         if (keys[i].len > lim->max_key_bytes) {
-            fail(err, errlen, "pool \"%s\": key \"%s\" is longer than --max-key-bytes %" PRIu64,
-                 pn, shown(keys[i], kb), lim->max_key_bytes);
+            fail(err, errlen, "pool \"%s\": key \"%s\" is longer than --max-key-bytes %" PRIu64, pn,
+                 shown(keys[i], kb), lim->max_key_bytes);
             return -1;
         }
         if (pages[i] < 0 || (uint64_t)pages[i] >= p->num_pages) {
-            fail(err, errlen, "pool \"%s\": key \"%s\" is at page %" PRId64 ", out of range "
-                 "(num_pages %" PRIu64 ")", pn, shown(keys[i], kb), pages[i], p->num_pages);
+            fail(err, errlen,
+                 "pool \"%s\": key \"%s\" is at page %" PRId64 ", out of range "
+                 "(num_pages %" PRIu64 ")",
+                 pn, shown(keys[i], kb), pages[i], p->num_pages);
             return -1;
         }
     }
@@ -153,8 +162,10 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     for (uint32_t i = 0; i < fp->len; i++) {
         const json_node *it = &fp->u.items[i];
         if (it->type != JSON_INT || it->u.i < 0 || (uint64_t)it->u.i >= p->num_pages) {
-            fail(err, errlen, "pool \"%s\": free_pages item %" PRIu32 " is not a page in "
-                 "0..%" PRIu64, pn, i, p->num_pages ? p->num_pages - 1 : 0);
+            fail(err, errlen,
+                 "pool \"%s\": free_pages item %" PRIu32 " is not a page in "
+                 "0..%" PRIu64,
+                 pn, i, p->num_pages ? p->num_pages - 1 : 0);
             hf_xfree(fl);
             return -1;
         }
@@ -165,8 +176,10 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     int rc = 0;
     char k1[84], k2[84];
     if (import_repeated_page(pages, n, order, &a, &b)) {
-        fail(err, errlen, "pool \"%s\": page %" PRId64 " is owned twice (keys \"%s\" and "
-             "\"%s\")", pn, pages[a], shown(keys[a], k1), shown(keys[b], k2));
+        fail(err, errlen,
+             "pool \"%s\": page %" PRId64 " is owned twice (keys \"%s\" and "
+             "\"%s\")",
+             pn, pages[a], shown(keys[a], k1), shown(keys[b], k2));
         rc = -1;
     }
     /* Listed free pages that are owned, and the distinct free ones. */
@@ -195,8 +208,8 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     return rc;
 }
 
-int import_sglang_read(const char *path, const import_limits *limits, import_state *out,
-                       char *err, size_t errlen)
+int import_sglang_read(const char *path, const import_limits *limits, import_state *out, char *err,
+                       size_t errlen)
 {
     *out = (import_state){0};
     char why[512];
@@ -228,8 +241,8 @@ int import_sglang_read(const char *path, const import_limits *limits, import_sta
     size_t at = 0;
     for (uint32_t i = 0; i < root->len; i++) {
         import_pool *p = &out->pools[i];
-        if (read_pool(&root->u.items[2 * i], &root->u.items[2 * i + 1], limits, p,
-                      pv->keys + at, pv->pages + at, why, sizeof why) != 0) {
+        if (read_pool(&root->u.items[2 * i], &root->u.items[2 * i + 1], limits, p, pv->keys + at,
+                      pv->pages + at, why, sizeof why) != 0) {
             fail(err, errlen, "%s: %s", path, why);
             goto bad;
         }
@@ -287,8 +300,10 @@ int import_sglang_apply(store_t *s, const import_state *st, const char *path, ch
     int has = import_target_pools(s);
     if (has != 0) {
         if (has == 1)
-            fail(err, errlen, "refused to import %s: the target state is not empty (it holds "
-                 "pools already); nothing was imported", path);
+            fail(err, errlen,
+                 "refused to import %s: the target state is not empty (it holds "
+                 "pools already); nothing was imported",
+                 path);
         else
             fail(err, errlen, "cannot look at the target state: %s", store_describe(s, has));
         return -1;
@@ -296,25 +311,32 @@ int import_sglang_apply(store_t *s, const import_state *st, const char *path, ch
     uint64_t keys = 0, pages = 0;
     for (size_t i = 0; i < st->npools; i++) {
         const import_pool *p = &st->pools[i];
-        int rc = s->ops->import_pool(s, p->ns, p->rank, p->num_pages, p->keys, p->pages,
-                                     p->nkeys);
+        int rc = s->ops->import_pool(s, p->ns, p->rank, p->num_pages, p->keys, p->pages, p->nkeys);
         if (rc != STORE_OK) {
-            fail(err, errlen, "importing %s: pool %" PRIu32 ":%.*s failed: %s (%zu of %zu "
-                 "pools were imported before it)", path, p->rank, (int)p->ns.len, p->ns.ptr,
+            fail(err, errlen,
+                 "importing %s: pool %" PRIu32 ":%.*s failed: %s (%zu of %zu "
+                 "pools were imported before it)",
+                 path, p->rank, (int)p->ns.len, p->ns.ptr,
                  rc == STORE_EEXIST ? "it exists already (made meanwhile by another process)"
-                                    : store_describe(s, rc), i, st->npools);
+                                    : store_describe(s, rc),
+                 i, st->npools);
             return -1;
         }
         keys += p->nkeys;
         pages += p->num_pages;
-        log_msg(LOG_INFO, "imported pool rank %" PRIu32 " namespace '%.*s' from %s: %" PRIu64
-                " pages, %zu keys owned, %" PRIu64 " free (%" PRIu64 " in SGLang's free list, %"
-                PRIu64 " reserved for writes in flight, now free; %" PRIu64 " both owned and "
-                "listed free, kept owned)", p->rank, (int)p->ns.len, p->ns.ptr, path,
-                p->num_pages, p->nkeys, p->num_pages - p->nkeys,
-                p->listed_free - p->owned_and_free, p->in_flight, p->owned_and_free);
+        log_msg(LOG_INFO,
+                "imported pool rank %" PRIu32 " namespace '%.*s' from %s: %" PRIu64
+                " pages, %zu keys owned, %" PRIu64 " free (%" PRIu64
+                " in SGLang's free list, %" PRIu64
+                " reserved for writes in flight, now free; %" PRIu64 " both owned and "
+                "listed free, kept owned)",
+                p->rank, (int)p->ns.len, p->ns.ptr, path, p->num_pages, p->nkeys,
+                p->num_pages - p->nkeys, p->listed_free - p->owned_and_free, p->in_flight,
+                p->owned_and_free);
     }
-    log_msg(LOG_INFO, "imported SGLang's state %s: %zu pools, %" PRIu64 " keys, %" PRIu64
-            " pages; the file is left as it was", path, st->npools, keys, pages);
+    log_msg(LOG_INFO,
+            "imported SGLang's state %s: %zu pools, %" PRIu64 " keys, %" PRIu64
+            " pages; the file is left as it was",
+            path, st->npools, keys, pages);
     return 0;
 }

@@ -95,8 +95,8 @@ typedef struct import_limits {
 /* Read and validate path. 0, or -1 with why in err (the file cannot be
  * read, is not SGLang's format, or a pool has a page out of range or owned
  * twice, a key twice, or is beyond the limits). */
-int import_sglang_read(const char *path, const import_limits *limits, import_state *out,
-                       char *err, size_t errlen);
+int import_sglang_read(const char *path, const import_limits *limits, import_state *out, char *err,
+                       size_t errlen);
 void import_state_free(import_state *st);
 
 /* Whether the engine holds any pool: 1 yes, 0 no, or a STORE_E* code. */

@@ -28,8 +28,8 @@ static int cmp_by_key(const void *a, const void *b)
 }
 
 /* order[0..n) sorted by cmp; the first two neighbours it calls equal. */
-static bool repeated(size_t n, size_t *order, int (*cmp)(const void *, const void *),
-                     size_t *first, size_t *second)
+static bool repeated(size_t n, size_t *order, int (*cmp)(const void *, const void *), size_t *first,
+                     size_t *second)
 {
     for (size_t i = 0; i < n; i++)
         order[i] = i;

@@ -62,25 +62,25 @@ static int op_end(store_mem *m, bool change, int rc)
 }
 
 /* Run body under the lock as a change (CHANGE) or a read (READ). */
-#define LOCKED(s, change, rc, body)                                                            \
-    do {                                                                                       \
-        store_mem *m_ = mem_of(s);                                                             \
-        (rc) = op_begin(m_, change);                                                           \
-        if ((rc) != STORE_OK)                                                                  \
-            break;                                                                             \
-        core_t *core = m_->core;                                                               \
-        int64_t now = m_->clock.now_ms(m_->clock.ctx);                                         \
-        (void)now;                                                                             \
-        (void)core;                                                                            \
-        body; /* NOLINT(bugprone-macro-parentheses): a statement */                            \
-        (rc) = op_end(m_, change, (rc));                                                       \
+#define LOCKED(s, change, rc, body)                                                                \
+    do {                                                                                           \
+        store_mem *m_ = mem_of(s);                                                                 \
+        (rc) = op_begin(m_, change);                                                               \
+        if ((rc) != STORE_OK)                                                                      \
+            break;                                                                                 \
+        core_t *core = m_->core;                                                                   \
+        int64_t now = m_->clock.now_ms(m_->clock.ctx);                                             \
+        (void)now;                                                                                 \
+        (void)core;                                                                                \
+        body; /* NOLINT(bugprone-macro-parentheses): a statement */                                \
+        (rc) = op_end(m_, change, (rc));                                                           \
     } while (0)
 
 #define CHANGE true
 #define READ false
 
-static int mem_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
-                         bool *created, uint64_t *existing_pages)
+static int mem_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages, bool *created,
+                         uint64_t *existing_pages)
 {
     int rc, made = 0;
     LOCKED(s, CHANGE, rc, made = core_pool_init(core, ns, rank, num_pages, existing_pages));
@@ -94,17 +94,17 @@ static int mem_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pa
 }
 
 /* Run `op` on the pool (ns, rank) under the lock, or answer STORE_ENOPOOL. */
-#define ON_POOL(s, change, ns, rank, op)                                                       \
-    do {                                                                                       \
-        int rc_;                                                                               \
-        LOCKED(s, change, rc_, {                                                               \
-            core_pool_t *pool = core_pool_find(core, ns, rank);                                \
-            if (!pool)                                                                         \
-                rc_ = STORE_ENOPOOL;                                                           \
-            else                                                                               \
-                op; /* NOLINT(bugprone-macro-parentheses): a statement */                      \
-        });                                                                                    \
-        return rc_;                                                                            \
+#define ON_POOL(s, change, ns, rank, op)                                                           \
+    do {                                                                                           \
+        int rc_;                                                                                   \
+        LOCKED(s, change, rc_, {                                                                   \
+            core_pool_t *pool = core_pool_find(core, ns, rank);                                    \
+            if (!pool)                                                                             \
+                rc_ = STORE_ENOPOOL;                                                               \
+            else                                                                                   \
+                op; /* NOLINT(bugprone-macro-parentheses): a statement */                          \
+        });                                                                                        \
+        return rc_;                                                                                \
     } while (0)
 
 static int mem_allocate(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
@@ -207,8 +207,8 @@ static int mem_health(store_t *s, char *reason, size_t len)
 }
 
 /* A gauge or counter of one unlabelled sample. */
-static void emit(const store_emitter *e, const char *name, store_metric_type type,
-                 const char *help, uint64_t value)
+static void emit(const store_emitter *e, const char *name, store_metric_type type, const char *help,
+                 uint64_t value)
 {
     store_emit_metric(e, name, type, help, store_int(value));
 }
@@ -249,8 +249,7 @@ static int mem_metrics(store_t *s, const store_emitter *e)
     emit(e, "hf3fs_metad_log_failures_total", counter, "Log write or sync failures.", st.failures);
     emit(e, "hf3fs_metad_snapshots_total", counter, "Snapshots completed by this process.",
          st.snapshots);
-    emit(e, "hf3fs_metad_snapshot_bytes", gauge, "Size of the newest snapshot.",
-         st.snapshot_bytes);
+    emit(e, "hf3fs_metad_snapshot_bytes", gauge, "Size of the newest snapshot.", st.snapshot_bytes);
     /* The snapshot time is the log's wall clock, whatever clock the state runs on. */
     int64_t age_ms = st.snapshot_time_ms > 0 ? hf_clock_wall_ms() - st.snapshot_time_ms : 0;
     if (age_ms < 0)

@@ -151,8 +151,8 @@ static redis_cmd cmd_of(args *a)
     a->argv = hf_xreallocarray(a->argv, a->n ? a->n : 1, sizeof *a->argv);
     for (size_t i = 0; i < a->n; i++)
         a->argv[i] = a->buf + a->off[i];
-    return (redis_cmd){.argc = (int)a->n, .argv = a->argv, .argvlen = a->len, .slot = a->slot,
-                       .node = -1};
+    return (redis_cmd){
+        .argc = (int)a->n, .argv = a->argv, .argvlen = a->len, .slot = a->slot, .node = -1};
 }
 
 /* ---------------------------------------------------------------- calls */
@@ -167,9 +167,10 @@ static bool starts(const redisReply *rep, const char *prefix)
 static bool refused_before_running(const redisReply *rep)
 {
     static const char *const codes[] = {
-        "BUSY",   "LOADING", "OOM",         "READONLY", "MASTERDOWN", "NOAUTH",
-        "NOPERM", "MISCONF", "NOREPLICAS",  "CLUSTERDOWN", "TRYAGAIN", "MOVED",
-        "ASK",    "CROSSSLOT", "WRONGTYPE", "ERR unknown command",
+        "BUSY",       "LOADING",     "OOM",       "READONLY",
+        "MASTERDOWN", "NOAUTH",      "NOPERM",    "MISCONF",
+        "NOREPLICAS", "CLUSTERDOWN", "TRYAGAIN",  "MOVED",
+        "ASK",        "CROSSSLOT",   "WRONGTYPE", "ERR unknown command",
     };
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         if (starts(rep, codes[i]))
@@ -350,7 +351,8 @@ static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count)
         log_msg(LOG_WARN,
                 "namespace '%.*s' has %" PRIu32 " stripe(s), recorded when it was created: "
                 "this front end uses them (its --stripes %" PRIu32 " applies to the namespaces "
-                "it creates)", (int)(ns.len > 100 ? 100 : ns.len), ns.ptr, count, r->stripes);
+                "it creates)",
+                (int)(ns.len > 100 ? 100 : ns.len), ns.ptr, count, r->stripes);
     return L;
 }
 
@@ -653,8 +655,8 @@ static int init_fn(store_redis *r, const layout *L, void *ctx, bool last)
     return init_on(r, L, c, 0, L->count, last);
 }
 
-static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
-                        bool *created, uint64_t *existing_pages)
+static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages, bool *created,
+                        uint64_t *existing_pages)
 {
     store_redis *r = R(s);
     if (num_pages > r->cfg.max_pages || rank >= r->cfg.max_ranks)
@@ -681,8 +683,9 @@ static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pag
         log_msg(LOG_WARN,
                 "pool '%.*s' rank %" PRIu32 ": %" PRIu64 " pages for %" PRIu32 " stripes: the "
                 "keys of %" PRIu64 " stripes can never get a page (docs/redis-module.md, "
-                "\"Stripes\")", (int)(ns.len > 100 ? 100 : ns.len), ns.ptr, rank, num_pages,
-                c.stripes, (uint64_t)c.stripes - num_pages);
+                "\"Stripes\")",
+                (int)(ns.len > 100 ? 100 : ns.len), ns.ptr, rank, num_pages, c.stripes,
+                (uint64_t)c.stripes - num_pages);
     if (created)
         *created = c.created;
     if (existing_pages)
@@ -706,8 +709,8 @@ typedef struct keys_call {
 
 /* One command per stripe that has keys of the call (or, all: every
  * stripe), CMD key now cfg [rank] keys. */
-static void batch_keys(store_redis *r, batch *b, const char *cmd, const layout *L,
-                       const split *sp, bool with_rank, uint32_t rank, bool all)
+static void batch_keys(store_redis *r, batch *b, const char *cmd, const layout *L, const split *sp,
+                       bool with_rank, uint32_t rank, bool all)
 {
     batch_init(b, L->count);
     for (uint32_t i = 0; i < L->count; i++) {
@@ -787,9 +790,11 @@ static int alloc_fn(store_redis *r, const layout *L, void *ctx, bool last)
         }
         batch_run(r, &u, true);
         if (batch_outcome(&u, true, true) != STORE_OK) {
-            log_msg(LOG_WARN, "Redis: an allocation over %" PRIu32 " stripes could not be "
+            log_msg(LOG_WARN,
+                    "Redis: an allocation over %" PRIu32 " stripes could not be "
                     "rolled back on every stripe: its reservations there expire with the "
-                    "reservation lease", L->count);
+                    "reservation lease",
+                    L->count);
             uncertain = true;
         }
         batch_free(&u);
@@ -823,8 +828,8 @@ static int rd_allocate(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *k
                        core_alloc_mode mode, int64_t *pages, bool *existed)
 {
     bool *hits = existed ? existed : hf_xmalloc(n ? n : 1);
-    keys_call c = {.rank = rank, .keys = keys, .n = n, .mode = mode, .pages = pages,
-                   .existed = hits};
+    keys_call c = {
+        .rank = rank, .keys = keys, .n = n, .mode = mode, .pages = pages, .existed = hits};
     int rc = no_pool(run_striped(R(s), ns, alloc_fn, &c));
     if (hits != existed)
         free(hits);
@@ -905,8 +910,8 @@ static int confirm_fn(store_redis *r, const layout *L, void *ctx, bool last)
 static int rd_confirm(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys,
                       const int64_t *pages, size_t n, const int64_t *release, size_t nrel)
 {
-    keys_call c = {.rank = rank, .keys = keys, .n = n, .in_pages = pages, .release = release,
-                   .nrel = nrel};
+    keys_call c = {
+        .rank = rank, .keys = keys, .n = n, .in_pages = pages, .release = release, .nrel = nrel};
     int rc = no_pool(run_striped(R(s), ns, confirm_fn, &c));
     if (rc == STORE_OK)
         last_refused = c.refused;
@@ -1294,7 +1299,7 @@ static int rd_stats(store_t *s, store_stats_visitor fn, void *ctx)
                 continue;
             if (b.codes[k] != STORE_OK) {
                 code = b.codes[k] == STORE_EINVAL || b.codes[k] == RESTRIPE ? STORE_EUNAVAILABLE
-                                                                             : b.codes[k];
+                                                                            : b.codes[k];
                 break;
             }
             const redisReply *rep = b.reps[k];
@@ -1556,9 +1561,9 @@ static const redisReply *module_field(const redisReply *m, const char *name)
     return NULL;
 }
 
-#define LOAD_HOWTO                                                                             \
-    "start it with `redis-server --loadmodule /path/to/hf3fs_metad_redis.so` or add "          \
-    "`loadmodule /path/to/hf3fs_metad_redis.so` to redis.conf (the .so is built by `make` "     \
+#define LOAD_HOWTO                                                                                 \
+    "start it with `redis-server --loadmodule /path/to/hf3fs_metad_redis.so` or add "              \
+    "`loadmodule /path/to/hf3fs_metad_redis.so` to redis.conf (the .so is built by `make` "        \
     "next to hf3fs-metad)"
 
 /* The probe's checker (redis_conn.h): MODULE LIST shows the module, of
@@ -1579,8 +1584,7 @@ static int module_check(const redisReply *rep, const char *addr, char *err, size
     }
     for (size_t i = 0; i < rep->elements; i++) {
         const redisReply *name = module_field(rep->element[i], "name");
-        if (!name || name->type != REDIS_REPLY_STRING ||
-            name->len != strlen(HF3FS_MODULE_NAME) ||
+        if (!name || name->type != REDIS_REPLY_STRING || name->len != strlen(HF3FS_MODULE_NAME) ||
             memcmp(name->str, HF3FS_MODULE_NAME, name->len) != 0)
             continue;
         const redisReply *ver = module_field(rep->element[i], "ver");
@@ -1594,14 +1598,13 @@ static int module_check(const redisReply *rep, const char *addr, char *err, size
                  addr, HF3FS_MODULE_NAME, v, HF3FS_MODULE_VERSION, LOAD_HOWTO);
         return STORE_ENOMODULE;
     }
-    snprintf(err, errlen,
-             "Redis at %s has not loaded the hf3fs-metad module (%s version %d): %s", addr,
-             HF3FS_MODULE_NAME, HF3FS_MODULE_VERSION, LOAD_HOWTO);
+    snprintf(err, errlen, "Redis at %s has not loaded the hf3fs-metad module (%s version %d): %s",
+             addr, HF3FS_MODULE_NAME, HF3FS_MODULE_VERSION, LOAD_HOWTO);
     return STORE_ENOMODULE;
 }
 
-int store_redis_open(const core_config *config, const store_redis_options *options,
-                     store_t **out, char *err, size_t errlen)
+int store_redis_open(const core_config *config, const store_redis_options *options, store_t **out,
+                     char *err, size_t errlen)
 {
     store_redis *r = hf_xcalloc(1, sizeof *r);
     r->base.ops = &redis_ops;

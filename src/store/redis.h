@@ -61,11 +61,11 @@ typedef struct store_redis_options {
      * redis-cluster://[user:password@]host:port[,host:port...] (seed nodes;
      * user and password %-decoded; default port 6379, db 0). */
     const char *url;
-    const char *password;         /* if set, replaces the URL's password (--redis-password-file) */
-    int64_t connect_timeout_ms;   /* 0: 1000 */
-    int64_t command_timeout_ms;   /* 0: 2000 */
-    unsigned wait_replicas;       /* > 0: WAIT for that many replicas after every change */
-    int64_t wait_timeout_ms;      /* the WAIT's timeout (0: the command timeout) */
+    const char *password;       /* if set, replaces the URL's password (--redis-password-file) */
+    int64_t connect_timeout_ms; /* 0: 1000 */
+    int64_t command_timeout_ms; /* 0: 2000 */
+    unsigned wait_replicas;     /* > 0: WAIT for that many replicas after every change */
+    int64_t wait_timeout_ms;    /* the WAIT's timeout (0: the command timeout) */
     /* Tests: the clock of every call (milliseconds), sent with each command;
      * NULL (the server): Redis's own clock, the one clock of every front end. */
     const store_clock *clock;
@@ -83,8 +83,8 @@ typedef struct store_redis_options {
  * (the module is not loaded, or another version of it), STORE_EUNAVAILABLE
  * (Redis answered but refused, e.g. loading), with a sentence in err.
  */
-int store_redis_open(const core_config *config, const store_redis_options *options,
-                     store_t **out, char *err, size_t errlen);
+int store_redis_open(const core_config *config, const store_redis_options *options, store_t **out,
+                     char *err, size_t errlen);
 
 /* Tests: the state of every page of a pool (after expiry), as core_page_get
  * gives it. keys[i] receives the key (truncated to 127 bytes, NUL-ended).

@@ -55,9 +55,9 @@ struct redis_link {
 
     pthread_mutex_t lock;
     conn *idle;
-    uint64_t gen;          /* bumped when Redis goes down: older connections are dropped */
+    uint64_t gen; /* bumped when Redis goes down: older connections are dropped */
     bool up;
-    char reason[512];      /* why it is down */
+    char reason[512]; /* why it is down */
     pthread_cond_t wake;
     bool stopping;
     bool monitoring;
@@ -163,9 +163,11 @@ static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
     }
     if (cluster) {
         if (!*p || strchr(p, '/')) {
-            snprintf(err, errlen, "--store %s: a cluster address is "
+            snprintf(err, errlen,
+                     "--store %s: a cluster address is "
                      "redis-cluster://[user:password@]host:port[,host:port...] (no database: "
-                     "a cluster has only 0)", url);
+                     "a cluster has only 0)",
+                     url);
             return STORE_ECONFIG;
         }
         r->cluster = true;
@@ -182,9 +184,7 @@ static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
     case HF_HOSTPORT_EPORT:
         snprintf(err, errlen, "--store %s: the port must be 1..65535", url);
         return STORE_ECONFIG;
-    case HF_HOSTPORT_EHOST:
-        snprintf(err, errlen, "--store %s: no host", url);
-        return STORE_ECONFIG;
+    case HF_HOSTPORT_EHOST: snprintf(err, errlen, "--store %s: no host", url); return STORE_ECONFIG;
     default: /* HF_HOSTPORT_ESYNTAX */
         snprintf(err, errlen, "--store %s: malformed host:port", url);
         return STORE_ECONFIG;
@@ -458,8 +458,10 @@ static void wait_short(redis_link *r, long long acked)
 {
     atomic_fetch_add(&r->errors, 1);
     atomic_fetch_add(&r->unknown, 1);
-    log_msg(LOG_ERROR, "Redis: a change was applied but only %lld of %u replicas "
-            "acknowledged it within the timeout", acked, r->opt.wait_replicas);
+    log_msg(LOG_ERROR,
+            "Redis: a change was applied but only %lld of %u replicas "
+            "acknowledged it within the timeout",
+            acked, r->opt.wait_replicas);
 }
 
 static void count_rtt(redis_link *r, int64_t us)
@@ -607,9 +609,9 @@ static conn *cl_open(redis_link *r, int *code, char *err, size_t errlen)
     cluster_t *cl;
     int rc = cluster_open(&r->copt, &cl, err, errlen);
     if (rc != CLUSTER_OK) {
-        *code = rc == CLUSTER_EAUTH                          ? STORE_EAUTH
+        *code = rc == CLUSTER_EAUTH                            ? STORE_EAUTH
                 : rc == CLUSTER_EINVAL || rc == CLUSTER_EPROTO ? STORE_ECONFIG
-                                                              : STORE_EUNREACHABLE;
+                                                               : STORE_EUNREACHABLE;
         return NULL;
     }
     conn *c = hf_xcalloc(1, sizeof *c);
@@ -651,8 +653,7 @@ static void cl_give_back(redis_link *r, conn *c)
 }
 
 /* The primaries of the handle's map, as commands of argv to each (*m). */
-static redis_cmd *cl_primaries(conn *c, int argc, const char **argv, const size_t *lens,
-                               size_t *m)
+static redis_cmd *cl_primaries(conn *c, int argc, const char **argv, const size_t *lens, size_t *m)
 {
     size_t n = cluster_node_count(c->cl);
     redis_cmd *cmds = hf_xcalloc(n ? n : 1, sizeof *cmds);
@@ -663,7 +664,11 @@ static redis_cmd *cl_primaries(conn *c, int argc, const char **argv, const size_
         if (!ns.primary)
             continue;
         redis_cmd *d = &cmds[(*m)++];
-        *d = (redis_cmd){.argc = argc, .argv = argv, .argvlen = lens, .slot = -1, .node = (int)i,
+        *d = (redis_cmd){.argc = argc,
+                         .argv = argv,
+                         .argvlen = lens,
+                         .slot = -1,
+                         .node = (int)i,
                          .code = STORE_EUNAVAILABLE};
         snprintf(d->addr, sizeof d->addr, "%s", ns.addr);
     }
@@ -684,8 +689,12 @@ static bool cl_wait_all(redis_link *r, conn *c)
     redis_cmd *p = cl_primaries(c, 3, argv, lens, &m);
     cluster_cmd *cmds = hf_xcalloc(m ? m : 1, sizeof *cmds);
     for (size_t i = 0; i < m; i++)
-        cmds[i] = (cluster_cmd){.argc = 3, .argv = argv, .argvlen = lens, .slot = -1,
-                                .node = p[i].node, .flags = CLUSTER_CMD_IDEMPOTENT};
+        cmds[i] = (cluster_cmd){.argc = 3,
+                                .argv = argv,
+                                .argvlen = lens,
+                                .slot = -1,
+                                .node = p[i].node,
+                                .flags = CLUSTER_CMD_IDEMPOTENT};
     cluster_exec(c->cl, cmds, m);
     bool ok = true;
     for (size_t i = 0; i < m; i++) {
@@ -719,13 +728,18 @@ static void cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chan
     cluster_cmd *batch = hf_xcalloc(2 * (n ? n : 1), sizeof *batch);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        batch[m++] = (cluster_cmd){.argc = cmds[i].argc, .argv = cmds[i].argv,
-                                   .argvlen = cmds[i].argvlen, .slot = cmds[i].slot,
+        batch[m++] = (cluster_cmd){.argc = cmds[i].argc,
+                                   .argv = cmds[i].argv,
+                                   .argvlen = cmds[i].argvlen,
+                                   .slot = cmds[i].slot,
                                    .node = cmds[i].node,
                                    .flags = change ? 0 : CLUSTER_CMD_IDEMPOTENT};
         if (wait)
-            batch[m++] = (cluster_cmd){.argc = 3, .argv = wargv, .argvlen = wlens,
-                                       .slot = cmds[i].slot, .node = cmds[i].node,
+            batch[m++] = (cluster_cmd){.argc = 3,
+                                       .argv = wargv,
+                                       .argvlen = wlens,
+                                       .slot = cmds[i].slot,
+                                       .node = cmds[i].node,
                                        .flags = CLUSTER_CMD_IDEMPOTENT};
     }
     cluster_stats before, after;
@@ -752,8 +766,10 @@ static void cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chan
             cmds[i].code = change && sent ? STORE_EUNCERTAIN : STORE_EUNAVAILABLE;
             if (cmds[i].code == STORE_EUNCERTAIN) {
                 atomic_fetch_add(&r->unknown, 1);
-                log_msg(LOG_ERROR, "Redis Cluster: %s after a change was sent: its outcome "
-                        "is unknown", cluster_last_error(c->cl));
+                log_msg(LOG_ERROR,
+                        "Redis Cluster: %s after a change was sent: its outcome "
+                        "is unknown",
+                        cluster_last_error(c->cl));
             } else {
                 log_msg(LOG_WARN, "Redis Cluster: %s (%s)", cluster_strerror(b->error),
                         cluster_last_error(c->cl));
@@ -791,8 +807,11 @@ static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m)
     redis_cmd *cmds = cl_primaries(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens, m);
     cluster_cmd *batch = hf_xcalloc(*m ? *m : 1, sizeof *batch);
     for (size_t i = 0; i < *m; i++)
-        batch[i] = (cluster_cmd){.argc = cmds[i].argc, .argv = cmds[i].argv,
-                                 .argvlen = cmds[i].argvlen, .slot = -1, .node = cmds[i].node,
+        batch[i] = (cluster_cmd){.argc = cmds[i].argc,
+                                 .argv = cmds[i].argv,
+                                 .argvlen = cmds[i].argvlen,
+                                 .slot = -1,
+                                 .node = cmds[i].node,
                                  .flags = CLUSTER_CMD_IDEMPOTENT};
     cluster_exec(c->cl, batch, *m);
     for (size_t i = 0; i < *m; i++) {
@@ -941,8 +960,7 @@ static void cl_metrics(redis_link *r, const store_emitter *e)
     node_fig *figs = hf_xreallocarray(NULL, n ? n : 1, sizeof *figs);
     if (n)
         memcpy(figs, r->figs, n * sizeof *figs);
-    uint64_t refreshes = r->cl_refreshes, failures = r->cl_refresh_failures,
-             rounds = r->cl_rounds;
+    uint64_t refreshes = r->cl_refreshes, failures = r->cl_refresh_failures, rounds = r->cl_rounds;
     pthread_mutex_unlock(&r->lock);
     const store_metric_type counter = STORE_METRIC_COUNTER, gauge = STORE_METRIC_GAUGE;
     store_emit_metric(e, "hf3fs_metad_store_cluster_nodes", gauge,
@@ -984,8 +1002,13 @@ static void cl_metrics(redis_link *r, const store_emitter *e)
     for (size_t i = 0; i < n; i++) {
         const cluster_node_stats *s = &figs[i].s;
         store_emit_object(e, s->addr);
-        store_emit_string(e, "role", s->primary ? "primary" : s->replica ? "replica" : "none",
-                          s->primary ? 7 : s->replica ? 7 : 4);
+        store_emit_string(e, "role",
+                          s->primary   ? "primary"
+                          : s->replica ? "replica"
+                                       : "none",
+                          s->primary   ? 7
+                          : s->replica ? 7
+                                       : 4);
         store_emit_bool(e, "down", s->down);
         store_emit_number(e, "slots", store_int(s->slots));
         store_emit_number(e, "requests", store_int(s->requests));

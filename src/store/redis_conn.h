@@ -59,13 +59,13 @@ typedef int (*redis_probe_check)(const redisReply *reply, const char *addr, char
                                  size_t errlen);
 
 typedef struct redis_link_options {
-    const char *url;              /* as store_redis_options.url */
-    const char *password;         /* replaces the URL's password if set */
-    int64_t connect_timeout_ms;   /* > 0 */
-    int64_t command_timeout_ms;   /* > 0 */
-    unsigned wait_replicas;       /* > 0: WAIT for that many replicas after a change */
-    int64_t wait_timeout_ms;      /* > 0 */
-    int probe_argc;               /* the probe command (at most 4 arguments) */
+    const char *url;            /* as store_redis_options.url */
+    const char *password;       /* replaces the URL's password if set */
+    int64_t connect_timeout_ms; /* > 0 */
+    int64_t command_timeout_ms; /* > 0 */
+    unsigned wait_replicas;     /* > 0: WAIT for that many replicas after a change */
+    int64_t wait_timeout_ms;    /* > 0 */
+    int probe_argc;             /* the probe command (at most 4 arguments) */
     const char *probe_argv[4];
     redis_probe_check probe_check;
 } redis_link_options;

@@ -34,8 +34,7 @@ const char *store_strerror(int err)
     case STORE_EUNCERTAIN:
         return "the change may have taken effect but was not made durable; check the state "
                "before repeating it";
-    case STORE_ENOMODULE:
-        return "the store's server lacks the hf3fs-metad module of this version";
+    case STORE_ENOMODULE: return "the store's server lacks the hf3fs-metad module of this version";
     case STORE_EEXIST: return "the pool exists already";
     default: return "unknown store error";
     }

@@ -29,8 +29,8 @@
 
 enum {
     STORE_OK = 0,
-    STORE_ENOPOOL = -201,      /* pool not initialized */
-    STORE_EINVAL = -202,       /* argument out of range (num_pages, rank) */
+    STORE_ENOPOOL = -201, /* pool not initialized */
+    STORE_EINVAL = -202,  /* argument out of range (num_pages, rank) */
     STORE_ENOMEM = -203,
     STORE_EUNAVAILABLE = -204, /* the engine cannot accept changes now (its log failed,
                                   its server is unreachable...): nothing was acknowledged */
@@ -207,8 +207,8 @@ struct store_ops {
      * after the call, so the caller can warn about a mismatch. A pool of 0
      * pages is valid (it never has a page to give). STORE_EINVAL: num_pages
      * above the configuration's max_pages or rank >= max_ranks. */
-    int (*init_pool)(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
-                     bool *created, uint64_t *existing_pages);
+    int (*init_pool)(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages, bool *created,
+                     uint64_t *existing_pages);
     /* Reserve a page per key of the pool (core_allocate): pages[i] is the
      * key's page (its own if it already owns one: existed[i] true, may be
      * NULL) or -1 (none free and nothing evictable; under

@@ -52,8 +52,8 @@ static size_t put_timestamp(char *line, size_t size)
     return n + (more > 0 ? (size_t)more : 0);
 }
 
-__attribute__((format(printf, 2, 0)))
-static void write_line(const char *tag, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void write_line(const char *tag, const char *fmt,
+                                                             va_list ap)
 {
     char line[LINE_MAX_BYTES];
     size_t n = put_timestamp(line, sizeof line);

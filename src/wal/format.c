@@ -176,8 +176,8 @@ void wal__frame_append(hf_buf *out, uint32_t salt, const void *body, size_t body
     out->len += n + body_len;
 }
 
-int wal__frame(const void *data, size_t avail, uint32_t salt, size_t *rec_len,
-               const uint8_t **body, size_t *body_len)
+int wal__frame(const void *data, size_t avail, uint32_t salt, size_t *rec_len, const uint8_t **body,
+               size_t *body_len)
 {
     const uint8_t *p = data;
     /* The length's varint: at most WAL_MAX_FRAME_OVERHEAD - 4 bytes; one
@@ -386,10 +386,13 @@ void wal__enc_event(void *ctx, const core_event *ev)
         return;
     }
     static const uint8_t types[] = {
-        [CORE_EV_RESERVE] = WAL_REC_RESERVE, [CORE_EV_OWN] = WAL_REC_OWN,
-        [CORE_EV_FREE] = WAL_REC_FREE,       [CORE_EV_DRAIN] = WAL_REC_DRAIN,
+        [CORE_EV_RESERVE] = WAL_REC_RESERVE,
+        [CORE_EV_OWN] = WAL_REC_OWN,
+        [CORE_EV_FREE] = WAL_REC_FREE,
+        [CORE_EV_DRAIN] = WAL_REC_DRAIN,
         [CORE_EV_WRITE_LEASE] = WAL_REC_WRITE_LEASE,
-        [CORE_EV_WRITE_DONE] = WAL_REC_WRITE_DONE, [CORE_EV_SWEEP] = WAL_REC_SWEEP,
+        [CORE_EV_WRITE_DONE] = WAL_REC_WRITE_DONE,
+        [CORE_EV_SWEEP] = WAL_REC_SWEEP,
     };
     if ((size_t)ev->type >= sizeof types || types[ev->type] == 0)
         abort(); /* an event type this log does not write (USE, DEMOTE): a bug */
@@ -488,9 +491,7 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
     core_event ev = {0, {"", 0}, 0, 0, {"", 0}, 0};
     int rc;
     switch (type) {
-    case WAL_REC_POOL_INIT:
-        rc = dec_pool_init(d, &r, fn, ctx);
-        break;
+    case WAL_REC_POOL_INIT: rc = dec_pool_init(d, &r, fn, ctx); break;
     case WAL_REC_CLEAR_ALL:
         if (r.p != r.end)
             return WAL_DEC_MALFORMED;
@@ -506,8 +507,14 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
             return r.bad ? WAL_DEC_MALFORMED : WAL_DEC_REFUSED;
         rc = dec_use(d, &r, &ev, fn, ctx);
         break;
-    case WAL_REC_RESERVE: case WAL_REC_OWN: case WAL_REC_FREE: case WAL_REC_DRAIN:
-    case WAL_REC_DEMOTE: case WAL_REC_OWNED: case WAL_REC_WRITE_LEASE: case WAL_REC_WRITE_DONE:
+    case WAL_REC_RESERVE:
+    case WAL_REC_OWN:
+    case WAL_REC_FREE:
+    case WAL_REC_DRAIN:
+    case WAL_REC_DEMOTE:
+    case WAL_REC_OWNED:
+    case WAL_REC_WRITE_LEASE:
+    case WAL_REC_WRITE_DONE:
     case WAL_REC_SWEEP: {
         uint64_t id = get_varint(&r);
         ev.page = get_varint(&r);
@@ -527,11 +534,15 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
         if (!dec_pool(d, id, &ev))
             return WAL_DEC_REFUSED;
         static const core_event_type kinds[] = {
-            [WAL_REC_RESERVE] = CORE_EV_RESERVE, [WAL_REC_OWN] = CORE_EV_OWN,
-            [WAL_REC_FREE] = CORE_EV_FREE,       [WAL_REC_DRAIN] = CORE_EV_DRAIN,
-            [WAL_REC_DEMOTE] = CORE_EV_DEMOTE,   [WAL_REC_OWNED] = CORE_EV_RESERVE,
+            [WAL_REC_RESERVE] = CORE_EV_RESERVE,
+            [WAL_REC_OWN] = CORE_EV_OWN,
+            [WAL_REC_FREE] = CORE_EV_FREE,
+            [WAL_REC_DRAIN] = CORE_EV_DRAIN,
+            [WAL_REC_DEMOTE] = CORE_EV_DEMOTE,
+            [WAL_REC_OWNED] = CORE_EV_RESERVE,
             [WAL_REC_WRITE_LEASE] = CORE_EV_WRITE_LEASE,
-            [WAL_REC_WRITE_DONE] = CORE_EV_WRITE_DONE, [WAL_REC_SWEEP] = CORE_EV_SWEEP,
+            [WAL_REC_WRITE_DONE] = CORE_EV_WRITE_DONE,
+            [WAL_REC_SWEEP] = CORE_EV_SWEEP,
         };
         ev.type = kinds[type];
         rc = fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;
@@ -542,8 +553,7 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
         }
         break;
     }
-    default:
-        return WAL_DEC_MALFORMED;
+    default: return WAL_DEC_MALFORMED;
     }
     if (rc == WAL_DEC_OK)
         d->records++;

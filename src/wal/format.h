@@ -17,15 +17,16 @@
 #include "util/buf.h"
 #include "util/slice.h"
 
-#define WAL_VERSION 4         /* written; WAL_VERSION_OLDEST.. are read */
-#define WAL_VERSION_OLDEST 1  /* version 1 lacks WRITE_LEASE and WRITE_DONE, 2 lacks SWEEP;
+#define WAL_VERSION 4 /* written; WAL_VERSION_OLDEST.. are read */
+#define WAL_VERSION_OLDEST                                                                         \
+    1 /* version 1 lacks WRITE_LEASE and WRITE_DONE, 2 lacks SWEEP;
                                * 1 to 3 have USE and DEMOTE records (read, then ignored) */
 #define WAL_HEADER_SIZE 48
 #define WAL_MAGIC_LOG "HF3FSLOG"
 #define WAL_MAGIC_SNAPSHOT "HF3FSSNP"
-#define WAL_FLAG_RECOVERY 1u      /* segment opened by a snapshot that repairs a failed log */
-#define WAL_MAX_BODY (1u << 24)   /* larger lengths are damage */
-#define WAL_MAX_FRAME_OVERHEAD 8  /* CRC (4) + length varint (<= 4) */
+#define WAL_FLAG_RECOVERY 1u     /* segment opened by a snapshot that repairs a failed log */
+#define WAL_MAX_BODY (1u << 24)  /* larger lengths are damage */
+#define WAL_MAX_FRAME_OVERHEAD 8 /* CRC (4) + length varint (<= 4) */
 
 /* Record types (the first byte of a body). */
 enum {
@@ -78,8 +79,8 @@ enum {
 
 /* Frame the record at data[0..avail-1]: *rec_len = its whole size, *body its
  * body (pointing into p). */
-int wal__frame(const void *data, size_t avail, uint32_t salt, size_t *rec_len,
-               const uint8_t **body, size_t *body_len);
+int wal__frame(const void *data, size_t avail, uint32_t salt, size_t *rec_len, const uint8_t **body,
+               size_t *body_len);
 
 /* Append one record with this body to out. */
 void wal__frame_append(hf_buf *out, uint32_t salt, const void *body, size_t body_len);
@@ -97,9 +98,9 @@ typedef struct wal_pool_ent {
  * in POOL_INIT order since the last CLEAR_ALL; a snapshot keeps those ids. */
 #define WAL_MAX_POOL_ID (1u << 24)
 typedef struct wal_pools {
-    wal_pool_ent *ents; /* by id, 0 .. count-1 */
+    wal_pool_ent *ents;        /* by id, 0 .. count-1 */
     uint32_t count, cap, used; /* count: 1 + the highest id in use */
-    uint32_t *slots; /* id + 1, 0 = empty; open addressing */
+    uint32_t *slots;           /* id + 1, 0 = empty; open addressing */
     size_t mask;
 } wal_pools;
 
@@ -121,15 +122,15 @@ void wal__pools_copy(wal_pools *dst, const wal_pools *src);
 typedef struct wal_encoder {
     wal_pools pools;
     hf_buf out;
-    hf_buf body;  /* scratch for one body */
+    hf_buf body; /* scratch for one body */
     int64_t time_base;
     uint32_t salt; /* of the file the records go to */
     uint64_t records;
-    bool held;      /* a RESERVE with deadline 0 waits for its OWN */
+    bool held; /* a RESERVE with deadline 0 waits for its OWN */
     uint32_t held_pool;
     uint64_t held_page;
     hf_buf held_key;
-    bool snapshot;  /* POOL_INIT keeps the id the pool has in `pools` */
+    bool snapshot; /* POOL_INIT keeps the id the pool has in `pools` */
 } wal_encoder;
 
 void wal__enc_init(wal_encoder *e, int64_t time_base);
@@ -145,16 +146,16 @@ void wal__enc_end(wal_encoder *e);
 
 enum {
     WAL_DEC_OK = 0,
-    WAL_DEC_END = 1,         /* the END record of a snapshot */
-    WAL_DEC_MALFORMED = -1,  /* the body does not parse (unknown type, bad fields) */
-    WAL_DEC_REFUSED = -2,    /* it parses but does not fit (unknown pool, event refused) */
+    WAL_DEC_END = 1,        /* the END record of a snapshot */
+    WAL_DEC_MALFORMED = -1, /* the body does not parse (unknown type, bad fields) */
+    WAL_DEC_REFUSED = -2,   /* it parses but does not fit (unknown pool, event refused) */
 };
 
 typedef struct wal_decoder {
     wal_pools pools;
     int64_t time_base;
     uint64_t records; /* bodies decoded (WAL_DEC_OK) */
-    hf_buf key;      /* scratch: an unpacked hex key */
+    hf_buf key;       /* scratch: an unpacked hex key */
 } wal_decoder;
 
 /* Called once per event of a record; nonzero = the event does not fit. */

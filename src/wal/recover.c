@@ -48,9 +48,9 @@ typedef struct recovery {
     /* what to do once the chain is judged */
     const char **obsolete; /* files to delete */
     size_t nobsolete;
-    const char **damaged;  /* files to set aside (salvage) */
+    const char **damaged; /* files to set aside (salvage) */
     size_t ndamaged;
-    const char *cut_name;  /* a torn tail to cut */
+    const char *cut_name; /* a torn tail to cut */
     size_t cut_keep;
     uint64_t cut_bytes, cut_records;
     uint64_t skipped_records, skipped_bytes;
@@ -111,8 +111,7 @@ static int open_dir(recovery *R)
 {
     wal_t *w = R->w;
     if (mkdir(w->dir, 0755) != 0 && errno != EEXIST)
-        return fail(R, WAL_EIO, "cannot create the data directory %s: %s", w->dir,
-                    strerror(errno));
+        return fail(R, WAL_EIO, "cannot create the data directory %s: %s", w->dir, strerror(errno));
     w->dir_fd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (w->dir_fd < 0)
         return fail(R, WAL_EIO, "cannot open the data directory %s: %s", w->dir, strerror(errno));
@@ -177,8 +176,7 @@ static int lock_dir(recovery *R)
     wal_t *w = R->w;
     w->lock_fd = openat(w->dir_fd, WAL_LOCK_NAME, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (w->lock_fd < 0)
-        return fail(R, WAL_EIO, "cannot create %s/%s: %s", w->dir, WAL_LOCK_NAME,
-                    strerror(errno));
+        return fail(R, WAL_EIO, "cannot create %s/%s: %s", w->dir, WAL_LOCK_NAME, strerror(errno));
     /* A POSIX record lock: released when this process dies, and not
      * inherited by the snapshot children. */
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
@@ -187,8 +185,10 @@ static int lock_dir(recovery *R)
         if (err == EACCES || err == EAGAIN) {
             fl.l_type = F_WRLCK;
             fcntl(w->lock_fd, F_GETLK, &fl);
-            return fail(R, WAL_ELOCKED, "the data directory %s is in use by another process "
-                        "(pid %d holds %s)", w->dir, (int)fl.l_pid, WAL_LOCK_NAME);
+            return fail(R, WAL_ELOCKED,
+                        "the data directory %s is in use by another process "
+                        "(pid %d holds %s)",
+                        w->dir, (int)fl.l_pid, WAL_LOCK_NAME);
         }
         return fail(R, WAL_EIO, "cannot lock %s/%s: %s", w->dir, WAL_LOCK_NAME, strerror(err));
     }
@@ -258,29 +258,30 @@ static int check_header(recovery *R, const dir_file *f, const mapped *m, wal_fil
         return 0;
     }
     switch (rc) {
-    case WAL_HDR_OK:
-        break;
+    case WAL_HDR_OK: break;
     case WAL_HDR_BAD_MAGIC:
-        return fail(R, WAL_EFOREIGN, "%s/%s is not an hf3fs-metad file (unknown magic number): "
-                    "refusing to use this data directory", dir, f->name);
+        return fail(R, WAL_EFOREIGN,
+                    "%s/%s is not an hf3fs-metad file (unknown magic number): "
+                    "refusing to use this data directory",
+                    dir, f->name);
     case WAL_HDR_BAD_VERSION:
-        return fail(R, WAL_EFOREIGN, "%s/%s has format version %u; this build reads versions "
-                    "%d to %d", dir, f->name, h->version, WAL_VERSION_OLDEST, WAL_VERSION);
+        return fail(R, WAL_EFOREIGN,
+                    "%s/%s has format version %u; this build reads versions "
+                    "%d to %d",
+                    dir, f->name, h->version, WAL_VERSION_OLDEST, WAL_VERSION);
     case WAL_HDR_SHORT:
-        return damage(R, f->name, 0, "the snapshot is shorter than its header") ? WAL_EDAMAGED
-                                                                                  : 1;
+        return damage(R, f->name, 0, "the snapshot is shorter than its header") ? WAL_EDAMAGED : 1;
     default:
         return damage(R, f->name, 0, "the file header's checksum does not match") ? WAL_EDAMAGED
-                                                                                    : 1;
+                                                                                  : 1;
     }
     const char *want = segment ? WAL_MAGIC_LOG : WAL_MAGIC_SNAPSHOT;
     if (memcmp(h->magic, want, 8) != 0)
         return fail(R, WAL_EFOREIGN, "%s/%s: a %s under the name of a %s", dir, f->name,
                     segment ? "snapshot" : "log segment", segment ? "log segment" : "snapshot");
     if (h->seq != f->seq)
-        return damage(R, f->name, 16, "the header says number %016" PRIx64, h->seq)
-                   ? WAL_EDAMAGED
-                   : 1;
+        return damage(R, f->name, 16, "the header says number %016" PRIx64, h->seq) ? WAL_EDAMAGED
+                                                                                    : 1;
     return 0;
 }
 
@@ -319,7 +320,7 @@ static uint64_t count_frames(const uint8_t *p, size_t len)
 }
 
 typedef struct replay_out {
-    size_t valid_end;     /* offset just past the last record kept or skipped */
+    size_t valid_end; /* offset just past the last record kept or skipped */
     uint64_t records;
     bool end_seen;
     bool torn;
@@ -370,12 +371,15 @@ static int replay_file(recovery *R, const dir_file *f, const mapped *m, const wa
             return 0;
         }
         if (next == len)
-            rc = damage(R, f->name, off, snapshot ? "the snapshot is truncated or damaged"
-                                                  : "a damaged record in a segment that is not "
-                                                    "the last one");
+            rc = damage(R, f->name, off,
+                        snapshot ? "the snapshot is truncated or damaged"
+                                 : "a damaged record in a segment that is not "
+                                   "the last one");
         else
-            rc = damage(R, f->name, off, "a damaged record, with intact records after it (at "
-                        "byte %zu)", next);
+            rc = damage(R, f->name, off,
+                        "a damaged record, with intact records after it (at "
+                        "byte %zu)",
+                        next);
         if (rc)
             return rc;
         R->skipped_bytes += next - off;
@@ -445,8 +449,10 @@ static int replay_chain(recovery *R, const dir_file *segs, size_t n)
         bool torn;
         rc = check_header(R, f, &m, &h, &torn);
         if (rc == 0 && torn && i + 1 == n) {
-            log_msg(LOG_WARN, "%s/%s: created but never written (the process died while "
-                    "creating it); deleted", R->w->dir, f->name);
+            log_msg(LOG_WARN,
+                    "%s/%s: created but never written (the process died while "
+                    "creating it); deleted",
+                    R->w->dir, f->name);
             note(&R->obsolete, &R->nobsolete, f->name);
             unmap_file(&m);
             return 0;
@@ -456,15 +462,19 @@ static int replay_chain(recovery *R, const dir_file *segs, size_t n)
         if (rc == 0 && !expect_any && h.lsn != R->end_lsn) {
             if (h.flags & WAL_FLAG_RECOVERY) {
                 for (size_t j = i; j < n; j++) {
-                    log_msg(LOG_WARN, "%s/%s: begun by a log repair that did not complete; it "
-                            "holds no acknowledged change; deleted", R->w->dir, segs[j].name);
+                    log_msg(LOG_WARN,
+                            "%s/%s: begun by a log repair that did not complete; it "
+                            "holds no acknowledged change; deleted",
+                            R->w->dir, segs[j].name);
                     note(&R->obsolete, &R->nobsolete, segs[j].name);
                 }
                 unmap_file(&m);
                 return 0;
             }
-            rc = damage(R, f->name, 24, "it starts at LSN %" PRIu64 " but the log before it "
-                        "ends at LSN %" PRIu64 ": records are missing", h.lsn, R->end_lsn);
+            rc = damage(R, f->name, 24,
+                        "it starts at LSN %" PRIu64 " but the log before it "
+                        "ends at LSN %" PRIu64 ": records are missing",
+                        h.lsn, R->end_lsn);
         }
         if (rc == 0) {
             bool tail_ok = i + 1 == n || (peek_flags(R, &segs[i + 1]) & WAL_FLAG_RECOVERY);
@@ -499,7 +509,8 @@ static int cut_tail(recovery *R)
                     strerror(err));
     }
     close(fd);
-    log_msg(LOG_WARN, "%s/%s: cut a torn tail of %" PRIu64 " bytes (%" PRIu64 " damaged or "
+    log_msg(LOG_WARN,
+            "%s/%s: cut a torn tail of %" PRIu64 " bytes (%" PRIu64 " damaged or "
             "incomplete record%s) after LSN %" PRIu64 ": those records were never acknowledged",
             w->dir, R->cut_name, R->cut_bytes, R->cut_records, R->cut_records == 1 ? "" : "s",
             R->end_lsn);
@@ -521,9 +532,10 @@ static int set_aside(recovery *R)
                         strerror(errno));
         log_msg(LOG_ERROR, "salvage: %s/%s set aside as %s", w->dir, R->damaged[i], to);
     }
-    log_msg(LOG_ERROR, "salvage: kept every valid record; skipped %" PRIu64 " intact records "
-            "that did not apply and %" PRIu64 " damaged bytes", R->skipped_records,
-            R->skipped_bytes);
+    log_msg(LOG_ERROR,
+            "salvage: kept every valid record; skipped %" PRIu64 " intact records "
+            "that did not apply and %" PRIu64 " damaged bytes",
+            R->skipped_records, R->skipped_bytes);
     return 0;
 }
 
@@ -587,7 +599,8 @@ static int recover_existing(recovery *R)
         /* wal__recover calls this only when a segment or a snapshot is
          * listed: with no snapshot, segs is a segment */
         // cppcheck-suppress nullPointer
-        rc = damage(R, segs->name, 0, "there is no snapshot: the log cannot be read without "
+        rc = damage(R, segs->name, 0,
+                    "there is no snapshot: the log cannot be read without "
                     "the snapshot it continues");
         if (rc)
             return rc;
@@ -622,8 +635,7 @@ static int recover_existing(recovery *R)
         if (wal__snapshot_write(w, next, R->end_lsn, w->enc.time_base, NULL) != 0)
             return fail(R, WAL_EIO, "salvage: cannot write a snapshot in %s", w->dir);
         wal__delete_covered(w, next);
-        log_msg(LOG_ERROR, "salvage: the salvaged state is in snapshot-%016" PRIx64 ".snap",
-                next);
+        log_msg(LOG_ERROR, "salvage: the salvaged state is in snapshot-%016" PRIx64 ".snap", next);
         R->snap_seq = next;
         R->snap_lsn = R->end_lsn;
     }
@@ -650,7 +662,8 @@ static void log_start(recovery *R, int64_t ms)
                 wal_fsync_name(w->opt.fsync));
         return;
     }
-    log_msg(LOG_INFO, "data directory %s: loaded snapshot-%016" PRIx64 ".snap (%" PRIu64
+    log_msg(LOG_INFO,
+            "data directory %s: loaded snapshot-%016" PRIx64 ".snap (%" PRIu64
             " records, LSN %" PRIu64 ") and replayed %" PRIu64 " log records from %" PRIu64
             " segment%s in %" PRId64 " ms: %zu pools, %" PRIu64 " owned keys, %" PRIu64
             " reservations (fsync %s)",

@@ -246,11 +246,11 @@ void wal__snap_tmp_name(char out[WAL_NAME_MAX], uint64_t seq)
 }
 
 /* "prefix<16 hex>suffix" -> seq. */
-static bool parse_seq_name(const char *name, const char *prefix, const char *suffix,
-                           uint64_t *seq)
+static bool parse_seq_name(const char *name, const char *prefix, const char *suffix, uint64_t *seq)
 {
     size_t lp = strlen(prefix), ls = strlen(suffix), len = strlen(name);
-    if (len != lp + 16 + ls || strncmp(name, prefix, lp) != 0 || strcmp(name + lp + 16, suffix) != 0)
+    if (len != lp + 16 + ls || strncmp(name, prefix, lp) != 0 ||
+        strcmp(name + lp + 16, suffix) != 0)
         return false;
     uint64_t v = 0;
     for (size_t i = lp; i < lp + 16; i++) {
@@ -364,8 +364,7 @@ static void snap_event(void *ctx, const core_event *ev)
         snap_drain(s);
 }
 
-int wal__snapshot_write(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base,
-                        uint64_t *bytes)
+int wal__snapshot_write(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base, uint64_t *bytes)
 {
     char tmp[WAL_NAME_MAX], name[WAL_NAME_MAX];
     wal__snap_tmp_name(tmp, seq);
@@ -434,7 +433,8 @@ void wal__delete_covered(wal_t *w, uint64_t seq)
         uint64_t n;
         int kind = wal__classify(de->d_name, &n);
         bool old = (kind == WAL_FILE_SEGMENT || kind == WAL_FILE_SNAPSHOT ||
-                    kind == WAL_FILE_SNAPSHOT_TMP) && n < seq;
+                    kind == WAL_FILE_SNAPSHOT_TMP) &&
+                   n < seq;
         if (old && unlinkat(w->dir_fd, de->d_name, 0) != 0)
             log_msg(LOG_WARN, "cannot delete %s/%s: %s", w->dir, de->d_name, strerror(errno));
     }
@@ -459,8 +459,10 @@ static void repair_settle_locked(wal_t *w)
     w->repairing = false;
     w->failed = false;
     w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
-    log_msg(LOG_WARN, "write-ahead log repaired (snapshot %016" PRIx64 " and a new segment are "
-            "durable): changes are accepted again", w->snapshot_seq);
+    log_msg(LOG_WARN,
+            "write-ahead log repaired (snapshot %016" PRIx64 " and a new segment are "
+            "durable): changes are accepted again",
+            w->snapshot_seq);
     pthread_cond_broadcast(&w->durable_cv);
 }
 
@@ -469,14 +471,17 @@ static void repair_settle_locked(wal_t *w)
 static void fail_locked(wal_t *w, const char *what, int err)
 {
     if (!w->failed)
-        log_msg(LOG_ERROR, "write-ahead log in %s: %s failed: %s; changes are refused with 503 "
-                "until the log is repaired (retrying), reads go on", w->dir, what, strerror(err));
+        log_msg(LOG_ERROR,
+                "write-ahead log in %s: %s failed: %s; changes are refused with 503 "
+                "until the log is repaired (retrying), reads go on",
+                w->dir, what, strerror(err));
     else
         log_msg(LOG_WARN, "write-ahead log in %s: %s failed again: %s", w->dir, what,
                 strerror(err));
     snprintf(w->fail_reason, sizeof w->fail_reason,
              "the write-ahead log failed (%s: %s); changes are refused until it is repaired, "
-             "reads still work", what, strerror(err));
+             "reads still work",
+             what, strerror(err));
     w->failed = true;
     w->broken = true;
     w->accepting = false;
@@ -584,8 +589,7 @@ static int switch_segment(wal_t *w, const wal_rotation *rot, bool abandon, const
 }
 
 /* Write (and sync) one batch taken from `pending`. Not under mu. */
-static int write_batch(wal_t *w, const wal_rotation *rot, bool broken, bool sync,
-                       const char **what)
+static int write_batch(wal_t *w, const wal_rotation *rot, bool broken, bool sync, const char **what)
 {
     const uint8_t *p = (const uint8_t *)w->batch.ptr;
     size_t n = w->batch.len, head = rot->pending ? rot->off : n;
@@ -839,8 +843,8 @@ static void finish_snapshot(wal_t *w, int status)
         wal__snap_tmp_name(name, w->child_seq);
         unlinkat(w->dir_fd, name, 0);
         if (WIFSIGNALED(status) && !w->stop)
-            log_msg(LOG_ERROR, "snapshot %016" PRIx64 ": the child died of signal %d",
-                    w->child_seq, WTERMSIG(status));
+            log_msg(LOG_ERROR, "snapshot %016" PRIx64 ": the child died of signal %d", w->child_seq,
+                    WTERMSIG(status));
     }
     int64_t now = hf_clock_mono_ms();
     pthread_mutex_lock(&w->mu);
@@ -877,7 +881,7 @@ static void finish_snapshot(wal_t *w, int status)
         log_msg(LOG_WARN, "write-ahead log repair failed; next attempt in %" PRId64 " ms",
                 w->repair_delay_ms);
         w->repair_delay_ms = w->repair_delay_ms * 2 > REPAIR_MAX_DELAY_MS ? REPAIR_MAX_DELAY_MS
-                                                                         : w->repair_delay_ms * 2;
+                                                                          : w->repair_delay_ms * 2;
     }
     w->child = 0;
     pthread_mutex_unlock(&w->mu);
@@ -1016,11 +1020,11 @@ void wal_close(wal_t *w, bool final_snapshot)
         uint64_t seq = w->next_seq++, bytes = 0;
         if (wal__snapshot_write(w, seq, w->appended, hf_clock_wall_ms(), &bytes) == 0) {
             wal__delete_covered(w, seq);
-            log_msg(LOG_INFO, "final snapshot %s/snapshot-%016" PRIx64 ".snap: %" PRIu64
-                    " bytes", w->dir, seq, bytes);
+            log_msg(LOG_INFO, "final snapshot %s/snapshot-%016" PRIx64 ".snap: %" PRIu64 " bytes",
+                    w->dir, seq, bytes);
         } else if (w->failed) {
             log_msg(LOG_ERROR, "the write-ahead log had failed and the final snapshot failed: "
-                    "changes refused with 503 since the failure are lost");
+                               "changes refused with 503 since the failure are lost");
         }
     }
     wal_free(w);

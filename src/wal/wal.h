@@ -58,7 +58,7 @@ typedef enum wal_fsync_policy {
 } wal_fsync_policy;
 
 typedef struct wal_options {
-    const char *dir;             /* created if missing (its parent must exist) */
+    const char *dir; /* created if missing (its parent must exist) */
     wal_fsync_policy fsync;
     int64_t save_interval_ms;    /* snapshot this often if anything was logged; 0: never */
     uint64_t snapshot_log_bytes; /* snapshot once the log grew by this much; 0: never */
@@ -105,17 +105,17 @@ int wal_wait(wal_t *wal, uint64_t lsn);
 
 /* Figures for /metrics and the benchmark. */
 typedef struct wal_stats {
-    uint64_t lsn;              /* bytes of records produced since the data directory began */
+    uint64_t lsn; /* bytes of records produced since the data directory began */
     uint64_t written_lsn, synced_lsn;
-    uint64_t records;          /* records produced by this process */
-    uint64_t syncs;            /* fdatasync calls of the writer */
+    uint64_t records;                        /* records produced by this process */
+    uint64_t syncs;                          /* fdatasync calls of the writer */
     uint64_t sync_buckets[WAL_SYNC_BUCKETS]; /* their latency (not cumulative) */
     uint64_t sync_us_sum;
-    uint64_t snapshots;        /* snapshots completed by this process */
-    uint64_t snapshot_bytes;   /* size of the newest snapshot */
-    uint64_t snapshot_lsn;     /* LSN the newest snapshot covers */
-    int64_t snapshot_time_ms;  /* wall clock when this process completed one, 0 if none */
-    uint64_t failures;         /* log write or sync failures */
+    uint64_t snapshots;       /* snapshots completed by this process */
+    uint64_t snapshot_bytes;  /* size of the newest snapshot */
+    uint64_t snapshot_lsn;    /* LSN the newest snapshot covers */
+    int64_t snapshot_time_ms; /* wall clock when this process completed one, 0 if none */
+    uint64_t failures;        /* log write or sync failures */
     bool refusing;
 } wal_stats;
 

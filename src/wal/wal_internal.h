@@ -21,11 +21,11 @@
 /* A pending segment switch, set under the state lock and mu, done by the writer. */
 typedef struct wal_rotation {
     bool pending;
-    size_t off;       /* bytes of `pending` that still belong to the old segment */
+    size_t off; /* bytes of `pending` that still belong to the old segment */
     uint64_t seq, lsn;
     int64_t time_base;
     uint32_t salt;
-    bool repair;      /* the old segment failed: abandon it unsynced */
+    bool repair; /* the old segment failed: abandon it unsynced */
 } wal_rotation;
 
 struct wal {
@@ -37,7 +37,7 @@ struct wal {
 
     /* Under the state lock. */
     wal_encoder enc;
-    uint64_t next_seq;    /* number of the next segment */
+    uint64_t next_seq; /* number of the next segment */
 
     pthread_mutex_t mu;
     pthread_cond_t writer_cv;  /* the writer waits for work */
@@ -45,21 +45,21 @@ struct wal {
     pthread_cond_t keeper_cv;  /* the keeper waits for its next duty */
 
     /* Under mu. LSNs count bytes of records since the directory began. */
-    hf_buf pending;      /* records the writer has not taken yet */
-    uint64_t appended;    /* LSN at the end of everything published */
-    uint64_t written;     /* records before this LSN are in the segment files */
-    uint64_t synced;      /* ... and fdatasync'ed (or in a durable snapshot) */
-    uint64_t sync_wanted; /* a waiter needs this LSN synced */
-    uint32_t changes_pending;  /* changes published since the writer's last take */
-    uint32_t gather_target;    /* changes a sync usually serves (adaptive) */
-    int64_t gather_max_us;     /* how long the writer may wait for them */
-    int64_t gather_since_us;   /* when it began waiting, 0 if not */
+    hf_buf pending;           /* records the writer has not taken yet */
+    uint64_t appended;        /* LSN at the end of everything published */
+    uint64_t written;         /* records before this LSN are in the segment files */
+    uint64_t synced;          /* ... and fdatasync'ed (or in a durable snapshot) */
+    uint64_t sync_wanted;     /* a waiter needs this LSN synced */
+    uint32_t changes_pending; /* changes published since the writer's last take */
+    uint32_t gather_target;   /* changes a sync usually serves (adaptive) */
+    int64_t gather_max_us;    /* how long the writer may wait for them */
+    int64_t gather_since_us;  /* when it began waiting, 0 if not */
     bool writer_busy;
     wal_rotation rotate;
-    bool accepting;       /* published records are kept (false while the log is down) */
-    bool failed;          /* changes are refused until a repair completes */
-    bool broken;          /* the current segment takes no more records */
-    bool repairing;       /* a repair (snapshot + new segment) is under way */
+    bool accepting; /* published records are kept (false while the log is down) */
+    bool failed;    /* changes are refused until a repair completes */
+    bool broken;    /* the current segment takes no more records */
+    bool repairing; /* a repair (snapshot + new segment) is under way */
     bool repair_snapshot_done, repair_segment_done;
     uint64_t repair_failures; /* `failures` when the repair began */
     uint64_t failures;
@@ -110,7 +110,7 @@ uint32_t wal__new_salt(void);
 /* Names in the data directory. */
 enum {
     WAL_FILE_UNKNOWN = 0,
-    WAL_FILE_IGNORED,      /* ".", "..", "lost+found", NFS silly-renames */
+    WAL_FILE_IGNORED, /* ".", "..", "lost+found", NFS silly-renames */
     WAL_FILE_LOCK,
     WAL_FILE_SEGMENT,      /* log-<seq>.wal */
     WAL_FILE_SNAPSHOT,     /* snapshot-<seq>.snap */
@@ -121,8 +121,7 @@ int wal__classify(const char *name, uint64_t *seq);
 
 /* Write the snapshot of w->core as file `seq` covering the log up to lsn:
  * tmp file, fdatasync, rename, directory fsync. 0 or -errno; *bytes its size. */
-int wal__snapshot_write(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base,
-                        uint64_t *bytes);
+int wal__snapshot_write(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base, uint64_t *bytes);
 
 /* Delete snapshots and segments numbered below seq (covered by snapshot seq). */
 void wal__delete_covered(wal_t *w, uint64_t seq);

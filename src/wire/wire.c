@@ -15,7 +15,12 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap)
 {
     size_t need = WIRE_VALUE_KEY_LEN(ns.len), n = 0;
     char tmp[8];
-#define PUT(c) do { if (n < cap) out[n] = (c); n++; } while (0)
+#define PUT(c)                                                                                     \
+    do {                                                                                           \
+        if (n < cap)                                                                               \
+            out[n] = (c);                                                                          \
+        n++;                                                                                       \
+    } while (0)
     memcpy(tmp, "hf3fs:{", 7);
     for (size_t i = 0; i < 7; i++)
         PUT(tmp[i]);
@@ -86,10 +91,10 @@ int64_t wire_i64_at(const char *p, size_t i)
 
 size_t wire_cfg_format(const core_config *cfg, char *out, size_t cap)
 {
-    int n = snprintf(out, cap, "%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%d,%" PRIu64 ",%" PRIu32,
+    int n = snprintf(out, cap,
+                     "%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 ",%d,%" PRIu64 ",%" PRIu32,
                      cfg->reservation_ms, cfg->read_lease_ms, cfg->write_lease_ms,
-                     cfg->release_grace_ms, cfg->evict ? 1 : 0, cfg->max_pages,
-                     cfg->max_ranks);
+                     cfg->release_grace_ms, cfg->evict ? 1 : 0, cfg->max_pages, cfg->max_ranks);
     return n < 0 ? 0 : (size_t)n;
 }
 
@@ -183,8 +188,8 @@ uint64_t wire_stripe_pages(uint64_t num_pages, wire_stripe st)
 static size_t stripe_key_try(hf_slice ns, wire_stripe st, uint32_t t, char *out, size_t cap)
 {
     size_t n = wire_value_key(ns, out, cap) - 1; /* over the '}' */
-    int m = snprintf(out + n, cap - n, ".%" PRIu32 ".%" PRIu32 ".%" PRIu32 "}", st.count,
-                     st.index, t);
+    int m = snprintf(out + n, cap - n, ".%" PRIu32 ".%" PRIu32 ".%" PRIu32 "}", st.count, st.index,
+                     t);
     return n + (size_t)m;
 }
 
@@ -246,7 +251,7 @@ int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_ev
     if (get_varint(p, len, pos, &rank) || rank > UINT32_MAX || get_varint(p, len, pos, &page) ||
         get_varint(p, len, pos, &zz))
         return -1;
-    *ev = (core_event){(core_event_type)type, ns, (uint32_t)rank, page, {"", 0},
+    *ev = (core_event){(core_event_type)type,        ns, (uint32_t)rank, page, {"", 0},
                        (int64_t)hf_zigzag_decode(zz)};
     if (type == CORE_EV_CLEAR_ALL)
         ev->ns = (hf_slice){"", 0};

@@ -44,33 +44,33 @@ static const char *live_url;
 
 /* The first failure of a test is kept, and the test goes to its clean-up
  * (every test ends with a `done:` label). CHECK, CHECK_EQ: tests/unit/checks.h. */
-#define FAIL_AT(...)                                                                  \
-    do {                                                                              \
-        if (!failure[0]) {                                                            \
-            int at_ = snprintf(failure, sizeof failure, "line %d: ", __LINE__);       \
-            snprintf(failure + at_, sizeof failure - (size_t)at_, __VA_ARGS__);       \
-        }                                                                             \
-        goto done;                                                                    \
+#define FAIL_AT(...)                                                                               \
+    do {                                                                                           \
+        if (!failure[0]) {                                                                         \
+            int at_ = snprintf(failure, sizeof failure, "line %d: ", __LINE__);                    \
+            snprintf(failure + at_, sizeof failure - (size_t)at_, __VA_ARGS__);                    \
+        }                                                                                          \
+        goto done;                                                                                 \
     } while (0)
 
 #define TEST_FAIL(...) FAIL_AT(__VA_ARGS__)
 #include "../unit/checks.h"
 
 /* rc of a library call on client c (may be NULL) must equal want. */
-#define CHECK_RC(c, expr, want)                                                       \
-    do {                                                                              \
-        int rc_ = (expr), want_ = (want);                                             \
-        if (rc_ != want_)                                                             \
-            FAIL_AT("%s returned %d (%s), expected %d (%s); last error: %s", #expr,   \
-                    rc_, hf3fs_meta_strerror(rc_), want_, hf3fs_meta_strerror(want_), \
-                    (c) ? hf3fs_meta_last_error(c) : "-");                           \
+#define CHECK_RC(c, expr, want)                                                                    \
+    do {                                                                                           \
+        int rc_ = (expr), want_ = (want);                                                          \
+        if (rc_ != want_)                                                                          \
+            FAIL_AT("%s returned %d (%s), expected %d (%s); last error: %s", #expr, rc_,           \
+                    hf3fs_meta_strerror(rc_), want_, hf3fs_meta_strerror(want_),                   \
+                    (c) ? hf3fs_meta_last_error(c) : "-");                                         \
     } while (0)
 
-#define CHECK_STR(got, want)                                                          \
-    do {                                                                              \
-        const char *g_ = (got), *w_ = (want);                                         \
-        if (!g_ || strcmp(g_, w_) != 0)                                               \
-            FAIL_AT("%s is \"%s\", expected \"%s\"", #got, g_ ? g_ : "(null)", w_);   \
+#define CHECK_STR(got, want)                                                                       \
+    do {                                                                                           \
+        const char *g_ = (got), *w_ = (want);                                                      \
+        if (!g_ || strcmp(g_, w_) != 0)                                                            \
+            FAIL_AT("%s is \"%s\", expected \"%s\"", #got, g_ ? g_ : "(null)", w_);                \
     } while (0)
 
 enum kind { UNIT, FAKE, LIVE, IDLE };
@@ -91,8 +91,7 @@ static double now_s(void)
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 /* ======================================================================= */
@@ -210,9 +209,7 @@ static void *fake_main(void *arg)
             }
             step++;
             switch (st->action) {
-            case ANSWER:
-                write_all(fd, st->answer, strlen(st->answer));
-                break;
+            case ANSWER: write_all(fd, st->answer, strlen(st->answer)); break;
             case ANSWER_CLOSE:
                 write_all(fd, st->answer, strlen(st->answer));
                 open = false;
@@ -227,14 +224,11 @@ static void *fake_main(void *arg)
                 write_all(fd, st->answer, strlen(st->answer));
                 shutdown(fd, SHUT_WR);
                 char sink[65536];
-                while (wait_readable(s, fd, 2000) && recv(fd, sink, sizeof sink, 0) > 0) {
-                }
+                while (wait_readable(s, fd, 2000) && recv(fd, sink, sizeof sink, 0) > 0) {}
                 open = false;
                 break;
             }
-            case DROP:
-                open = false;
-                break;
+            case DROP: open = false; break;
             case SILENT:
                 while (!atomic_load(&s->stop))
                     sleep_ms(10);
@@ -329,8 +323,12 @@ static int dead_port(void)
     return port;
 }
 
-#define HEALTH_OK "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}"
-#define STEPS(...) ((const fake_step[]){__VA_ARGS__}), (int)(sizeof((const fake_step[]){__VA_ARGS__}) / sizeof(fake_step))
+#define HEALTH_OK                                                                                  \
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "                        \
+    "15\r\n\r\n{\"status\":\"ok\"}"
+#define STEPS(...)                                                                                 \
+    ((const fake_step[]){__VA_ARGS__}),                                                            \
+        (int)(sizeof((const fake_step[]){__VA_ARGS__}) / sizeof(fake_step))
 
 /* ======================================================================= */
 /* Unit: the HTTP reader                                                    */
@@ -397,7 +395,8 @@ done:;
 
 static void test_http_reader_skips_interim_100_continue(void)
 {
-    const char *a = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}";
+    const char *a =
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}";
     hf3fs_meta__http_reader r;
     int rc = feed_in_steps(&r, a, strlen(a), 3, 1024);
     bool ok = rc == HF3FS_META__HTTP_DONE && r.status == 201 && r.body.len == 2;
@@ -571,10 +570,39 @@ done:
 static void test_json_reader_is_strict(void)
 {
     const char *bad[] = {
-        "", " ", "[1,]", "{\"a\":1,}", "01", "[01]", "1.", ".5", "-", "NaN", "[1 2]",
-        "{\"a\" 1}", "{1:2}", "\"\\x\"", "\"a\x01\"", "\"\xff\"", "\"\xc0\xaf\"",
-        "\"\xed\xa0\x80\"", "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "[1] x", "tru",
-        "[", "{", "]", "{\"a\":}", "[1,,2]", "\"abc", "{\"a\":1}}", "// c\n1", "1e", "+1",
+        "",
+        " ",
+        "[1,]",
+        "{\"a\":1,}",
+        "01",
+        "[01]",
+        "1.",
+        ".5",
+        "-",
+        "NaN",
+        "[1 2]",
+        "{\"a\" 1}",
+        "{1:2}",
+        "\"\\x\"",
+        "\"a\x01\"",
+        "\"\xff\"",
+        "\"\xc0\xaf\"",
+        "\"\xed\xa0\x80\"",
+        "\"\\ud800\"",
+        "\"\\udc00\"",
+        "\"\\ud800\\u0041\"",
+        "[1] x",
+        "tru",
+        "[",
+        "{",
+        "]",
+        "{\"a\":}",
+        "[1,,2]",
+        "\"abc",
+        "{\"a\":1}}",
+        "// c\n1",
+        "1e",
+        "+1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         hf3fs_meta__json_doc d;
@@ -652,10 +680,11 @@ done:
 static void test_open_refuses_invalid_urls(void)
 {
     const char *bad[] = {
-        "https://127.0.0.1:1", "127.0.0.1:18000", "http://", "http://:80", "http://host:0",
-        "http://host:65536", "http://host:12a", "http://host:", "http://host?x=1",
-        "http://host#f", "http://user@host:1", "http://[::1:1", "http://[::1]x",
-        "http://:a%zzb@host:1", "http://ho st:1",
+        "https://127.0.0.1:1", "127.0.0.1:18000",      "http://",
+        "http://:80",          "http://host:0",        "http://host:65536",
+        "http://host:12a",     "http://host:",         "http://host?x=1",
+        "http://host#f",       "http://user@host:1",   "http://[::1:1",
+        "http://[::1]x",       "http://:a%zzb@host:1", "http://ho st:1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         hf3fs_meta_client *c = (hf3fs_meta_client *)&c;
@@ -680,10 +709,10 @@ done:;
 
 static void test_strerror_names_every_code(void)
 {
-    int codes[] = {HF3FS_META_SUCCESS, HF3FS_META_EINVAL,   HF3FS_META_ENOMEM,
+    int codes[] = {HF3FS_META_SUCCESS,  HF3FS_META_EINVAL,    HF3FS_META_ENOMEM,
                    HF3FS_META_ECONNECT, HF3FS_META_ETIMEDOUT, HF3FS_META_EPROTO,
-                   HF3FS_META_EREFUSED, HF3FS_META_ENOTINIT, HF3FS_META_EUNAUTH,
-                   HF3FS_META_ESERVER, HF3FS_META_ETOOBIG};
+                   HF3FS_META_EREFUSED, HF3FS_META_ENOTINIT,  HF3FS_META_EUNAUTH,
+                   HF3FS_META_ESERVER,  HF3FS_META_ETOOBIG};
     size_t n = sizeof codes / sizeof codes[0];
     for (size_t i = 0; i < n; i++) {
         const char *t = hf3fs_meta_strerror(codes[i]);
@@ -765,9 +794,13 @@ static void test_stats_parse_decodes_pools_and_refuses_bad_documents(void)
     const char *empty = "{\"pools\":[]}";
     CHECK_RC(NULL, hf3fs_meta_stats_parse(empty, strlen(empty), &p, &n), 0);
     CHECK(n == 0 && p == NULL);
-    const char *bad[] = {"[]", "{}", "{\"pools\":{}}", "{\"pools\":[{\"rank\":0}]}",
+    const char *bad[] = {"[]",
+                         "{}",
+                         "{\"pools\":{}}",
+                         "{\"pools\":[{\"rank\":0}]}",
                          "{\"pools\":[{\"namespace\":\"kv\"}]}",
-                         "{\"pools\":[{\"namespace\":\"kv\",\"rank\":0,\"free\":1.5}]}", "{"};
+                         "{\"pools\":[{\"namespace\":\"kv\",\"rank\":0,\"free\":1.5}]}",
+                         "{"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = hf3fs_meta_stats_parse(bad[i], strlen(bad[i]), &p, &n);
         if (rc != HF3FS_META_EPROTO || p != NULL)
@@ -802,8 +835,8 @@ done:
 
 static void test_bearer_token_is_sent_and_replaces_basic_auth(void)
 {
-    fake_server *s =
-        fake_start(STEPS({ANSWER, HEALTH_OK}, {ANSWER, HEALTH_OK}, {ANSWER, HEALTH_OK}));
+    fake_server *s = fake_start(
+        STEPS({ANSWER, HEALTH_OK}, {ANSWER, HEALTH_OK}, {ANSWER, HEALTH_OK}));
     hf3fs_meta_client *c = NULL;
     CHECK(s);
     c = fake_client(s, ":urltoken");
@@ -848,11 +881,12 @@ done:
 static void test_chunked_answer_is_decoded(void)
 {
     fake_server *s = fake_start(STEPS(
-        {ANSWER, "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: application/json\r\n\r\n"
-                 "7\r\n{\"exist\r\n"
-                 "b;x=y\r\ns\": [true, \r\n"
-                 "7\r\nfalse]}\r\n"
-                 "0\r\n\r\n"},
+        {ANSWER,
+         "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: application/json\r\n\r\n"
+         "7\r\n{\"exist\r\n"
+         "b;x=y\r\ns\": [true, \r\n"
+         "7\r\nfalse]}\r\n"
+         "0\r\n\r\n"},
         {ANSWER, HEALTH_OK}));
     hf3fs_meta_client *c = NULL;
     const char *keys[] = {"a", "b"};
@@ -870,9 +904,9 @@ done:
 
 static void test_answer_arriving_one_byte_at_a_time_is_read_whole(void)
 {
-    fake_server *s = fake_start(STEPS(
-        {ANSWER_BYTEWISE, "HTTP/1.1 200 OK\r\nContent-Length: 37\r\n\r\n"
-                          "{\"rank\":0,\"results\":[[\"k\",5]]}       "}));
+    fake_server *s = fake_start(
+        STEPS({ANSWER_BYTEWISE, "HTTP/1.1 200 OK\r\nContent-Length: 37\r\n\r\n"
+                                "{\"rank\":0,\"results\":[[\"k\",5]]}       "}));
     hf3fs_meta_client *c = NULL;
     const char *keys[] = {"k"};
     int64_t pages[1] = {-7};
@@ -887,8 +921,8 @@ done:
 
 static void test_keep_alive_connection_is_reused(void)
 {
-    fake_server *s =
-        fake_start(STEPS({ANSWER, HEALTH_OK}, {ANSWER, HEALTH_OK}, {ANSWER, HEALTH_OK}));
+    fake_server *s = fake_start(
+        STEPS({ANSWER, HEALTH_OK}, {ANSWER, HEALTH_OK}, {ANSWER, HEALTH_OK}));
     hf3fs_meta_client *c = NULL;
     CHECK(s);
     c = fake_client(s, NULL);
@@ -903,9 +937,9 @@ done:
 static void test_connection_close_answer_then_new_connection(void)
 {
     fake_server *s = fake_start(STEPS(
-        {ANSWER_CLOSE, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}"},
-        {ANSWER_CLOSE, "HTTP/1.0 200 OK\r\n\r\n{\"status\":\"ok\"}"},
-        {ANSWER, HEALTH_OK}));
+        {ANSWER_CLOSE,
+         "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}"},
+        {ANSWER_CLOSE, "HTTP/1.0 200 OK\r\n\r\n{\"status\":\"ok\"}"}, {ANSWER, HEALTH_OK}));
     hf3fs_meta_client *c = NULL;
     CHECK(s);
     c = fake_client(s, NULL);
@@ -991,10 +1025,10 @@ done:
 
 static void test_http_error_answer_is_never_retried(void)
 {
-    fake_server *s = fake_start(STEPS(
-        {ANSWER, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                 "Content-Length: 24\r\n\r\n{\"detail\":\"overloaded!\"}"},
-        {ANSWER, HEALTH_OK}));
+    fake_server *s = fake_start(
+        STEPS({ANSWER, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 24\r\n\r\n{\"detail\":\"overloaded!\"}"},
+              {ANSWER, HEALTH_OK}));
     hf3fs_meta_client *c = NULL;
     CHECK(s);
     c = fake_client(s, NULL);
@@ -1092,9 +1126,10 @@ static void test_early_answer_while_sending_a_large_body_is_read(void)
 {
     /* The server answers 413 after the head and stops reading: the client must
      * report that answer, not a broken pipe. */
-    fake_server *s = fake_start(STEPS(
-        {ANSWER_EARLY, "HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Length: 32\r\n\r\n"
-                       "{\"detail\":\"body over 8388608 B\"}"}));
+    fake_server *s = fake_start(
+        STEPS({ANSWER_EARLY,
+               "HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Length: 32\r\n\r\n"
+               "{\"detail\":\"body over 8388608 B\"}"}));
     hf3fs_meta_client *c = NULL;
     size_t n = 400000;
     const char **keys = malloc(n * sizeof *keys);
@@ -1123,8 +1158,10 @@ static void test_malformed_answers_are_protocol_errors(void)
         {ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\n{\"exists\":[true]"},
         {ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"exists\":[1,0]"},
         {ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 23\r\n\r\n{\"exists\":[true,false]}"},
-        {ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n{\"rank\":0,\"results\":[[\"x\",5]]}"},
-        {ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 31\r\n\r\n{\"rank\":0,\"results\":[[\"k\",-2]]}"},
+        {ANSWER,
+         "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n{\"rank\":0,\"results\":[[\"x\",5]]}"},
+        {ANSWER,
+         "HTTP/1.1 200 OK\r\nContent-Length: 31\r\n\r\n{\"rank\":0,\"results\":[[\"k\",-2]]}"},
         {ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 27\r\n\r\n{\"indices\":[[\"yes\",5]]}    "},
         {ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{\"a\":\"b\"}"}));
     hf3fs_meta_client *c = NULL;
@@ -1137,7 +1174,8 @@ static void test_malformed_answers_are_protocol_errors(void)
     CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, 1, exists), HF3FS_META_EPROTO); /* not JSON */
     CHECK(strstr(hf3fs_meta_last_error(c), "not JSON") != NULL);
     CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, 1, exists), HF3FS_META_EPROTO); /* cut JSON */
-    CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, 2, exists), HF3FS_META_EPROTO); /* not bools */
+    CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, 2, exists),
+             HF3FS_META_EPROTO); /* not bools */
     CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, 3, exists), HF3FS_META_EPROTO); /* 2 for 3 */
     CHECK(strstr(hf3fs_meta_last_error(c), "2 entries for 3 keys") != NULL);
     CHECK_RC(c, hf3fs_meta_vllm_batch_allocate(c, 0, keys, 1, pages), HF3FS_META_EPROTO); /* key */
@@ -1152,8 +1190,8 @@ done:
 
 static void test_answer_over_the_size_limit_is_refused(void)
 {
-    fake_server *s = fake_start(STEPS(
-        {ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n"}, {ANSWER, HEALTH_OK}));
+    fake_server *s = fake_start(
+        STEPS({ANSWER, "HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n"}, {ANSWER, HEALTH_OK}));
     hf3fs_meta_client *c = NULL;
     char *json = NULL;
     CHECK(s);
@@ -1171,9 +1209,11 @@ done:
 static void test_status_codes_map_to_error_codes(void)
 {
     fake_server *s = fake_start(STEPS(
-        {ANSWER, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 27\r\n\r\n{\"detail\":\"Not authorized\"}"},
+        {ANSWER,
+         "HTTP/1.1 401 Unauthorized\r\nContent-Length: 27\r\n\r\n{\"detail\":\"Not authorized\"}"},
         {ANSWER, "HTTP/1.1 404 Not Found\r\nContent-Length: 22\r\n\r\n{\"detail\":\"Not Found\"}"},
-        {ANSWER, "HTTP/1.1 404 Not Found\r\nContent-Length: 38\r\n\r\n{\"detail\":\"Rank 3 not initialized\"}   "},
+        {ANSWER, "HTTP/1.1 404 Not Found\r\nContent-Length: 38\r\n\r\n{\"detail\":\"Rank 3 not "
+                 "initialized\"}   "},
         {ANSWER, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"},
         {ANSWER, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\noops"},
         {ANSWER, "HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n"}));
@@ -1464,8 +1504,8 @@ done:
 static void test_live_keys_with_quotes_escapes_and_unicode_round_trip(void)
 {
     hf3fs_meta_client *c = live_client();
-    const char *keys[] = {"quote\"back\\slash", "tab\tnew\nline\x01", "caf\xc3\xa9-\xf0\x9f\x98\x80",
-                          "/path?like=url&x", " "};
+    const char *keys[] = {"quote\"back\\slash", "tab\tnew\nline\x01",
+                          "caf\xc3\xa9-\xf0\x9f\x98\x80", "/path?like=url&x", " "};
     int64_t pages[5], loc[5];
     bool exists[5];
     CHECK(c);
@@ -1550,13 +1590,16 @@ static void test_live_raw_request_returns_any_status_with_body(void)
     hf3fs_meta_free(body);
     body = NULL;
     const char *init = "{\"role\":\"worker\",\"num_pages\":3}";
-    CHECK_RC(c, hf3fs_meta_request(c, "POST", "/rank/4/initialize", init, strlen(init), &status,
-                                   &body, &len), 0);
+    CHECK_RC(c,
+             hf3fs_meta_request(c, "POST", "/rank/4/initialize", init, strlen(init), &status, &body,
+                                &len),
+             0);
     CHECK_EQ(status, 200);
     CHECK_STR(body, "{\"message\":\"Rank 4 initialized with 3 pages\"}");
     hf3fs_meta_free(body);
     body = NULL;
-    CHECK_RC(c, hf3fs_meta_request(c, "POST", "/keys/batch_exists", "{bad", 4, &status, NULL, NULL), 0);
+    CHECK_RC(c, hf3fs_meta_request(c, "POST", "/keys/batch_exists", "{bad", 4, &status, NULL, NULL),
+             0);
     CHECK_EQ(status, 400);
     CHECK(*hf3fs_meta_last_detail(c));
     CHECK_RC(c, hf3fs_meta_request(c, "GET", "/metrics", NULL, 0, &status, &body, &len), 0);
@@ -1597,7 +1640,10 @@ done:
 
 /* ======================================================================= */
 
-#define T(name, kind) {#name, test_##name, kind}
+#define T(name, kind)                                                                              \
+    {                                                                                              \
+#name, test_##name, kind                                                                   \
+    }
 
 static const test tests[] = {
     T(http_reader_content_length_answer_fed_byte_by_byte, UNIT),

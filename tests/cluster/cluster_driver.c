@@ -53,15 +53,9 @@ static void json_string(const char *s, size_t len)
 static void json_reply(const redisReply *r)
 {
     switch (r->type) {
-    case REDIS_REPLY_STRING:
-        json_string(r->str, r->len);
-        break;
-    case REDIS_REPLY_INTEGER:
-        printf("%lld", r->integer);
-        break;
-    case REDIS_REPLY_NIL:
-        printf("null");
-        break;
+    case REDIS_REPLY_STRING: json_string(r->str, r->len); break;
+    case REDIS_REPLY_INTEGER: printf("%lld", r->integer); break;
+    case REDIS_REPLY_NIL: printf("null"); break;
     case REDIS_REPLY_STATUS:
         printf("{\"status\":");
         json_string(r->str, r->len);
@@ -81,8 +75,7 @@ static void json_reply(const redisReply *r)
         }
         putchar(']');
         break;
-    default:
-        printf("\"?\"");
+    default: printf("\"?\"");
     }
 }
 
@@ -181,8 +174,12 @@ static void cmd_open(const tokens *t)
 /* run/runi/node: the command is t->argv[2...]. */
 static void cmd_one(tokens *t, int slot, int node, unsigned flags)
 {
-    cluster_cmd cmd = {.argc = (int)t->n - 2, .argv = t->argv + 2, .argvlen = t->len + 2,
-                       .slot = slot, .node = node, .flags = flags};
+    cluster_cmd cmd = {.argc = (int)t->n - 2,
+                       .argv = t->argv + 2,
+                       .argvlen = t->len + 2,
+                       .slot = slot,
+                       .node = node,
+                       .flags = flags};
     cluster_exec(cluster, &cmd, 1);
     json_result(&cmd);
     freeReplyObject(cmd.reply);
@@ -266,8 +263,8 @@ static bool dispatch(tokens *t)
         cluster = NULL;
         printf("{\"ok\":true}");
     } else if (!strcmp(verb, "slot") && t->n <= 2) { /* no KEY: the empty key */
-        printf("{\"slot\":%d}", t->n == 2 ? cluster_key_slot(t->argv[1], t->len[1])
-                                            : cluster_key_slot("", 0));
+        printf("{\"slot\":%d}",
+               t->n == 2 ? cluster_key_slot(t->argv[1], t->len[1]) : cluster_key_slot("", 0));
     } else if ((!strcmp(verb, "run") || !strcmp(verb, "runi")) && t->n >= 3) {
         cmd_one(t, cluster_key_slot(t->argv[1], t->len[1]), -1,
                 verb[3] == 'i' ? CLUSTER_CMD_IDEMPOTENT : 0);

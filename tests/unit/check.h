@@ -23,7 +23,7 @@ static jmp_buf test_jmp;
 static int test_argc;
 static char **test_argv;
 
-#define TEST_SELECT(argc, argv) (test_argc = (argc) - 1, test_argv = (argv) + 1)
+#define TEST_SELECT(argc, argv) (test_argc = (argc)-1, test_argv = (argv) + 1)
 
 static inline int test_selected(const char *name)
 {
@@ -35,32 +35,32 @@ static inline int test_selected(const char *name)
 
 #define TEST(name) static void name(void)
 
-#define RUN(name)                                                                          \
-    do {                                                                                   \
-        if (!test_selected(#name)) {                                                       \
-        } else if (setjmp(test_jmp) == 0) {                                                \
-            name();                                                                        \
-            test_passed++;                                                                 \
-            printf("PASS %s\n", #name);                                                    \
-        } else {                                                                           \
-            test_failed++;                                                                 \
-            printf("FAIL %s\n", #name);                                                    \
-        }                                                                                  \
-        fflush(stdout);                                                                    \
+#define RUN(name)                                                                                  \
+    do {                                                                                           \
+        if (!test_selected(#name)) {                                                               \
+        } else if (setjmp(test_jmp) == 0) {                                                        \
+            name();                                                                                \
+            test_passed++;                                                                         \
+            printf("PASS %s\n", #name);                                                            \
+        } else {                                                                                   \
+            test_failed++;                                                                         \
+            printf("FAIL %s\n", #name);                                                            \
+        }                                                                                          \
+        fflush(stdout);                                                                            \
     } while (0)
 
-#define TEST_FAIL(...)                                                                     \
-    do {                                                                                   \
-        fprintf(stdout, "  %s:%d: ", __FILE__, __LINE__);                                  \
-        fprintf(stdout, __VA_ARGS__);                                                      \
-        fputc('\n', stdout);                                                               \
-        longjmp(test_jmp, 1);                                                              \
+#define TEST_FAIL(...)                                                                             \
+    do {                                                                                           \
+        fprintf(stdout, "  %s:%d: ", __FILE__, __LINE__);                                          \
+        fprintf(stdout, __VA_ARGS__);                                                              \
+        fputc('\n', stdout);                                                                       \
+        longjmp(test_jmp, 1);                                                                      \
     } while (0)
 
 #include "checks.h"
 
-#define TEST_SUMMARY()                                                                     \
-    (printf("%d passed, %d failed\n", test_passed, test_failed),                           \
+#define TEST_SUMMARY()                                                                             \
+    (printf("%d passed, %d failed\n", test_passed, test_failed),                                   \
      test_failed || !test_passed ? 1 : 0)
 
 #endif

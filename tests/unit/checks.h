@@ -15,17 +15,17 @@
 #include <inttypes.h>
 #include <stdint.h>
 
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond))                                                                       \
-            TEST_FAIL("check failed: %s", #cond);                                          \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            TEST_FAIL("check failed: %s", #cond);                                                  \
     } while (0)
 
-#define CHECK_INT(a, op, b)                                                                \
-    do {                                                                                   \
-        int64_t a_ = (int64_t)(a), b_ = (int64_t)(b);                                      \
-        if (!(a_ op b_))                                                                   \
-            TEST_FAIL("%s %s %s: %" PRId64 " vs %" PRId64, #a, #op, #b, a_, b_);           \
+#define CHECK_INT(a, op, b)                                                                        \
+    do {                                                                                           \
+        int64_t a_ = (int64_t)(a), b_ = (int64_t)(b);                                              \
+        if (!(a_ op b_))                                                                           \
+            TEST_FAIL("%s %s %s: %" PRId64 " vs %" PRId64, #a, #op, #b, a_, b_);                   \
     } while (0)
 
 #define CHECK_EQ(a, b) CHECK_INT(a, ==, b)

@@ -51,7 +51,8 @@ static inline void randops_keys(char (*names)[80], hf_slice *keys, int n)
         if (i == 0)
             memset(names[i], 'a', 64);
         else if (i == 1)
-            memcpy(names[i], "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 64);
+            memcpy(names[i], "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+                   64);
         else if (i == 2)
             memset(names[i], 'Z', 70);
         else
@@ -93,12 +94,12 @@ typedef struct randops_mix {
     int nns;
     const hf_slice *keys; /* keys drawn from */
     int nkeys;
-    int ranks;       /* ranks 0 .. ranks-1 */
-    int max_batch;   /* keys per call, 1 .. max_batch (<= RANDOPS_MAX_BATCH) */
-    int reinit_one_in;          /* an existing pool initialized again */
-    int pool_pages, pool_span;  /* a new pool's pages: pool_pages + [0, pool_span) */
+    int ranks;                     /* ranks 0 .. ranks-1 */
+    int max_batch;                 /* keys per call, 1 .. max_batch (<= RANDOPS_MAX_BATCH) */
+    int reinit_one_in;             /* an existing pool initialized again */
+    int pool_pages, pool_span;     /* a new pool's pages: pool_pages + [0, pool_span) */
     int weight[RANDOPS_CLEAR_ALL]; /* out of 100 */
-    int clear_all_one_in;       /* of the draws left for RANDOPS_CLEAR_ALL */
+    int clear_all_one_in;          /* of the draws left for RANDOPS_CLEAR_ALL */
     /* Each allocated page: released one in release_one_in, else confirmed
      * with a wrong page one in wrong_page_one_in (0: never), else left
      * reserved one in unconfirmed_one_in; and the whole confirm skipped one
@@ -117,9 +118,10 @@ static inline bool randops_one_in(randops_rng *rng, int n)
  * proportions. */
 static inline int randops_op(const randops_mix *mix, randops_rng *rng, bool reads_only)
 {
-    static const bool read[RANDOPS_CLEAR_ALL] = {
-        [RANDOPS_LOOKUP] = true, [RANDOPS_EXISTS] = true,
-        [RANDOPS_COMPLETE_EXISTS] = true, [RANDOPS_COMPLETE_LOCATIONS] = true};
+    static const bool read[RANDOPS_CLEAR_ALL] = {[RANDOPS_LOOKUP] = true,
+                                                 [RANDOPS_EXISTS] = true,
+                                                 [RANDOPS_COMPLETE_EXISTS] = true,
+                                                 [RANDOPS_COMPLETE_LOCATIONS] = true};
     int total = 100;
     if (reads_only) {
         total = 0;
@@ -172,8 +174,8 @@ static inline void randops_allocate(core_pool_t *pool, const randops_mix *mix, r
 /* One random operation, as the store would run it; its answers go to out[]
  * (RANDOPS_OUT_LEN numbers, zero where none; NULL: not kept). A pool not
  * there yet is created. */
-static inline void randops_step(core_t *core, const randops_mix *mix, randops_rng *rng,
-                                int64_t now, bool reads_only, int64_t *out)
+static inline void randops_step(core_t *core, const randops_mix *mix, randops_rng *rng, int64_t now,
+                                bool reads_only, int64_t *out)
 {
     int64_t ignored[RANDOPS_OUT_LEN];
     if (!out)
@@ -183,8 +185,8 @@ static inline void randops_step(core_t *core, const randops_mix *mix, randops_rn
     uint32_t rank = (uint32_t)randops_pick(rng, mix->ranks);
     core_pool_t *pool = core_pool_find(core, ns, rank);
     if (!pool || randops_one_in(rng, mix->reinit_one_in)) {
-        core_pool_init(core, ns, rank, (uint64_t)(mix->pool_pages + randops_pick(rng, mix->pool_span)),
-                       NULL);
+        core_pool_init(core, ns, rank,
+                       (uint64_t)(mix->pool_pages + randops_pick(rng, mix->pool_span)), NULL);
         return;
     }
     hf_slice batch[RANDOPS_MAX_BATCH];
@@ -194,9 +196,7 @@ static inline void randops_step(core_t *core, const randops_mix *mix, randops_rn
     for (int i = 0; i < n; i++)
         batch[i] = mix->keys[randops_pick(rng, mix->nkeys)];
     switch (randops_op(mix, rng, reads_only)) {
-    case RANDOPS_ALLOCATE:
-        randops_allocate(pool, mix, rng, batch, n, now, out);
-        break;
+    case RANDOPS_ALLOCATE: randops_allocate(pool, mix, rng, batch, n, now, out); break;
     case RANDOPS_LOOKUP:
         core_lookup(pool, batch, (size_t)n, now, pages);
         memcpy(out, pages, (size_t)n * sizeof *pages);
@@ -206,23 +206,17 @@ static inline void randops_step(core_t *core, const randops_mix *mix, randops_rn
         for (int i = 0; i < n; i++)
             out[i] = flags[i];
         break;
-    case RANDOPS_DELETE:
-        core_delete(pool, batch, (size_t)n, now);
-        break;
-    case RANDOPS_POOL_CLEAR:
-        core_pool_clear(pool, now);
-        break;
-    case RANDOPS_POOL_EXPIRE:
-        core_pool_expire(pool, now);
-        break;
+    case RANDOPS_DELETE: core_delete(pool, batch, (size_t)n, now); break;
+    case RANDOPS_POOL_CLEAR: core_pool_clear(pool, now); break;
+    case RANDOPS_POOL_EXPIRE: core_pool_expire(pool, now); break;
     case RANDOPS_COMPLETE_EXISTS:
         core_complete_exists(core, ns, batch, (size_t)n, now, flags);
         for (int i = 0; i < n; i++)
             out[i] = flags[i];
         break;
     case RANDOPS_COMPLETE_LOCATIONS:
-        out[RANDOPS_OUT_RESULT] =
-            core_complete_locations(core, ns, rank, batch, (size_t)n, now, pages);
+        out[RANDOPS_OUT_RESULT] = core_complete_locations(core, ns, rank, batch, (size_t)n, now,
+                                                          pages);
         memcpy(out, pages, (size_t)n * sizeof *pages);
         break;
     default:

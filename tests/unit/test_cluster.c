@@ -37,11 +37,11 @@ TEST(key_slot_hashes_only_the_first_nonempty_hash_tag)
 {
     CHECK_EQ(slot_of("{user1000}.following"), slot_of("user1000"));
     CHECK_EQ(slot_of("{user1000}.followers"), slot_of("user1000"));
-    CHECK_EQ(slot_of("foo{bar}{zap}"), slot_of("bar"));      /* the first tag */
-    CHECK_EQ(slot_of("foo{{bar}}zap"), slot_of("{bar"));     /* first '{', first '}' */
-    CHECK(slot_of("foo{}{bar}") != slot_of("bar"));         /* an empty tag: whole key */
-    CHECK_EQ(slot_of("}{bar}"), slot_of("bar"));            /* a '}' before the '{' */
-    CHECK(slot_of("{bar") != slot_of("bar"));               /* no '}': whole key */
+    CHECK_EQ(slot_of("foo{bar}{zap}"), slot_of("bar"));  /* the first tag */
+    CHECK_EQ(slot_of("foo{{bar}}zap"), slot_of("{bar")); /* first '{', first '}' */
+    CHECK(slot_of("foo{}{bar}") != slot_of("bar"));      /* an empty tag: whole key */
+    CHECK_EQ(slot_of("}{bar}"), slot_of("bar"));         /* a '}' before the '{' */
+    CHECK(slot_of("{bar") != slot_of("bar"));            /* no '}': whole key */
     /* Binary keys: NUL bytes count, inside and outside a tag. */
     static const char a[] = {'x', 0, '{', 'p', 0, 'q', '}', 'y'};
     static const char b[] = {'p', 0, 'q'};
@@ -51,8 +51,8 @@ TEST(key_slot_hashes_only_the_first_nonempty_hash_tag)
 
 TEST(open_refuses_malformed_seed_lists_with_a_sentence)
 {
-    static const char *bad[] = {"", "host", "host:", "host:0", "host:65536", "host:12x",
-                                ":7000", "a:1,,b:2", "[::1]"};
+    static const char *bad[] = {"",         "host",  "host:",    "host:0", "host:65536",
+                                "host:12x", ":7000", "a:1,,b:2", "[::1]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cluster_options opt = {.seeds = bad[i]};
         cluster_t *c = (cluster_t *)1;

@@ -24,11 +24,11 @@ static core_config test_config(void)
 static core_t *core;
 
 /* The invariant after every step: a test that breaks it fails here. */
-#define CK()                                                                                  \
-    do {                                                                                      \
-        char err_[256];                                                                       \
-        if (core_check(core, err_, sizeof err_) != 0)                                         \
-            TEST_FAIL("invariant broken: %s", err_);                                          \
+#define CK()                                                                                       \
+    do {                                                                                           \
+        char err_[256];                                                                            \
+        if (core_check(core, err_, sizeof err_) != 0)                                              \
+            TEST_FAIL("invariant broken: %s", err_);                                               \
     } while (0)
 
 static core_pool_t *make_pool(hf_slice ns, uint32_t rank, uint64_t pages)
@@ -240,11 +240,11 @@ TEST(confirm_is_refused_unless_the_page_is_reserved_for_that_key)
     core_pool_t *pool = make_pool(KV, 0, 4);
     int64_t page_a = alloc1(pool, "a", CORE_ALLOC_PARTIAL, 0);
     int64_t owned_b = own(pool, "b", 0);
-    CHECK_EQ(confirm1(pool, "z", page_a, 0), 1); /* reserved for another key */
+    CHECK_EQ(confirm1(pool, "z", page_a, 0), 1);  /* reserved for another key */
     CHECK_EQ(confirm1(pool, "z", owned_b, 0), 1); /* owned by another key */
-    CHECK_EQ(confirm1(pool, "z", 3, 0), 1);      /* free page */
-    CHECK_EQ(confirm1(pool, "z", 4, 0), 1);      /* out of range */
-    CHECK_EQ(confirm1(pool, "z", -1, 0), 1);     /* negative */
+    CHECK_EQ(confirm1(pool, "z", 3, 0), 1);       /* free page */
+    CHECK_EQ(confirm1(pool, "z", 4, 0), 1);       /* out of range */
+    CHECK_EQ(confirm1(pool, "z", -1, 0), 1);      /* negative */
     CK();
     core_pool_stats st = stats(pool);
     CHECK_EQ(st.refused_confirms[CORE_REFUSE_OTHER_KEY], 2);
@@ -635,7 +635,7 @@ TEST(a_demoted_stack_full_of_stale_entries_is_compacted_and_keeps_the_live_demot
         char name[16];
         snprintf(name, sizeof name, "k%d", round);
         hf_slice k = K(name);
-        now += 10000; /* past every read lease */
+        now += 10000;       /* past every read lease */
         own(r1, name, now); /* a page never demoted before */
         own(r0, name, now);
         core_delete(r0, &k, 1, now); /* demotes it in rank 1 */
@@ -756,7 +756,7 @@ TEST(keys_of_every_shape_are_distinct_and_round_trip)
     char packed[32];
     for (int i = 0; i < 32; i++)
         packed[i] = (char)((i * 2 % 16) << 4 | ((i * 2 + 1) % 16));
-    hf_slice keys[8] = {K(hex64), K(upper64), K(hex32), K("x"), K(long_key),
+    hf_slice keys[8] = {K(hex64),     K(upper64),          K(hex32),           K("x"), K(long_key),
                         {packed, 32}, {"nul\0inside", 10}, {"nul\0other!", 10}};
     int64_t pages[8];
     core_allocate(pool, keys, 8, CORE_ALLOC_PARTIAL, 0, pages, NULL);
@@ -773,12 +773,12 @@ TEST(keys_of_every_shape_are_distinct_and_round_trip)
  * be taken for a digit (the packer checks 16 or 8 characters at a time). */
 TEST(hex64_keys_pack_every_digit_at_every_position_and_keep_any_other_key_verbatim)
 {
-    static const char bad[] = {'g', 'z', 'A', 'F', '/', ':', '`', '@', ' ', '\0',
-                               (char)0x80, (char)0xb0, (char)0xe1, (char)0xff};
+    static const char bad[] = {'g', 'z', 'A',  'F',        '/',        ':',        '`',
+                               '@', ' ', '\0', (char)0x80, (char)0xb0, (char)0xe1, (char)0xff};
     size_t nbad = sizeof bad, n = 64 * 16 + 64 * nbad;
     setup(test_config());
     core_pool_t *pool = make_pool(KV, 0, n);
-    char (*text)[64] = malloc(n * sizeof *text);
+    char(*text)[64] = malloc(n * sizeof *text);
     hf_slice *keys = malloc(n * sizeof *keys);
     int64_t *pages = malloc(n * sizeof *pages);
     size_t k = 0;
@@ -1055,7 +1055,8 @@ TEST(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back)
     const uint32_t *order2;
     CHECK_EQ(core_pool_free_order(again, &order2), 1);
     CHECK_EQ(order2[0], 3);
-    CHECK_EQ(alloc1(again, "new", CORE_ALLOC_PARTIAL, 2), alloc1(pool, "new", CORE_ALLOC_PARTIAL, 2));
+    CHECK_EQ(alloc1(again, "new", CORE_ALLOC_PARTIAL, 2),
+             alloc1(pool, "new", CORE_ALLOC_PARTIAL, 2));
     uint32_t twice[2] = {3, 3};
     CHECK_EQ(core_pool_set_free_order(again, twice, 2), CORE_EINVAL);
     char err[256];

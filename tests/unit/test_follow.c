@@ -47,9 +47,14 @@ static randops_text render(core_t *core)
     return t;
 }
 
-static const core_config CFG = {.reservation_ms = 900, .read_lease_ms = 400, .evict = true,
-                                .max_pages = 1000, .max_ranks = 4, .hash_seed = 7,
-                                .write_lease_ms = 700, .release_grace_ms = 300};
+static const core_config CFG = {.reservation_ms = 900,
+                                .read_lease_ms = 400,
+                                .evict = true,
+                                .max_pages = 1000,
+                                .max_ranks = 4,
+                                .hash_seed = 7,
+                                .write_lease_ms = 700,
+                                .release_grace_ms = 300};
 static const hf_slice NS[2] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("other")};
 static char names[24][80];
 static hf_slice keys[24];
@@ -58,14 +63,28 @@ static randops_rng rng = {0x2545f4914f6cdd1dull};
 /* Every operation, expiries and the completeness reads too; pools of 0-9
  * pages (0: refused); some confirmations name a wrong page (refused), and
  * some allocations are never confirmed nor released. */
-static const randops_mix MIX = {
-    .ns = NS, .nns = 2, .keys = keys, .nkeys = 24, .ranks = 3, .max_batch = 4,
-    .reinit_one_in = 60, .pool_pages = 0, .pool_span = 10,
-    .weight = {[RANDOPS_ALLOCATE] = 30, [RANDOPS_LOOKUP] = 20, [RANDOPS_EXISTS] = 12,
-               [RANDOPS_DELETE] = 10, [RANDOPS_POOL_CLEAR] = 2, [RANDOPS_POOL_EXPIRE] = 4,
-               [RANDOPS_COMPLETE_EXISTS] = 12, [RANDOPS_COMPLETE_LOCATIONS] = 9},
-    .clear_all_one_in = 1, .release_one_in = 8, .wrong_page_one_in = 7, .unconfirmed_one_in = 6,
-    .skip_confirm_one_in = 3};
+static const randops_mix MIX = {.ns = NS,
+                                .nns = 2,
+                                .keys = keys,
+                                .nkeys = 24,
+                                .ranks = 3,
+                                .max_batch = 4,
+                                .reinit_one_in = 60,
+                                .pool_pages = 0,
+                                .pool_span = 10,
+                                .weight = {[RANDOPS_ALLOCATE] = 30,
+                                           [RANDOPS_LOOKUP] = 20,
+                                           [RANDOPS_EXISTS] = 12,
+                                           [RANDOPS_DELETE] = 10,
+                                           [RANDOPS_POOL_CLEAR] = 2,
+                                           [RANDOPS_POOL_EXPIRE] = 4,
+                                           [RANDOPS_COMPLETE_EXISTS] = 12,
+                                           [RANDOPS_COMPLETE_LOCATIONS] = 9},
+                                .clear_all_one_in = 1,
+                                .release_one_in = 8,
+                                .wrong_page_one_in = 7,
+                                .unconfirmed_one_in = 6,
+                                .skip_confirm_one_in = 3};
 
 static int pick(int n)
 {
@@ -105,9 +124,9 @@ static void expect_same(core_t *a, core_t *b, int at)
 TEST(a_core_fed_its_primarys_events_live_keeps_the_same_state_and_free_stacks)
 {
     randops_keys(names, keys, 24);
-    core_t *a = core_new(&CFG), *b = core_new(&(core_config){.reservation_ms = 1,
-                                                             .max_pages = 1000, .max_ranks = 4,
-                                                             .hash_seed = 99});
+    core_t *a = core_new(&CFG),
+           *b = core_new(&(core_config){
+               .reservation_ms = 1, .max_pages = 1000, .max_ranks = 4, .hash_seed = 99});
     core_set_config(b, &CFG); /* what a promoted replica gets from its callers */
     follower f = {b, 0, 0};
     core_set_observer(a, follow, &f);

@@ -87,13 +87,18 @@ TEST(hf_buf_stops_at_its_maximum_and_a_reset_clears_the_refusal)
 /* util/utf8.h: the strict rule at its edges. */
 TEST(utf8_is_strict_at_every_edge)
 {
-    static const struct { const char *s; bool ok; } cases[] = {
-        {"plain ascii, longer than eight bytes", true}, {"\xc3\xa9", true},
-        {"\xc0\xaf", false},                          /* overlong */
-        {"\xe0\x9f\xbf", false},                      /* overlong */
-        {"\xed\xa0\x80", false},                      /* surrogate */
-        {"\xf4\x90\x80\x80", false},                 /* above U+10FFFF */
-        {"\xf0\x9f\x98\x80", true},  {"\xe2\x82", false}, /* cut short */
+    static const struct {
+        const char *s;
+        bool ok;
+    } cases[] = {
+        {"plain ascii, longer than eight bytes", true},
+        {"\xc3\xa9", true},
+        {"\xc0\xaf", false},         /* overlong */
+        {"\xe0\x9f\xbf", false},     /* overlong */
+        {"\xed\xa0\x80", false},     /* surrogate */
+        {"\xf4\x90\x80\x80", false}, /* above U+10FFFF */
+        {"\xf0\x9f\x98\x80", true},
+        {"\xe2\x82", false}, /* cut short */
         {"abcdefgh\xff", false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

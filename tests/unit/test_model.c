@@ -97,9 +97,11 @@ static void make_keys(void)
 {
     for (int i = 0; i < NKEYS; i++) {
         if (i == 0)
-            memcpy(key_names[i], "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 64);
+            memcpy(key_names[i], "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                   64);
         else if (i == 1)
-            memcpy(key_names[i], "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", 64);
+            memcpy(key_names[i], "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+                   64);
         else if (i == 2)
             memset(key_names[i], 'L', 70);
         else
@@ -161,7 +163,8 @@ static int m_victim(mpool *p, int st, const bool *protected, bool *exhausted)
         int i = l * S + st;
         owned += p->pages[i].state == CORE_PAGE_OWNED;
         if (p->pages[i].state == CORE_PAGE_OWNED && p->pages[i].demoted &&
-            m_evictable(p, i, protected) && (best < 0 || p->pages[i].demoted > p->pages[best].demoted))
+            m_evictable(p, i, protected) &&
+            (best < 0 || p->pages[i].demoted > p->pages[best].demoted))
             best = i;
     }
     seen.demoted_taken += best >= 0;
@@ -317,7 +320,8 @@ static void e_allocate(pool_ref pool, const hf_slice *keys, size_t n, core_alloc
                        int64_t *pages, bool *existed)
 {
     expect_ok(engine.store->ops->allocate(engine.store, pool.ns, pool.rank, keys, n, mode, pages,
-                                          existed), "allocate");
+                                          existed),
+              "allocate");
 }
 
 /* *refused: how many confirmations and releases of the call were refused. */
@@ -325,8 +329,9 @@ static void e_confirm(pool_ref pool, const hf_slice *keys, const int64_t *pages,
                       const int64_t *release, size_t nrel, size_t *refused)
 {
     uint64_t before = refusals_of(pool);
-    expect_ok(engine.store->ops->confirm(engine.store, pool.ns, pool.rank, keys, pages, n, release,
-                                         nrel), "confirm");
+    expect_ok(
+        engine.store->ops->confirm(engine.store, pool.ns, pool.rank, keys, pages, n, release, nrel),
+        "confirm");
     *refused = (size_t)(refusals_of(pool) - before);
 }
 
@@ -404,9 +409,9 @@ static void compare_all(long step)
             if (pools.stats[ns][r].num_pages != (uint64_t)m->num_pages ||
                 pools.stats[ns][r].owned != owned)
                 TEST_FAIL("step %ld: pool %d/%d: engine %" PRIu64 " pages %" PRIu64 " keys, "
-                          "model %d pages %" PRIu64 " keys", step, ns, r,
-                          pools.stats[ns][r].num_pages, pools.stats[ns][r].owned, m->num_pages,
-                          owned);
+                          "model %d pages %" PRIu64 " keys",
+                          step, ns, r, pools.stats[ns][r].num_pages, pools.stats[ns][r].owned,
+                          m->num_pages, owned);
             if (!engine.page)
                 continue;
             for (int i = 0; i < m->num_pages; i++) {
@@ -415,8 +420,8 @@ static void compare_all(long step)
                 core_page_state st = engine.page(&engine, NS[ns], (uint32_t)r, (uint64_t)i, now,
                                                  &key, buf);
                 if (st != m->pages[i].state)
-                    TEST_FAIL("step %ld: pool %d/%d page %d: engine state %d, model %d", step,
-                              ns, r, i, st, m->pages[i].state);
+                    TEST_FAIL("step %ld: pool %d/%d page %d: engine state %d, model %d", step, ns,
+                              r, i, st, m->pages[i].state);
                 if ((st == CORE_PAGE_OWNED || st == CORE_PAGE_RESERVED) &&
                     !hf_slice_eq(key, key_slices[m->pages[i].key]))
                     TEST_FAIL("step %ld: pool %d/%d page %d holds another key", step, ns, r, i);
@@ -496,7 +501,8 @@ static void m_allocate_stripe(long step, int ns, int rank, mpool *m, int st, con
             if (page < 0 || page >= m->num_pages || page % S != st ||
                 m->pages[page].state != CORE_PAGE_FREE)
                 TEST_FAIL("step %ld: core handed out page %d, which the model holds in state %d",
-                          step, page, page >= 0 && page < m->num_pages ? (int)m->pages[page].state : -1);
+                          step, page,
+                          page >= 0 && page < m->num_pages ? (int)m->pages[page].state : -1);
         } else if (give && m_evict) {
             page = m_victim(m, st, protected, &exhausted);
             if (page >= 0) {
@@ -542,7 +548,8 @@ static void op_allocate(long step, int ns, int rank, mpool *m, pool_ref pool)
     for (int i = 0; i < n; i++)
         if (!existed[i] && (pages[i] >= 0) != all)
             TEST_FAIL("step %ld: new key %d: core page %lld, though %s", step, keys[i],
-                      (long long)pages[i], all ? "every stripe could serve" : "one stripe could not");
+                      (long long)pages[i],
+                      all ? "every stripe could serve" : "one stripe could not");
     if (all)
         return;
     for (int st = 0; st < S; st++)
@@ -775,9 +782,13 @@ static void step_once(long step)
 
 static void run_model(bool evict, uint64_t seed)
 {
-    core_config cfg = {.reservation_ms = RESERVE_MS, .read_lease_ms = LEASE_MS,
-                       .write_lease_ms = WRITE_LEASE_MS, .release_grace_ms = GRACE_MS,
-                       .evict = evict, .max_pages = 1000, .max_ranks = NRANKS,
+    core_config cfg = {.reservation_ms = RESERVE_MS,
+                       .read_lease_ms = LEASE_MS,
+                       .write_lease_ms = WRITE_LEASE_MS,
+                       .release_grace_ms = GRACE_MS,
+                       .evict = evict,
+                       .max_pages = 1000,
+                       .max_ranks = NRANKS,
                        .hash_seed = seed};
     store_clock clock = {model_now_ms, NULL};
     char err[256];
@@ -801,16 +812,18 @@ static void run_model(bool evict, uint64_t seed)
     printf("  %s: %ld steps, %d stripe(s)\n", engine.name, steps, S);
     test_engine_close(&engine);
     printf("  seen: %ld evictions, %ld keys without a page, %ld hits, %ld refusals, "
-           "%ld drains, %ld expired reservations, %ld write leases\n", seen.evictions,
-           seen.no_page, seen.hits, seen.refusals, seen.drains, seen.expiries, seen.write_leases);
+           "%ld drains, %ld expired reservations, %ld write leases\n",
+           seen.evictions, seen.no_page, seen.hits, seen.refusals, seen.drains, seen.expiries,
+           seen.write_leases);
     CHECK(evict ? seen.evictions > k : seen.evictions == 0);
     CHECK(seen.no_page > k && seen.hits > k && seen.refusals > k);
     CHECK(seen.drains > 3 * k / 100 && seen.expiries > k && seen.write_leases > k);
     printf("  recency: %ld demoted pages taken, %ld by the clock, %ld clock turns without one; "
-           "%ld stripe rollbacks\n", seen.demoted_taken, seen.clock_taken,
-           seen.clock_turns_without, seen.rollbacks);
+           "%ld stripe rollbacks\n",
+           seen.demoted_taken, seen.clock_taken, seen.clock_turns_without, seen.rollbacks);
     CHECK(S == 1 ? seen.rollbacks == 0 : seen.rollbacks > k);
-    CHECK(evict ? seen.demoted_taken > k / 10 && seen.clock_taken > k && seen.clock_turns_without > k / 10
+    CHECK(evict ? seen.demoted_taken > k / 10 && seen.clock_taken > k &&
+                      seen.clock_turns_without > k / 10
                 : seen.demoted_taken + seen.clock_taken == 0);
 }
 

@@ -109,8 +109,11 @@ static int stand_in_metrics(store_t *s, const store_emitter *e)
                       "Time one call took.");
     static const uint64_t bounds_us[] = {50, 100, 5000};
     uint64_t counts[] = {0, 1, 1, 1}; /* 80 us, 3 ms, 5 s */
-    store_histogram h = {.nbuckets = 4, .bounds = bounds_us, .counts = counts,
-                         .sum = 80 + 3000 + 5000000, .decimals = 6};
+    store_histogram h = {.nbuckets = 4,
+                         .bounds = bounds_us,
+                         .counts = counts,
+                         .sum = 80 + 3000 + 5000000,
+                         .decimals = 6};
     store_label call[] = {{"call", "allocate"}};
     store_emit_histogram(e, call, 1, &h);
     store_emit_histogram(e, NULL, 0, &h);
@@ -144,8 +147,11 @@ static core_config test_core_config(void)
 static api_config test_api_config(const char *token)
 {
     return (api_config){
-        .limits = {.max_ranks = 64, .max_pages = 1000000, .max_keys = 1000,
-                   .max_key_bytes = 256, .max_body_bytes = 1 << 20},
+        .limits = {.max_ranks = 64,
+                   .max_pages = 1000000,
+                   .max_keys = 1000,
+                   .max_key_bytes = 256,
+                   .max_body_bytes = 1 << 20},
         .auth_token = token,
         .auth_token_len = token ? strlen(token) : 0,
     };
@@ -282,8 +288,9 @@ TEST(the_embedded_engine_with_a_log_reports_its_log_and_snapshot_figures)
     api_config config = test_api_config(NULL);
     f.api = api_new(f.store, &config);
     api_response_init(&f.resp, f.api);
-    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", NULL,
-                     "{\"role\":\"worker\",\"num_pages\":8}"), 200);
+    CHECK_EQ(
+        request(&f, "POST", "/rank/0/initialize", NULL, "{\"role\":\"worker\",\"num_pages\":8}"),
+        200);
     CHECK_EQ(request(&f, "GET", "/metrics", NULL, NULL), 200);
     const char *m = body_of(&f);
     CHECK(strstr(m, "\nhf3fs_metad_persistence_enabled 1\n") != NULL);
@@ -315,13 +322,15 @@ TEST(metrics_without_persistence_say_so_and_pass_promtool)
 {
     fixture f;
     fixture_open(&f, NULL, false);
-    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", NULL,
-                     "{\"role\":\"worker\",\"num_pages\":8}"), 200);
+    CHECK_EQ(
+        request(&f, "POST", "/rank/0/initialize", NULL, "{\"role\":\"worker\",\"num_pages\":8}"),
+        200);
     CHECK_EQ(request(&f, "GET", "/metrics", NULL, NULL), 200);
     const char *m = body_of(&f);
     CHECK(strstr(m, "\nhf3fs_metad_persistence_enabled 0\n") != NULL);
     CHECK(strstr(m, "hf3fs_metad_log_bytes_total") == NULL);
-    CHECK(strstr(m, "\nhf3fs_metad_pool_pages{tenant=\"default\",namespace=\"kv\",rank=\"0\",state=\"free\"} 8\n"));
+    CHECK(strstr(m, "\nhf3fs_metad_pool_pages{tenant=\"default\",namespace=\"kv\",rank=\"0\",state="
+                    "\"free\"} 8\n"));
     CHECK_EQ(promtool_check(f.resp.body.ptr, f.resp.body.len) <= 0, 1);
     CHECK_EQ(request(&f, "GET", "/v1/stats", NULL, NULL), 200);
     CHECK(strstr(body_of(&f), "\"persistence\":null") != NULL);
@@ -340,7 +349,8 @@ TEST(with_a_token_every_route_but_health_answers_401_with_a_challenge)
     CHECK_EQ(request(&f, "GET", "/no/such/route", "Bearer nope", NULL), 401);
     CHECK(strcmp(body_of(&f), "{\"detail\":\"Invalid authentication credentials\"}") == 0);
     CHECK_EQ(request(&f, "POST", "/rank/0/initialize", "Bearer nope",
-                     "{\"role\":\"worker\",\"num_pages\":8}"), 401);
+                     "{\"role\":\"worker\",\"num_pages\":8}"),
+             401);
     CHECK_EQ(request(&f, "GET", "/v1/stats", NULL, NULL), 401);
     CHECK_EQ(request(&f, "GET", "/v1/stats", "Bearer s3cr3t-Token_42", NULL), 200);
     CHECK(strstr(body_of(&f), "\"pools\":[]") != NULL); /* the refused init changed nothing */
@@ -385,7 +395,9 @@ TEST(token_file_lines_name_tenants_and_a_lone_token_is_the_default_tenant)
     tenant_table *t;
     char err[256];
     CHECK_EQ(parse("# tokens\n\nt-default\r\n  t-a1 acme pages=100\nt-a2\tacme\n"
-                   "t-b beta-2_x\nt-op *\nt-d2 default\n", &t, err, sizeof err), 0);
+                   "t-b beta-2_x\nt-op *\nt-d2 default\n",
+                   &t, err, sizeof err),
+             0);
     CHECK(strcmp(tenant_of(t, "t-default"), "default") == 0);
     CHECK(strcmp(tenant_of(t, "t-d2"), "default") == 0);
     CHECK(strcmp(tenant_of(t, "t-a1"), "acme") == 0);
@@ -397,7 +409,8 @@ TEST(token_file_lines_name_tenants_and_a_lone_token_is_the_default_tenant)
     CHECK_EQ(tenant_table_find(t, "t-a2", 4)->quota_pages, 100);
     CHECK_EQ(tenant_table_find(t, "t-b", 3)->quota_pages, TENANT_NO_QUOTA);
     CHECK_EQ(tenant_table_find(t, "t-default", 9)->prefix.len, 0);
-    CHECK(hf_slice_eq(tenant_table_find(t, "t-b", 3)->prefix, HF_SLICE_LIT("\x01" "beta-2_x\x01")));
+    CHECK(hf_slice_eq(tenant_table_find(t, "t-b", 3)->prefix, HF_SLICE_LIT("\x01"
+                                                                           "beta-2_x\x01")));
     CHECK_EQ(tenant_table_tokens(t), 6);
     CHECK_EQ(tenant_table_tenants(t), 3);
     tenant_table_free(t);
@@ -437,9 +450,15 @@ TEST(a_store_namespace_splits_into_its_tenant_and_the_tenants_namespace)
     hf_slice name, ns;
     tenant_split(HF_SLICE_LIT("kv"), &name, &ns);
     CHECK(hf_slice_eq(name, HF_SLICE_LIT("default")) && hf_slice_eq(ns, HF_SLICE_LIT("kv")));
-    tenant_split(HF_SLICE_LIT("\x01" "acme\x01" "kv"), &name, &ns);
+    tenant_split(HF_SLICE_LIT("\x01"
+                              "acme\x01"
+                              "kv"),
+                 &name, &ns);
     CHECK(hf_slice_eq(name, HF_SLICE_LIT("acme")) && hf_slice_eq(ns, HF_SLICE_LIT("kv")));
-    tenant_split(HF_SLICE_LIT("\x01" "acme\x01\x01" "x"), &name, &ns);
+    tenant_split(HF_SLICE_LIT("\x01"
+                              "acme\x01\x01"
+                              "x"),
+                 &name, &ns);
     CHECK(hf_slice_eq(name, HF_SLICE_LIT("acme")) && hf_slice_eq(ns, HF_SLICE_LIT("\x01x")));
 }
 
@@ -452,10 +471,10 @@ TEST(two_tenants_see_only_their_own_keys_pools_and_metrics)
     const char *a = "Bearer tok-a", *b = "Bearer tok-b", *op = "Bearer tok-op";
     const char *init = "{\"role\":\"worker\",\"num_pages\":8}";
     CHECK_EQ(request(&f, "POST", "/rank/0/initialize", a, init), 200);
-    CHECK_EQ(request(&f, "POST", "/keys/batch_allocate", a, "{\"rank\":0,\"keys\":[\"k\"]}"),
-             200);
-    CHECK_EQ(request(&f, "POST", "/keys/confirm_write", a,
-                     "{\"rank\":0,\"confirmations\":[[\"k\",0]]}"), 204);
+    CHECK_EQ(request(&f, "POST", "/keys/batch_allocate", a, "{\"rank\":0,\"keys\":[\"k\"]}"), 200);
+    CHECK_EQ(
+        request(&f, "POST", "/keys/confirm_write", a, "{\"rank\":0,\"confirmations\":[[\"k\",0]]}"),
+        204);
     CHECK_EQ(request(&f, "POST", "/keys/batch_exists", a, "{\"keys\":[\"k\"]}"), 200);
     CHECK(strcmp(body_of(&f), "{\"exists\":[true]}") == 0);
     CHECK_EQ(request(&f, "POST", "/keys/batch_exists", b, "{\"keys\":[\"k\"]}"), 200);
@@ -478,7 +497,8 @@ TEST(two_tenants_see_only_their_own_keys_pools_and_metrics)
     CHECK(strcmp(f.resp.tenant, "acme") == 0);
     /* no namespace may begin with the tenants' byte */
     CHECK_EQ(request(&f, "POST", "/0/initialize", b,
-                     "{\"num_pages\":4,\"namespace\":\"\\u0001acme\\u0001kv\"}"), 400);
+                     "{\"num_pages\":4,\"namespace\":\"\\u0001acme\\u0001kv\"}"),
+             400);
     fixture_close(&f);
 }
 
@@ -487,19 +507,17 @@ TEST(a_quota_refuses_the_initialize_that_would_pass_it_and_changes_nothing)
     fixture f;
     fixture_open(&f, TENANTS, false);
     const char *a = "Bearer tok-a";
-    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", a,
-                     "{\"role\":\"worker\",\"num_pages\":12}"), 200);
-    CHECK_EQ(request(&f, "POST", "/rank/1/initialize", a,
-                     "{\"role\":\"worker\",\"num_pages\":12}"), 400);
+    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", a, "{\"role\":\"worker\",\"num_pages\":12}"),
+             200);
+    CHECK_EQ(request(&f, "POST", "/rank/1/initialize", a, "{\"role\":\"worker\",\"num_pages\":12}"),
+             400);
     CHECK(strstr(body_of(&f), "\"detail\":\"Invalid initialization parameters\"") != NULL);
     CHECK(strstr(body_of(&f), "quota of 20 pages") != NULL);
-    CHECK_EQ(request(&f, "POST", "/1/initialize", a, "{\"num_pages\":9,\"namespace\":\"s\"}"),
-             400);
+    CHECK_EQ(request(&f, "POST", "/1/initialize", a, "{\"num_pages\":9,\"namespace\":\"s\"}"), 400);
     CHECK(strstr(body_of(&f), "quota of 20 pages") != NULL);
-    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", a,
-                     "{\"role\":\"worker\",\"num_pages\":12}"), 200); /* exists: no more pages */
-    CHECK_EQ(request(&f, "POST", "/1/initialize", a, "{\"num_pages\":8,\"namespace\":\"s\"}"),
-             204);
+    CHECK_EQ(request(&f, "POST", "/rank/0/initialize", a, "{\"role\":\"worker\",\"num_pages\":12}"),
+             200); /* exists: no more pages */
+    CHECK_EQ(request(&f, "POST", "/1/initialize", a, "{\"num_pages\":8,\"namespace\":\"s\"}"), 204);
     CHECK_EQ(request(&f, "GET", "/v1/stats", a, NULL), 200);
     CHECK(strstr(body_of(&f), "\"rank\":1,\"num_pages\":8,") != NULL);
     CHECK(strstr(body_of(&f), "\"num_pages\":9") == NULL);
@@ -536,8 +554,10 @@ TEST(request_counters_lose_nothing_under_concurrent_threads)
     snprintf(want, sizeof want, "hf3fs_metad_requests_total{route=\"/health\",status=\"200\"} %d\n",
              THREADS * REQUESTS_PER_THREAD);
     CHECK(strstr(body_of(&f), want) != NULL);
-    snprintf(want, sizeof want, "hf3fs_metad_request_duration_seconds_count{route=\"/health\","
-             "status=\"200\"} %d\n", THREADS * REQUESTS_PER_THREAD);
+    snprintf(want, sizeof want,
+             "hf3fs_metad_request_duration_seconds_count{route=\"/health\","
+             "status=\"200\"} %d\n",
+             THREADS * REQUESTS_PER_THREAD);
     CHECK(strstr(body_of(&f), want) != NULL);
     fixture_close(&f);
 }

@@ -53,9 +53,14 @@ static void log_free(event_log *log)
     memset(log, 0, sizeof *log);
 }
 
-static const core_config CFG = {.reservation_ms = 900, .read_lease_ms = 400, .evict = true,
-                                .max_pages = 1000, .max_ranks = 4, .hash_seed = 7,
-                                .write_lease_ms = 700, .release_grace_ms = 300};
+static const core_config CFG = {.reservation_ms = 900,
+                                .read_lease_ms = 400,
+                                .evict = true,
+                                .max_pages = 1000,
+                                .max_ranks = 4,
+                                .hash_seed = 7,
+                                .write_lease_ms = 700,
+                                .release_grace_ms = 300};
 static const hf_slice NS[2] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("other")};
 static char names[20][80];
 static hf_slice keys[20];
@@ -63,12 +68,24 @@ static randops_rng rng = {0x853c49e6748fea9bull};
 
 /* Writes above all (allocations, deletes, clears) over small pools, so that
  * the log holds every kind of event. */
-static const randops_mix MIX = {
-    .ns = NS, .nns = 2, .keys = keys, .nkeys = 20, .ranks = 3, .max_batch = 4,
-    .reinit_one_in = 50, .pool_pages = 1, .pool_span = 8,
-    .weight = {[RANDOPS_ALLOCATE] = 30, [RANDOPS_LOOKUP] = 25, [RANDOPS_EXISTS] = 15,
-               [RANDOPS_DELETE] = 10, [RANDOPS_POOL_CLEAR] = 2, [RANDOPS_COMPLETE_EXISTS] = 16},
-    .clear_all_one_in = 10, .release_one_in = 5, .unconfirmed_one_in = 4};
+static const randops_mix MIX = {.ns = NS,
+                                .nns = 2,
+                                .keys = keys,
+                                .nkeys = 20,
+                                .ranks = 3,
+                                .max_batch = 4,
+                                .reinit_one_in = 50,
+                                .pool_pages = 1,
+                                .pool_span = 8,
+                                .weight = {[RANDOPS_ALLOCATE] = 30,
+                                           [RANDOPS_LOOKUP] = 25,
+                                           [RANDOPS_EXISTS] = 15,
+                                           [RANDOPS_DELETE] = 10,
+                                           [RANDOPS_POOL_CLEAR] = 2,
+                                           [RANDOPS_COMPLETE_EXISTS] = 16},
+                                .clear_all_one_in = 10,
+                                .release_one_in = 5,
+                                .unconfirmed_one_in = 4};
 
 static int pick(int n)
 {

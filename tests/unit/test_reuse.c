@@ -91,8 +91,8 @@ TEST(sampled_estimate_of_a_large_pool_keeps_the_cyclic_scan_answer_in_bounded_me
     uint64_t blocks, hits[REUSE_SCALES];
     reuse_figures(r, &blocks, hits);
     CHECK(blocks > 3 * 20000 && blocks < 3 * 30000); /* about K x rate a round */
-    CHECK_EQ(ratio_at(r, 2), 0);                      /* 1M pages < K */
-    CHECK_EQ(ratio_at(r, 3), 666666);                 /* 2M pages > K: 2 rounds of 3 hit */
+    CHECK_EQ(ratio_at(r, 2), 0);                     /* 1M pages < K */
+    CHECK_EQ(ratio_at(r, 3), 666666);                /* 2M pages > K: 2 rounds of 3 hit */
     reuse_free(r);
     r = reuse_new(4000000000ull);
     CHECK(reuse_memory(r) <= 16 * 65536 + 4 * 131072 + sizeof(reuse_t));
@@ -118,8 +118,12 @@ TEST(window_halves_the_counts_and_keeps_the_ratio)
 
 static core_config cfg(void)
 {
-    return (core_config){.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
-                         .max_pages = 4000000000ull, .max_ranks = 64, .hash_seed = 7};
+    return (core_config){.reservation_ms = 600000,
+                         .read_lease_ms = 5000,
+                         .evict = true,
+                         .max_pages = 4000000000ull,
+                         .max_ranks = 64,
+                         .hash_seed = 7};
 }
 
 static int events;

@@ -8,8 +8,11 @@
 #include "check.h"
 #include "core/core.h"
 
-static const core_config SMALL = {.reservation_ms = 600000, .read_lease_ms = 5000,
-                                  .evict = true, .max_pages = 1000, .max_ranks = 4,
+static const core_config SMALL = {.reservation_ms = 600000,
+                                  .read_lease_ms = 5000,
+                                  .evict = true,
+                                  .max_pages = 1000,
+                                  .max_ranks = 4,
                                   .hash_seed = 3};
 
 /* A restart with a lower --max-pages or --max-ranks than an existing pool
@@ -43,11 +46,10 @@ TEST(replay_keeps_pools_above_the_current_limits)
 TEST(replay_refuses_pools_beyond_every_limit)
 {
     core_t *core = core_new(&SMALL);
-    core_event rank = {CORE_EV_POOL_INIT, HF_SLICE_LIT("kv"), CORE_MAX_RANKS_LIMIT, 8,
-                       {"", 0}, 0};
+    core_event rank = {CORE_EV_POOL_INIT, HF_SLICE_LIT("kv"), CORE_MAX_RANKS_LIMIT, 8, {"", 0}, 0};
     CHECK(core_apply(core, &rank) != 0);
-    core_event pages = {CORE_EV_POOL_INIT, HF_SLICE_LIT("kv"), 0, CORE_MAX_PAGES_LIMIT + 1,
-                        {"", 0}, 0};
+    core_event pages = {
+        CORE_EV_POOL_INIT, HF_SLICE_LIT("kv"), 0, CORE_MAX_PAGES_LIMIT + 1, {"", 0}, 0};
     CHECK(core_apply(core, &pages) != 0);
     core_apply_finish(core);
     core_free(core);

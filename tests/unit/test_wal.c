@@ -23,8 +23,12 @@
 #include "wal/wal.h"
 #include "wal/wal_internal.h"
 
-static const core_config CFG = {.reservation_ms = 600000, .read_lease_ms = 5000, .evict = true,
-                                .max_pages = 1000, .max_ranks = 8, .hash_seed = 11};
+static const core_config CFG = {.reservation_ms = 600000,
+                                .read_lease_ms = 5000,
+                                .evict = true,
+                                .max_pages = 1000,
+                                .max_ranks = 8,
+                                .hash_seed = 11};
 
 /* ------------------------------------------------------------- rendering */
 
@@ -78,12 +82,24 @@ static const hf_slice NS[3] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns-b"), HF_SLIC
 
 /* The operations as the store would run them, over the first two
  * namespaces, batches of up to 6 keys and pools of 2-11 pages. */
-static const randops_mix MIX = {
-    .ns = NS, .nns = 2, .keys = keys, .nkeys = 24, .ranks = 3, .max_batch = 6,
-    .reinit_one_in = 60, .pool_pages = 2, .pool_span = 10,
-    .weight = {[RANDOPS_ALLOCATE] = 35, [RANDOPS_LOOKUP] = 20, [RANDOPS_EXISTS] = 10,
-               [RANDOPS_DELETE] = 10, [RANDOPS_POOL_CLEAR] = 2, [RANDOPS_COMPLETE_EXISTS] = 21},
-    .clear_all_one_in = 8, .release_one_in = 6, .unconfirmed_one_in = 5};
+static const randops_mix MIX = {.ns = NS,
+                                .nns = 2,
+                                .keys = keys,
+                                .nkeys = 24,
+                                .ranks = 3,
+                                .max_batch = 6,
+                                .reinit_one_in = 60,
+                                .pool_pages = 2,
+                                .pool_span = 10,
+                                .weight = {[RANDOPS_ALLOCATE] = 35,
+                                           [RANDOPS_LOOKUP] = 20,
+                                           [RANDOPS_EXISTS] = 10,
+                                           [RANDOPS_DELETE] = 10,
+                                           [RANDOPS_POOL_CLEAR] = 2,
+                                           [RANDOPS_COMPLETE_EXISTS] = 21},
+                                .clear_all_one_in = 8,
+                                .release_one_in = 6,
+                                .unconfirmed_one_in = 5};
 
 /* One random operation, as the store would run it. */
 static void random_op(core_t *core, int64_t now)
@@ -162,15 +178,17 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
     while (off < enc.out.len) {
         size_t rec_len, body_len;
         const uint8_t *body;
-        CHECK_EQ(wal__frame(enc.out.ptr + off, enc.out.len - off, enc.salt, &rec_len, &body,
-                            &body_len), WAL_FRAME_OK);
+        CHECK_EQ(
+            wal__frame(enc.out.ptr + off, enc.out.len - off, enc.salt, &rec_len, &body, &body_len),
+            WAL_FRAME_OK);
         uint64_t end = 0;
         CHECK_EQ(wal__decode(&dec, body, body_len, collect, &got, &end), WAL_DEC_OK);
         off += rec_len;
         records++;
         /* The wrong salt never checks out. */
         CHECK_EQ(wal__frame(enc.out.ptr + off - rec_len, rec_len, enc.salt ^ 1, &rec_len, &body,
-                            &body_len), WAL_FRAME_BAD);
+                            &body_len),
+                 WAL_FRAME_BAD);
     }
     CHECK_EQ(records, nev);
     CHECK_EQ(got.n, (int)nev);
@@ -337,7 +355,8 @@ TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
                 size_t rec_len, body_len;
                 const uint8_t *body;
                 CHECK_EQ(wal__frame(snapshot.ptr + off, snapshot.len - off, 7, &rec_len, &body,
-                                    &body_len), WAL_FRAME_OK);
+                                    &body_len),
+                         WAL_FRAME_OK);
                 last = wal__decode(&dec, body, body_len, wal__apply_event, copy, &end);
                 CHECK(last == WAL_DEC_OK || last == WAL_DEC_END);
                 off += rec_len;
@@ -347,7 +366,8 @@ TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
                 size_t rec_len, body_len;
                 const uint8_t *body;
                 CHECK_EQ(wal__frame(enc.out.ptr + off, enc.out.len - off, 99, &rec_len, &body,
-                                    &body_len), WAL_FRAME_OK);
+                                    &body_len),
+                         WAL_FRAME_OK);
                 CHECK_EQ(wal__decode(&dec, body, body_len, wal__apply_event, copy, &end),
                          WAL_DEC_OK);
                 off += rec_len;
@@ -890,7 +910,7 @@ TEST(a_failing_disk_refuses_changes_then_recovers_and_keeps_them)
         ;
     CHECK(wal_refusing(m.wal));
     CHECK_EQ(mini_work(&m, 20, &now), 20); /* ...and every change after it is refused */
-    usleep(1200000); /* repairs fail while the disk is full */
+    usleep(1200000);                       /* repairs fail while the disk is full */
     CHECK(wal_refusing(m.wal));
     unlink(full); /* the disk recovers */
     for (int i = 0; i < 200 && wal_refusing(m.wal); i++)

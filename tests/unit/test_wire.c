@@ -83,7 +83,9 @@ TEST(key_lists_round_trip_and_malformed_ones_are_refused)
         hf_buf_free(&b);
     }
     CHECK_EQ(wire_keys_count("", 0), 0);
-    char *p = exact("\x05\x00\x00\x00" "abcd", 8); /* says 5, has 4 */
+    char *p = exact("\x05\x00\x00\x00"
+                    "abcd",
+                    8); /* says 5, has 4 */
     CHECK_EQ(wire_keys_count(p, 8), -1);
     free(p);
     p = exact("\xff\xff\xff\xff", 4); /* a length that would wrap */
@@ -100,16 +102,22 @@ TEST(page_lists_round_trip_every_int64)
     CHECK_EQ(b.len, 8 * n);
     for (size_t i = 0; i < n; i++)
         CHECK_EQ(wire_i64_at((const char *)b.ptr, i), v[i]);
-    CHECK(memcmp((const char *)b.ptr, "\xff\xff\xff\xff\xff\xff\xff\xff", 8) == 0); /* little-endian -1 */
+    CHECK(memcmp((const char *)b.ptr, "\xff\xff\xff\xff\xff\xff\xff\xff", 8) ==
+          0); /* little-endian -1 */
     CHECK(memcmp((const char *)b.ptr + 32, "\x00\x01\x00\x00\x00\x00\x00\x00", 8) == 0);
     hf_buf_free(&b);
 }
 
 TEST(cfg_round_trips_and_malformed_cfg_is_refused)
 {
-    core_config c = {.reservation_ms = 600000, .read_lease_ms = 5000, .write_lease_ms = 0,
-                     .release_grace_ms = 77, .evict = true, .max_pages = 4294967294ull,
-                     .max_ranks = 4294967295u, .hash_seed = 12345};
+    core_config c = {.reservation_ms = 600000,
+                     .read_lease_ms = 5000,
+                     .write_lease_ms = 0,
+                     .release_grace_ms = 77,
+                     .evict = true,
+                     .max_pages = 4294967294ull,
+                     .max_ranks = 4294967295u,
+                     .hash_seed = 12345};
     char text[128];
     size_t len = wire_cfg_format(&c, text, sizeof text);
     CHECK(strcmp(text, "600000,5000,0,77,1,4294967294,4294967295") == 0);
@@ -122,11 +130,25 @@ TEST(cfg_round_trips_and_malformed_cfg_is_refused)
           d.evict == c.evict && d.max_pages == c.max_pages && d.max_ranks == c.max_ranks);
     CHECK_EQ(d.hash_seed, 999); /* not the caller's to set */
     const char *bad[] = {
-        "", "1,2,3,4,1,5", "1,2,3,4,1,5,6,7", "1,2,3,4,2,5,6", "-1,2,3,4,1,5,6",
-        "1,-2,3,4,1,5,6", "1,2,3,4,1,-5,6", "1,2,3,4,1,5,4294967296", "1,2,3,4,1,5,6,",
-        ",1,2,3,4,1,5", "1,2,3,4,1,5,6 ", " 1,2,3,4,1,5,6", "1,,3,4,1,5,6", "a,2,3,4,1,5,6",
-        "1,2,3,4,1,5,0x6", "99999999999999999999,2,3,4,1,5,6", "9223372036854775808,2,3,4,1,5,6",
-        "1,2,3,4,1,5,-", "1.5,2,3,4,1,5,6",
+        "",
+        "1,2,3,4,1,5",
+        "1,2,3,4,1,5,6,7",
+        "1,2,3,4,2,5,6",
+        "-1,2,3,4,1,5,6",
+        "1,-2,3,4,1,5,6",
+        "1,2,3,4,1,-5,6",
+        "1,2,3,4,1,5,4294967296",
+        "1,2,3,4,1,5,6,",
+        ",1,2,3,4,1,5",
+        "1,2,3,4,1,5,6 ",
+        " 1,2,3,4,1,5,6",
+        "1,,3,4,1,5,6",
+        "a,2,3,4,1,5,6",
+        "1,2,3,4,1,5,0x6",
+        "99999999999999999999,2,3,4,1,5,6",
+        "9223372036854775808,2,3,4,1,5,6",
+        "1,2,3,4,1,5,-",
+        "1.5,2,3,4,1,5,6",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         core_config e = c;
@@ -142,7 +164,8 @@ TEST(cfg_round_trips_and_malformed_cfg_is_refused)
 static core_event random_event(char *keybuf)
 {
     core_event ev = {0};
-    ev.type = (core_event_type)(CORE_EV_POOL_INIT + next() % (CORE_EV_SWEEP - CORE_EV_POOL_INIT + 1));
+    ev.type = (core_event_type)(CORE_EV_POOL_INIT +
+                                next() % (CORE_EV_SWEEP - CORE_EV_POOL_INIT + 1));
     ev.ns = HF_SLICE_LIT("ns");
     ev.rank = next() % 3 == 0 ? UINT32_MAX : (uint32_t)(next() % 1000);
     ev.page = next() % 4 == 0 ? UINT64_MAX : next() % 100000;
@@ -213,7 +236,8 @@ TEST(events_round_trip_and_truncated_or_malformed_events_are_refused)
     /* a rank above UINT32_MAX, a varint longer than 64 bits, a key longer than the rest */
     const char *bad[] = {"\x03\x80\x80\x80\x80\x10\x00\x00\x00",
                          "\x03\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00",
-                         "\x03\x00\x00\x00\x05" "abcd"};
+                         "\x03\x00\x00\x00\x05"
+                         "abcd"};
     size_t badlen[] = {9, 14, 9};
     for (size_t i = 0; i < 3; i++) {
         char *q = exact(bad[i], badlen[i]);
@@ -265,8 +289,8 @@ TEST(cfg_carries_the_stripe_and_a_stripe_out_of_range_is_refused)
     CHECK_EQ(wire_cfg_parse(p, strlen(without), &c, &st), 0);
     free(p);
     CHECK(st.count == 1 && st.index == 0); /* the form before stripes: one value */
-    const char *bad[] = {"1,2,3,4,1,5,6,16,16", "1,2,3,4,1,5,6,0,0", "1,2,3,4,1,5,6,257,0",
-                         "1,2,3,4,1,5,6,16", "1,2,3,4,1,5,6,16,-1", "1,2,3,4,1,5,6,16,1,0"};
+    const char *bad[] = {"1,2,3,4,1,5,6,16,16", "1,2,3,4,1,5,6,0,0",   "1,2,3,4,1,5,6,257,0",
+                         "1,2,3,4,1,5,6,16",    "1,2,3,4,1,5,6,16,-1", "1,2,3,4,1,5,6,16,1,0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         p = exact(bad[i], strlen(bad[i]));
         int rc = wire_cfg_parse(p, strlen(bad[i]), &c, &st);
@@ -356,9 +380,13 @@ TEST(byte_codecs_are_pinned_and_round_trip)
     hf_put_le64(b, 0x0102030405060708ull);
     CHECK(b[0] == 8 && b[7] == 1 && hf_get_le64(b) == 0x0102030405060708ull);
 
-    static const struct { uint64_t v; size_t n; uint8_t first, last; } pinned[] = {
-        {0, 1, 0x00, 0x00},       {127, 1, 0x7f, 0x7f},         {128, 2, 0x80, 0x01},
-        {300, 2, 0xac, 0x02},     {UINT64_MAX, 10, 0xff, 0x01},
+    static const struct {
+        uint64_t v;
+        size_t n;
+        uint8_t first, last;
+    } pinned[] = {
+        {0, 1, 0x00, 0x00},   {127, 1, 0x7f, 0x7f},         {128, 2, 0x80, 0x01},
+        {300, 2, 0xac, 0x02}, {UINT64_MAX, 10, 0xff, 0x01},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
         size_t n = hf_varint_put(b, pinned[i].v);
