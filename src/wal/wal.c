@@ -197,6 +197,7 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/hf_assert.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -593,6 +594,7 @@ static int write_batch(wal_t *w, const wal_rotation *rot, bool broken, bool sync
 {
     const uint8_t *p = (const uint8_t *)w->batch.ptr;
     size_t n = w->batch.len, head = rot->pending ? rot->off : n;
+    HF_ASSERT(head <= n); /* a rotation falls within the batch it was asked in */
     int rc = 0;
     *what = "write";
     if (!broken && head > 0)
@@ -677,6 +679,9 @@ static void *writer_main(void *arg)
                 }
             }
         }
+        /* what is synced was written; what was written was appended */
+        HF_ASSERT(w->synced <= w->written);
+        HF_ASSERT(w->broken || w->written <= w->appended);
         pthread_cond_broadcast(&w->durable_cv);
         w->batch.len = 0;
         if (w->batch.cap > (8u << 20)) {
