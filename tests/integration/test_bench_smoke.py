@@ -94,9 +94,10 @@ def test_http_scenarios_have_an_nginx_floor_a_ratio_to_it_and_its_p99():
     for sid in WITH_NGINX:
         cells = table[sid]
         assert NUMBER.match(cells[6]), "scenario %s nginx req/s is %r" % (sid, cells[6])
-        # A ratio whenever both rates are figures above 0 (a 1 s smoke run of
-        # nginx on a loaded machine may complete no request: then "-").
-        both = NUMBER.match(cells[2]) and float(cells[2]) > 0 and float(cells[6]) > 0
+        # A ratio whenever our rate is a figure and nginx's is above 0 (a 1 s
+        # smoke run on a loaded machine may complete no request: nginx's 0
+        # gives "-", ours gives "0%", as bench/run's ratio() writes them).
+        both = NUMBER.match(cells[2]) and float(cells[6]) > 0
         want = r"^\d+%$" if both else r"^-$"
         assert re.match(want, cells[7]), "scenario %s ratio is %r (%s and %s requests/s)" % (
             sid, cells[7], cells[2], cells[6])
