@@ -76,8 +76,11 @@ SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
 # minute outlasted the idle timeout of the test's own connection).
 TSAN_ABUSE = ["trickling", "stalled", "max_connections", "flood", "oversized", "expect_100",
               "pipelined", "vanishing_mid_request", "sigint", "lower_limits"]
+# test_redis.py's tests of the server at work (its start-up refusals, one
+# of them over a cluster, run no thread but main's).
+TSAN_REDIS = ["under_load", "stopped", "frozen", "front_end", "redis_wait", "starved"]
 TSAN_SUITES = [("test_concurrency", None, []), ("test_abuse", None, TSAN_ABUSE),
-               ("test_load", None, []), ("test_redis", None, []),
+               ("test_load", None, []), ("test_redis", None, TSAN_REDIS),
                ("test_concurrency", "redis", []), ("test_load", "redis", [])]
 TSAN_ENV = {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions="
                             + os.path.join(ROOT, "tests", "tsan.supp"),
