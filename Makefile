@@ -119,8 +119,12 @@ clean:
 CLANG_FORMAT ?= clang-format
 FORMAT_FILES  = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find src lib cli include tests fuzz bench -name '*.[ch]')
 
+# One clang-format over every file first (a second); only when it finds a
+# line to change, each file again, to say which and how many.
 format-check:
-	@n=0; for f in $(FORMAT_FILES); do \
+	@if $(CLANG_FORMAT) --style=file --dry-run --Werror $(FORMAT_FILES) 2>/dev/null; then \
+	    echo "format-check: 0 lines would change"; exit 0; fi; \
+	n=0; for f in $(FORMAT_FILES); do \
 	    c=$$($(CLANG_FORMAT) --style=file "$$f" | diff -U0 "$$f" - | grep -c '^-[^-]'); \
 	    if [ "$$c" -gt 0 ]; then echo "$$f: $$c lines"; n=$$((n + c)); fi; \
 	done; echo "format-check: $$n lines would change"; [ $$n -eq 0 ]
