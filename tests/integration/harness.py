@@ -59,7 +59,8 @@ import ports  # noqa: E402
 BIN = os.environ.get("HF3FS_METAD_BIN", "build/hf3fs-metad")
 # A command put before the server's (tests/valgrind.sh sets it to valgrind).
 WRAPPER = shlex.split(os.environ.get("HF3FS_METAD_WRAPPER", ""))
-# The --redis-timeout of a suite run again over Redis (see Server).
+# The --redis-timeout and --redis-connect-timeout of a suite run again over
+# Redis (see Server).
 ENGINE_REDIS_TIMEOUT_S = 10
 SLOWDOWN = float(os.environ.get("HF3FS_TEST_SLOWDOWN", "3" if "asan" in BIN else "1"))
 STARTUP_TIMEOUT = 5.0 * SLOWDOWN
@@ -163,8 +164,8 @@ class Server:
         self._flush_store = False
         # a suite run again over Redis (HF3FS_TEST_ENGINE): Redis shares the
         # machine's 2 cores with every suite running at once, so its calls get
-        # a command timeout that a loaded machine cannot reach (the suites
-        # that test the timeout itself pass their own --redis-timeout)
+        # command and connect timeouts that a loaded machine cannot reach
+        # (the suites that test a timeout itself pass their own)
         self._engine_run = store is None and ENGINE in REDIS_ENGINES
         if self._engine_run:
             self.store = new_redis_db()
@@ -199,8 +200,9 @@ class Server:
                 args += ["--persistence-path", os.path.join(self.workdir, "data")]
             if self.debug_api:
                 args.append("--debug-api")
-            if self._engine_run and not any(f.startswith("--redis-timeout") for f in self.flags):
-                args += ["--redis-timeout", str(ENGINE_REDIS_TIMEOUT_S)]
+            for flag in ("--redis-timeout", "--redis-connect-timeout"):
+                if self._engine_run and not any(f.startswith(flag) for f in self.flags):
+                    args += [flag, str(ENGINE_REDIS_TIMEOUT_S)]
             args += self.flags
             self.args = args
             self._stderr_path = os.path.join(self.workdir, "stderr")

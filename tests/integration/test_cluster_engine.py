@@ -41,7 +41,7 @@ PAGES = 1 << 20
 FAILOVER_BOUND_S = 5.0
 
 def cluster():
-    return redis_cluster.shared()
+    return redis_cluster.shared(node_timeout_ms=2000)  # failovers under test
 
 
 def pool_slot(rc, ns="kv", rank=RANK):

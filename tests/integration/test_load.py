@@ -81,9 +81,12 @@ class Tally:
         self.unexpected = []
         self.conn_errors = []
         self.latencies = []
+        self.server_errors = []  # (route, status, body) of the first 5xx answers
 
-    def add(self, route, status, took, expected):
+    def add(self, route, status, took, expected, body=b""):
         with self.lock:
+            if status >= 500 and len(self.server_errors) < 10:
+                self.server_errors.append((route, status, body[:300]))
             self.requests += 1
             self.status[status] = self.status.get(status, 0) + 1
             if len(self.latencies) < 200000:
@@ -129,7 +132,7 @@ class LoadClient(threading.Thread):
                 if attempt == 1:
                     self.tally.error("%s: %r" % (route, e))
                     return None
-        self.tally.add(route, r.status, time.monotonic() - t0, expected)
+        self.tally.add(route, r.status, time.monotonic() - t0, expected, r.body)
         return r
 
     def get(self, route):
@@ -142,7 +145,7 @@ class LoadClient(threading.Thread):
             self.conn = None
             self.tally.error("%s: %r" % (route, e))
             return None
-        self.tally.add(route, r.status, time.monotonic() - t0, {200})
+        self.tally.add(route, r.status, time.monotonic() - t0, {200}, r.body)
         return r
 
     def keys(self, n):
@@ -318,7 +321,7 @@ def run_load(srv, seconds, clients, pages, abandon=0.0, clear_rate=0.0002, monit
              len(tally.unexpected), len(tally.conn_errors), watcher.checks), flush=True)
     if watcher.error is not None:
         raise AssertionError("ownership during the load: %s" % (watcher.error,))
-    expect_eq(tally.fivexx(), 0, "5xx answers under load")
+    expect_eq(tally.fivexx(), 0, "5xx answers under load (the first: %r)" % (tally.server_errors,))
     expect_eq(tally.conn_errors, [], "connection errors and wrong answers under load")
     expect_eq(tally.unexpected, [], "unexpected statuses under load")
     expect_true(tally.requests > clients, "hardly any request was made")
