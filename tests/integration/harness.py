@@ -857,6 +857,43 @@ def s_clear(c, rank, ns=None):
     expect_no_body(c.post("/%d/clear" % rank, _ns_body({}, ns)), 204)
 
 
+# The stripes of the namespaces a suite run over Redis creates
+# (HF3FS_TEST_STRIPES, given to every Server as --stripes); 1 otherwise.
+STRIPES = (int(os.environ.get("HF3FS_TEST_STRIPES") or 1) if ENGINE in REDIS_ENGINES else 1)
+
+
+_replay = []
+
+
+def stripe_of(key, count):
+    """wire_stripe_of (src/wire/wire.c), by bench/replay's stripe_of (its
+    one Python copy, pinned by test_trace_replay.py's vectors)."""
+    if not _replay:
+        import importlib.machinery
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                            "replay")
+        loader = importlib.machinery.SourceFileLoader("bench_replay", path)
+        spec = importlib.util.spec_from_loader("bench_replay", loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        _replay.append(mod)
+    return _replay[0].stripe_of(key.encode() if isinstance(key, str) else key, count)
+
+
+def in_stripe0(name):
+    """A key named after `name` that belongs to stripe 0 of a namespace of
+    STRIPES stripes: `name` itself at one stripe. A test that counts the
+    pages of a tiny pool uses such keys and STRIPES times the pages: stripe 0
+    then has the pages the test counts (pages 0, S, 2S, ...), and every
+    other stripe as many, free."""
+    key, i = name, 0
+    while stripe_of(key, STRIPES) != 0:
+        i += 1
+        key = "%s.%d" % (name, i)
+    return key
+
+
 def pool_states(stats, ns, rank):
     """(num_pages, free, reserved, owned, draining, keys) of one pool."""
     p = stats[(ns, rank)]
