@@ -47,7 +47,8 @@ SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrenc
                      "test_client_lib", "test_crash", "test_page_integrity", "test_retries",
                      "test_stripes", "test_tenants", "test_import_sglang", "test_prefix_hits"]
 # Over the cluster, with several stripes per namespace (the rest: one).
-STRIPED_SUITES = ["test_page_integrity", "test_crash", "test_concurrency", "test_load", "test_retries"]
+STRIPED_SUITES = ["test_page_integrity", "test_crash", "test_concurrency", "test_load",
+                  "test_retries"]
 # Run again with 4 stripes per namespace: the module's durability and
 # replication (RDB, AOF, replicas, slot moves) of values that are stripes.
 STRIPED_AGAIN = ["test_redis_module"]
