@@ -44,8 +44,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define REUSE_SCALES 5        /* 0.25, 0.5, 1, 2, 4 times the pages */
-#define REUSE_MAX_KEYS 65536u /* sampled keys simulated, at most */
+#define REUSE_SCALES 5 /* 0.25, 0.5, 1, 2, 4 times the pages */
+/* sampled keys simulated, at most; a build may set it lower to measure the
+ * sampled estimate on small traces (docs/sizing.md, "Accuracy") */
+#ifndef REUSE_MAX_KEYS
+#define REUSE_MAX_KEYS 65536u
+#endif
 #define REUSE_WINDOW (1u << 20)
 
 /* The scales' names, "0.25" to "4", as /v1/stats and /metrics write them. */
