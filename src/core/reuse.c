@@ -46,23 +46,26 @@ void reuse_reset(reuse_t *r, uint64_t pages)
     uint64_t largest = 4 * pages; /* pages < 2^32: no overflow */
     double rate = largest <= REUSE_MAX_KEYS ? 1.0 : (double)REUSE_MAX_KEYS / (double)largest;
     r->threshold = rate >= 1.0 ? (uint64_t)1 << 32 : (uint64_t)(rate * 4294967296.0);
-    uint32_t below = 0;
+    double hot = REUSE_UNIT * rate + 0.5;
+    r->hot_weight = hot < 1 ? 1 : (uint32_t)hot;
+    uint32_t below = 0; /* in sampled keys */
     for (int j = 0; j < REUSE_SCALES; j++) {
         double keys = (double)pages * scale_quarters[j] / 4.0 * rate + 0.5;
         uint32_t c = keys >= REUSE_MAX_KEYS ? REUSE_MAX_KEYS : (uint32_t)keys;
         if (c < below)
             c = below;
-        r->size[j] = c - below;
+        r->size[j] = (c - below) * REUSE_UNIT;
         below = c;
         r->last[j] = NIL;
     }
-    r->cap = below;
     r->head = NIL;
-    if (r->cap == 0)
+    r->free = NIL;
+    if (below == 0)
         return;
+    r->cap = below + REUSE_HOT; /* the hot keys weigh less than a sampled one */
     r->e = hf_xmalloc(r->cap * sizeof *r->e);
     uint32_t nslots = 4;
-    while (nslots < 2 * r->cap)
+    while (nslots < 2 * below || nslots <= r->cap)
         nslots *= 2;
     r->slots = hf_xmalloc(nslots * sizeof *r->slots);
     memset(r->slots, 0xff, nslots * sizeof *r->slots);
@@ -124,7 +127,7 @@ static void unlink_entry(reuse_t *r, uint32_t e)
     uint32_t p = r->e[e].prev, n = r->e[e].next, s = r->e[e].seg;
     if (r->last[s] == e)
         r->last[s] = p != NIL && r->e[p].seg == s ? p : NIL;
-    r->count[s]--;
+    r->count[s] -= r->e[e].weight;
     if (p != NIL)
         r->e[p].next = n;
     else
@@ -133,7 +136,20 @@ static void unlink_entry(reuse_t *r, uint32_t e)
         r->e[n].prev = p;
 }
 
-void reuse__access(reuse_t *r, uint32_t hash)
+/* The least recent key leaves the simulation; its entry is free. */
+static void evict_last(reuse_t *r)
+{
+    int t = REUSE_SCALES - 1;
+    while (r->last[t] == NIL)
+        t--;
+    uint32_t e = r->last[t];
+    index_delete(r, slot_of(r, r->e[e].key));
+    unlink_entry(r, e);
+    r->e[e].next = r->free;
+    r->free = e;
+}
+
+void reuse__access(reuse_t *r, uint32_t hash, uint32_t weight)
 {
     unsigned s = REUSE_SCALES; /* a miss at every scale */
     if (r->cap) {
@@ -142,44 +158,85 @@ void reuse__access(reuse_t *r, uint32_t hash)
             s = r->e[e].seg;
             unlink_entry(r, e);
         } else {
-            if (r->used < r->cap) {
-                e = r->used++;
-            } else { /* full: the least recent key of the last segment leaves */
-                int t = REUSE_SCALES - 1;
-                while (r->last[t] == NIL)
-                    t--;
-                e = r->last[t];
-                index_delete(r, slot_of(r, r->e[e].key));
-                unlink_entry(r, e);
+            if (r->free == NIL && r->used == r->cap) {
+                evict_last(r);
                 slot = slot_of(r, hash);
+            }
+            if (r->free != NIL) {
+                e = r->free;
+                r->free = r->e[e].next;
+            } else {
+                e = r->used++;
             }
             r->e[e].key = hash;
             r->slots[slot] = e;
         }
+        r->e[e].weight = (uint16_t)weight;
         r->e[e].prev = NIL;
         r->e[e].next = r->head;
         if (r->head != NIL)
             r->e[r->head].prev = e;
         r->head = e;
         r->e[e].seg = 0;
-        if (r->count[0]++ == 0)
+        if (r->count[0] == 0)
             r->last[0] = e;
-        for (int j = 0; j + 1 < REUSE_SCALES && r->count[j] > r->size[j]; j++) {
-            uint32_t x = r->last[j], p = r->e[x].prev;
-            r->last[j] = --r->count[j] && p != NIL ? p : NIL;
-            r->e[x].seg = (uint8_t)(j + 1);
-            if (r->count[j + 1]++ == 0)
-                r->last[j + 1] = x;
-        }
+        r->count[0] += weight;
+        /* each segment too heavy passes its least recent keys on */
+        for (int j = 0; j + 1 < REUSE_SCALES; j++)
+            while (r->count[j] > r->size[j]) {
+                uint32_t x = r->last[j], p = r->e[x].prev;
+                r->count[j] -= r->e[x].weight;
+                r->last[j] = r->count[j] && p != NIL ? p : NIL;
+                r->e[x].seg = (uint8_t)(j + 1);
+                if (r->count[j + 1] == 0)
+                    r->last[j + 1] = x;
+                r->count[j + 1] += r->e[x].weight;
+            }
+        while (r->count[REUSE_SCALES - 1] > r->size[REUSE_SCALES - 1])
+            evict_last(r);
     }
     if (s > r->run)
         r->run = (uint8_t)s;
-    r->by_run[r->run]++;
-    if (++r->blocks >= REUSE_WINDOW) {
+    r->by_run[r->run] += weight;
+    r->blocks += weight;
+    if (r->blocks >= (uint64_t)REUSE_WINDOW * REUSE_UNIT) {
         r->blocks /= 2;
         for (int j = 0; j <= REUSE_SCALES; j++)
             r->by_run[j] /= 2;
     }
+}
+
+/* One of a request's first REUSE_HEAD keys: counted in the Space-Saving
+ * table, then simulated as a hot key, as a sampled one, or not at all. */
+void reuse__head(reuse_t *r, uint32_t hash)
+{
+    struct reuse_hot *h = NULL;
+    for (uint32_t i = 0; i < r->nhot && !h; i++)
+        if (r->hot[i].key == hash)
+            h = &r->hot[i];
+    if (!h && r->nhot < REUSE_HOT) {
+        h = &r->hot[r->nhot++];
+        *h = (struct reuse_hot){hash, 0, 0};
+    } else if (!h) { /* the least counted key gives its counter up */
+        h = &r->hot[0];
+        for (uint32_t i = 1; i < r->nhot; i++)
+            if (r->hot[i].count < h->count)
+                h = &r->hot[i];
+        *h = (struct reuse_hot){hash, h->count, h->count};
+    }
+    h->count++;
+    if (++r->head_uses >= (uint64_t)1 << 31) { /* halved, as the window is */
+        r->head_uses /= 2;
+        for (uint32_t i = 0; i < r->nhot; i++) {
+            r->hot[i].count /= 2;
+            r->hot[i].error /= 2;
+        }
+    }
+    uint64_t sure = h->count - h->error;
+    if (sure >= REUSE_HOT_MIN && sure * REUSE_HOT_SHARE >= r->head_uses)
+        reuse__access(r, hash, r->hot_weight);
+    else if (hash < r->threshold)
+        reuse__access(r, hash, REUSE_UNIT);
 }
 
 void reuse_figures(const reuse_t *r, uint64_t *blocks, uint64_t hits[REUSE_SCALES])
@@ -187,7 +244,7 @@ void reuse_figures(const reuse_t *r, uint64_t *blocks, uint64_t hits[REUSE_SCALE
     uint64_t sum = 0;
     for (int j = 0; j < REUSE_SCALES; j++) {
         sum += r->by_run[j];
-        hits[j] = sum;
+        hits[j] = sum / REUSE_UNIT;
     }
-    *blocks = r->blocks;
+    *blocks = r->blocks / REUSE_UNIT;
 }

@@ -27,13 +27,24 @@
  *
  *   rate = min(1, REUSE_MAX_KEYS / (4 * pages)): pools up to
  *   REUSE_MAX_KEYS / 4 pages are simulated exactly.
+ *   Hot prefixes: a few keys, the first blocks of a prompt every request
+ *   shares, can carry several percent of all uses and always hit; sampled
+ *   by hash, such a key is in the sample or not, and the estimate moves by
+ *   its whole weight (docs/sizing.md, "Accuracy"). So the first REUSE_HEAD
+ *   keys of each request are also counted in a Space-Saving table of
+ *   REUSE_HOT keys (Metwally et al., ICDT '05), and a key whose guaranteed
+ *   count there reaches 1/REUSE_HOT_SHARE of those uses (and
+ *   REUSE_HOT_MIN) is simulated whether sampled or not, as one key rather
+ *   than 1/rate of them: every simulated key has a weight, REUSE_UNIT for a
+ *   sampled one and REUSE_UNIT * rate for a hot one, and both the caches'
+ *   sizes and the counts are in weights.
  *   Window: the counts are halved whenever REUSE_WINDOW sampled block uses
- *   have been counted, so the ratios weigh the last REUSE_WINDOW to 2 x
- *   REUSE_WINDOW sampled uses (all of them before that).
+ *   (in weights) have been counted, so the ratios weigh the last
+ *   REUSE_WINDOW to 2 x REUSE_WINDOW sampled uses (all of them before that).
  *   Memory: 16 bytes per simulated key and an index of 4-byte slots (a
- *   power of two, at least twice the keys): at most REUSE_MAX_KEYS keys,
- *   so reuse_memory() <= 16 * 65,536 + 4 * 131,072 + sizeof(reuse_t)
- *   = 1,572,864 + 176 bytes per estimator.
+ *   power of two, at least twice the keys): at most REUSE_MAX_KEYS +
+ *   REUSE_HOT keys, so reuse_memory() <= 16 * 65,552 + 4 * 131,072 +
+ *   sizeof(reuse_t) = 1,573,120 + sizeof(reuse_t) bytes per estimator.
  *
  * Pure (no I/O, no clock, no lock); the caller serializes.
  */
@@ -51,6 +62,11 @@
 #define REUSE_MAX_KEYS 65536u
 #endif
 #define REUSE_WINDOW (1u << 20)
+#define REUSE_HEAD 4       /* a request's first keys, counted for hot prefixes */
+#define REUSE_HOT 16       /* Space-Saving counters */
+#define REUSE_HOT_SHARE 32 /* hot: at least 1/32 of the head keys' uses */
+#define REUSE_HOT_MIN 64   /* and at least 64 uses */
+#define REUSE_UNIT 1024u   /* a sampled key's weight */
 
 /* The scales' names, "0.25" to "4", as /v1/stats and /metrics write them. */
 extern const char *const reuse_scale_names[REUSE_SCALES];
@@ -62,23 +78,31 @@ typedef struct reuse_prefix {
 /* Count one request: n keys, present[i] whether key i was found. */
 void reuse_prefix_count(reuse_prefix *c, const bool *present, size_t n);
 
-/* The estimator. Its members are reuse.c's; only reuse_key reads two. */
+/* The estimator. Its members are reuse.c's; only reuse_key reads three. */
 typedef struct reuse {
     uint64_t threshold; /* a key is sampled when its hash is below this */
     uint8_t run;        /* the request's leading run: the largest segment seen */
+    uint32_t pos;       /* the request's keys so far */
     uint64_t pages;
+    uint32_t hot_weight;          /* a hot key's weight: REUSE_UNIT x rate */
     uint32_t cap, used;           /* simulated keys: room, in use */
-    uint32_t size[REUSE_SCALES];  /* keys of each segment, at most */
-    uint32_t count[REUSE_SCALES]; /* keys of each segment */
+    uint32_t size[REUSE_SCALES];  /* weight of each segment, at most */
+    uint32_t count[REUSE_SCALES]; /* weight of each segment */
     uint32_t last[REUSE_SCALES];  /* each segment's least recent key */
-    uint32_t head;
+    uint32_t head, free;          /* the most recent key; a list of unused entries */
     struct reuse_entry {
         uint32_t key, prev, next; /* hash; list links (entry numbers) */
         uint8_t seg;
+        uint16_t weight;
     } * e; /* 16 bytes: an access reads one line per entry */
     uint32_t *slots;
     uint32_t slot_mask;
-    uint64_t blocks;                   /* sampled block uses in the window */
+    struct reuse_hot {
+        uint32_t key, count, error; /* Space-Saving: count - error <= uses */
+    } hot[REUSE_HOT];
+    uint32_t nhot;
+    uint64_t head_uses;                /* keys counted in hot[] */
+    uint64_t blocks;                   /* sampled block uses in the window, in weights */
     uint64_t by_run[REUSE_SCALES + 1]; /* of them, by their request's run so far */
 } reuse_t;
 
@@ -93,19 +117,26 @@ size_t reuse_memory(const reuse_t *r);
 static inline void reuse_begin(reuse_t *r)
 {
     r->run = 0;
+    r->pos = 0;
 }
 
-void reuse__access(reuse_t *r, uint32_t hash);
+void reuse__access(reuse_t *r, uint32_t hash, uint32_t weight);
+void reuse__head(reuse_t *r, uint32_t hash);
 
 /* A key of the request, by its hash (the caller's, stable for the key). */
 static inline void reuse_key(reuse_t *r, uint32_t hash)
 {
-    if (hash < r->threshold)
-        reuse__access(r, hash);
+    if (r->pos < REUSE_HEAD) {
+        r->pos++;
+        reuse__head(r, hash);
+    } else if (hash < r->threshold) {
+        reuse__access(r, hash, REUSE_UNIT);
+    }
 }
 
 /* The window's sampled block uses, and how many of them were in their
- * request's leading run of hits at each scale. */
+ * request's leading run of hits at each scale (in sampled keys: the
+ * weights over REUSE_UNIT). */
 void reuse_figures(const reuse_t *r, uint64_t *blocks, uint64_t hits[REUSE_SCALES]);
 
 #endif

@@ -81,7 +81,7 @@ TEST(sampled_estimate_of_a_large_pool_keeps_the_cyclic_scan_answer_in_bounded_me
 {
     reuse_t *r = reuse_new(1000000); /* rate 65,536 / 4M */
     CHECK(r->threshold < (uint64_t)1 << 32);
-    CHECK(reuse_memory(r) <= 16 * 65536 + 4 * 131072 + sizeof(reuse_t));
+    CHECK(reuse_memory(r) <= 16 * (65536 + REUSE_HOT) + 4 * 131072 + sizeof(reuse_t));
     const uint32_t K = 1500000, rounds = 3;
     for (uint32_t round = 0; round < rounds; round++)
         for (uint32_t k = 0; k < K; k++) {
@@ -95,8 +95,43 @@ TEST(sampled_estimate_of_a_large_pool_keeps_the_cyclic_scan_answer_in_bounded_me
     CHECK_EQ(ratio_at(r, 3), 666666);                /* 2M pages > K: 2 rounds of 3 hit */
     reuse_free(r);
     r = reuse_new(4000000000ull);
-    CHECK(reuse_memory(r) <= 16 * 65536 + 4 * 131072 + sizeof(reuse_t));
+    CHECK(reuse_memory(r) <= 16 * (65536 + REUSE_HOT) + 4 * 131072 + sizeof(reuse_t));
     reuse_free(r);
+}
+
+/* A prefix that every request starts with, sampled by hash or not: it
+ * weighs one key's worth in the estimate either way, not 1/rate of them or
+ * none. Each request: the shared key, then 7 keys never seen before
+ * (misses). The ratio is 1/8 at every scale, whatever the sample. */
+TEST(hot_shared_prefix_counts_as_one_key_whether_sampled_or_not)
+{
+    reuse_t *probe = reuse_new(1000000); /* rate 65,536 / 4M */
+    uint64_t threshold = probe->threshold;
+    reuse_free(probe);
+    uint32_t sampled = 0, unsampled = 0; /* a shared key of each kind */
+    for (uint32_t k = 1; !sampled || !unsampled; k++) {
+        uint32_t h = hash_of(k) * 2246822519u; /* another bijection */
+        if (h < threshold && !sampled)
+            sampled = h;
+        else if (h >= threshold && !unsampled)
+            unsampled = h;
+    }
+    const uint32_t shared_keys[2] = {sampled, unsampled}, per = 8, requests = 200000;
+    for (int t = 0; t < 2; t++) {
+        reuse_t *r = reuse_new(1000000);
+        uint32_t fresh = 0;
+        for (uint32_t q = 0; q < requests; q++) {
+            reuse_begin(r);
+            reuse_key(r, shared_keys[t]);
+            for (uint32_t i = 1; i < per; i++)
+                reuse_key(r, hash_of(fresh++));
+        }
+        for (int j = 0; j < REUSE_SCALES; j++) {
+            int64_t ppm = ratio_at(r, j);
+            CHECK(ppm > 125000 - 10000 && ppm < 125000 + 10000);
+        }
+        reuse_free(r);
+    }
 }
 
 TEST(window_halves_the_counts_and_keeps_the_ratio)
@@ -217,6 +252,7 @@ int main(int argc, char **argv)
     RUN(cyclic_scan_of_k_keys_estimates_0_below_k_pages_and_1_above);
     RUN(a_hit_after_a_miss_in_the_same_request_is_not_a_prefix_hit);
     RUN(sampled_estimate_of_a_large_pool_keeps_the_cyclic_scan_answer_in_bounded_memory);
+    RUN(hot_shared_prefix_counts_as_one_key_whether_sampled_or_not);
     RUN(window_halves_the_counts_and_keeps_the_ratio);
     RUN(core_reads_feed_the_first_pools_figures_and_write_no_event);
     RUN(core_keeps_estimators_for_at_most_core_reuse_ns_namespaces);
