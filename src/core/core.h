@@ -340,13 +340,17 @@ int core_complete_locations(core_t *core, hf_slice ns, uint32_t rank, const hf_s
  * ranks of an SGLang deployment ask for the same keys), feed each call's
  * keys to the namespace's estimator; the estimators of at most
  * CORE_REUSE_NS namespaces per core exist (the first to be read), so a
- * core's estimators hold at most 5 x 1,573,504 bytes = 7.5 MiB.
+ * core's estimators hold at most 32 x 197,256 bytes = 6.0 MiB.
  * core_prefix_count counts one read of a whole request (its keys' answers)
  * in the namespace's prefix counters: the caller that holds the whole
  * request calls it (a core that sees a part of it, a stripe, does not).
  * Nothing if ns has no pool.
  */
-#define CORE_REUSE_NS 5
+/* A build may set it to 0, a server without estimators, to measure what
+ * they cost (docs/performance.md). */
+#ifndef CORE_REUSE_NS
+#define CORE_REUSE_NS 32
+#endif
 void core_prefix_count(core_t *core, hf_slice ns, const bool *present, size_t n);
 
 /* Pools, for stats: calls fn for each pool in (namespace, rank) order of creation. */

@@ -39,12 +39,16 @@ static void release(reuse_t *r)
 
 void reuse_reset(reuse_t *r, uint64_t pages)
 {
+    uint32_t rate_div = r->rate_div;
     release(r);
     memset(r, 0, sizeof *r);
+    r->rate_div = rate_div;
     r->pages = pages;
     /* rate = min(1, MAX / (4 pages)); the largest cache holds 4 pages rate */
     uint64_t largest = 4 * pages; /* pages < 2^32: no overflow */
     double rate = largest <= REUSE_MAX_KEYS ? 1.0 : (double)REUSE_MAX_KEYS / (double)largest;
+    if (rate > 1.0 / rate_div)
+        rate = 1.0 / rate_div;
     r->threshold = rate >= 1.0 ? (uint64_t)1 << 32 : (uint64_t)(rate * 4294967296.0);
     double hot = REUSE_UNIT * rate + 0.5;
     r->hot_weight = hot < 1 ? 1 : (uint32_t)hot;
@@ -72,11 +76,17 @@ void reuse_reset(reuse_t *r, uint64_t pages)
     r->slot_mask = nslots - 1;
 }
 
-reuse_t *reuse_new(uint64_t pages)
+reuse_t *reuse_new_at(uint64_t pages, uint32_t rate_div)
 {
     reuse_t *r = hf_xcalloc(1, sizeof *r);
+    r->rate_div = rate_div ? rate_div : 1;
     reuse_reset(r, pages);
     return r;
+}
+
+reuse_t *reuse_new(uint64_t pages)
+{
+    return reuse_new_at(pages, REUSE_RATE_DIV);
 }
 
 void reuse_free(reuse_t *r)
@@ -171,7 +181,7 @@ void reuse__access(reuse_t *r, uint32_t hash, uint32_t weight)
             r->e[e].key = hash;
             r->slots[slot] = e;
         }
-        r->e[e].weight = (uint16_t)weight;
+        r->e[e].weight = weight & 0xffffff;
         r->e[e].prev = NIL;
         r->e[e].next = r->head;
         if (r->head != NIL)
@@ -187,7 +197,7 @@ void reuse__access(reuse_t *r, uint32_t hash, uint32_t weight)
                 uint32_t x = r->last[j], p = r->e[x].prev;
                 r->count[j] -= r->e[x].weight;
                 r->last[j] = r->count[j] && p != NIL ? p : NIL;
-                r->e[x].seg = (uint8_t)(j + 1);
+                r->e[x].seg = (uint32_t)(j + 1) & 0xff;
                 if (r->count[j + 1] == 0)
                     r->last[j + 1] = x;
                 r->count[j + 1] += r->e[x].weight;

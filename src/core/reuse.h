@@ -25,8 +25,13 @@
  *   scale. The server's eviction is a CLOCK rule within half a point of
  *   exact LRU (docs/eviction.md), so LRU is what the simulation runs.
  *
- *   rate = min(1, REUSE_MAX_KEYS / (4 * pages)): pools up to
- *   REUSE_MAX_KEYS / 4 pages are simulated exactly.
+ *   rate = min(1 / REUSE_RATE_DIV, REUSE_MAX_KEYS / (4 * pages)): a request
+ *   costs at most one simulated access per 8 keys (about 60 ns each when
+ *   all miss), and at most 8,192 keys are simulated. Both bounds were
+ *   chosen on the shipped traces (docs/sizing.md, "Accuracy"): at a rate of
+ *   1/8 the estimate stays within the issue's targets there, at 1/16 it
+ *   does not. reuse_new_at(pages, 1) simulates pools up to REUSE_MAX_KEYS /
+ *   4 pages exactly (the unit tests of the rules).
  *   Hot prefixes: a few keys, the first blocks of a prompt every request
  *   shares, can carry several percent of all uses and always hit; sampled
  *   by hash, such a key is in the sample or not, and the estimate moves by
@@ -43,8 +48,8 @@
  *   REUSE_WINDOW to 2 x REUSE_WINDOW sampled uses (all of them before that).
  *   Memory: 16 bytes per simulated key and an index of 4-byte slots (a
  *   power of two, at least twice the keys): at most REUSE_MAX_KEYS +
- *   REUSE_HOT keys, so reuse_memory() <= 16 * 65,552 + 4 * 131,072 +
- *   sizeof(reuse_t) = 1,573,120 + sizeof(reuse_t) bytes per estimator.
+ *   REUSE_HOT keys, so reuse_memory() <= 16 * 8,208 + 4 * 16,384 +
+ *   sizeof(reuse_t) = 196,864 + sizeof(reuse_t) bytes per estimator.
  *
  * Pure (no I/O, no clock, no lock); the caller serializes.
  */
@@ -59,14 +64,17 @@
 /* sampled keys simulated, at most; a build may set it lower to measure the
  * sampled estimate on small traces (docs/sizing.md, "Accuracy") */
 #ifndef REUSE_MAX_KEYS
-#define REUSE_MAX_KEYS 65536u
+#define REUSE_MAX_KEYS 8192u
+#endif
+#ifndef REUSE_RATE_DIV
+#define REUSE_RATE_DIV 4 /* the rate is at most 1 / REUSE_RATE_DIV */
 #endif
 #define REUSE_WINDOW (1u << 20)
 #define REUSE_HEAD 4       /* a request's first keys, counted for hot prefixes */
 #define REUSE_HOT 16       /* Space-Saving counters */
 #define REUSE_HOT_SHARE 32 /* hot: at least 1/32 of the head keys' uses */
-#define REUSE_HOT_MIN 64   /* and at least 64 uses */
-#define REUSE_UNIT 1024u   /* a sampled key's weight */
+#define REUSE_HOT_MIN 16   /* and at least 16 uses */
+#define REUSE_UNIT 65536u  /* a sampled key's weight */
 
 /* The scales' names, "0.25" to "4", as /v1/stats and /metrics write them. */
 extern const char *const reuse_scale_names[REUSE_SCALES];
@@ -84,6 +92,7 @@ typedef struct reuse {
     uint8_t run;        /* the request's leading run: the largest segment seen */
     uint32_t pos;       /* the request's keys so far */
     uint64_t pages;
+    uint32_t rate_div;            /* the rate is at most 1 / rate_div */
     uint32_t hot_weight;          /* a hot key's weight: REUSE_UNIT x rate */
     uint32_t cap, used;           /* simulated keys: room, in use */
     uint32_t size[REUSE_SCALES];  /* weight of each segment, at most */
@@ -92,8 +101,7 @@ typedef struct reuse {
     uint32_t head, free;          /* the most recent key; a list of unused entries */
     struct reuse_entry {
         uint32_t key, prev, next; /* hash; list links (entry numbers) */
-        uint8_t seg;
-        uint16_t weight;
+        uint32_t seg : 8, weight : 24;
     } * e; /* 16 bytes: an access reads one line per entry */
     uint32_t *slots;
     uint32_t slot_mask;
@@ -106,8 +114,11 @@ typedef struct reuse {
     uint64_t by_run[REUSE_SCALES + 1]; /* of them, by their request's run so far */
 } reuse_t;
 
-/* An estimator for pools of `pages` pages (never NULL: out of memory aborts). */
+/* An estimator for pools of `pages` pages (never NULL: out of memory aborts),
+ * at a rate of at most 1 / REUSE_RATE_DIV; reuse_new_at: at most 1 /
+ * rate_div (1: pools up to REUSE_MAX_KEYS / 4 pages simulated exactly). */
 reuse_t *reuse_new(uint64_t pages);
+reuse_t *reuse_new_at(uint64_t pages, uint32_t rate_div);
 void reuse_free(reuse_t *r);
 /* Start over for pools of `pages` pages (counts and simulated keys dropped). */
 void reuse_reset(reuse_t *r, uint64_t pages);

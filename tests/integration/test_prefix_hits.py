@@ -85,16 +85,19 @@ def test_prefix_counters_are_the_leading_runs_of_batch_exists_and_exists_in_ever
 
 
 def test_cyclic_scan_estimates_no_hit_at_or_below_the_pool_and_every_reuse_at_four_times():
-    """64 keys read in turn (chains of 8) and saved, 4 rounds, over pools of 32 pages:
-    the scan misses in any LRU-like cache of 8-32 pages, and a cache of 128 pages
-    keeps every key after the first round (3 of 4 uses hit). Over 4 stripes each
-    stripe sees its share of the keys and pages, which keeps both answers."""
-    keys = ["%032x" % (i * 7919 + 3) for i in range(64)]
+    """2,048 keys read in turn (chains of 8) and saved, 4 rounds, over pools of 1,024
+    pages: the scan misses in any LRU-like cache of 256-1,024 pages, and a cache of
+    4,096 pages keeps every key after the first round (3 of 4 uses hit). The
+    estimator samples about a quarter of the keys (reuse.h: a rate of at most 1/4)
+    and shrinks its caches alike, which keeps both answers; over 4 stripes each
+    stripe sees its share of the keys and pages, which keeps them too."""
+    keys = ["%032x" % (i * 7919 + 3) for i in range(2048)]
     with Server(*stripes()) as s:
         c = s.client()
-        expect_status(c.post("/rank/0/initialize", {"role": "worker", "num_pages": 32}), 200)
+        expect_status(c.post("/rank/0/initialize", {"role": "worker", "num_pages": 1024}),
+                      200)
         for _ in range(4):
-            for i in range(0, 64, 8):
+            for i in range(0, len(keys), 8):
                 chain = keys[i:i + 8]
                 expect_status(c.post("/keys/batch_exists", {"keys": chain}), 200)
                 save(c, 0, [[k, chain[j - 1] if j else None] for j, k in enumerate(chain)])
@@ -103,9 +106,11 @@ def test_cyclic_scan_estimates_no_hit_at_or_below_the_pool_and_every_reuse_at_fo
         est = ns["hit_ratio_at"]
         expect_eq(sorted(est), sorted(["0.25", "0.5", "1", "2", "4"]), "the scales")
         for scale in ["0.25", "0.5", "1"]:
-            expect_eq(est[scale], 0, "estimate at %s x 32 pages" % scale)
-        expect_eq(est["4"], 0.75, "estimate at 4 x 32 pages")
-        expect_eq(ns["hit_ratio_sampled_blocks"], 256, "every use sampled at this size")
+            expect_eq(est[scale], 0, "estimate at %s x 1,024 pages" % scale)
+        expect_eq(est["4"], 0.75, "estimate at 4 x 1,024 pages")
+        sampled = ns["hit_ratio_sampled_blocks"]
+        expect_true(sampled % 4 == 0 and 4 * 2048 / 8 < sampled < 4 * 2048 / 2,
+                    "each sampled key 4 times, about a quarter of the keys: %d" % sampled)
         text = c.get("/metrics").body.decode()
         expect_true('hf3fs_metad_hit_ratio_estimate{tenant="default",namespace="kv",'
                     'pool_scale="4"} 0.750000' in text, "the estimate in /metrics")

@@ -43,7 +43,7 @@ TEST(prefix_counts_the_leading_run_of_present_keys_not_every_present_key)
  * pages, every use after the first round hits with more. */
 TEST(cyclic_scan_of_k_keys_estimates_0_below_k_pages_and_1_above)
 {
-    reuse_t *r = reuse_new(1000); /* scales: 250, 500, 1000, 2000, 4000 pages */
+    reuse_t *r = reuse_new_at(1000, 1); /* exact; scales: 250, 500, 1000, 2000, 4000 */
     const uint32_t K = 1500, rounds = 10, chain = 10;
     for (uint32_t round = 0; round < rounds; round++)
         for (uint32_t k = 0; k < K; k += chain) {
@@ -61,7 +61,7 @@ TEST(cyclic_scan_of_k_keys_estimates_0_below_k_pages_and_1_above)
 
 TEST(a_hit_after_a_miss_in_the_same_request_is_not_a_prefix_hit)
 {
-    reuse_t *r = reuse_new(100);
+    reuse_t *r = reuse_new_at(100, 1); /* exact */
     reuse_begin(r);
     reuse_key(r, hash_of(1));
     reuse_begin(r);
@@ -79,9 +79,10 @@ TEST(a_hit_after_a_miss_in_the_same_request_is_not_a_prefix_hit)
  * caches shrink by the same rate; the scan's answer stays 0 and 1. */
 TEST(sampled_estimate_of_a_large_pool_keeps_the_cyclic_scan_answer_in_bounded_memory)
 {
-    reuse_t *r = reuse_new(1000000); /* rate 65,536 / 4M */
+    reuse_t *r = reuse_new(1000000); /* rate REUSE_MAX_KEYS / 4M */
     CHECK(r->threshold < (uint64_t)1 << 32);
-    CHECK(reuse_memory(r) <= 16 * (65536 + REUSE_HOT) + 4 * 131072 + sizeof(reuse_t));
+    CHECK(reuse_memory(r) <=
+          16 * (REUSE_MAX_KEYS + REUSE_HOT) + 4 * 2 * REUSE_MAX_KEYS + sizeof(reuse_t));
     const uint32_t K = 1500000, rounds = 3;
     for (uint32_t round = 0; round < rounds; round++)
         for (uint32_t k = 0; k < K; k++) {
@@ -90,12 +91,14 @@ TEST(sampled_estimate_of_a_large_pool_keeps_the_cyclic_scan_answer_in_bounded_me
         }
     uint64_t blocks, hits[REUSE_SCALES];
     reuse_figures(r, &blocks, hits);
-    CHECK(blocks > 3 * 20000 && blocks < 3 * 30000); /* about K x rate a round */
-    CHECK_EQ(ratio_at(r, 2), 0);                     /* 1M pages < K */
-    CHECK_EQ(ratio_at(r, 3), 666666);                /* 2M pages > K: 2 rounds of 3 hit */
+    double expect = (double)rounds * K * REUSE_MAX_KEYS / 4e6; /* about K x rate a round */
+    CHECK(blocks > 0.8 * expect && blocks < 1.2 * expect);
+    CHECK_EQ(ratio_at(r, 2), 0);      /* 1M pages < K */
+    CHECK_EQ(ratio_at(r, 3), 666666); /* 2M pages > K: 2 rounds of 3 hit */
     reuse_free(r);
     r = reuse_new(4000000000ull);
-    CHECK(reuse_memory(r) <= 16 * (65536 + REUSE_HOT) + 4 * 131072 + sizeof(reuse_t));
+    CHECK(reuse_memory(r) <=
+          16 * (REUSE_MAX_KEYS + REUSE_HOT) + 4 * 2 * REUSE_MAX_KEYS + sizeof(reuse_t));
     reuse_free(r);
 }
 
@@ -105,7 +108,7 @@ TEST(sampled_estimate_of_a_large_pool_keeps_the_cyclic_scan_answer_in_bounded_me
  * (misses). The ratio is 1/8 at every scale, whatever the sample. */
 TEST(hot_shared_prefix_counts_as_one_key_whether_sampled_or_not)
 {
-    reuse_t *probe = reuse_new(1000000); /* rate 65,536 / 4M */
+    reuse_t *probe = reuse_new(1000000); /* rate REUSE_MAX_KEYS / 4M */
     uint64_t threshold = probe->threshold;
     reuse_free(probe);
     uint32_t sampled = 0, unsampled = 0; /* a shared key of each kind */
@@ -136,7 +139,7 @@ TEST(hot_shared_prefix_counts_as_one_key_whether_sampled_or_not)
 
 TEST(window_halves_the_counts_and_keeps_the_ratio)
 {
-    reuse_t *r = reuse_new(10); /* 2 keys alternating: hits from the third use */
+    reuse_t *r = reuse_new_at(10, 1); /* 2 keys alternating: hits from the third use */
     for (uint32_t i = 0; i < REUSE_WINDOW + 10; i++) {
         reuse_begin(r);
         reuse_key(r, hash_of(i & 1));
@@ -171,8 +174,9 @@ static void count_event(void *ctx, const core_event *ev)
 
 static void save(core_t *c, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n)
 {
+    CHECK(n <= 64);
     core_pool_t *pool = core_pool_find(c, ns, rank);
-    int64_t pages[8];
+    int64_t pages[64];
     core_allocate(pool, keys, n, CORE_ALLOC_ALL_OR_NOTHING, 1, pages, NULL);
     core_confirm(pool, keys, pages, n, NULL, 0, 1, NULL);
 }
@@ -182,6 +186,15 @@ static void stats_of(core_t *c, hf_slice ns, uint32_t rank, core_pool_stats *st)
     core_pool_get_stats(core_pool_find(c, ns, rank), 1, st);
 }
 
+/* 64 keys "k0".."k63" (names in one buffer, slices into it). */
+static void make_keys(char names[64][16], hf_slice keys[64])
+{
+    for (int i = 0; i < 64; i++) {
+        snprintf(names[i], sizeof names[i], "k%d", i);
+        keys[i] = (hf_slice){names[i], strlen(names[i])};
+    }
+}
+
 TEST(core_reads_feed_the_first_pools_figures_and_write_no_event)
 {
     core_config conf = cfg();
@@ -189,31 +202,38 @@ TEST(core_reads_feed_the_first_pools_figures_and_write_no_event)
     hf_slice ns = HF_SLICE_LIT("kv");
     core_pool_init(c, ns, 0, 100, NULL);
     core_pool_init(c, ns, 1, 100, NULL);
-    hf_slice keys[3] = {HF_SLICE_LIT("a"), HF_SLICE_LIT("b"), HF_SLICE_LIT("c")};
-    save(c, ns, 0, keys, 2);
-    save(c, ns, 1, keys, 2);
+    char names[64][16];
+    hf_slice keys[64];
+    make_keys(names, keys);
+    save(c, ns, 0, keys, 48);
+    save(c, ns, 1, keys, 48);
     core_set_observer(c, count_event, NULL);
-    bool present[3];
-    core_complete_exists(c, ns, keys, 3, 2, present);
-    core_prefix_count(c, ns, present, 3);
-    core_pool_t *rank1 = core_pool_find(c, ns, 1);
-    core_exists(rank1, keys, 3, 2, present); /* rank 1: counted, not simulated */
-    core_prefix_count(c, ns, present, 3);
-    CHECK_EQ(events, 0);
+    bool present[64];
+    core_complete_exists(c, ns, keys, 64, 2, present);
+    core_prefix_count(c, ns, present, 64);
     core_pool_stats first, second;
+    stats_of(c, ns, 0, &first);
+    uint64_t sampled = first.est_blocks; /* the keys the hash samples, ~1/8 */
+    CHECK(sampled > 0 && sampled < 64);
+    core_pool_t *rank1 = core_pool_find(c, ns, 1);
+    core_exists(rank1, keys, 64, 2, present); /* rank 1: counted, not simulated */
+    core_prefix_count(c, ns, present, 64);
+    CHECK_EQ(events, 0);
     stats_of(c, ns, 0, &first);
     stats_of(c, ns, 1, &second);
     CHECK_EQ(first.prefix_requests, 2);
-    CHECK_EQ(first.prefix_blocks, 6);
-    CHECK_EQ(first.prefix_hits, 4);
-    CHECK_EQ(first.est_blocks, 3); /* only the completeness read */
+    CHECK_EQ(first.prefix_blocks, 128);
+    CHECK_EQ(first.prefix_hits, 96);
+    CHECK_EQ(first.est_blocks, sampled); /* only the completeness read */
     CHECK_EQ(second.prefix_requests, 0);
     CHECK_EQ(second.est_blocks, 0);
     core_pool_t *rank0 = core_pool_find(c, ns, 0);
-    core_exists(rank0, keys, 3, 2, present);
+    core_exists(rank0, keys, 64, 2, present);
     stats_of(c, ns, 0, &first);
-    CHECK_EQ(first.est_blocks, 6);
-    CHECK_EQ(first.est_hits[0], 3); /* the simulation holds c too, as a save after the miss would */
+    CHECK_EQ(first.est_blocks, 2 * sampled); /* the same keys sampled again */
+    /* the largest scale holds every sampled key, the missed ones too, as
+     * the saves after a miss would: the second read hits with each */
+    CHECK_EQ(first.est_hits[REUSE_SCALES - 1], sampled);
     /* a namespace without pools counts nothing */
     core_prefix_count(c, HF_SLICE_LIT("none"), present, 3);
     core_clear_all(c);
@@ -226,13 +246,15 @@ TEST(core_keeps_estimators_for_at_most_core_reuse_ns_namespaces)
     core_config conf = cfg();
     core_t *c = core_new(&conf);
     char name[16];
-    hf_slice key = HF_SLICE_LIT("k");
-    bool present;
+    char names[64][16];
+    hf_slice keys[64];
+    make_keys(names, keys);
+    bool present[64];
     for (int i = 0; i < CORE_REUSE_NS + 2; i++) {
         snprintf(name, sizeof name, "ns%d", i);
         hf_slice ns = {name, strlen(name)};
-        core_pool_init(c, ns, 0, 100, NULL); /* every key sampled */
-        core_complete_exists(c, ns, &key, 1, 1, &present);
+        core_pool_init(c, ns, 0, 100, NULL);
+        core_complete_exists(c, ns, keys, 64, 1, present); /* some sampled */
     }
     int with = 0;
     for (int i = 0; i < CORE_REUSE_NS + 2; i++) {
