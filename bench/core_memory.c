@@ -70,15 +70,17 @@ static void fill(core_t *core, size_t entries, int key_chars)
     }
 }
 
+/* The core every measurement runs: pools as large as the core allows. */
+static const core_config CFG = {.reservation_ms = 600000,
+                                .read_lease_ms = 5000,
+                                .evict = true,
+                                .max_pages = CORE_MAX_PAGES_LIMIT,
+                                .max_ranks = 1024,
+                                .hash_seed = 1};
+
 static void measure(size_t entries, int key_chars)
 {
-    core_config cfg = {.reservation_ms = 600000,
-                       .read_lease_ms = 5000,
-                       .evict = true,
-                       .max_pages = CORE_MAX_PAGES_LIMIT,
-                       .max_ranks = 1024,
-                       .hash_seed = 1};
-    core_t *core = core_new(&cfg);
+    core_t *core = core_new(&CFG);
     long before = rss_kib();
     for (unsigned r = 0; r < tp; r++)
         core_pool_init(core, HF_SLICE_LIT("kv"), r, entries, NULL);
@@ -100,13 +102,7 @@ static void measure_free_pages(size_t entries)
     static char names[BATCH][32];
     hf_slice keys[BATCH];
     int64_t *pages = calloc(entries ? entries : 1, sizeof *pages);
-    core_config cfg = {.reservation_ms = 600000,
-                       .read_lease_ms = 5000,
-                       .evict = true,
-                       .max_pages = CORE_MAX_PAGES_LIMIT,
-                       .max_ranks = 1024,
-                       .hash_seed = 1};
-    core_t *core = core_new(&cfg);
+    core_t *core = core_new(&CFG);
     long before = rss_kib();
     core_pool_init(core, HF_SLICE_LIT("kv"), 0, entries, NULL);
     core_pool_t *pool = core_pool_find(core, HF_SLICE_LIT("kv"), 0);
@@ -152,19 +148,13 @@ static void measure_pool(size_t unused_entries, int unused)
 {
     (void)unused_entries;
     (void)unused;
-    core_config cfg = {.reservation_ms = 600000,
-                       .read_lease_ms = 5000,
-                       .evict = true,
-                       .max_pages = CORE_MAX_PAGES_LIMIT,
-                       .max_ranks = 1024,
-                       .hash_seed = 1};
     /* Warm up malloc and stdio first (a first fopen or malloc in the child
      * maps and touches pages that have nothing to do with the pool). */
-    core_t *warm = core_new(&cfg);
+    core_t *warm = core_new(&CFG);
     core_pool_init(warm, HF_SLICE_LIT("warm"), 0, 1, NULL);
     core_free(warm);
     (void)rss_kib();
-    core_t *core = core_new(&cfg);
+    core_t *core = core_new(&CFG);
     long before = rss_kib();
     core_pool_init(core, HF_SLICE_LIT("kv"), 0, 1000000000ull, NULL);
     long after = rss_kib();

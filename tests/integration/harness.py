@@ -865,9 +865,9 @@ STRIPES = (int(os.environ.get("HF3FS_TEST_STRIPES") or 1) if ENGINE in REDIS_ENG
 _replay = []
 
 
-def stripe_of(key, count):
-    """wire_stripe_of (src/wire/wire.c), by bench/replay's stripe_of (its
-    one Python copy, pinned by test_trace_replay.py's vectors)."""
+def bench_replay():
+    """bench/replay as a module (its trace readers and its stripe_of), loaded
+    once."""
     if not _replay:
         import importlib.machinery
         import importlib.util
@@ -878,7 +878,13 @@ def stripe_of(key, count):
         mod = importlib.util.module_from_spec(spec)
         loader.exec_module(mod)
         _replay.append(mod)
-    return _replay[0].stripe_of(key.encode() if isinstance(key, str) else key, count)
+    return _replay[0]
+
+
+def stripe_of(key, count):
+    """wire_stripe_of (src/wire/wire.c), by bench/replay's stripe_of (its
+    one Python copy, pinned by test_trace_replay.py's vectors)."""
+    return bench_replay().stripe_of(key.encode() if isinstance(key, str) else key, count)
 
 
 def in_stripe0(name):

@@ -22,8 +22,6 @@ No figure depends on time: the replay's server runs without read lease.
     /usr/bin/python3 tests/integration/test_trace_replay.py
 """
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import random
@@ -43,14 +41,6 @@ CONVERSATION = os.path.join(TRACES, "mooncake_conversation_first6000.jsonl")
 PREFIX = "1000"  # requests of each trace replayed through the server
 POOLS = [1.0, 5.0, 10.0, 20.0, 100.0]
 TOLERANCE = 0.005  # 0.5 points
-
-
-def replay_module():
-    loader = importlib.machinery.SourceFileLoader("bench_replay", REPLAY)
-    spec = importlib.util.spec_from_loader("bench_replay", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
 
 
 def run_replay(*args):
@@ -78,7 +68,7 @@ def run_replay(*args):
 
 
 def test_shipped_traces_are_intact_and_licensed():
-    mod = replay_module()
+    mod = harness.bench_replay()
     # bench/traces/README.md's table
     want = {SYNTHETIC: (3993, 121877, 43924, 0.640), CONVERSATION: (6000, 152537, 99716, 0.346)}
     for path, (requests, refs, unique, ratio) in want.items():
@@ -164,7 +154,7 @@ def brute_belady(chains, cap):
 
 
 def test_simulations_match_brute_force():
-    mod = replay_module()
+    mod = harness.bench_replay()
     rng = random.Random(19)
     for trial in range(300):
         chains = random_chains(rng, rng.randint(3, 40), rng.randint(1, 9), rng.random())
@@ -238,7 +228,7 @@ def test_replay_leaves_a_sound_state():
 
 def test_stripe_hash_is_the_wire_hash():
     # values of wire_stripe_hash / wire_stripe_of (src/wire/wire.c), computed by the C
-    mod = replay_module()
+    mod = harness.bench_replay()
     for key, stripe in ((b"0123456789abcdef0123456789abcdef", 2), (b"a1b2", 9), (b"kv", 7),
                         (b"", 14)):
         expect_eq(mod.stripe_of(key, 16), stripe, "stripe of %r among 16" % key)

@@ -23,6 +23,14 @@
 
 #include "core/core.h"
 
+/* The core that test_replay.c and test_follow.c run the operations on:
+ * leases short enough that the steps' clock lets them run out. */
+#define RANDOPS_CORE_CONFIG                                                                        \
+    {                                                                                              \
+        .reservation_ms = 900, .read_lease_ms = 400, .evict = true, .max_pages = 1000,             \
+        .max_ranks = 4, .hash_seed = 7, .write_lease_ms = 700, .release_grace_ms = 300             \
+    }
+
 /* An xorshift64 generator (every random test here draws from one). */
 typedef struct randops_rng {
     uint64_t s;

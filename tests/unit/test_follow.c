@@ -47,14 +47,7 @@ static randops_text render(core_t *core)
     return t;
 }
 
-static const core_config CFG = {.reservation_ms = 900,
-                                .read_lease_ms = 400,
-                                .evict = true,
-                                .max_pages = 1000,
-                                .max_ranks = 4,
-                                .hash_seed = 7,
-                                .write_lease_ms = 700,
-                                .release_grace_ms = 300};
+static const core_config CFG = RANDOPS_CORE_CONFIG;
 static const hf_slice NS[2] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("other")};
 static char names[24][80];
 static hf_slice keys[24];
