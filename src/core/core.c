@@ -417,7 +417,7 @@ static reuse_t *ns_reuse(core_t *core, core_ns *ns)
 {
     uint64_t pages = ns->npools ? ns->pages_sum / ns->npools : 0;
     if (!ns->reuse) {
-        if (CORE_REUSE_NS == 0 || core->nreuse + 1 > CORE_REUSE_NS)
+        if (core->nreuse + 1 > CORE_REUSE_NS) /* also with CORE_REUSE_NS 0 */
             return NULL;
         core->nreuse++;
         ns->reuse = reuse_new(pages);

@@ -44,7 +44,7 @@ void reuse_reset(reuse_t *r, uint64_t pages)
     memset(r, 0, sizeof *r);
     r->rate_div = rate_div;
     r->pages = pages;
-    /* rate = min(1, MAX / (4 pages)); the largest cache holds 4 pages rate */
+    /* rate = min(1 / rate_div, MAX / (4 pages)); the largest cache holds 4 pages rate */
     uint64_t largest = 4 * pages; /* pages < 2^32: no overflow */
     double rate = largest <= REUSE_MAX_KEYS ? 1.0 : (double)REUSE_MAX_KEYS / (double)largest;
     if (rate > 1.0 / rate_div)
