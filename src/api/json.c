@@ -149,12 +149,23 @@ static int cancel(json_doc *doc, const char *reason)
     return 0;
 }
 
-static int push(json_doc *doc, json_node node)
+static int push_grow(json_doc *doc, json_node node)
 {
     if (doc->nodes >= doc->limits.max_nodes)
         return cancel(doc, CANCEL_NODES);
     doc->nodes++;
     doc->stack = hf_grow(doc->stack, &doc->stack_cap, doc->stack_len + 1, sizeof *doc->stack);
+    doc->stack[doc->stack_len++] = node;
+    return 1;
+}
+
+/* One node more; inline where the stack has room (every value of a
+ * request passes here), push_grow otherwise. */
+static inline int push(json_doc *doc, json_node node)
+{
+    if (doc->nodes >= doc->limits.max_nodes || doc->stack_len >= doc->stack_cap)
+        return push_grow(doc, node);
+    doc->nodes++;
     doc->stack[doc->stack_len++] = node;
     return 1;
 }
@@ -518,21 +529,6 @@ const char *json_type_name(const json_node *node)
 }
 
 /* ---- writer ---- */
-
-void json_put_raw(json_buf *buf, const char *text, size_t len)
-{
-    if (!hf_buf_reserve(buf, len))
-        return;
-    memcpy(buf->ptr + buf->len, text, len);
-    buf->len += len;
-}
-
-void json_put_char(json_buf *buf, char c)
-{
-    if (!hf_buf_reserve(buf, 1))
-        return;
-    buf->ptr[buf->len++] = c;
-}
 
 static char *put_escape(char *out, unsigned char c)
 {

@@ -36,6 +36,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "util/buf.h"
 #include "util/slice.h"
@@ -138,10 +139,23 @@ static inline void json_buf_reset(json_buf *buf, size_t keep_bytes)
     hf_buf_reset(buf, keep_bytes);
 }
 
-void json_put_raw(json_buf *buf, const char *text, size_t len);
+/* Inline, so that a literal's copy is a few moves. */
+static inline void json_put_raw(json_buf *buf, const char *text, size_t len)
+{
+    if (!hf_buf_reserve(buf, len))
+        return;
+    if (len)
+        memcpy(buf->ptr + buf->len, text, len);
+    buf->len += len;
+}
 /* lit must be a string literal (the "" "" makes anything else a compile error). */
 #define json_put_lit(buf, lit) json_put_raw((buf), "" lit "", sizeof(lit) - 1)
-void json_put_char(json_buf *buf, char c);
+static inline void json_put_char(json_buf *buf, char c)
+{
+    if (!hf_buf_reserve(buf, 1))
+        return;
+    buf->ptr[buf->len++] = c;
+}
 /* A quoted, escaped string (see the header comment). */
 void json_put_str(json_buf *buf, const char *text, size_t len);
 void json_put_int(json_buf *buf, int64_t value);

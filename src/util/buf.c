@@ -4,7 +4,8 @@
 
 #include "util/xalloc.h"
 
-bool hf_buf_reserve(hf_buf *b, size_t more)
+/* hf_buf_reserve's growth: called when the room is short (or overflow set). */
+bool hf_buf_grow(hf_buf *b, size_t more)
 {
     if (b->overflow)
         return false;

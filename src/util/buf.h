@@ -47,7 +47,13 @@ static inline void hf_buf_set_max(hf_buf *b, size_t max)
 /* Room for `more` bytes after len: capacity doubles from 256, up to the
  * maximum; false (nothing changed) if len + more would pass it, or after
  * an earlier refusal. */
-bool hf_buf_reserve(hf_buf *b, size_t more);
+bool hf_buf_grow(hf_buf *b, size_t more);
+static inline bool hf_buf_reserve(hf_buf *b, size_t more)
+{
+    if (!b->overflow && b->cap - b->len >= more) /* inline: room already there */
+        return true;
+    return hf_buf_grow(b, more);
+}
 /* false (nothing appended) as hf_buf_reserve. */
 bool hf_buf_append(hf_buf *b, const void *data, size_t len);
 /* Empty, and no overflow; memory above keep_bytes is given back. */

@@ -48,10 +48,8 @@ void *hf_xreallocarray(void *ptr, size_t count, size_t size)
     return hf_xrealloc(ptr, count * size);
 }
 
-void *hf_grow_max(void *ptr, size_t *cap, size_t need, size_t elem_size, size_t max)
+void *hf_grow_slow(void *ptr, size_t *cap, size_t need, size_t elem_size, size_t max)
 {
-    if (need <= *cap)
-        return ptr;
     size_t c = *cap ? *cap : 256 / elem_size ? 256 / elem_size : 1;
     while (c < need && c <= max / 2)
         c *= 2;

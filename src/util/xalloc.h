@@ -25,7 +25,13 @@ void *hf_xreallocarray(void *ptr, size_t count, size_t size);
  * goes past max elements (need <= max is the caller's to check: the last
  * doubling stops at max).
  */
-void *hf_grow_max(void *ptr, size_t *cap, size_t need, size_t elem_size, size_t max);
+void *hf_grow_slow(void *ptr, size_t *cap, size_t need, size_t elem_size, size_t max);
+static inline void *hf_grow_max(void *ptr, size_t *cap, size_t need, size_t elem_size, size_t max)
+{
+    if (need <= *cap) /* the common case, inline: a push into room already there */
+        return ptr;
+    return hf_grow_slow(ptr, cap, need, elem_size, max);
+}
 static inline void *hf_grow(void *ptr, size_t *cap, size_t need, size_t elem_size)
 {
     return hf_grow_max(ptr, cap, need, elem_size, (size_t)-1 / elem_size);
