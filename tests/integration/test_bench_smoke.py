@@ -176,6 +176,26 @@ def test_ab_script_runs_both_sides_alternately_and_prints_a_median_for_each():
     for side in "AB":
         assert re.search(r"^%s median requests/s: \d+(\.\d+)?$" % side, out, re.M), out[-2000:]
 
+def test_instructions_script_counts_instructions_per_request_of_each_binary():
+    """bench/instructions: a 1-second count under callgrind prints, for the
+    binary, the requests wrk saw and a per-request count that a 128-key read
+    cannot go under (each key is parsed, hashed and looked up: thousands of
+    instructions at least) nor a working server go far over."""
+    if skipped():
+        return
+    binary = os.path.join(ROOT, "build", "hf3fs-metad")
+    proc = subprocess.run([os.path.join(ROOT, "bench", "instructions"), "--seconds", "1",
+                           "exists", "128", binary], cwd=ROOT, env=dict(os.environ, BUILD="build"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    out = proc.stdout
+    assert proc.returncode == 0, "bench/instructions exited %d:\n%s" % (proc.returncode, out[-2000:])
+    m = re.search(r"exists 128: requests=(\d+) instructions=(\d+) per_request=(\d+)$", out, re.M)
+    assert m, "no count line:\n" + out[-2000:]
+    requests, total, per = (int(g) for g in m.groups())
+    assert requests > 0 and per == total // requests, out[-2000:]
+    assert 10_000 < per < 10_000_000, "implausible instructions per 128-key read: %d" % per
+
+
 def test_read_cost_smoke_run_prints_both_comparisons_and_their_targets():
     """bench/read_cost.py --smoke: the embedded, Redis and auth rows and the
     five target lines have figures (none is judged here)."""
