@@ -23,7 +23,8 @@ CC       ?= gcc
 PYTHON   ?= /usr/bin/python3
 BUILD    ?= build
 WARN     := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
-            -Wmissing-prototypes -Wformat=2 -Wvla -Wno-unused-parameter
+            -Wmissing-prototypes -Wformat=2 -Wvla -Wno-unused-parameter \
+            -Wconversion -Wsign-conversion
 CFLAGS   ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread
 LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread

@@ -90,7 +90,7 @@ static void measure(size_t entries, int key_chars)
     core_pool_get_stats(core_pool_find(core, HF_SLICE_LIT("kv"), 0), 0, &st);
     printf("%zu owned entries, %d-char keys, TP %u: %.1f bytes per (key, rank) (owned %llu per "
            "rank)\n",
-           entries, key_chars, tp, (after - before) * 1024.0 / (double)entries / tp,
+           entries, key_chars, tp, (double)(after - before) * 1024.0 / (double)entries / tp,
            (unsigned long long)st.owned);
     core_free(core);
 }
@@ -120,7 +120,8 @@ static void measure_free_pages(size_t entries)
     core_pool_stats st;
     core_pool_get_stats(pool, 0, &st);
     printf("%zu free pages once used: %.1f bytes per page (free %llu); never used: 0 bytes\n",
-           entries, (after - before) * 1024.0 / (double)entries, (unsigned long long)st.free);
+           entries, (double)(after - before) * 1024.0 / (double)entries,
+           (unsigned long long)st.free);
     core_free(core);
     free(pages);
 }

@@ -32,7 +32,7 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void die(const char *what)
@@ -171,7 +171,7 @@ static void run_cycle(int clients, double seconds)
         total += cy[i].cycles;
     }
     double dt = now_s() - t0;
-    printf("cycles %" PRIu64 " seconds %.3f rate %.1f\n", total, dt, total / dt);
+    printf("cycles %" PRIu64 " seconds %.3f rate %.1f\n", total, dt, (double)total / dt);
 }
 
 /* ---- load and exists ---- */

@@ -215,7 +215,7 @@ static void damage_file(fuzz_reader *in, file *f)
     uint8_t damage = fuzz_byte(in);
     if (damage & 1) {
         size_t at = ((size_t)fuzz_byte(in) << 8 | fuzz_byte(in)) % f->bytes.len;
-        f->bytes.ptr[at] ^= (uint8_t)(fuzz_byte(in) | 1);
+        f->bytes.ptr[at] = (char)(f->bytes.ptr[at] ^ (char)(fuzz_byte(in) | 1));
     }
     if (damage & 2)
         f->bytes.len = ((size_t)fuzz_byte(in) << 8 | fuzz_byte(in)) % (f->bytes.len + 1);

@@ -17,9 +17,9 @@ static inline uint16_t hf_crc16(const unsigned char *p, size_t len)
 {
     uint16_t crc = 0;
     for (size_t i = 0; i < len; i++) {
-        crc ^= (uint16_t)(p[i] << 8);
+        crc = (uint16_t)(crc ^ (p[i] << 8));
         for (int bit = 0; bit < 8; bit++)
-            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+            crc = (uint16_t)((crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1);
     }
     return crc;
 }

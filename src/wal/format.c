@@ -134,8 +134,8 @@ static void put_key(hf_buf *b, hf_slice key)
     hf_buf_reserve(b, n);
     for (size_t i = 0; i < n; i++)
         /* both digits are 0..15: is_packable_hex checked every character */
-        b->ptr[b->len++] = (uint8_t)((unsigned)hex_digit((uint8_t)key.ptr[2 * i]) << 4 |
-                                     (unsigned)hex_digit((uint8_t)key.ptr[2 * i + 1]));
+        b->ptr[b->len++] = (char)((unsigned)hex_digit((uint8_t)key.ptr[2 * i]) << 4 |
+                                  (unsigned)hex_digit((uint8_t)key.ptr[2 * i + 1]));
 }
 
 static const char hex_chars[] = "0123456789abcdef";
@@ -157,8 +157,8 @@ static hf_slice get_key(reader *r, hf_buf *scratch)
     scratch->len = 0;
     hf_buf_reserve(scratch, (size_t)n * 2);
     for (size_t i = 0; i < n; i++) {
-        scratch->ptr[2 * i] = (uint8_t)hex_chars[p[i] >> 4];
-        scratch->ptr[2 * i + 1] = (uint8_t)hex_chars[p[i] & 15];
+        scratch->ptr[2 * i] = hex_chars[p[i] >> 4];
+        scratch->ptr[2 * i + 1] = hex_chars[p[i] & 15];
     }
     scratch->len = (size_t)n * 2;
     return (hf_slice){(const char *)scratch->ptr, scratch->len};
@@ -298,7 +298,7 @@ static void body_start(wal_encoder *e, uint8_t type)
 {
     e->body.len = 0;
     hf_buf_reserve(&e->body, 1);
-    e->body.ptr[e->body.len++] = type;
+    e->body.ptr[e->body.len++] = (char)type;
 }
 
 static void body_emit(wal_encoder *e)

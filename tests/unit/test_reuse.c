@@ -92,7 +92,7 @@ TEST(sampled_estimate_of_a_large_pool_keeps_the_cyclic_scan_answer_in_bounded_me
     uint64_t blocks, hits[REUSE_SCALES];
     reuse_figures(r, &blocks, hits);
     double expect = (double)rounds * K * REUSE_MAX_KEYS / 4e6; /* about K x rate a round */
-    CHECK(blocks > 0.8 * expect && blocks < 1.2 * expect);
+    CHECK((double)blocks > 0.8 * (double)expect && (double)blocks < 1.2 * (double)expect);
     CHECK_EQ(ratio_at(r, 2), 0);      /* 1M pages < K */
     CHECK_EQ(ratio_at(r, 3), 666666); /* 2M pages > K: 2 rounds of 3 hit */
     reuse_free(r);
