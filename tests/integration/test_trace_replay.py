@@ -170,6 +170,32 @@ def test_simulations_match_brute_force():
     expect_eq(mod.belady_hits(chains, 2), 2, "Belady: c is not kept, a b hit")
 
 
+def test_copies_are_disjoint_interleaved_and_each_in_its_own_order():
+    mod = harness.bench_replay()
+    chains = [[1, 2, 3], [1, 4], [5]]
+    out = mod.interleave_copies(chains, 3)
+    expect_eq(len(out), 9, "3 copies of 3 requests")
+    for c in range(3):
+        mine = [ch for ch in out if ch[0].startswith("%d:" % c)]
+        expect_eq(mine, [["%d:%s" % (c, b) for b in ch] for ch in chains],
+                  "copy %d: its requests, in the trace's order, with ids of its own" % c)
+    expect_true(out != [ch for c in range(3) for ch in out if ch[0].startswith("%d:" % c)],
+                "the copies' requests are interleaved, not one copy after another: %r" % out)
+    expect_eq(mod.interleave_copies(chains, 3), out, "the interleaving is seeded (repeatable)")
+    # the same habits: block uses and infinite-cache hits multiply with the unique
+    # blocks (so the pools at a percentage), keeping the ratios
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for ch in chains:
+            f.write(json.dumps({"hash_ids": ch}) + "\n")
+    try:
+        one, three = mod.Trace(f.name), mod.Trace(f.name, copies=3)
+    finally:
+        os.unlink(f.name)
+    expect_eq(three.unique, 3 * one.unique, "unique blocks of 3 copies")
+    expect_eq(three.refs, 3 * one.refs, "block uses of 3 copies")
+    expect_eq(three.infinite_hits, 3 * one.infinite_hits, "infinite-cache hits of 3 copies")
+
+
 def check_rows(rows, traces, engines):
     expect_eq(len(rows), len(traces) * len(engines) * len(POOLS), "rows of the TSV")
     for r in rows:
