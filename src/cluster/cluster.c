@@ -29,6 +29,7 @@
 
 #include "util/clock.h"
 #include "util/hostport.h"
+#include "util/resp.h"
 #include "util/slot.h"
 #include "util/xalloc.h"
 
@@ -112,6 +113,7 @@ struct cluster {
     request *requests;
     size_t request_cap;
     expect *expects;
+    hf_buf fmt; /* pipeline_append's command, formatted */
     size_t expect_cap;
     cluster_stats stats;
     char error[256];
@@ -242,7 +244,9 @@ static bool pipeline_append(cluster_t *c, node *nd, size_t *nexp, enum expect_ki
                             int argc, const char **argv, const size_t *argvlen)
 {
     size_t start = sdslen(nd->ctx->obuf);
-    if (redisAppendCommandArgv(nd->ctx, argc, argv, argvlen) != REDIS_OK)
+    c->fmt.len = 0;
+    hf_resp_command(&c->fmt, argc, argv, argvlen);
+    if (redisAppendFormattedCommand(nd->ctx, c->fmt.ptr, c->fmt.len) != REDIS_OK)
         return false;
     expect *e = expect_push(c, nexp);
     e->kind = kind;
@@ -903,6 +907,7 @@ void cluster_close(cluster_t *c)
     free(c->nodes);
     free(c->requests);
     free(c->expects);
+    hf_buf_free(&c->fmt);
     free(c->user);
     free(c->password);
     free(c);

@@ -572,13 +572,18 @@ static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out, 
     size_t len;
     const char *p = rm_StringPtrLen(a, &len);
     core_config cfg = c->v ? *core_get_config(c->v->core) : default_config();
-    wire_stripe st;
-    if (wire_cfg_parse(p, len, &cfg, &st) != 0) {
+    /* A front end sends the same seven fields with every command (commands
+     * run one at a time, on Redis's main thread). */
+    static wire_cfg_cache last;
+    wire_cfg w;
+    if (wire_cfg_read_cached(&last, p, len, &w) != 0) {
         rm_ReplyWithError(c->ctx, "ERR malformed cfg (reservation_ms,read_lease_ms,"
                                   "write_lease_ms,release_grace_ms,evict,max_pages,max_ranks"
                                   "[,stripes,stripe])");
         return -1;
     }
+    wire_cfg_apply(&w, &cfg);
+    wire_stripe st = w.st;
     if (c->v && (st.count != c->v->st.count || st.index != c->v->st.index)) {
         char msg[120];
         snprintf(msg, sizeof msg,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "store/redis_conn.h"
+#include "util/fmt.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 #include "wire/wire.h"
@@ -76,6 +77,13 @@ static char *args_room(args *a, size_t len)
     return a->buf + a->used - len;
 }
 
+/* The last argument is `len` bytes long (at most what args_room gave it). */
+static void args_trim(args *a, size_t len)
+{
+    a->used -= a->len[a->n - 1] - len;
+    a->len[a->n - 1] = len;
+}
+
 static void args_add(args *a, const void *p, size_t len)
 {
     if (len)
@@ -91,17 +99,16 @@ static void args_str(args *a, const char *s)
 
 static void args_int(args *a, int64_t v)
 {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%" PRId64, v);
-    args_add(a, tmp, (size_t)n);
+    char tmp[1 + HF_UINT_DIGITS], *p = tmp;
+    if (v < 0)
+        *p++ = '-';
+    p = hf_put_uint(p, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+    args_add(a, tmp, (size_t)(p - tmp));
 }
 
 static void args_keys(args *a, const hf_slice *keys, size_t n)
 {
-    hf_buf b = {0};
-    wire_keys_append(&b, keys, n);
-    args_add(a, b.ptr, b.len);
-    hf_buf_free(&b);
+    wire_keys_put(args_room(a, wire_keys_len(keys, n)), keys, n);
 }
 
 static void args_pages(args *a, const int64_t *v, size_t n)
@@ -500,10 +507,13 @@ static args *batch_add(store_redis *r, batch *b, const char *cmd, const layout *
     b->stripe[b->m++] = i;
     args_cmd_key(a, cmd, L->key[i], L->keylen[i], L->slot[i]);
     args_int(a, now_of(r));
-    char cfg[sizeof r->cfgs + 24];
-    memcpy(cfg, r->cfgs, r->cfglen);
-    int k = snprintf(cfg + r->cfglen, sizeof cfg - r->cfglen, ",%" PRIu32 ",%" PRIu32, L->count, i);
-    args_add(a, cfg, r->cfglen + (size_t)k);
+    char *cfg = args_room(a, r->cfglen + 2 * (1 + HF_UINT_DIGITS)), *p = cfg + r->cfglen;
+    memcpy(cfg, r->cfgs, r->cfglen); /* wire_cfg_parse's 9-field form: cfg,count,stripe */
+    *p++ = ',';
+    p = hf_put_uint(p, L->count);
+    *p++ = ',';
+    p = hf_put_uint(p, i);
+    args_trim(a, (size_t)(p - cfg));
     return a;
 }
 

@@ -19,6 +19,7 @@
 #include "util/clock.h"
 #include "util/hostport.h"
 #include "util/log.h"
+#include "util/resp.h"
 #include "util/xalloc.h"
 
 #define RTT_BUCKETS 13
@@ -499,8 +500,12 @@ static void one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
     }
     bool wait = change && r->opt.wait_replicas > 0;
     int64_t t0 = hf_clock_mono_us();
+    hf_buf out = {0}; /* the pipeline, written once */
     for (size_t i = 0; i < n; i++)
-        redisAppendCommandArgv(c->ctx, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
+        hf_resp_command(&out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
+    if (out.len)
+        redisAppendFormattedCommand(c->ctx, out.ptr, out.len);
+    hf_buf_free(&out);
     if (wait)
         redisAppendCommand(c->ctx, "WAIT %u %lld", r->opt.wait_replicas, (long long)wait_ms(r));
     int rc = REDIS_OK;

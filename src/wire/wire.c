@@ -35,18 +35,31 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap)
     return need;
 }
 
-void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n)
+size_t wire_keys_len(const hf_slice *keys, size_t n)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += 4 + keys[i].len;
-    hf_buf_reserve(b, total);
+    return total;
+}
+
+void wire_keys_put(char *out, const hf_slice *keys, size_t n)
+{
     for (size_t i = 0; i < n; i++) {
-        hf_put_le32(b->ptr + b->len, (uint32_t)keys[i].len);
+        hf_put_le32(out, (uint32_t)keys[i].len);
         if (keys[i].len)
-            memcpy((char *)b->ptr + b->len + 4, keys[i].ptr, keys[i].len);
-        b->len += 4 + keys[i].len;
+            memcpy(out + 4, keys[i].ptr, keys[i].len);
+        out += 4 + keys[i].len;
     }
+}
+
+void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n)
+{
+    size_t total = wire_keys_len(keys, n);
+    if (!hf_buf_reserve(b, total))
+        return;
+    wire_keys_put(b->ptr + b->len, keys, n);
+    b->len += total;
 }
 
 int64_t wire_keys_count(const char *p, size_t len)
@@ -122,7 +135,7 @@ static int cfg_field(const char *p, size_t len, size_t *pos, bool last, int64_t 
     return 0;
 }
 
-int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st)
+int wire_cfg_read(const char *p, size_t len, wire_cfg *out)
 {
     int64_t f[9];
     size_t pos = 0, nf = 7;
@@ -146,15 +159,67 @@ int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st)
             return -1;
         s = (wire_stripe){(uint32_t)f[7], (uint32_t)f[8]};
     }
-    cfg->reservation_ms = f[0];
-    cfg->read_lease_ms = f[1];
-    cfg->write_lease_ms = f[2];
-    cfg->release_grace_ms = f[3];
-    cfg->evict = f[4] == 1;
-    cfg->max_pages = (uint64_t)f[5];
-    cfg->max_ranks = (uint32_t)f[6];
+    *out = (wire_cfg){.reservation_ms = f[0],
+                      .read_lease_ms = f[1],
+                      .write_lease_ms = f[2],
+                      .release_grace_ms = f[3],
+                      .evict = f[4] == 1,
+                      .max_pages = (uint64_t)f[5],
+                      .max_ranks = (uint32_t)f[6],
+                      .st = s};
+    return 0;
+}
+
+int wire_cfg_read_cached(wire_cfg_cache *c, const char *p, size_t len, wire_cfg *out)
+{
+    if (c->len && len >= c->len && memcmp(p, c->text, c->len) == 0 &&
+        (len == c->len || p[c->len] == ',')) {
+        wire_cfg w = c->w; /* the seven fields: the cache's; the stripe: read here */
+        w.st = (wire_stripe){1, 0};
+        if (len > c->len) {
+            size_t pos = c->len + 1;
+            int64_t count, index;
+            if (cfg_field(p, len, &pos, false, &count) != 0 ||
+                cfg_field(p, len, &pos, true, &index) != 0 || count < 1 ||
+                count > WIRE_MAX_STRIPES || index < 0 || index >= count)
+                return -1;
+            w.st = (wire_stripe){(uint32_t)count, (uint32_t)index};
+        }
+        *out = w;
+        return 0;
+    }
+    if (wire_cfg_read(p, len, out) != 0)
+        return -1;
+    size_t end = 0, commas = 0; /* the seven fields' text: up to the 7th comma */
+    while (end < len && !(p[end] == ',' && ++commas == 7))
+        end++;
+    if (end <= sizeof c->text) {
+        memcpy(c->text, p, end);
+        c->len = end;
+        c->w = *out;
+    }
+    return 0;
+}
+
+void wire_cfg_apply(const wire_cfg *w, core_config *cfg)
+{
+    cfg->reservation_ms = w->reservation_ms;
+    cfg->read_lease_ms = w->read_lease_ms;
+    cfg->write_lease_ms = w->write_lease_ms;
+    cfg->release_grace_ms = w->release_grace_ms;
+    cfg->evict = w->evict;
+    cfg->max_pages = w->max_pages;
+    cfg->max_ranks = w->max_ranks;
+}
+
+int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st)
+{
+    wire_cfg w;
+    if (wire_cfg_read(p, len, &w) != 0)
+        return -1;
+    wire_cfg_apply(&w, cfg);
     if (st)
-        *st = s;
+        *st = w.st;
     return 0;
 }
 

@@ -48,6 +48,9 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap);
 
 /* Key lists. */
 void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n);
+/* The list's bytes, and the list written at out (wire_keys_len bytes). */
+size_t wire_keys_len(const hf_slice *keys, size_t n);
+void wire_keys_put(char *out, const hf_slice *keys, size_t n);
 /* How many keys p[0..len) holds, or -1 if it is not a well-formed key list. */
 int64_t wire_keys_count(const char *p, size_t len);
 /* Fill out[0..count) from a list wire_keys_count accepted (slices point into p). */
@@ -91,6 +94,27 @@ size_t wire_stripe_key(hf_slice ns, wire_stripe st, char *out, size_t cap);
  * 0 or -1 if malformed. */
 size_t wire_cfg_format(const core_config *cfg, char *out, size_t cap);
 int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st);
+/* The same in two steps, for a caller that keeps the fields of a text it
+ * saw before (the module: every command of a front end carries the same). */
+typedef struct wire_cfg {
+    int64_t reservation_ms, read_lease_ms, write_lease_ms, release_grace_ms;
+    bool evict;
+    uint64_t max_pages;
+    uint32_t max_ranks;
+    wire_stripe st;
+} wire_cfg;
+int wire_cfg_read(const char *p, size_t len, wire_cfg *out);
+void wire_cfg_apply(const wire_cfg *w, core_config *cfg);
+/* wire_cfg_read, keeping the seven fields' text and values of the last
+ * text read in *cache (zeroed at first): a text with the same seven
+ * fields, stripe or not, reads only its stripe. Same answers as
+ * wire_cfg_read. */
+typedef struct wire_cfg_cache {
+    char text[128];
+    size_t len; /* 0: empty */
+    wire_cfg w;
+} wire_cfg_cache;
+int wire_cfg_read_cached(wire_cfg_cache *cache, const char *p, size_t len, wire_cfg *out);
 
 /* Events. */
 void wire_event_append(hf_buf *b, const core_event *ev);

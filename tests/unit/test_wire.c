@@ -2,13 +2,19 @@
  * test_wire.c: the encodings of src/wire/wire.h (front end <-> Redis
  * module) round-trip, and their decoders refuse malformed input without
  * reading past it (each input sits in a buffer of exactly its size, so the
- * ASan build catches a read beyond).
+ * ASan build catches a read beyond); the RESP commands both Redis clients
+ * write are hiredis's bytes.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
 
 #include "check.h"
 #include "randops.h"
 #include "util/bytes.h"
+#include "util/resp.h"
 #include "util/slot.h"
 #include "wire/wire.h"
 
@@ -275,6 +281,81 @@ TEST(random_bytes_never_decode_beyond_their_length)
     }
 }
 
+/* The module keeps the seven fields of the last cfg it read: every text,
+ * valid or not, read through one cache answers as wire_cfg_read does. The
+ * texts are drawn from a few of each part (fields, stripes, garbage) so that
+ * the cache hits, misses and nearly hits. */
+TEST(cfg_read_through_the_cache_answers_as_without_it)
+{
+    static const char *const heads[] = {"1,2,3,4,1,5,6", "600000,0,0,0,1,0,0", "1,2,3,4,0,5,6",
+                                        "1,2,3,4,1,5,",  "1,2,3,4,1,5,66",     "1,2,3,4,2,5,6"};
+    static const char *const tails[] = {"",     ",16,15", ",16,0", ",4,3",    ",16,16",
+                                        ",0,0", ",257,0", ",16",   ",16,1,0", ",16,-1",
+                                        ",1,0", "x",      ",",     ",16,",    ",16,1x"};
+    wire_cfg_cache cache = {0};
+    for (int round = 0; round < 20000; round++) {
+        char text[64];
+        int n = snprintf(text, sizeof text, "%s%s", heads[next() % 6], tails[next() % 15]);
+        size_t len = (size_t)n;
+        if (next() % 8 == 0 && len) /* a cut text */
+            len = (size_t)(next() % len);
+        char *p = exact(text, len);
+        wire_cfg a, b;
+        memset(&a, 0x5a, sizeof a);
+        memset(&b, 0x5a, sizeof b);
+        int ra = wire_cfg_read(p, len, &a);
+        int rb = wire_cfg_read_cached(&cache, p, len, &b);
+        free(p);
+        if (ra != rb)
+            TEST_FAIL("cfg %.*s: %d without the cache, %d with it", (int)len, text, ra, rb);
+        if (ra == 0 &&
+            (a.reservation_ms != b.reservation_ms || a.read_lease_ms != b.read_lease_ms ||
+             a.write_lease_ms != b.write_lease_ms || a.release_grace_ms != b.release_grace_ms ||
+             a.evict != b.evict || a.max_pages != b.max_pages || a.max_ranks != b.max_ranks ||
+             a.st.count != b.st.count || a.st.index != b.st.index))
+            TEST_FAIL("cfg %.*s read otherwise through the cache", (int)len, text);
+    }
+}
+
+/* Both Redis clients hand hf_resp_command's bytes to hiredis as a formatted
+ * command: they must be the bytes hiredis's own formatter writes, for any
+ * arguments (empty, binary, CR LF inside, long). */
+TEST(resp_command_is_byte_for_byte_what_hiredis_writes)
+{
+    hf_buf b = {0};
+    for (int round = 0; round < 2000; round++) {
+        int argc = 1 + (int)(next() % 6);
+        char *argv[6];
+        size_t argvlen[6];
+        for (int i = 0; i < argc; i++) {
+            argvlen[i] = next() % 4 == 0 ? next() % 3000 : next() % 12;
+            argv[i] = malloc(argvlen[i] ? argvlen[i] : 1);
+            for (size_t j = 0; j < argvlen[i]; j++)
+                argv[i][j] = next() % 3 == 0 ? "\r\n$*"[next() % 4] : (char)next();
+        }
+        char *want = NULL;
+        int wlen = redisFormatCommandArgv(&want, argc, (const char **)argv, argvlen);
+        CHECK(wlen > 0);
+        size_t before = b.len; /* appended after what is there */
+        CHECK(hf_resp_command(&b, argc, (const char *const *)argv, argvlen));
+        CHECK_EQ(b.len - before, (size_t)wlen);
+        CHECK(memcmp(b.ptr + before, want, (size_t)wlen) == 0);
+        redisFreeCommand(want);
+        for (int i = 0; i < argc; i++)
+            free(argv[i]);
+        if (b.len > 100000)
+            b.len = 0;
+    }
+    hf_buf_free(&b);
+    hf_buf small;
+    hf_buf_init(&small, 10); /* a maximum it would pass: refused, nothing appended */
+    const char *one[] = {"PING"};
+    size_t onelen[] = {4};
+    CHECK(!hf_resp_command(&small, 1, one, onelen));
+    CHECK_EQ(small.len, (size_t)0);
+    hf_buf_free(&small);
+}
+
 TEST(cfg_carries_the_stripe_and_a_stripe_out_of_range_is_refused)
 {
     core_config c = {0};
@@ -425,6 +506,8 @@ int main(void)
     RUN(stripes_share_every_page_of_a_pool_exactly_once);
     RUN(events_round_trip_and_truncated_or_malformed_events_are_refused);
     RUN(random_bytes_never_decode_beyond_their_length);
+    RUN(cfg_read_through_the_cache_answers_as_without_it);
+    RUN(resp_command_is_byte_for_byte_what_hiredis_writes);
     RUN(byte_codecs_are_pinned_and_round_trip);
     return TEST_SUMMARY();
 }
