@@ -48,7 +48,7 @@ SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrenc
                      "test_stripes", "test_tenants", "test_import_sglang", "test_prefix_hits"]
 # Over the cluster, with several stripes per namespace (the rest: one).
 STRIPED_SUITES = ["test_page_integrity", "test_crash", "test_concurrency", "test_load",
-                  "test_retries"]
+                  "test_retries", "test_vllm", "test_sglang", "test_metrics"]
 # Run again with 4 stripes per namespace: the module's durability and
 # replication (RDB, AOF, replicas, slot moves) of values that are stripes.
 STRIPED_AGAIN = ["test_redis_module"]

@@ -1,5 +1,11 @@
 """test_metrics.py: GET /metrics and GET /v1/stats follow what the server does,
-and the Prometheus text passes `promtool check metrics`."""
+and the Prometheus text passes `promtool check metrics`.
+
+Over Redis with stripes (HF3FS_TEST_STRIPES = S) a test that counts the
+pages of a tiny pool uses keys of stripe 0 (harness.in_stripe0) and a pool
+S times as large: stripe 0 then has the pages the test counts (global pages
+0, S, 2S, ...), the other stripes as many, free, and counted in the pool's
+free pages. At S = 1 every test is the same as without stripes."""
 
 import time
 
@@ -8,6 +14,11 @@ from harness import (Server, expect_eq, expect_json, expect_status, expect_true,
                      s_confirm, s_exists, s_init, v_alloc, v_confirm, v_exists, v_init, wait_for)
 import metrics_text
 from metrics_text import total, value
+
+S = harness.STRIPES
+# Keys of stripe 0 (each is its own name at S = 1).
+A, B, C, D = (harness.in_stripe0(k) for k in "abcd")
+K1, K2 = harness.in_stripe0("k1"), harness.in_stripe0("k2")
 
 
 def scrape(srv):
@@ -39,9 +50,9 @@ def test_promtool_check_metrics_passes_on_the_real_output_of_a_busy_server():
         v_exists(c, ["a", "nope"])
         # A namespace with every character a label value must escape.
         odd = 'ns "quoted" back\\slash\nnew line'
-        s_init(c, 3, 4, ns=odd)
-        s_alloc(c, 3, ["k1", "k2"], ns=odd)
-        s_exists(c, 3, ["k1"], ns=odd)
+        s_init(c, 3, 4 * S, ns=odd)
+        s_alloc(c, 3, [K1, K2], ns=odd)
+        s_exists(c, 3, [K1], ns=odd)
         c.get("/no/such/path")
         c.post("/keys/batch_allocate", b"{not json")
         c.request("DELETE", "/health")
@@ -104,19 +115,21 @@ def test_errors_are_counted_under_their_route_and_status():
 def test_pool_page_gauges_and_keys_follow_allocate_confirm_and_release():
     with Server("--eviction", "none") as srv:
         c = srv.client()
-        v_init(c, 0, 4)
+        v_init(c, 0, 4 * S)
         _, s = scrape(srv)
         expect_eq([pages(s, st) for st in ("free", "reserved", "owned", "draining")],
-                  [4, 0, 0, 0], "fresh pool")
-        expect_eq(pool(s, "hf3fs_metad_pool_num_pages"), 4, "num_pages")
+                  [4 * S, 0, 0, 0], "fresh pool")
+        expect_eq(pool(s, "hf3fs_metad_pool_num_pages"), 4 * S, "num_pages")
         expect_eq(value(s, "hf3fs_metad_pools"), 1, "pools")
-        p = v_alloc(c, 0, ["a", "b", "c"])
+        p = v_alloc(c, 0, [A, B, C])
         _, s = scrape(srv)
-        expect_eq([pages(s, "free"), pages(s, "reserved")], [1, 3], "after allocating 3")
-        v_confirm(c, 0, [("a", p[0]), ("b", p[1])], release=[p[2]])
+        expect_eq([pages(s, "free"), pages(s, "reserved")], [4 * (S - 1) + 1, 3],
+                  "after allocating 3")
+        v_confirm(c, 0, [(A, p[0]), (B, p[1])], release=[p[2]])
         _, s = scrape(srv)
         expect_eq([pages(s, st) for st in ("free", "reserved", "owned", "draining")],
-                  [1, 0, 2, 1], "after confirming 2 and releasing 1 (it drains for the grace)")
+                  [4 * (S - 1) + 1, 0, 2, 1],
+                  "after confirming 2 and releasing 1 (it drains for the grace)")
         expect_eq(pool(s, "hf3fs_metad_pool_keys"), 2, "keys")
         expect_eq(pool(s, "hf3fs_metad_pool_reservations_total"), 3, "reservations")
         expect_eq(pool(s, "hf3fs_metad_pool_confirmations_total"), 2, "confirmations")
@@ -144,8 +157,8 @@ def test_hits_and_misses_are_counted():
 def test_evictions_are_counted():
     with Server("--read-lease", "0") as srv:
         c = srv.client()
-        v_init(c, 0, 2)
-        for keys in (["a", "b"], ["c", "d"]):
+        v_init(c, 0, 2 * S)
+        for keys in ([A, B], [C, D]):
             p = v_alloc(c, 0, keys)
             v_confirm(c, 0, list(zip(keys, p)))
         _, s = scrape(srv)
@@ -156,10 +169,10 @@ def test_evictions_are_counted():
 def test_expired_reservations_are_counted():
     with Server("--reservation-timeout", "0.2") as srv:
         c = srv.client()
-        s_init(c, 0, 4)
-        s_alloc(c, 0, ["a", "b"])
+        s_init(c, 0, 4 * S)
+        s_alloc(c, 0, [A, B])
         time.sleep(0.4)
-        s_exists(c, 0, ["a"])  # any operation on the pool expires the old reservations
+        s_exists(c, 0, [A])  # an operation on the pool (its stripe) expires old reservations
         _, s = scrape(srv)
         expect_eq(pool(s, "hf3fs_metad_pool_expired_reservations_total"), 2,
                   "expired reservations")
@@ -169,14 +182,14 @@ def test_expired_reservations_are_counted():
 def test_refused_confirmations_and_releases_are_counted_by_reason():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 4)
-        got = s_alloc(c, 0, ["a", "b"])
+        s_init(c, 0, 4 * S)
+        got = s_alloc(c, 0, [A, B])
         pa, pb = got[0][1], got[1][1]
-        free_page = ({0, 1, 2, 3} - {pa, pb}).pop()
-        s_confirm(c, 0, [("a", pb)])          # other_key
-        s_confirm(c, 0, [("a", free_page)])   # not_reserved
-        s_confirm(c, 0, [("a", 99)])          # out_of_range
-        s_confirm(c, 0, [("a", pa)])          # accepted
+        free_page = (set(range(0, 4 * S, S)) - {pa, pb}).pop()  # one of stripe 0's
+        s_confirm(c, 0, [(A, pb)])            # other_key
+        s_confirm(c, 0, [(A, free_page)])     # not_reserved
+        s_confirm(c, 0, [(A, 99)])            # out_of_range (99 >= 4 * S)
+        s_confirm(c, 0, [(A, pa)])            # accepted
         s_confirm(c, 0, release=[pa])         # release of an owned page
         s_confirm(c, 0, release=[free_page])  # release of a free page
         s_confirm(c, 0, release=[-1])         # out of range

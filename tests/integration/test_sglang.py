@@ -1,7 +1,14 @@
 #!/usr/bin/python3
 """The SGLang dialect (docs/protocol.md "The SGLang dialect"): every route,
 namespaces, existed flags, partial allocation, delete and clear, 404 text,
-and the state it shares with the vLLM dialect in namespace "kv"."""
+and the state it shares with the vLLM dialect in namespace "kv".
+
+Over Redis with stripes (HF3FS_TEST_STRIPES = S) a test that counts the
+pages of a tiny pool, or expects page numbers, uses keys of stripe 0
+(harness.in_stripe0) and a pool S times as large: stripe 0 then has the
+pages the test counts (global pages 0, S, 2S, ...), the other stripes as
+many, free, and counted in the pool's free pages. At S = 1 every test is
+the same as without stripes."""
 
 import os
 import sys
@@ -13,6 +20,12 @@ from harness import (Server, expect_eq, expect_error, expect_json, expect_no_bod
                      expect_true, pool_states, s_alloc, s_clear, s_confirm, s_delete,
                      s_exists, s_init, s_pages, raw_request, v_alloc, v_confirm, v_exists, v_init,
                      v_locations)
+
+S = harness.STRIPES
+# Keys of stripe 0 (each is its own name at S = 1).
+A, B, C, D, E, K, R, X, Y, Z = (harness.in_stripe0(k) for k in "abcdekrxyz")
+O1, O2, N1, N2, N3, ONLY_A, RESERVED = (
+    harness.in_stripe0(k) for k in ("o1", "o2", "n1", "n2", "n3", "only-a", "reserved"))
 
 
 def not_initialized(rank, ns="kv"):
@@ -78,13 +91,13 @@ def test_sglang_initialize_is_idempotent_and_keeps_state():
 def test_sglang_allocation_reports_existed_flags_for_hits():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 8)
-        first = s_alloc(c, 0, [["a", ""], ["b", "a"]])
+        s_init(c, 0, 8 * S)
+        first = s_alloc(c, 0, [[A, ""], [B, A]])
         expect_eq([e for e, _ in first], [False, False], "existed flags of new keys")
         pa, pb = [p for _, p in first]
-        expect_true(pa != pb and 0 <= pa < 8 and 0 <= pb < 8, "pages %r" % first)
-        s_confirm(c, 0, [("a", pa), ("b", pb)])
-        second = s_alloc(c, 0, ["a", "c", "b"])
+        expect_true(pa != pb and 0 <= pa < 8 * S and 0 <= pb < 8 * S, "pages %r" % first)
+        s_confirm(c, 0, [(A, pa), (B, pb)])
+        second = s_alloc(c, 0, [A, C, B])
         expect_eq(second[0], (True, pa), "a is a hit")
         expect_eq(second[2], (True, pb), "b is a hit")
         expect_true(second[1][0] is False and second[1][1] not in (-1, pa, pb),
@@ -96,40 +109,41 @@ def test_sglang_allocation_reports_existed_flags_for_hits():
 def test_sglang_allocation_is_partial_when_pool_too_small():
     with Server("--eviction", "none") as srv:
         c = srv.client()
-        s_init(c, 0, 3)
-        got = s_alloc(c, 0, ["a", "b", "c", "d", "e"])
+        s_init(c, 0, 3 * S)
+        got = s_alloc(c, 0, [A, B, C, D, E])
         pages = [p for _, p in got]
         expect_true(all(e is False for e, _ in got), "no hits: %r" % got)
-        expect_true(sorted(pages[:3]) == [0, 1, 2] and pages[3:] == [-1, -1],
+        expect_true(sorted(pages[:3]) == [0, S, 2 * S] and pages[3:] == [-1, -1],
                     "keys in order take the 3 pages, the rest -1: %r" % pages)
         st = srv.stats()[("kv", 0)]
-        expect_eq((st["free"], st["reserved"]), (0, 3), "(free, reserved)")
+        expect_eq((st["free"], st["reserved"]), (3 * (S - 1), 3), "(free, reserved)")
         # the client releases what it does not use; nothing leaks
-        s_confirm(c, 0, [("a", pages[0])], release=pages[1:3])
+        s_confirm(c, 0, [(A, pages[0])], release=pages[1:3])
         # released pages drain for the release grace (a replayed release finds them
         # DRAINING), then become free
-        expect_eq(pool_states(srv.stats(), "kv", 0), (3, 0, 0, 1, 2, 1), "after release")
+        expect_eq(pool_states(srv.stats(), "kv", 0), (3 * S, 3 * (S - 1), 0, 1, 2, 1),
+                  "after release")
 
 
 def test_sglang_partial_allocation_evicts_unused_keys_for_what_it_can():
     with Server("--eviction", "clock") as srv:
         c = srv.client()
-        s_init(c, 0, 3)
-        owned = alloc_confirm(c, 0, ["o1", "o2"])
-        s_exists(c, 0, ["o2"])                    # read lease on o2
-        got = s_alloc(c, 0, ["n1", "n2", "n3"])
+        s_init(c, 0, 3 * S)
+        owned = alloc_confirm(c, 0, [O1, O2])
+        s_exists(c, 0, [O2])                      # read lease on o2
+        got = s_alloc(c, 0, [N1, N2, N3])
         pages = [p for _, p in got]
         expect_eq(pages.count(-1), 1, "one free + one evictable page for three keys: %r" % got)
         expect_eq(pages[2], -1, "keys are served in order")
-        expect_true(owned["o1"] in pages, "o1 was evicted for a new key: %r" % got)
-        expect_eq(s_pages(c, 0, ["o1", "o2"]), [None, owned["o2"]], "leased key kept")
+        expect_true(owned[O1] in pages, "o1 was evicted for a new key: %r" % got)
+        expect_eq(s_pages(c, 0, [O1, O2]), [None, owned[O2]], "leased key kept")
 
 
 def test_sglang_repeated_key_in_one_request_gets_one_page():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 4)
-        got = s_alloc(c, 0, ["a", "b", "a", "a"])
+        s_init(c, 0, 4 * S)
+        got = s_alloc(c, 0, [A, B, A, A])
         expect_eq(got[0], got[2], "repeated key")
         expect_eq(got[0], got[3], "repeated key")
         expect_true(got[0][1] != got[1][1] and got[0][1] >= 0, "distinct keys: %r" % got)
@@ -139,42 +153,42 @@ def test_sglang_repeated_key_in_one_request_gets_one_page():
 def test_sglang_exists_is_per_pool_and_true_only_for_owned_keys():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 4)
-        s_init(c, 1, 4)
-        alloc_confirm(c, 0, ["a"])
-        s_alloc(c, 0, ["reserved"])
-        expect_eq(s_exists(c, 0, ["a", "reserved", "missing"]), [True, False, False], "rank 0")
-        expect_eq(s_exists(c, 1, ["a"]), [False], "rank 1 does not own a")
+        s_init(c, 0, 4 * S)
+        s_init(c, 1, 4 * S)
+        alloc_confirm(c, 0, [A])
+        s_alloc(c, 0, [RESERVED])
+        expect_eq(s_exists(c, 0, [A, RESERVED, "missing"]), [True, False, False], "rank 0")
+        expect_eq(s_exists(c, 1, [A]), [False], "rank 1 does not own a")
         expect_eq(s_exists(c, 0, []), [], "no keys")
 
 
 def test_sglang_get_page_indices_gives_pages_and_nulls():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 4)
-        owned = alloc_confirm(c, 0, ["a", "b"])
-        s_alloc(c, 0, ["reserved"])
-        expect_eq(s_pages(c, 0, ["b", "missing", "reserved", "a", "b"]),
-                  [owned["b"], None, None, owned["a"], owned["b"]], "indices")
+        s_init(c, 0, 4 * S)
+        owned = alloc_confirm(c, 0, [A, B])
+        s_alloc(c, 0, [RESERVED])
+        expect_eq(s_pages(c, 0, [B, "missing", RESERVED, A, B]),
+                  [owned[B], None, None, owned[A], owned[B]], "indices")
 
 
 def test_sglang_namespaces_with_the_same_rank_are_isolated():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 4, ns="A")
-        s_init(c, 0, 4, ns="B")
-        a = alloc_confirm(c, 0, ["k", "only-a"], ns="A")
-        expect_eq(s_exists(c, 0, ["k", "only-a"], ns="B"), [False, False], "B sees nothing")
-        expect_eq(s_pages(c, 0, ["k"], ns="B"), [None], "B has no page for k")
-        got = s_alloc(c, 0, ["k"], ns="B")
+        s_init(c, 0, 4 * S, ns="A")
+        s_init(c, 0, 4 * S, ns="B")
+        a = alloc_confirm(c, 0, [K, ONLY_A], ns="A")
+        expect_eq(s_exists(c, 0, [K, ONLY_A], ns="B"), [False, False], "B sees nothing")
+        expect_eq(s_pages(c, 0, [K], ns="B"), [None], "B has no page for k")
+        got = s_alloc(c, 0, [K], ns="B")
         expect_eq(got[0][0], False, "k is new in B")
-        s_confirm(c, 0, [("k", got[0][1])], ns="B")
-        s_delete(c, 0, ["k"], ns="B")
-        expect_eq(s_pages(c, 0, ["k", "only-a"], ns="A"), [a["k"], a["only-a"]],
+        s_confirm(c, 0, [(K, got[0][1])], ns="B")
+        s_delete(c, 0, [K], ns="B")
+        expect_eq(s_pages(c, 0, [K, ONLY_A], ns="A"), [a[K], a[ONLY_A]],
                   "delete in B leaves A alone")
-        alloc_confirm(c, 0, ["x"], ns="B")
+        alloc_confirm(c, 0, [X], ns="B")
         s_clear(c, 0, ns="B")
-        expect_eq(s_exists(c, 0, ["k", "only-a"], ns="A"), [True, True],
+        expect_eq(s_exists(c, 0, [K, ONLY_A], ns="A"), [True, True],
                   "clear of B leaves A alone")
         st = srv.stats()
         expect_eq(pool_states(st, "A", 0)[3], 2, "A owned")
@@ -213,24 +227,25 @@ def test_sglang_uninitialized_pool_answers_404_with_exact_text_on_every_route():
 def test_sglang_delete_keys_frees_their_pages():
     with Server("--eviction", "none") as srv:
         c = srv.client()
-        s_init(c, 0, 3)
-        owned = alloc_confirm(c, 0, ["a", "b", "c"])
-        expect_no_body(c.post("/0/delete_keys", {"keys": ["a", "missing", "c", "a"]}), 204)
+        s_init(c, 0, 3 * S)
+        owned = alloc_confirm(c, 0, [A, B, C])
+        expect_no_body(c.post("/0/delete_keys", {"keys": [A, "missing", C, A]}), 204)
         st = srv.stats()
-        expect_eq(pool_states(st, "kv", 0), (3, 2, 0, 1, 0, 1), "after delete")
-        expect_eq(s_pages(c, 0, ["a", "b", "c"]), [None, owned["b"], None], "indices")
-        got = s_alloc(c, 0, ["x", "y"])
-        expect_eq(sorted(p for _, p in got), sorted([owned["a"], owned["c"]]),
+        expect_eq(pool_states(st, "kv", 0), (3 * S, 3 * (S - 1) + 2, 0, 1, 0, 1),
+                  "after delete")
+        expect_eq(s_pages(c, 0, [A, B, C]), [None, owned[B], None], "indices")
+        got = s_alloc(c, 0, [X, Y])
+        expect_eq(sorted(p for _, p in got), sorted([owned[A], owned[C]]),
                   "the deleted pages are free again")
 
 
 def test_sglang_clear_frees_every_page_with_empty_object_or_empty_body():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 4)
+        s_init(c, 0, 4 * S)
         for body in ({}, b"", None):
-            alloc_confirm(c, 0, ["a", "b"])
-            s_alloc(c, 0, ["r"])
+            alloc_confirm(c, 0, [A, B])
+            s_alloc(c, 0, [R])
             if body is not None:
                 expect_no_body(c.post("/0/clear", body), 204)
             else:
@@ -239,47 +254,49 @@ def test_sglang_clear_frees_every_page_with_empty_object_or_empty_body():
                     raw.send(raw_request("POST", "/0/clear", content_length=False))
                     resp = raw.read_response()
                     expect_eq(resp.status, 204, "clear without Content-Length")
-            expect_eq(pool_states(srv.stats(), "kv", 0), (4, 4, 0, 0, 0, 0),
+            expect_eq(pool_states(srv.stats(), "kv", 0), (4 * S, 4 * S, 0, 0, 0, 0),
                       "pool after clear with body %r" % (body,))
-            expect_eq(s_exists(c, 0, ["a", "b", "r"]), [False] * 3, "exists after clear")
+            expect_eq(s_exists(c, 0, [A, B, R]), [False] * 3, "exists after clear")
         # still initialized: no 404
-        expect_eq(s_alloc(c, 0, ["z"])[0][0], False, "allocation after clear")
+        expect_eq(s_alloc(c, 0, [Z])[0][0], False, "allocation after clear")
 
 
 def test_sglang_late_confirm_after_clear_is_refused():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 2)
-        p = s_alloc(c, 0, ["a"])[0][1]
+        s_init(c, 0, 2 * S)
+        p = s_alloc(c, 0, [A])[0][1]
         s_clear(c, 0)
-        s_confirm(c, 0, [("a", p)])
-        expect_eq(s_pages(c, 0, ["a"]), [None], "late confirm refused")
+        s_confirm(c, 0, [(A, p)])
+        expect_eq(s_pages(c, 0, [A]), [None], "late confirm refused")
         st = srv.stats()[("kv", 0)]
         expect_eq(st["refused_confirmations"]["not_reserved"], 1, "refusal counted")
-        expect_eq(pool_states(srv.stats(), "kv", 0), (2, 2, 0, 0, 0, 0), "pool")
+        expect_eq(pool_states(srv.stats(), "kv", 0), (2 * S, 2 * S, 0, 0, 0, 0), "pool")
 
 
 def test_sglang_confirm_write_lists_are_optional():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 4)
-        pa, pb = [p for _, p in s_alloc(c, 0, ["a", "b"])]
+        s_init(c, 0, 4 * S)
+        pa, pb = [p for _, p in s_alloc(c, 0, [A, B])]
         expect_no_body(c.post("/0/confirm_write", {}), 204)
-        expect_no_body(c.post("/0/confirm_write", {"written_keys_to_confirm": [["a", pa]]}), 204)
+        expect_no_body(c.post("/0/confirm_write", {"written_keys_to_confirm": [[A, pa]]}), 204)
         expect_no_body(c.post("/0/confirm_write", {"pages_to_release": [pb]}), 204)
-        expect_eq(pool_states(srv.stats(), "kv", 0), (4, 2, 0, 1, 1, 1), "pool (released: draining)")
-        expect_eq(s_pages(c, 0, ["a", "b"]), [pa, None], "indices")
+        expect_eq(pool_states(srv.stats(), "kv", 0), (4 * S, 4 * (S - 1) + 2, 0, 1, 1, 1),
+                  "pool (released: draining)")
+        expect_eq(s_pages(c, 0, [A, B]), [pa, None], "indices")
 
 
 def test_sglang_confirm_then_release_in_one_request():
     with Server() as srv:
         c = srv.client()
-        s_init(c, 0, 4)
-        pa, pb = [p for _, p in s_alloc(c, 0, ["a", "b"])]
-        s_confirm(c, 0, [("a", pa)], release=[pa, pb])
-        expect_eq(s_pages(c, 0, ["a", "b"]), [pa, None], "a confirmed, b released")
+        s_init(c, 0, 4 * S)
+        pa, pb = [p for _, p in s_alloc(c, 0, [A, B])]
+        s_confirm(c, 0, [(A, pa)], release=[pa, pb])
+        expect_eq(s_pages(c, 0, [A, B]), [pa, None], "a confirmed, b released")
         st = srv.stats()[("kv", 0)]
-        expect_eq((st["owned"], st["free"], st["reserved"], st["draining"]), (1, 2, 0, 1),
+        expect_eq((st["owned"], st["free"], st["reserved"], st["draining"]),
+                  (1, 4 * (S - 1) + 2, 0, 1),
                   "(owned, free, reserved, draining: the released page)")
         expect_eq(st["refused_releases"]["owned"], 1, "release of an owned page refused")
 

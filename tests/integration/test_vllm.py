@@ -1,7 +1,14 @@
 #!/usr/bin/python3
 """The vLLM dialect (docs/protocol.md "The vLLM dialect"): every route, exact
 statuses and bodies, the initialization rule, all-or-nothing allocation,
-completeness across ranks, confirm/release rules, /clear."""
+completeness across ranks, confirm/release rules, /clear.
+
+Over Redis with stripes (HF3FS_TEST_STRIPES = S) a test that counts the
+pages of a tiny pool, or expects page numbers, uses keys of stripe 0
+(harness.in_stripe0) and a pool S times as large: stripe 0 then has the
+pages the test counts (global pages 0, S, 2S, ...), the other stripes as
+many, free, and counted in the pool's free pages. At S = 1 every test is
+the same as without stripes."""
 
 import json
 import os
@@ -15,6 +22,13 @@ from harness import (Server, expect_eq, expect_error, expect_json, expect_no_bod
                      v_locations, LeaseWindow, with_lease)
 
 INVALID_INIT = "Invalid initialization parameters"
+
+S = harness.STRIPES
+# Keys of stripe 0 (each is its own name at S = 1).
+A, B, C, D, R, X, N = (harness.in_stripe0(k) for k in "abcdrxn")
+K1, K2, K3, K4, N1, N2, N3, N4, N5, R1, R2, OLD, DEAD, NEW = (
+    harness.in_stripe0(k) for k in ("k1", "k2", "k3", "k4", "n1", "n2", "n3", "n4", "n5",
+                                    "r1", "r2", "old", "dead", "new"))
 
 
 def not_initialized(rank):
@@ -49,7 +63,8 @@ def test_vllm_worker_with_one_page_initializes():
     with Server() as srv:
         c = srv.client()
         v_init(c, 0, 1)
-        pages = v_alloc(c, 0, ["a"])
+        # stripe 0 holds the only page (the other stripes none)
+        pages = v_alloc(c, 0, [A])
         expect_eq(pages, [0], "the only page of a 1-page pool")
 
 
@@ -163,21 +178,21 @@ def test_vllm_billion_page_pool_initializes_without_a_per_page_array():
 def test_vllm_reinitialize_keeps_state_and_size():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        owned = alloc_confirm(c, 0, ["a", "b"])
-        reserved = v_alloc(c, 0, ["r"])[0]
+        v_init(c, 0, 4 * S)
+        owned = alloc_confirm(c, 0, [A, B])
+        reserved = v_alloc(c, 0, [R])[0]
         before = pool_states(srv.stats(), "kv", 0)
-        for n in (4, 8, 2):
+        for n in (4 * S, 8 * S, 2 * S):
             r = c.post("/rank/0/initialize", {"role": "worker", "num_pages": n})
             body = expect_json(r, 200)
             expect_true(isinstance(body.get("message"), str)
                         and body["message"].startswith("Rank 0 initialized with"),
                         "re-initialize message: %r" % (body,))
         expect_eq(pool_states(srv.stats(), "kv", 0), before, "pool after re-initialize")
-        expect_eq(v_locations(c, 0, ["a", "b"]), [owned["a"], owned["b"]], "locations")
+        expect_eq(v_locations(c, 0, [A, B]), [owned[A], owned[B]], "locations")
         # the reservation survived too: it can still be confirmed
-        v_confirm(c, 0, [("r", reserved)])
-        expect_eq(v_locations(c, 0, ["r"]), [reserved], "confirmed reservation")
+        v_confirm(c, 0, [(R, reserved)])
+        expect_eq(v_locations(c, 0, [R]), [reserved], "confirmed reservation")
 
 
 def test_vllm_uninitialized_rank_answers_404_with_rank_in_text():
@@ -207,17 +222,18 @@ def test_vllm_batch_exists_is_all_false_without_worker_ranks():
 def test_vllm_batch_allocate_accepts_pairs_and_bare_keys():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 8)
-        keys = [["k1", "prefix"], "k2", ["k3", ""], "k4"]
+        v_init(c, 0, 8 * S)
+        keys = [[K1, "prefix"], K2, [K3, ""], K4]
         r = c.post("/keys/batch_allocate", {"rank": 0, "keys": keys})
         body = expect_json(r, 200)
         expect_eq(sorted(body), ["rank", "results"], "answer fields")
-        expect_eq([x[0] for x in body["results"]], ["k1", "k2", "k3", "k4"], "result keys")
+        expect_eq([x[0] for x in body["results"]], [K1, K2, K3, K4], "result keys")
         pages = [x[1] for x in body["results"]]
-        expect_true(len(set(pages)) == 4 and all(0 <= p < 8 for p in pages),
+        expect_true(len(set(pages)) == 4 and all(0 <= p < 8 * S for p in pages),
                     "distinct pages in range: %r" % (pages,))
         p = stats_of(srv)
-        expect_eq((p["free"], p["reserved"], p["owned"]), (4, 4, 0), "(free, reserved, owned)")
+        expect_eq((p["free"], p["reserved"], p["owned"]), (8 * (S - 1) + 4, 4, 0),
+                  "(free, reserved, owned)")
 
 
 def test_vllm_batch_allocate_of_no_keys_answers_empty_results():
@@ -244,9 +260,9 @@ def test_vllm_owned_key_allocated_again_is_a_hit_on_its_page():
 def test_vllm_reserved_key_allocated_again_gets_another_page():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        p1 = v_alloc(c, 0, ["a"])[0]
-        p2 = v_alloc(c, 0, ["a"])[0]
+        v_init(c, 0, 4 * S)
+        p1 = v_alloc(c, 0, [A])[0]
+        p2 = v_alloc(c, 0, [A])[0]
         expect_true(p1 >= 0 and p2 >= 0 and p1 != p2, "two reservations: %r %r" % (p1, p2))
         expect_eq(stats_of(srv)["reserved"], 2, "reserved pages")
 
@@ -254,8 +270,8 @@ def test_vllm_reserved_key_allocated_again_gets_another_page():
 def test_vllm_repeated_key_in_one_request_gets_one_page():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        pages = v_alloc(c, 0, ["a", "b", "a", ["a", "p"]])
+        v_init(c, 0, 4 * S)
+        pages = v_alloc(c, 0, [A, B, A, [A, "p"]])
         expect_eq(pages[0], pages[2], "repeated key")
         expect_eq(pages[0], pages[3], "repeated key")
         expect_true(pages[0] != pages[1], "distinct keys, distinct pages: %r" % pages)
@@ -265,9 +281,9 @@ def test_vllm_repeated_key_in_one_request_gets_one_page():
 def test_vllm_repeated_new_key_needs_only_one_free_page():
     with Server("--eviction", "none") as srv:
         c = srv.client()
-        v_init(c, 0, 2)
-        alloc_confirm(c, 0, ["x"])
-        pages = v_alloc(c, 0, ["n", "n", "n"])
+        v_init(c, 0, 2 * S)
+        alloc_confirm(c, 0, [X])
+        pages = v_alloc(c, 0, [N, N, N])
         expect_true(pages[0] >= 0 and pages == [pages[0]] * 3,
                     "one free page is enough for one key repeated: %r" % (pages,))
 
@@ -275,14 +291,14 @@ def test_vllm_repeated_new_key_needs_only_one_free_page():
 def test_vllm_allocate_is_all_or_nothing_when_pool_too_small_without_eviction():
     with Server("--eviction", "none") as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        owned = alloc_confirm(c, 0, ["k1", "k2", "k3"])
-        pages = v_alloc(c, 0, ["k1", "n1", "n2"])
-        expect_eq(pages, [owned["k1"], -1, -1], "hit keeps its page, new keys all -1")
+        v_init(c, 0, 4 * S)
+        owned = alloc_confirm(c, 0, [K1, K2, K3])
+        pages = v_alloc(c, 0, [K1, N1, N2])
+        expect_eq(pages, [owned[K1], -1, -1], "hit keeps its page, new keys all -1")
         p = stats_of(srv)
-        expect_eq((p["free"], p["reserved"], p["owned"]), (1, 0, 3),
+        expect_eq((p["free"], p["reserved"], p["owned"]), (4 * (S - 1) + 1, 0, 3),
                   "nothing reserved by a refused all-or-nothing request")
-        pages = v_alloc(c, 0, ["n1"])
+        pages = v_alloc(c, 0, [N1])
         expect_true(pages[0] >= 0 and pages[0] not in owned.values(),
                     "the free page is still available: %r" % pages)
 
@@ -290,65 +306,65 @@ def test_vllm_allocate_is_all_or_nothing_when_pool_too_small_without_eviction():
 def test_vllm_allocate_is_all_or_nothing_when_owned_keys_are_read_leased():
     with Server("--eviction", "lru") as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        owned = alloc_confirm(c, 0, ["k1", "k2", "k3"])
-        expect_eq(v_exists(c, ["k1", "k2"]), [True, True], "exists")           # read leases
-        expect_eq(v_locations(c, 0, ["k3"]), [owned["k3"]], "locations")       # read lease
-        pages = v_alloc(c, 0, ["n1", "n2"])
+        v_init(c, 0, 4 * S)
+        owned = alloc_confirm(c, 0, [K1, K2, K3])
+        expect_eq(v_exists(c, [K1, K2]), [True, True], "exists")           # read leases
+        expect_eq(v_locations(c, 0, [K3]), [owned[K3]], "locations")       # read lease
+        pages = v_alloc(c, 0, [N1, N2])
         expect_eq(pages, [-1, -1], "1 free page, 3 leased: two new keys cannot both fit")
         p = stats_of(srv)
-        expect_eq((p["free"], p["reserved"], p["owned"], p["evictions"]), (1, 0, 3, 0),
-                  "(free, reserved, owned, evictions)")
-        expect_eq(v_locations(c, 0, ["k1", "k2", "k3"]),
-                  [owned["k1"], owned["k2"], owned["k3"]], "leased keys kept")
-        pages = v_alloc(c, 0, ["n1"])
+        expect_eq((p["free"], p["reserved"], p["owned"], p["evictions"]),
+                  (4 * (S - 1) + 1, 0, 3, 0), "(free, reserved, owned, evictions)")
+        expect_eq(v_locations(c, 0, [K1, K2, K3]),
+                  [owned[K1], owned[K2], owned[K3]], "leased keys kept")
+        pages = v_alloc(c, 0, [N1])
         expect_true(pages[0] >= 0, "one key fits in the free page: %r" % pages)
 
 
 def test_vllm_allocate_never_evicts_hits_of_the_same_request():
     with Server("--eviction", "lru") as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        owned = alloc_confirm(c, 0, ["a", "b", "c", "d"])
+        v_init(c, 0, 4 * S)
+        owned = alloc_confirm(c, 0, [A, B, C, D])
         # a is the least recently used, and a hit of this request: b, c, d can
         # be evicted (3 pages) but four new keys need 4 -> all -1.
-        pages = v_alloc(c, 0, ["a", "n1", "n2", "n3", "n4"])
-        expect_eq(pages, [owned["a"], -1, -1, -1, -1], "all or nothing with a hit")
+        pages = v_alloc(c, 0, [A, N1, N2, N3, N4])
+        expect_eq(pages, [owned[A], -1, -1, -1, -1], "all or nothing with a hit")
         p = stats_of(srv)
-        expect_eq((p["reserved"], p["free"] + p["owned"]), (0, 4), "no page leaked")
-        expect_eq(v_locations(c, 0, ["a"]), [owned["a"]], "hit not evicted")
+        expect_eq((p["reserved"], p["free"] + p["owned"]), (0, 4 * S), "no page leaked")
+        expect_eq(v_locations(c, 0, [A]), [owned[A]], "hit not evicted")
         # three new keys fit by evicting b, c, d but never a
-        pages = v_alloc(c, 0, ["a", "n1", "n2", "n3"])
-        expect_eq(pages[0], owned["a"], "hit page")
-        expect_true(sorted(pages[1:]) == sorted([owned["b"], owned["c"], owned["d"]]),
+        pages = v_alloc(c, 0, [A, N1, N2, N3])
+        expect_eq(pages[0], owned[A], "hit page")
+        expect_true(sorted(pages[1:]) == sorted([owned[B], owned[C], owned[D]]),
                     "new keys take the pages of b, c, d: %r vs %r" % (pages, owned))
-        expect_eq(v_locations(c, 0, ["a", "b", "c", "d"]), [owned["a"], None, None, None],
+        expect_eq(v_locations(c, 0, [A, B, C, D]), [owned[A], None, None, None],
                   "a kept, b c d evicted")
 
 
 def test_vllm_refused_all_or_nothing_allocation_evicts_nothing():
     with Server("--eviction", "lru") as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        owned = alloc_confirm(c, 0, ["a", "b", "c", "d"])
-        pages = v_alloc(c, 0, ["n1", "n2", "n3", "n4", "n5"])
+        v_init(c, 0, 4 * S)
+        owned = alloc_confirm(c, 0, [A, B, C, D])
+        pages = v_alloc(c, 0, [N1, N2, N3, N4, N5])
         expect_eq(pages, [-1] * 5, "five new keys never fit in four pages")
-        expect_eq(v_locations(c, 0, ["a", "b", "c", "d"]),
-                  [owned[k] for k in "abcd"], "a refused request must not evict owned keys")
+        expect_eq(v_locations(c, 0, [A, B, C, D]),
+                  [owned[k] for k in (A, B, C, D)], "a refused request must not evict owned keys")
         expect_eq(stats_of(srv)["evictions"], 0, "evictions")
 
 
 def test_vllm_allocate_evicts_least_recently_used_keys_first():
     with Server("--eviction", "lru") as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        owned = alloc_confirm(c, 0, ["a", "b", "c", "d"])
-        v_alloc(c, 0, ["a"])                      # a hit is a use: b, c, d are now unused since
-        pages = v_alloc(c, 0, ["n1", "n2"])
-        expect_true(sorted(pages) == sorted([owned["b"], owned["c"]]),
+        v_init(c, 0, 4 * S)
+        owned = alloc_confirm(c, 0, [A, B, C, D])
+        v_alloc(c, 0, [A])                        # a hit is a use: b, c, d are now unused since
+        pages = v_alloc(c, 0, [N1, N2])
+        expect_true(sorted(pages) == sorted([owned[B], owned[C]]),
                     "n1, n2 take the pages of b and c: %r vs %r" % (pages, owned))
         # locations of a single rank: every key owned by rank 0 is complete
-        expect_eq(v_locations(c, 0, ["a", "b", "c", "d"]), [owned["a"], None, None, owned["d"]],
+        expect_eq(v_locations(c, 0, [A, B, C, D]), [owned[A], None, None, owned[D]],
                   "b and c evicted")
         expect_eq(stats_of(srv)["evictions"], 2, "evictions")
 
@@ -356,23 +372,23 @@ def test_vllm_allocate_evicts_least_recently_used_keys_first():
 def test_vllm_allocate_fits_exactly_the_free_pages():
     with Server("--eviction", "none") as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        owned = alloc_confirm(c, 0, ["a", "b"])
-        pages = v_alloc(c, 0, ["b", "n1", "n2"])
-        expect_eq(pages[0], owned["b"], "hit")
-        expect_true(len(set(pages)) == 3 and all(0 <= p < 4 for p in pages)
+        v_init(c, 0, 4 * S)
+        owned = alloc_confirm(c, 0, [A, B])
+        pages = v_alloc(c, 0, [B, N1, N2])
+        expect_eq(pages[0], owned[B], "hit")
+        expect_true(len(set(pages)) == 3 and all(0 <= p < 4 * S for p in pages)
                     and not set(pages[1:]) & set(owned.values()),
                     "two new keys take the two free pages: %r" % pages)
-        expect_eq(v_alloc(c, 0, ["n3"]), [-1], "pool full, no eviction")
+        expect_eq(v_alloc(c, 0, [N3]), [-1], "pool full, no eviction")
 
 
 def test_vllm_reserved_pages_are_never_evicted():
     with Server("--eviction", "lru") as srv:
         c = srv.client()
-        v_init(c, 0, 2)
-        pages = v_alloc(c, 0, ["r1", "r2"])
-        expect_true(sorted(pages) == [0, 1], "both pages reserved: %r" % pages)
-        expect_eq(v_alloc(c, 0, ["n"]), [-1], "reserved pages are not evictable")
+        v_init(c, 0, 2 * S)
+        pages = v_alloc(c, 0, [R1, R2])
+        expect_true(sorted(pages) == [0, S], "both pages reserved: %r" % pages)
+        expect_eq(v_alloc(c, 0, [N]), [-1], "reserved pages are not evictable")
 
 
 # -- confirm_write and release -------------------------------------------------
@@ -426,33 +442,34 @@ def test_vllm_pages_to_release_frees_reserved_pages_after_the_release_grace():
     def scenario(grace):
         with Server("--eviction", "none", "--release-grace", str(grace)) as srv:
             c = srv.client()
-            v_init(c, 0, 2)
-            pa, pb = v_alloc(c, 0, ["a", "b"])
+            v_init(c, 0, 2 * S)
+            pa, pb = v_alloc(c, 0, [A, B])
             w = LeaseWindow(grace)
-            v_confirm(c, 0, [("a", pa)], release=[pb])
+            v_confirm(c, 0, [(A, pa)], release=[pb])
             st = stats_of(srv)
-            during = v_alloc(c, 0, ["c"])
+            during = v_alloc(c, 0, [C])
             w.fits()
             expect_eq((st["free"] + st["draining"], st["reserved"], st["owned"],
-                       st["releases"]), (1, 0, 1, 1), "(free, reserved, owned, releases)")
+                       st["releases"]), (2 * (S - 1) + 1, 0, 1, 1),
+                      "(free, reserved, owned, releases)")
             expect_eq(during, [-1], "the released page is not reused during the grace")
             w.sleep_past()
-            expect_eq(v_alloc(c, 0, ["c"]), [pb], "the released page is the only free one")
-            expect_eq(v_exists(c, ["b"]), [False], "released key is not present")
+            expect_eq(v_alloc(c, 0, [C]), [pb], "the released page is the only free one")
+            expect_eq(v_exists(c, [B]), [False], "released key is not present")
     with_lease(scenario, 0.3)
 
 
 def test_vllm_confirm_write_without_pages_to_release_is_accepted():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 2)
-        p = v_alloc(c, 0, ["a"])[0]
-        r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": [["a", p]]})
+        v_init(c, 0, 2 * S)
+        p = v_alloc(c, 0, [A])[0]
+        r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": [[A, p]]})
         expect_no_body(r, 204)
         r = c.post("/keys/confirm_write", {"rank": 0, "confirmations": [],
                                           "pages_to_release": []})
         expect_no_body(r, 204)
-        expect_eq(v_locations(c, 0, ["a"]), [p], "location")
+        expect_eq(v_locations(c, 0, [A]), [p], "location")
 
 
 def test_vllm_release_of_owned_or_free_page_changes_nothing():
@@ -472,27 +489,28 @@ def test_vllm_release_of_owned_or_free_page_changes_nothing():
 def test_vllm_confirmations_are_applied_before_releases():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 2)
-        p = v_alloc(c, 0, ["a"])[0]
-        v_confirm(c, 0, [("a", p)], release=[p])
-        expect_eq(v_locations(c, 0, ["a"]), [p], "confirmed in the same request it is released")
+        v_init(c, 0, 2 * S)
+        p = v_alloc(c, 0, [A])[0]
+        v_confirm(c, 0, [(A, p)], release=[p])
+        expect_eq(v_locations(c, 0, [A]), [p], "confirmed in the same request it is released")
         expect_eq(stats_of(srv)["refused_releases"]["owned"], 1, "release refused as owned")
 
 
 def test_vllm_confirming_a_second_page_for_an_owned_key_keeps_the_first():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        p1 = v_alloc(c, 0, ["a"])[0]
-        p2 = v_alloc(c, 0, ["a"])[0]
+        v_init(c, 0, 4 * S)
+        p1 = v_alloc(c, 0, [A])[0]
+        p2 = v_alloc(c, 0, [A])[0]
         expect_true(p1 != p2, "two reservations")
-        v_confirm(c, 0, [("a", p1)])
-        v_confirm(c, 0, [("a", p2)])
-        expect_eq(v_locations(c, 0, ["a"]), [p1], "the first confirmed page is kept")
+        v_confirm(c, 0, [(A, p1)])
+        v_confirm(c, 0, [(A, p2)])
+        expect_eq(v_locations(c, 0, [A]), [p1], "the first confirmed page is kept")
         st = stats_of(srv)
-        expect_eq((st["owned"], st["reserved"], st["free"]), (1, 0, 3), "the other page freed")
+        expect_eq((st["owned"], st["reserved"], st["free"]), (1, 0, 4 * (S - 1) + 3),
+                  "the other page freed")
         # and the freed page is really free: it can be handed out and confirmed
-        pb = v_alloc(c, 0, ["b", "c", "d"])
+        pb = v_alloc(c, 0, [B, C, D])
         expect_true(-1 not in pb and p1 not in pb, "three free pages: %r" % pb)
 
 
@@ -514,15 +532,15 @@ def test_vllm_reconfirming_an_owned_page_is_a_harmless_noop():
 def test_vllm_confirm_for_a_page_reserved_for_another_key_is_refused():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        pa, pb = v_alloc(c, 0, ["a", "b"])
-        v_confirm(c, 0, [("b", pa)])
-        expect_eq(v_locations(c, 0, ["a", "b"]), [None, None], "nobody owns anything")
+        v_init(c, 0, 4 * S)
+        pa, pb = v_alloc(c, 0, [A, B])
+        v_confirm(c, 0, [(B, pa)])
+        expect_eq(v_locations(c, 0, [A, B]), [None, None], "nobody owns anything")
         st = stats_of(srv)
         expect_eq((st["reserved"], st["owned"]), (2, 0), "(reserved, owned)")
         expect_eq(st["refused_confirmations"]["other_key"], 1, "refused other_key")
-        v_confirm(c, 0, [("a", pa), ("b", pb)])
-        expect_eq(v_locations(c, 0, ["a", "b"]), [pa, pb], "the right pairs are accepted")
+        v_confirm(c, 0, [(A, pa), (B, pb)])
+        expect_eq(v_locations(c, 0, [A, B]), [pa, pb], "the right pairs are accepted")
 
 
 def test_vllm_confirm_for_an_owned_page_of_another_key_is_refused():
@@ -554,24 +572,24 @@ def test_vllm_confirm_of_out_of_range_or_free_page_is_refused_and_counted():
 def test_vllm_clear_forgets_every_pool_and_key():
     with Server() as srv:
         c = srv.client()
-        v_init(c, 0, 4)
-        v_init(c, 1, 4)
-        a0 = alloc_confirm(c, 0, ["a"])
-        alloc_confirm(c, 1, ["a"])
-        r0 = v_alloc(c, 0, ["r"])[0]
-        expect_eq(v_exists(c, ["a"]), [True], "complete before clear")
+        v_init(c, 0, 4 * S)
+        v_init(c, 1, 4 * S)
+        a0 = alloc_confirm(c, 0, [A])
+        alloc_confirm(c, 1, [A])
+        r0 = v_alloc(c, 0, [R])[0]
+        expect_eq(v_exists(c, [A]), [True], "complete before clear")
         expect_no_body(c.post("/clear"), 204)
         expect_eq(srv.stats(), {}, "pools after clear")
         expect_error(c.post("/keys/batch_allocate", {"rank": 0, "keys": ["a"]}), 404,
                      not_initialized(0))
         expect_error(c.post("/keys/get_locations", {"rank": 1, "keys": ["a"]}), 404,
                      not_initialized(1))
-        expect_eq(v_exists(c, ["a"]), [False], "exists after clear")
+        expect_eq(v_exists(c, [A]), [False], "exists after clear")
         # workers initialize again: the old confirmation is refused
-        v_init(c, 0, 4)
-        v_confirm(c, 0, [("r", r0), ("a", a0["a"])])
-        expect_eq(v_locations(c, 0, ["r", "a"]), [None, None], "old pages are not confirmable")
-        expect_eq(pool_states(srv.stats(), "kv", 0), (4, 4, 0, 0, 0, 0), "fresh pool")
+        v_init(c, 0, 4 * S)
+        v_confirm(c, 0, [(R, r0), (A, a0[A])])
+        expect_eq(v_locations(c, 0, [R, A]), [None, None], "old pages are not confirmable")
+        expect_eq(pool_states(srv.stats(), "kv", 0), (4 * S, 4 * S, 0, 0, 0, 0), "fresh pool")
         expect_no_body(c.post("/clear", {}), 204)
 
 
@@ -629,17 +647,17 @@ def test_vllm_incomplete_keys_are_evicted_before_older_complete_ones():
     # dead weight and go first on eviction.
     with Server("--eviction", "lru", "--read-lease", "0") as srv:
         c = srv.client()
-        v_init(c, 0, 2)
-        v_init(c, 1, 2)
+        v_init(c, 0, 2 * S)
+        v_init(c, 1, 2 * S)
         on1 = {}
         for rank in (0, 1):
-            on1 = alloc_confirm(c, rank, ["old", "dead"])    # "old" is the least recently used key
-        expect_eq(v_exists(c, ["old", "dead"]), [True, True], "both complete")
-        expect_no_body(c.post("/0/delete_keys", {"keys": ["dead"]}), 204)
-        expect_eq(v_exists(c, ["old", "dead"]), [True, False], "dead is incomplete")
-        pages = v_alloc(c, 1, ["new"])
-        expect_eq(pages, [on1["dead"]], "the incomplete key's page is reused first")
-        expect_eq(v_exists(c, ["old"]), [True], "the complete key survives")
+            on1 = alloc_confirm(c, rank, [OLD, DEAD])    # "old" is the least recently used key
+        expect_eq(v_exists(c, [OLD, DEAD]), [True, True], "both complete")
+        expect_no_body(c.post("/0/delete_keys", {"keys": [DEAD]}), 204)
+        expect_eq(v_exists(c, [OLD, DEAD]), [True, False], "dead is incomplete")
+        pages = v_alloc(c, 1, [NEW])
+        expect_eq(pages, [on1[DEAD]], "the incomplete key's page is reused first")
+        expect_eq(v_exists(c, [OLD]), [True], "the complete key survives")
 
 
 def test_vllm_keys_are_echoed_exactly_and_never_collide():
