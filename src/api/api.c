@@ -214,36 +214,48 @@ void api__no_content(api__req *req)
     req->out->len = 0;
 }
 
-/* 200 {"<name>":[...]}: bools[i] as a boolean, else pages[i] as a page
- * (null if negative). */
-static void answer_list(api__req *req, const char *name, const bool *bools, const int64_t *pages,
-                        size_t n)
+/* 200 {"<name>":[ ... the list_item calls ... ]} */
+static void list_open(api__req *req, const char *name)
 {
     api__begin(req);
     json_put_lit(req->out, "{\"");
     json_put_raw(req->out, name, strlen(name));
     json_put_lit(req->out, "\":[");
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            json_put_char(req->out, ',');
-        if (bools)
-            json_put_bool(req->out, bools[i]);
-        else if (pages[i] < 0)
-            json_put_lit(req->out, "null");
-        else
-            json_put_int(req->out, pages[i]);
-    }
+}
+
+static void list_item(api__req *req, size_t i)
+{
+    if (i)
+        json_put_char(req->out, ',');
+}
+
+static void list_close(api__req *req)
+{
     json_put_lit(req->out, "]}");
 }
 
 void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n)
 {
-    answer_list(req, name, values, NULL, n);
+    list_open(req, name);
+    for (size_t i = 0; i < n; i++) {
+        list_item(req, i);
+        json_put_bool(req->out, values[i]);
+    }
+    list_close(req);
 }
 
+/* A page, or null if negative. */
 void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n)
 {
-    answer_list(req, name, NULL, pages, n);
+    list_open(req, name);
+    for (size_t i = 0; i < n; i++) {
+        list_item(req, i);
+        if (pages[i] < 0)
+            json_put_lit(req->out, "null");
+        else
+            json_put_int(req->out, pages[i]);
+    }
+    list_close(req);
 }
 
 /* Format into the request arena: messages may quote a namespace or a path. */

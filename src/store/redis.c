@@ -438,8 +438,8 @@ static void split_by(split *sp, uint32_t count, const hf_slice *keys, size_t n, 
 static void split_keys(split *sp, uint32_t count, const hf_slice *keys, size_t n)
 {
     uint32_t *of = hf_xcalloc(n ? n : 1, sizeof *of);
-    for (size_t i = 0; count > 1 && i < n; i++)
-        of[i] = wire_stripe_of(keys[i], count);
+    if (count > 1)
+        wire_stripes_of(keys, n, count, of);
     split_by(sp, count, keys, n, of);
     free(of);
 }

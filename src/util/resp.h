@@ -25,7 +25,7 @@ static inline bool hf_resp_command(hf_buf *b, int argc, const char *const *argv,
     size_t total = 1 + HF_UINT_DIGITS + 2;
     for (int i = 0; i < argc; i++)
         total += 1 + HF_UINT_DIGITS + 2 + argvlen[i] + 2;
-    if (!hf_buf_reserve(b, total))
+    if (!hf_buf_reserve(b, total) || !b->ptr) /* total > 0: ptr is set (for the analyzer) */
         return false;
     char *p = b->ptr + b->len;
     *p++ = '*';

@@ -225,12 +225,13 @@ int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st)
 
 /* ---- stripes ---- */
 
-uint64_t wire_stripe_hash(hf_slice key)
+#define FNV_OFFSET 0xcbf29ce484222325ull /* FNV-1a, 64 bits */
+#define FNV_PRIME 0x100000001b3ull
+
+/* MurmurHash3's fmix64: every bit of the key reaches the top bits. */
+static inline uint64_t stripe_fmix(uint64_t h)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, 64 bits */
-    for (size_t i = 0; i < key.len; i++)
-        h = (h ^ (unsigned char)key.ptr[i]) * 0x100000001b3ull;
-    h ^= h >> 33; /* MurmurHash3's fmix64: every bit of the key reaches the top bits */
+    h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;
     h *= 0xc4ceb9fe1a85ec53ull;
@@ -238,9 +239,54 @@ uint64_t wire_stripe_hash(hf_slice key)
     return h;
 }
 
+static inline uint32_t stripe_index(uint64_t hash, uint32_t count)
+{
+    return (uint32_t)(((hash >> 32) * count) >> 32);
+}
+
+uint64_t wire_stripe_hash(hf_slice key)
+{
+    uint64_t h = FNV_OFFSET;
+    for (size_t i = 0; i < key.len; i++)
+        h = (h ^ (unsigned char)key.ptr[i]) * FNV_PRIME;
+    return stripe_fmix(h);
+}
+
 uint32_t wire_stripe_of(hf_slice key, uint32_t count)
 {
-    return (uint32_t)(((wire_stripe_hash(key) >> 32) * count) >> 32);
+    return stripe_index(wire_stripe_hash(key), count);
+}
+
+void wire_stripes_of(const hf_slice *keys, size_t n, uint32_t count, uint32_t *out)
+{
+    /* FNV-1a is a multiply per byte, each waiting for the one before: four
+     * keys hashed side by side keep four chains in flight. */
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const hf_slice *k = keys + i;
+        size_t common = k[0].len;
+        for (int j = 1; j < 4; j++)
+            common = k[j].len < common ? k[j].len : common;
+        const unsigned char *p0 = (const unsigned char *)k[0].ptr,
+                            *p1 = (const unsigned char *)k[1].ptr,
+                            *p2 = (const unsigned char *)k[2].ptr,
+                            *p3 = (const unsigned char *)k[3].ptr;
+        uint64_t h0 = FNV_OFFSET, h1 = FNV_OFFSET, h2 = FNV_OFFSET, h3 = FNV_OFFSET;
+        for (size_t b = 0; b < common; b++) { /* four chains in registers */
+            h0 = (h0 ^ p0[b]) * FNV_PRIME;
+            h1 = (h1 ^ p1[b]) * FNV_PRIME;
+            h2 = (h2 ^ p2[b]) * FNV_PRIME;
+            h3 = (h3 ^ p3[b]) * FNV_PRIME;
+        }
+        uint64_t h[4] = {h0, h1, h2, h3};
+        for (int j = 0; j < 4; j++) {
+            for (size_t b = common; b < k[j].len; b++)
+                h[j] = (h[j] ^ (unsigned char)k[j].ptr[b]) * FNV_PRIME;
+            out[i + (size_t)j] = stripe_index(stripe_fmix(h[j]), count);
+        }
+    }
+    for (; i < n; i++)
+        out[i] = wire_stripe_of(keys[i], count);
 }
 
 uint64_t wire_stripe_pages(uint64_t num_pages, wire_stripe st)

@@ -81,6 +81,8 @@ typedef struct wire_stripe {
  * 64-bit finalizer; a key's stripe is (hash >> 32) * S >> 32. */
 uint64_t wire_stripe_hash(hf_slice key);
 uint32_t wire_stripe_of(hf_slice key, uint32_t count);
+/* out[i] = wire_stripe_of(keys[i], count) for i < n, four keys at a time. */
+void wire_stripes_of(const hf_slice *keys, size_t n, uint32_t count, uint32_t *out);
 /* The pages of a num_pages pool that stripe st holds. */
 uint64_t wire_stripe_pages(uint64_t num_pages, wire_stripe st);
 /* The Redis key of stripe st of ns (index 0: wire_value_key(ns)); writes it

@@ -406,6 +406,33 @@ TEST(key_to_stripe_hash_is_pinned)
             TEST_FAIL("stripe %d of 16 got %u of 16000 keys", i, count[i]);
 }
 
+/* The front end splits a call's keys with wire_stripes_of, four at a time:
+ * the same stripe as wire_stripe_of for every key, whatever the lengths of
+ * the four (equal, unequal, empty) and however many keys (tails of 0-3). */
+TEST(stripes_of_a_batch_are_each_keys_stripe)
+{
+    for (int round = 0; round < 3000; round++) {
+        size_t n = next() % 11;
+        uint32_t count = 1 + (uint32_t)(next() % 64);
+        hf_slice keys[10];
+        char *text[10];
+        size_t same = next() % 70;
+        for (size_t i = 0; i < n; i++) {
+            size_t len = next() % 2 ? same : next() % 70;
+            text[i] = malloc(len ? len : 1);
+            for (size_t j = 0; j < len; j++)
+                text[i][j] = (char)next();
+            keys[i] = (hf_slice){text[i], len};
+        }
+        uint32_t got[10];
+        wire_stripes_of(keys, n, count, got);
+        for (size_t i = 0; i < n; i++) {
+            CHECK_EQ(got[i], wire_stripe_of(keys[i], count));
+            free(text[i]);
+        }
+    }
+}
+
 TEST(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor)
 {
     char out[128];
@@ -508,6 +535,7 @@ int main(void)
     RUN(random_bytes_never_decode_beyond_their_length);
     RUN(cfg_read_through_the_cache_answers_as_without_it);
     RUN(resp_command_is_byte_for_byte_what_hiredis_writes);
+    RUN(stripes_of_a_batch_are_each_keys_stripe);
     RUN(byte_codecs_are_pinned_and_round_trip);
     return TEST_SUMMARY();
 }
