@@ -48,26 +48,37 @@ static store_redis *R(store_t *s)
 /* ----------------------------------------------------------- arguments */
 
 /* The arguments of one command, built in one growing arena (offsets, so
- * that growing it never leaves a pointer dangling). */
+ * that growing it never leaves a pointer dangling). off, len and argv share
+ * one allocation of cap entries each: a command takes two allocations (that
+ * and buf), whatever its arguments. */
 typedef struct args {
     int slot; /* the cluster slot of its key, or -1 */
     size_t n, cap;
     size_t *off, *len;
-    const char **argv; /* filled by args_argv */
+    const char **argv; /* filled by cmd_of */
     char *buf;
     size_t used, bufcap;
 } args;
 
+enum { ARGS_FIRST = 8, ARGS_FIRST_BYTES = 2048 };
+
 static char *args_room(args *a, size_t len)
 {
     if (a->n == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 16;
-        a->off = hf_xreallocarray(a->off, a->cap, sizeof *a->off);
-        a->len = hf_xreallocarray(a->len, a->cap, sizeof *a->len);
+        size_t cap = a->cap ? a->cap * 2 : ARGS_FIRST, old = a->cap;
+        size_t entry = 2 * sizeof(size_t) + sizeof(const char *);
+        char *block = hf_xreallocarray(a->off, cap, entry);
+        /* len moves up from old to cap entries after off (argv is filled
+         * later, by cmd_of) */
+        memmove(block + cap * sizeof(size_t), block + old * sizeof(size_t), a->n * sizeof(size_t));
+        a->off = (size_t *)(void *)block;
+        a->len = (size_t *)(void *)(block + cap * sizeof(size_t));
+        a->argv = (const char **)(void *)(block + 2 * cap * sizeof(size_t));
+        a->cap = cap;
     }
     if (a->used + len > a->bufcap) {
         while (a->used + len > a->bufcap)
-            a->bufcap = a->bufcap ? a->bufcap * 2 : 512;
+            a->bufcap = a->bufcap ? a->bufcap * 2 : ARGS_FIRST_BYTES;
         a->buf = hf_xrealloc(a->buf, a->bufcap);
     }
     a->off[a->n] = a->used;
@@ -121,9 +132,7 @@ static void args_pages(args *a, const int64_t *v, size_t n)
 
 static void args_free(args *a)
 {
-    free(a->off);
-    free(a->len);
-    free(a->argv);
+    free(a->off); /* with len and argv */
     free(a->buf);
     memset(a, 0, sizeof *a);
 }
@@ -155,7 +164,6 @@ static int64_t now_of(const store_redis *r)
 
 static redis_cmd cmd_of(args *a)
 {
-    a->argv = hf_xreallocarray(a->argv, a->n ? a->n : 1, sizeof *a->argv);
     for (size_t i = 0; i < a->n; i++)
         a->argv[i] = a->buf + a->off[i];
     return (redis_cmd){
