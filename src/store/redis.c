@@ -50,7 +50,8 @@ static store_redis *R(store_t *s)
 /* The arguments of one command, built in one growing arena (offsets, so
  * that growing it never leaves a pointer dangling). off, len and argv share
  * one allocation of cap entries each: a command takes two allocations (that
- * and buf), whatever its arguments. */
+ * and buf), whatever its arguments (an hf_grow of each array cost 23K more
+ * instructions per 128-key read at 16 stripes, 206K against 183K). */
 typedef struct args {
     int slot; /* the cluster slot of its key, or -1 */
     size_t n, cap;

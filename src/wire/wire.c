@@ -135,69 +135,82 @@ static int cfg_field(const char *p, size_t len, size_t *pos, bool last, int64_t 
     return 0;
 }
 
-int wire_cfg_read(const char *p, size_t len, wire_cfg *out)
+/* The seven fields of p; *end: just after the seventh (at len, or at the
+ * comma of a stripe suffix). */
+static int read_seven(const char *p, size_t len, size_t *end, wire_cfg *w)
 {
-    int64_t f[9];
-    size_t pos = 0, nf = 7;
-    for (size_t i = 0; i < nf; i++) {
+    int64_t f[7];
+    size_t pos = 0;
+    bool suffix = false;
+    for (size_t i = 0; i < 7; i++) {
         if (i == 6 && pos < len) { /* max_ranks ends the 7-field form */
             size_t j = pos;
             while (j < len && p[j] != ',')
                 j++;
-            if (j < len)
-                nf = 9;
+            suffix = j < len;
         }
-        if (cfg_field(p, len, &pos, i == nf - 1, &f[i]) != 0)
+        if (cfg_field(p, len, &pos, i == 6 && !suffix, &f[i]) != 0)
             return -1;
     }
     if (f[0] < 0 || f[1] < 0 || f[2] < 0 || f[3] < 0 || (f[4] != 0 && f[4] != 1) || f[5] < 0 ||
         f[6] < 0 || f[6] > UINT32_MAX)
         return -1;
-    wire_stripe s = {1, 0};
-    if (nf == 9) {
-        if (f[7] < 1 || f[7] > WIRE_MAX_STRIPES || f[8] < 0 || f[8] >= f[7])
-            return -1;
-        s = (wire_stripe){(uint32_t)f[7], (uint32_t)f[8]};
-    }
-    *out = (wire_cfg){.reservation_ms = f[0],
-                      .read_lease_ms = f[1],
-                      .write_lease_ms = f[2],
-                      .release_grace_ms = f[3],
-                      .evict = f[4] == 1,
-                      .max_pages = (uint64_t)f[5],
-                      .max_ranks = (uint32_t)f[6],
-                      .st = s};
+    *end = suffix ? pos - 1 : pos;
+    *w = (wire_cfg){.reservation_ms = f[0],
+                    .read_lease_ms = f[1],
+                    .write_lease_ms = f[2],
+                    .release_grace_ms = f[3],
+                    .evict = f[4] == 1,
+                    .max_pages = (uint64_t)f[5],
+                    .max_ranks = (uint32_t)f[6]};
+    return 0;
+}
+
+/* The stripe from p[pos..len): nothing (one stripe) or ",count,index". */
+static int read_stripe(const char *p, size_t len, size_t pos, wire_stripe *st)
+{
+    *st = (wire_stripe){1, 0};
+    if (pos == len)
+        return 0;
+    int64_t count, index;
+    pos++; /* the comma read_seven stopped at */
+    if (cfg_field(p, len, &pos, false, &count) != 0 || cfg_field(p, len, &pos, true, &index) != 0 ||
+        count < 1 || count > WIRE_MAX_STRIPES || index < 0 || index >= count)
+        return -1;
+    *st = (wire_stripe){(uint32_t)count, (uint32_t)index};
+    return 0;
+}
+
+int wire_cfg_read(const char *p, size_t len, wire_cfg *out)
+{
+    size_t end;
+    wire_cfg w;
+    if (read_seven(p, len, &end, &w) != 0 || read_stripe(p, len, end, &w.st) != 0)
+        return -1;
+    *out = w;
     return 0;
 }
 
 int wire_cfg_read_cached(wire_cfg_cache *c, const char *p, size_t len, wire_cfg *out)
 {
+    size_t end;
+    wire_cfg w;
     if (c->len && len >= c->len && memcmp(p, c->text, c->len) == 0 &&
         (len == c->len || p[c->len] == ',')) {
-        wire_cfg w = c->w; /* the seven fields: the cache's; the stripe: read here */
-        w.st = (wire_stripe){1, 0};
-        if (len > c->len) {
-            size_t pos = c->len + 1;
-            int64_t count, index;
-            if (cfg_field(p, len, &pos, false, &count) != 0 ||
-                cfg_field(p, len, &pos, true, &index) != 0 || count < 1 ||
-                count > WIRE_MAX_STRIPES || index < 0 || index >= count)
-                return -1;
-            w.st = (wire_stripe){(uint32_t)count, (uint32_t)index};
+        w = c->w; /* the seven fields: the cache's */
+        end = c->len;
+    } else {
+        if (read_seven(p, len, &end, &w) != 0)
+            return -1;
+        if (end <= sizeof c->text) {
+            memcpy(c->text, p, end);
+            c->len = end;
+            c->w = w;
         }
-        *out = w;
-        return 0;
     }
-    if (wire_cfg_read(p, len, out) != 0)
+    if (read_stripe(p, len, end, &w.st) != 0)
         return -1;
-    size_t end = 0, commas = 0; /* the seven fields' text: up to the 7th comma */
-    while (end < len && !(p[end] == ',' && ++commas == 7))
-        end++;
-    if (end <= sizeof c->text) {
-        memcpy(c->text, p, end);
-        c->len = end;
-        c->w = *out;
-    }
+    *out = w;
     return 0;
 }
 

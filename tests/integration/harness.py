@@ -892,8 +892,9 @@ def in_stripe0(name):
     """A key named after `name` that belongs to stripe 0 of a namespace of
     STRIPES stripes: `name` itself at one stripe. A test that counts the
     pages of a tiny pool uses such keys and STRIPES times the pages: stripe 0
-    then has the pages the test counts (pages 0, S, 2S, ...), and every
-    other stripe as many, free."""
+    then has the pages the test counts (pages 0, S, 2S, ...: a page p of the
+    test at one stripe is p x S), and every other stripe as many, free (so
+    counted in the pool's free pages). At S = 1 the test is unchanged."""
     key, i = name, 0
     while stripe_of(key, STRIPES) != 0:
         i += 1

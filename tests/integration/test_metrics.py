@@ -1,11 +1,8 @@
 """test_metrics.py: GET /metrics and GET /v1/stats follow what the server does,
 and the Prometheus text passes `promtool check metrics`.
 
-Over Redis with stripes (HF3FS_TEST_STRIPES = S) a test that counts the
-pages of a tiny pool uses keys of stripe 0 (harness.in_stripe0) and a pool
-S times as large: stripe 0 then has the pages the test counts (global pages
-0, S, 2S, ...), the other stripes as many, free, and counted in the pool's
-free pages. At S = 1 every test is the same as without stripes."""
+Over Redis with stripes, the tests that count pages use keys of stripe 0
+and pools S times as large (harness.in_stripe0)."""
 
 import time
 

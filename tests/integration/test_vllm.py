@@ -3,12 +3,8 @@
 statuses and bodies, the initialization rule, all-or-nothing allocation,
 completeness across ranks, confirm/release rules, /clear.
 
-Over Redis with stripes (HF3FS_TEST_STRIPES = S) a test that counts the
-pages of a tiny pool, or expects page numbers, uses keys of stripe 0
-(harness.in_stripe0) and a pool S times as large: stripe 0 then has the
-pages the test counts (global pages 0, S, 2S, ...), the other stripes as
-many, free, and counted in the pool's free pages. At S = 1 every test is
-the same as without stripes."""
+Over Redis with stripes, the tests that count pages or expect page numbers
+use keys of stripe 0 and pools S times as large (harness.in_stripe0)."""
 
 import json
 import os
