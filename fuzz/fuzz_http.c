@@ -57,7 +57,7 @@ static void start_server(void)
     signal(SIGPIPE, SIG_IGN);
     core_config core = fuzz_core_config();
     core.reservation_ms = 600000;
-    store = store_mem_new(&core, &store_wall_clock);
+    store = store_mem_new(&core, &store_server_clock);
     api_config config = fuzz_api_config();
     config.limits.max_body_bytes = 1024;
     api = api_new(store, &config);

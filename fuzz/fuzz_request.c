@@ -228,7 +228,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     core_config core = fuzz_core_config();
     core.reservation_ms = 600000; /* nothing expires while one input runs */
     core.read_lease_ms = 5000;
-    store_t *store = store_mem_new(&core, &store_wall_clock);
+    store_t *store = store_mem_new(&core, &store_server_clock);
     if (!store)
         fuzz_fail("store_mem_new failed");
     prepare(store);

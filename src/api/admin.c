@@ -25,6 +25,7 @@
 #include "api/api_internal.h"
 #include "api/metrics.h"
 #include "util/clock.h"
+#include "util/steady.h"
 
 const char *const api__refusal_names[CORE_REFUSE_COUNT] = {
     [CORE_REFUSE_OUT_OF_RANGE] = "out_of_range",
@@ -296,6 +297,9 @@ static void put_server_json(api__req *req)
         json_put_lit(out, ",\"unavailable_reason\":");
         json_put_str(out, reason, strnlen(reason, sizeof reason));
     }
+    json_put_lit(out, ",\"clock_offset_seconds\":");
+    api__put_clock_offset(out);
+    put_counter(out, "clock_steps", hf_steady_steps(hf_clock_server()));
     put_counter(out, "requests", fig.requests);
     json_put_lit(out, ",\"connections\":{\"open\":");
     json_put_uint(out, fig.connections_open);

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/clock.h"
+#include "util/steady.h"
 #include "util/xalloc.h"
 
 /* Statuses with their own label; the last bucket is "other". */
@@ -234,6 +236,15 @@ void api__put_number(json_buf *out, store_number v)
 {
     char text[48];
     json_put_raw(out, text, api__format_number(text, sizeof text, v));
+}
+
+void api__put_clock_offset(json_buf *out)
+{
+    hf_steady_check(hf_clock_server());
+    int64_t us = hf_steady_offset_us(hf_clock_server());
+    if (us < 0)
+        json_put_char(out, '-');
+    api__put_number(out, (store_number){us < 0 ? (uint64_t)-us : (uint64_t)us, 6});
 }
 
 void api__prom_family(json_buf *out, const char *name, const char *type, const char *help)

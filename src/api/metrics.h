@@ -60,6 +60,9 @@ typedef struct api__prom_label {
  * its length. Also the numbers of the JSON views. */
 size_t api__format_number(char *text, size_t size, store_number v);
 void api__put_number(json_buf *out, store_number v);
+/* The server clock's offset from the wall clock (util/clock.h), signed
+ * seconds with microseconds, after a check made now. */
+void api__put_clock_offset(json_buf *out);
 
 /* # HELP and # TYPE of a family; type is "counter", "gauge", ... */
 void api__prom_family(json_buf *out, const char *name, const char *type, const char *help);

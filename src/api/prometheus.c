@@ -18,6 +18,8 @@
 
 #include "api/api_internal.h"
 #include "api/metrics.h"
+#include "util/clock.h"
+#include "util/steady.h"
 
 /* ---- the pools' and the namespaces' families ---- */
 
@@ -159,6 +161,17 @@ static void put_server_metrics(api__req *req, size_t npools)
                      (store_number){started < 0 ? 0 : (uint64_t)started, 3});
     api__prom_single(out, "hf3fs_metad_pools", "gauge", "Pools (namespace, rank) initialized.",
                      store_int(npools));
+    /* The offset first: its check counts a step not seen yet. */
+    api__prom_family(out, "hf3fs_metad_clock_offset_seconds", "gauge",
+                     "The wall clock minus the server clock of every lease, which never steps "
+                     "and slews toward the wall clock at 1% at most.");
+    json_put_lit(out, "hf3fs_metad_clock_offset_seconds ");
+    api__put_clock_offset(out);
+    json_put_char(out, '\n');
+    api__prom_single(out, "hf3fs_metad_clock_steps_total", "counter",
+                     "Steps of the wall clock (more than 1 s apart from the monotonic clock "
+                     "between two checks, 1 s apart); leases are unaffected.",
+                     store_int(hf_steady_steps(hf_clock_server())));
 }
 
 /* The store's families, as the engine reports them (store_emitter). */

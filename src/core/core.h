@@ -428,8 +428,16 @@ void core_apply_finish(core_t *core);
  * The core was rebuilt (core_apply, core_apply_live or a load) and starts
  * serving at `now`: until now + read_lease_ms (of the configuration in
  * force at each later call) every OWNED page, including pages owned in
- * that time, is read-leased ("What is durable" above). Nothing if no page
+ * that time, is read-leased ("What is durable" above); nothing if no page
  * is OWNED. core_clear_all() ends it.
+ * First, every deadline further from `now` than its own lease length (of
+ * the configuration in force now) is cut to that length from now: a
+ * reservation to reservation_ms, a write lease and an OWNED page's
+ * protection to write_lease_ms and max(read_lease_ms, write_lease_ms), a
+ * drain to the longest of the three leases. Deadlines written on a clock
+ * that was ahead of this one (a step back while the host was down, a
+ * failover) thus pin no page for longer than a lease. Changes no event:
+ * a host that replays the same log clamps again.
  */
 void core_recovered(core_t *core, int64_t now);
 

@@ -211,8 +211,53 @@ int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n)
     return 0;
 }
 
+/* A deadline further than `len` from now is cut to now + len: it was set
+ * on a clock that ran ahead of this one (a step back while the host was
+ * down, a primary whose clock was ahead). Returns the deadline kept. */
+static int64_t clamp_deadline(int64_t *deadline, int64_t now, int64_t len)
+{
+    if (*deadline > now + len)
+        *deadline = now + len;
+    return *deadline;
+}
+
+/* core.h core_recovered: every deadline of the pool at most its own lease
+ * length from now. The reserved and draining lists stay sorted: the
+ * deadlines cut are their tails, all cut to one value. */
+static void clamp_pool(core_pool_t *pool, int64_t now)
+{
+    const core_config *cfg = &pool->core->config;
+    int64_t protect = cfg->read_lease_ms > cfg->write_lease_ms ? cfg->read_lease_ms
+                                                               : cfg->write_lease_ms;
+    int64_t drain = protect > cfg->release_grace_ms ? protect : cfg->release_grace_ms;
+    for (size_t s = 0; s < pool->side_top; s++) {
+        core_side *e = &pool->side[s];
+        if (e->state == CORE_PAGE_RESERVED)
+            clamp_deadline(&e->deadline, now, cfg->reservation_ms);
+        else if (e->state == CORE_PAGE_DRAINING)
+            clamp_deadline(&e->deadline, now, drain);
+    }
+    for (size_t s = 0; pool->wleases && s <= pool->wlease_mask; s++) {
+        core_wlease *e = &pool->wleases[s];
+        if (e->page != CORE_NIL &&
+            clamp_deadline(&e->end, now, cfg->write_lease_ms) < pool->wlease_min)
+            pool->wlease_min = e->end;
+    }
+    /* The protection of an OWNED page (at least its write lease's end, which
+     * was cut to no more than this). */
+    for (uint32_t p = 0; p < pool->touched; p++)
+        if (core__ref_owned(*core__ref(pool, p)))
+            clamp_deadline(core__page_deadline(pool, p), now, protect);
+}
+
 void core_recovered(core_t *core, int64_t now)
 {
+    for (size_t n = 0; n < core->nns; n++) {
+        core_ns *ns = core->namespaces[n];
+        for (uint32_t r = 0; r < ns->ranks_cap; r++)
+            if (ns->by_rank[r])
+                clamp_pool(ns->by_rank[r], now);
+    }
     for (size_t n = 0; n < core->nns; n++) {
         if (core->namespaces[n]->nrecs > 0) {
             core->recovered = true;

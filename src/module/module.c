@@ -85,6 +85,19 @@
  * configuration's read_lease_ms: the module sees no front end's flags
  * before a command arrives.
  *
+ * Time. Every deadline is on this node's server clock (util/steady.h:
+ * anchored to Redis's wall clock, RedisModule_Milliseconds, at module
+ * load, advancing at the rate of Redis's monotonic clock,
+ * RedisModule_MonotonicMicroseconds, and slewing back to the wall clock at
+ * 1% at most), so a step of the wall clock moves no lease. A command's
+ * `now` of 0 means this clock (the front ends send 0); a deadline computed
+ * here is replicated as it is, and a promoted replica's own clock applies
+ * from then on (core_recovered cuts what was further than a lease from
+ * it). A step is logged once as a warning. HF3FS.CLOCK answers
+ * [now_ms, wall_ms, offset_ms, steps]; loaded with the argument
+ * `test-clock`, HF3FS.CLOCK STEP <ms> steps the wall clock this module
+ * reads by ms (tests' seam: redis-server does not run under libfaketime).
+ *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
  * changes; rdb_load keeps reading every older version (there is one:
  * version 1, before stripes) and refuses newer ones (a value saved by a newer module: the load
@@ -101,12 +114,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 
 #include "core/core.h"
 #include "module/redismodule_api.h"
 #include "store/import.h"
 #include "util/bytes.h"
+#include "util/steady.h"
 #include "util/xalloc.h"
 #include "wire/wire.h"
 
@@ -117,6 +132,37 @@ RM_API_LIST(RM_API_DEFINE)
 #undef RM_API_DEFINE
 
 static RedisModuleType *hf_type;
+
+/* ---- the clock ("Time") ---- */
+
+static hf_steady module_clock;
+static bool test_clock;      /* loaded with `test-clock`: HF3FS.CLOCK STEP allowed */
+static int64_t test_step_us; /* what HF3FS.CLOCK STEP added to the wall clock */
+
+static int64_t clock_wall_us(void *ctx)
+{
+    (void)ctx;
+    return rm_Milliseconds() * 1000 + test_step_us;
+}
+
+static int64_t clock_mono_us(void *ctx)
+{
+    (void)ctx;
+    return (int64_t)rm_MonotonicMicroseconds();
+}
+
+static void clock_step(void *ctx, int64_t step_us)
+{
+    (void)ctx;
+    rm_Log(NULL, "warning", "hf3fsmeta: the wall clock stepped by %+.1f s; leases are unaffected",
+           (double)step_us / 1e6);
+}
+
+static void clock_start(void)
+{
+    hf_steady_source src = {clock_wall_us, clock_mono_us, NULL, clock_step};
+    hf_steady_init(&module_clock, &src);
+}
 
 /* ---- values ---- */
 
@@ -533,7 +579,7 @@ static int arg_now(RedisModuleCtx *ctx, RedisModuleString *a, int64_t *now)
     if (arg_i64(ctx, a, "now", 0, INT64_MAX / 4, now) != 0)
         return -1;
     if (*now == 0)
-        *now = rm_Milliseconds();
+        *now = hf_steady_now_ms(&module_clock);
     return 0;
 }
 
@@ -1156,7 +1202,34 @@ static void run_clearall(cmd *c)
 /* ---- the command table ---- */
 
 /* cmd_spec.opts */
-#define OBSERVE 1      /* the core's events while run_<name> runs propagate as HF3FS.APPLY */
+#define OBSERVE 1 /* the core's events while run_<name> runs propagate as HF3FS.APPLY */
+/* HF3FS.CLOCK [STEP ms]: the node's clock ("Time"). */
+static int cmd_clock(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc == 3) {
+        size_t len;
+        const char *word = rm_StringPtrLen(argv[1], &len);
+        long long ms;
+        if (len != 4 || strncasecmp(word, "step", 4) != 0)
+            return reply_err(ctx, "ERR HF3FS.CLOCK takes no argument but STEP ms");
+        if (!test_clock)
+            return reply_err(ctx, "ERR HF3FS.CLOCK STEP needs the module loaded with test-clock");
+        if (rm_StringToLongLong(argv[2], &ms) != REDISMODULE_OK || ms < -INT32_MAX ||
+            ms > INT32_MAX)
+            return reply_err(ctx, "ERR ms is not an integer of at most 2^31");
+        test_step_us += ms * 1000;
+    } else if (argc != 1) {
+        return rm_WrongArity(ctx);
+    }
+    hf_steady_check(&module_clock);
+    rm_ReplyWithArray(ctx, 4);
+    rm_ReplyWithLongLong(ctx, hf_steady_now_ms(&module_clock));
+    rm_ReplyWithLongLong(ctx, clock_wall_us(NULL) / 1000);
+    rm_ReplyWithLongLong(ctx, hf_steady_offset_us(&module_clock) / 1000);
+    rm_ReplyWithLongLong(ctx, (long long)hf_steady_steps(&module_clock));
+    return REDISMODULE_OK;
+}
+
 #define STRIPE_TAIL 2  /* argc may be 2 more: [stripes stripe] (arg_stripe_opt) */
 #define FROM_PRIMARY 4 /* accepted only from the primary's stream or the AOF being loaded */
 #define FROM_AOF 8     /* accepted only from the AOF being loaded */
@@ -1193,7 +1266,8 @@ static void run_clearall(cmd *c)
     X(apply, "write", 1, 4, CHANGE, STRIPE_TAIL | FROM_PRIMARY, (A_NS, A_BYTES))                   \
     X(rebuild, "write", 1, 5, CHANGE, STRIPE_TAIL | FROM_AOF, (A_NS, A_BYTES, A_BYTES))            \
     X(namespaces, "readonly", 0, 1, 0, 0, NO_ARGS)                                                 \
-    X(clearall, "write", 0, 1, 0, 0, NO_ARGS)
+    X(clearall, "write", 0, 1, 0, 0, NO_ARGS)                                                      \
+    R(clock, "readonly fast", 0, cmd_clock)
 
 typedef struct cmd_spec {
     const char *name;
@@ -1322,10 +1396,15 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         return REDISMODULE_ERR;
     if (rm_IsModuleNameBusy(HF3FS_MODULE_NAME))
         return REDISMODULE_ERR;
-    if (argc != 0) {
-        rm_Log(ctx, "warning", "hf3fsmeta: the module takes no arguments");
+    size_t len = 0;
+    const char *arg = argc == 1 ? rm_StringPtrLen(argv[0], &len) : NULL;
+    test_clock = arg && len == 10 && memcmp(arg, "test-clock", 10) == 0;
+    if (argc != 0 && !(argc == 1 && test_clock)) {
+        rm_Log(ctx, "warning", "hf3fsmeta: the module takes no arguments but test-clock");
         return REDISMODULE_ERR;
     }
+    test_step_us = 0;
+    clock_start();
     rm_SetModuleAttribs(ctx, HF3FS_MODULE_NAME, HF3FS_MODULE_VERSION, REDISMODULE_APIVER_1);
     hf_set_allocator(&(hf_allocator){rm_Alloc, rm_Calloc, rm_Realloc, rm_Free});
     RedisModuleTypeMethods tm = {

@@ -119,6 +119,7 @@ typedef struct RedisModuleTypeMethods {
     X(ReplicateVerbatim, int, (RedisModuleCtx * ctx))                                              \
     X(GetContextFlags, int, (RedisModuleCtx * ctx))                                                \
     X(Milliseconds, long long, (void))                                                             \
+    X(MonotonicMicroseconds, uint64_t, (void))                                                     \
     X(SaveUnsigned, void, (RedisModuleIO * io, uint64_t value))                                    \
     X(LoadUnsigned, uint64_t, (RedisModuleIO * io))                                                \
     X(SaveStringBuffer, void, (RedisModuleIO * io, const char *str, size_t len))                   \

@@ -44,7 +44,9 @@
 #include "api/tenants.h"
 #include "core/core.h"
 #include "http/http.h"
+#include "util/clock.h"
 #include "util/log.h"
+#include "util/steady.h"
 #include "store/import.h"
 #include "store/mem.h"
 #include "store/redis.h"
@@ -868,7 +870,7 @@ static store_t *open_store(const server_options *o, const core_config *core)
         exit(rc == STORE_EUNAVAILABLE ? EXIT_STORE : exit_code_of(rc));
     }
     if (o->in_memory)
-        return store_mem_new(core, &store_wall_clock);
+        return store_mem_new(core, &store_server_clock);
     wal_options log = {
         .dir = o->data_dir,
         .fsync = o->fsync,
@@ -879,7 +881,7 @@ static store_t *open_store(const server_options *o, const core_config *core)
     store_t *store = NULL;
     char err[1024];
     err[0] = '\0';
-    int rc = store_mem_open(core, &store_wall_clock, &log, &store, err, sizeof err);
+    int rc = store_mem_open(core, &store_server_clock, &log, &store, err, sizeof err);
     if (rc == STORE_OK)
         return store;
     log_msg(LOG_ERROR, "%s", err[0] ? err : store_strerror(rc));
@@ -924,15 +926,18 @@ refused:
 }
 
 /* Wait for SIGINT or SIGTERM; meanwhile log the summary line every
- * interval (its figures were first taken before the server answered) and
- * reread the token file at each SIGHUP. */
+ * interval (its figures were first taken before the server answered),
+ * reread the token file at each SIGHUP, and read the server clock every
+ * second, so that it compares itself with the wall clock (a step is logged
+ * within a second even when no request comes). */
 static int wait_for_stop(const sigset_t *signals, api_t *api, const server_options *o)
 {
     double interval_s = o->log_summary_interval_s;
-    int64_t ms = seconds_to_ms(interval_s > 0 ? interval_s : 3600);
-    struct timespec every = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    int64_t every_ms = seconds_to_ms(interval_s > 0 ? interval_s : 3600);
+    int64_t next_summary = hf_clock_mono_ms() + every_ms;
+    const struct timespec tick = {.tv_sec = HF_STEADY_CHECK_US / 1000000, .tv_nsec = 0};
     for (;;) {
-        int sig = sigtimedwait(signals, NULL, &every);
+        int sig = sigtimedwait(signals, NULL, &tick);
         if (sig == SIGHUP) {
             if (o->auth_token_file)
                 reload_token_file(api, o->auth_token_file);
@@ -940,8 +945,13 @@ static int wait_for_stop(const sigset_t *signals, api_t *api, const server_optio
                 log_msg(LOG_INFO, "SIGHUP: no --auth-token-file to reread");
         } else if (sig > 0) {
             return sig;
-        } else if (errno == EAGAIN && interval_s > 0) {
-            api_log_summary(api);
+        }
+        (void)hf_clock_server_ms();
+        int64_t now = hf_clock_mono_ms();
+        if (now >= next_summary) {
+            if (interval_s > 0)
+                api_log_summary(api);
+            next_summary = now + every_ms;
         }
     }
 }
@@ -972,6 +982,7 @@ int main(int argc, char **argv)
         api_cfg.auth_token = token;
     }
     core_config core = core_config_from(&options);
+    (void)hf_clock_server(); /* anchored to the wall clock now, before any lease */
     store_t *store = open_store(&options, &core);
     import_at_start(&options, store);
     api_t *api = api_new(store, &api_cfg); /* keeps its own table of the tokens */

@@ -7,9 +7,10 @@
  * of a namespace at once. A finer scheme would buy little on the machines
  * this runs on and would make the invariant harder to keep.
  *
- * The clock is the caller's (store_clock): the server gives wall-clock
- * milliseconds, so that deadlines keep their meaning across a restart once
- * the state is persisted; tests and fuzzers give a fake clock.
+ * The clock is the caller's (store_clock): the server gives its server
+ * clock (milliseconds since the Unix epoch that never step: util/clock.h),
+ * so that deadlines keep their meaning across a restart once the state is
+ * persisted; tests and fuzzers give a fake clock.
  */
 #include <pthread.h>
 #include <stdlib.h>

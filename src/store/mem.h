@@ -17,7 +17,7 @@ struct wal_options;
 
 /*
  * In memory only. Never NULL (aborts on out-of-memory). The engine reads
- * `clock` (copied; store_wall_clock for the server, a fake clock in tests
+ * `clock` (copied; store_server_clock for the server, a fake clock in tests
  * and fuzzers) for every deadline, never a clock of its own.
  */
 store_t *store_mem_new(const core_config *config, const store_clock *clock);

@@ -6,13 +6,13 @@
 
 #include "util/clock.h"
 
-static int64_t wall_now_ms(void *ctx)
+static int64_t server_now_ms(void *ctx)
 {
     (void)ctx;
-    return hf_clock_wall_ms();
+    return hf_clock_server_ms();
 }
 
-const store_clock store_wall_clock = {wall_now_ms, NULL};
+const store_clock store_server_clock = {server_now_ms, NULL};
 
 const char *store_strerror(int err)
 {

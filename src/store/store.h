@@ -61,18 +61,19 @@ typedef struct store store_t;
 /*
  * A clock an engine may be given instead of its own (an option of the
  * engine's constructor): now_ms(ctx) is the time in milliseconds of every
- * lease and reservation deadline. The server gives store_wall_clock
- * (milliseconds since the Unix epoch, so that deadlines keep their meaning
- * across a restart); tests and fuzzers give a fake clock that they move, so
- * that leases expire exactly when they say. Called under the engine's
- * locks: it must be cheap and take no lock of the engine.
+ * lease and reservation deadline. The server gives store_server_clock
+ * (util/clock.h hf_clock_server_ms: milliseconds since the Unix epoch, so
+ * that deadlines keep their meaning across a restart, and never stepping
+ * with the wall clock); tests and fuzzers give a fake clock that they
+ * move, so that leases expire exactly when they say. Called under the
+ * engine's locks: it must be cheap and take no lock of the engine.
  */
 typedef struct store_clock {
     int64_t (*now_ms)(void *ctx);
     void *ctx;
 } store_clock;
 
-extern const store_clock store_wall_clock;
+extern const store_clock store_server_clock;
 
 /* ---- what an engine reports about itself: store_ops.metrics ---- */
 

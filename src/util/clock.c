@@ -3,7 +3,11 @@
  */
 #include "util/clock.h"
 
+#include <pthread.h>
 #include <time.h>
+
+#include "util/log.h"
+#include "util/steady.h"
 
 static struct timespec read_clock(clockid_t id)
 {
@@ -39,4 +43,49 @@ int64_t hf_clock_mono_ms(void)
 uint64_t hf_clock_mono_coarse_s(void)
 {
     return (uint64_t)read_clock(CLOCK_MONOTONIC_COARSE).tv_sec;
+}
+
+static int64_t us_of(clockid_t id)
+{
+    struct timespec ts = read_clock(id);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t wall_us(void *ctx)
+{
+    (void)ctx;
+    return us_of(CLOCK_REALTIME);
+}
+
+static int64_t boot_us(void *ctx)
+{
+    (void)ctx;
+    return us_of(CLOCK_BOOTTIME);
+}
+
+static void log_step(void *ctx, int64_t step_us)
+{
+    (void)ctx;
+    log_msg(LOG_WARN, "the wall clock stepped by %+.1f s; leases are unaffected",
+            (double)step_us / 1e6);
+}
+
+static hf_steady server_clock;
+static pthread_once_t server_once = PTHREAD_ONCE_INIT;
+
+static void server_start(void)
+{
+    hf_steady_source src = {wall_us, boot_us, NULL, log_step};
+    hf_steady_init(&server_clock, &src);
+}
+
+hf_steady *hf_clock_server(void)
+{
+    pthread_once(&server_once, server_start);
+    return &server_clock;
+}
+
+int64_t hf_clock_server_ms(void)
+{
+    return hf_steady_now_ms(hf_clock_server());
 }

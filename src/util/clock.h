@@ -1,10 +1,12 @@
 /*
  * clock.h: the process's clock readings, in one place.
  *
- * Wall clock (CLOCK_REALTIME) for what must keep its meaning across a
- * restart or between machines: lease deadlines of the embedded engine,
- * start and snapshot times. Monotonic clock (CLOCK_MONOTONIC) for durations
- * and timeouts. Nothing in src/core reads a clock: its callers pass `now`.
+ * The server clock (util/steady.h: anchored to the wall clock at the first
+ * reading, then advancing at CLOCK_BOOTTIME's rate, never stepping) for
+ * every lease deadline. Wall clock (CLOCK_REALTIME) for what only labels a
+ * moment: log lines, start and snapshot times. Monotonic clock
+ * (CLOCK_MONOTONIC) for durations and timeouts. Nothing in src/core reads a
+ * clock: its callers pass `now`.
  */
 #ifndef HF_UTIL_CLOCK_H
 #define HF_UTIL_CLOCK_H
@@ -13,6 +15,18 @@
 
 /* Milliseconds since the Unix epoch. */
 int64_t hf_clock_wall_ms(void);
+
+/*
+ * The server clock, milliseconds since the Unix epoch: the process's one
+ * hf_steady over CLOCK_REALTIME and CLOCK_BOOTTIME (which, unlike
+ * CLOCK_MONOTONIC, counts the time the machine was suspended: a lease
+ * handed out before a suspend has run its course after it, as the
+ * clients' own timers have). Started at the first call; a step of the
+ * wall clock is logged once as a warning. Thread-safe, no lock.
+ */
+int64_t hf_clock_server_ms(void);
+/* The same clock, for its figures (hf_steady_steps, _offset_us, _check). */
+struct hf_steady *hf_clock_server(void);
 
 /* Monotonic time since an arbitrary origin. */
 uint64_t hf_clock_mono_ns(void);

@@ -167,7 +167,7 @@ typedef struct fixture {
 static void fixture_open(fixture *f, const char *token, bool stand_ins)
 {
     core_config core = test_core_config();
-    f->store = store_mem_new(&core, &store_wall_clock);
+    f->store = store_mem_new(&core, &store_server_clock);
     if (stand_ins) {
         f->ops = *f->store->ops;
         f->ops.health = stand_in_health;
@@ -284,7 +284,7 @@ TEST(the_embedded_engine_with_a_log_reports_its_log_and_snapshot_figures)
     fixture f;
     char err[512];
     log_set_level(LOG_WARN); /* no start-up and snapshot lines */
-    CHECK_EQ(store_mem_open(&core, &store_wall_clock, &log, &f.store, err, sizeof err), STORE_OK);
+    CHECK_EQ(store_mem_open(&core, &store_server_clock, &log, &f.store, err, sizeof err), STORE_OK);
     api_config config = test_api_config(NULL);
     f.api = api_new(f.store, &config);
     api_response_init(&f.resp, f.api);
