@@ -94,9 +94,10 @@
  * here is replicated as it is, and a promoted replica's own clock applies
  * from then on (core_recovered cuts what was further than a lease from
  * it). A step is logged once as a warning. HF3FS.CLOCK answers
- * [now_ms, wall_ms, offset_ms, steps]; loaded with the argument
- * `test-clock`, HF3FS.CLOCK STEP <ms> steps the wall clock this module
- * reads by ms (tests' seam: redis-server does not run under libfaketime).
+ * [now_ms, wall_ms, offset_ms, steps]. The tests' seam (redis-server
+ * does not run under libfaketime): loaded with the arguments `test-clock
+ * [ms]`, the wall clock this module reads is Redis's plus ms (a step while
+ * the node was down), and HF3FS.CLOCK STEP <ms> steps it by ms more.
  *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
  * changes; rdb_load keeps reading every older version (there is one:
@@ -1397,13 +1398,16 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (rm_IsModuleNameBusy(HF3FS_MODULE_NAME))
         return REDISMODULE_ERR;
     size_t len = 0;
-    const char *arg = argc == 1 ? rm_StringPtrLen(argv[0], &len) : NULL;
+    const char *arg = argc >= 1 ? rm_StringPtrLen(argv[0], &len) : NULL;
+    long long step_ms = 0;
     test_clock = arg && len == 10 && memcmp(arg, "test-clock", 10) == 0;
-    if (argc != 0 && !(argc == 1 && test_clock)) {
-        rm_Log(ctx, "warning", "hf3fsmeta: the module takes no arguments but test-clock");
+    if (argc != 0 &&
+        !(test_clock &&
+          (argc == 1 || (argc == 2 && rm_StringToLongLong(argv[1], &step_ms) == REDISMODULE_OK)))) {
+        rm_Log(ctx, "warning", "hf3fsmeta: the module takes no arguments but test-clock [ms]");
         return REDISMODULE_ERR;
     }
-    test_step_us = 0;
+    test_step_us = step_ms * 1000;
     clock_start();
     rm_SetModuleAttribs(ctx, HF3FS_MODULE_NAME, HF3FS_MODULE_VERSION, REDISMODULE_APIVER_1);
     hf_set_allocator(&(hf_allocator){rm_Alloc, rm_Calloc, rm_Realloc, rm_Free});

@@ -234,11 +234,13 @@ class SglangLoader(Worker):
                 self.files.read(SG_NS, rank, page, key)
 
 
-def run_engines(srv_holder, seconds, restart_at=None, extra_flags=(), restarter=None):
+def run_engines(srv_holder, seconds, restart_at=None, extra_flags=(), restarter=None,
+                meanwhile=None):
     """Run every kind of worker against the server for `seconds`; with
     restart_at, kill -9 the server at that moment and start it again on the
     same port and data directory (or call restarter(), which restarts
-    something else). Returns (files, pool stats)."""
+    something else); meanwhile() runs on a thread of its own while the
+    workers do (what it raises fails the run). Returns (files, pool stats)."""
     files = Files()
     stop = threading.Event()
     kinds = [VllmSaver] * VLLM_WORKERS + [VllmLoader] * 2 + \
@@ -251,6 +253,15 @@ def run_engines(srv_holder, seconds, restart_at=None, extra_flags=(), restarter=
     for w in workers:
         w.start()
     t0 = time.monotonic()
+    side, side_errors = None, []
+    if meanwhile:
+        def side_run():
+            try:
+                meanwhile()
+            except BaseException as e:  # noqa: B902 - raised below
+                side_errors.append(e)
+        side = threading.Thread(target=side_run, daemon=True)
+        side.start()
     if restart_at is not None:
         time.sleep(restart_at)
         # pool counters start again at 0 after a restart: keep the first half's
@@ -266,6 +277,11 @@ def run_engines(srv_holder, seconds, restart_at=None, extra_flags=(), restarter=
     limit = t0 + 4 * seconds * harness.SLOWDOWN
     while not exercised(files, srv_holder[0]) and time.monotonic() < limit:
         time.sleep(0.25)
+    if side:
+        side.join(timeout=60 * harness.SLOWDOWN)
+        expect_true(not side.is_alive(), "meanwhile() did not end")
+        if side_errors:
+            raise side_errors[0]
     stop.set()
     for w in workers:
         w.join(timeout=60 * harness.SLOWDOWN)

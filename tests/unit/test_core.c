@@ -1112,6 +1112,63 @@ TEST(core_recovered_on_a_core_without_owned_pages_protects_nothing)
     CK();
 }
 
+/* Deadlines written on a clock that was ahead of this one (the wall clock
+ * stepped back 700 s while the host was down, or a primary whose clock ran
+ * ahead) pin no page for longer than its own lease once the rebuilt core
+ * starts serving (core.h core_recovered). */
+TEST(core_recovered_cuts_every_deadline_further_than_its_lease_from_now)
+{
+    core_config cfg = test_config(); /* reservation 600 s, read lease 5 s */
+    cfg.write_lease_ms = 20000;
+    cfg.release_grace_ms = 10000;
+    setup(cfg);
+    core_pool_t *a = make_pool(KV, 0, 4);
+    const int64_t t0 = 10000000, t1 = t0 - 700000; /* t1: 700 s behind */
+    int64_t reserved = alloc1(a, "r", CORE_ALLOC_PARTIAL, t0);
+    int64_t written = own(a, "w", t0);
+    CHECK_EQ(alloc1(a, "w", CORE_ALLOC_ALL_OR_NOTHING, t0), written); /* a hit: write lease */
+    int64_t released = alloc1(a, "g", CORE_ALLOC_PARTIAL, t0);
+    core_confirm(a, NULL, NULL, 0, &released, 1, t0, NULL); /* drains for the grace */
+    int64_t deadline;
+    CHECK_EQ(core_page_get(a, (uint64_t)reserved, NULL, NULL, &deadline), CORE_PAGE_RESERVED);
+    CHECK_EQ(deadline, t0 + 600000);
+    CK();
+
+    core_recovered(core, t1);
+    CK();
+    CHECK_EQ(core_page_get(a, (uint64_t)reserved, NULL, NULL, &deadline), CORE_PAGE_RESERVED);
+    CHECK_EQ(deadline, t1 + 600000);
+    CHECK_EQ(core_page_get(a, (uint64_t)written, NULL, NULL, &deadline), CORE_PAGE_OWNED);
+    CHECK_EQ(deadline, t1 + 20000); /* max(read lease, write lease) */
+    CHECK_EQ(core_page_get(a, (uint64_t)released, NULL, NULL, &deadline), CORE_PAGE_DRAINING);
+    CHECK_EQ(deadline, t1 + 20000); /* the longest of the three leases */
+    /* and they end then: the drain and the write lease at t1 + 20 s */
+    core_pool_expire(a, t1 + 20000);
+    CHECK_EQ(core_page_get(a, (uint64_t)released, NULL, NULL, NULL), CORE_PAGE_FREE);
+    CHECK_EQ(core_page_get(a, (uint64_t)reserved, NULL, NULL, NULL), CORE_PAGE_RESERVED);
+    core_pool_expire(a, t1 + 600000);
+    CHECK_EQ(core_page_get(a, (uint64_t)reserved, NULL, NULL, NULL), CORE_PAGE_FREE);
+    CK();
+}
+
+TEST(core_recovered_leaves_deadlines_within_their_lease_alone)
+{
+    core_config cfg = test_config();
+    cfg.write_lease_ms = 20000;
+    setup(cfg);
+    core_pool_t *a = make_pool(KV, 0, 2);
+    int64_t reserved = alloc1(a, "r", CORE_ALLOC_PARTIAL, 1000000);
+    int64_t written = own(a, "w", 1000000);
+    CHECK_EQ(alloc1(a, "w", CORE_ALLOC_ALL_OR_NOTHING, 1000000), written);
+    core_recovered(core, 1000000 + 30000); /* a restart 30 s later, no step */
+    int64_t deadline;
+    CHECK_EQ(core_page_get(a, (uint64_t)reserved, NULL, NULL, &deadline), CORE_PAGE_RESERVED);
+    CHECK_EQ(deadline, 1000000 + 600000);
+    CHECK_EQ(core_page_get(a, (uint64_t)written, NULL, NULL, &deadline), CORE_PAGE_OWNED);
+    CHECK_EQ(deadline, 1000000 + 20000);
+    CK();
+}
+
 /* A front end that split an all-or-nothing allocation over stripes and
  * could not serve one stripe undoes the others' (core_cancel): their
  * reservations are free at once, in the order they were taken, and their
@@ -1203,6 +1260,8 @@ int main(void)
     RUN(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back);
     RUN(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease);
     RUN(core_recovered_on_a_core_without_owned_pages_protects_nothing);
+    RUN(core_recovered_cuts_every_deadline_further_than_its_lease_from_now);
+    RUN(core_recovered_leaves_deadlines_within_their_lease_alone);
     RUN(cancel_frees_reservations_at_once_and_ends_hit_write_leases);
     RUN(core_error_codes_are_in_their_own_range_and_each_has_a_sentence);
     core_free(core);
