@@ -315,8 +315,8 @@ static void describe_yajl_error(yajl_handle yajl, const char *text, size_t len, 
  *   integer = ['-'] ('0' | [1-9][0-9]*), at most 18 digits (no overflow)
  * with JSON whitespace between tokens and nothing after the value. Anything
  * else (escapes, UTF-8, fractions, exponents, a leading zero, a dangling
- * comma, trailing bytes) is left to yajl. On the 9 KB bodies of a 128-key
- * request this is about 3x faster than yajl plus the same callbacks.
+ * comma, trailing bytes) is left to yajl. The engines' bodies (9 KB for 128
+ * keys) are plain, so they never pay for yajl's generality.
  */
 static const unsigned char *skip_space(const unsigned char *p, const unsigned char *end)
 {

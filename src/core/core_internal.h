@@ -99,8 +99,8 @@
  *   bound of the ends).
  *
  * Memory per owned (key, rank), 64-hex keys, 1M keys: rec_size / TP + 4
- * (ref) + the index (8 bytes per key at 1M keys) / TP: ~60 at TP 1, ~23 at
- * TP 8.
+ * (ref) + the index (8 bytes per key at 1M keys) / TP; measured in
+ * docs/performance.md, "Memory".
  */
 #ifndef HF_CORE_INTERNAL_H
 #define HF_CORE_INTERNAL_H

@@ -39,8 +39,7 @@ static inline uint64_t mum(uint64_t a, uint64_t b)
  * The key hash, in the manner of wyhash: one 64x64->128-bit multiply per 16
  * bytes, the seed in both factors of each (a factor that is zero would
  * erase the other word; without the seed, which is random per process, an
- * input cannot aim at that). A 32-byte key costs 3 multiplies (was 5
- * rounds of two dependent multiplies each: ~40% of the key's encoding).
+ * input cannot aim at that). A 32-byte key costs 3 multiplies.
  */
 static uint32_t hash_bytes(uint64_t seed, const uint8_t *p, size_t len)
 {
@@ -72,7 +71,7 @@ static uint32_t hash_bytes(uint64_t seed, const uint8_t *p, size_t len)
  * This runs for every key of every request. Without a branch per character
  * (digits and letters alternate at random in a hash: a branch would be
  * mispredicted half the time): with SSE2 (every x86-64), 16 characters per
- * step, ~11 ns a key; elsewhere 8 at a time in a 64-bit word (SWAR), ~40 ns.
+ * step; elsewhere 8 at a time in a 64-bit word (SWAR).
  */
 #ifdef __SSE2__
 /* 16 characters -> 8 16-bit lanes, each the byte of one character pair;

@@ -26,12 +26,13 @@
  *   exact LRU (docs/eviction.md), so LRU is what the simulation runs.
  *
  *   rate = min(1 / REUSE_RATE_DIV, REUSE_MAX_KEYS / (4 * pages)): a request
- *   costs at most one simulated access per 8 keys (about 60 ns each when
- *   all miss), and at most 8,192 keys are simulated. Both bounds were
- *   chosen on the shipped traces (docs/sizing.md, "Accuracy"): at a rate of
- *   1/8 the estimate stays within the issue's targets there, at 1/16 it
- *   does not. reuse_new_at(pages, 1) simulates pools up to REUSE_MAX_KEYS /
- *   4 pages exactly (the unit tests of the rules).
+ *   costs at most one simulated access per 8 keys, and at most 8,192 keys
+ *   are simulated (the cost: docs/performance.md, "What the hit-ratio
+ *   estimate costs"). Both bounds were chosen on the shipped traces
+ *   (docs/sizing.md, "Accuracy"): at a rate of 1/8 the estimate stays
+ *   within the issue's targets there, at 1/16 it does not.
+ *   reuse_new_at(pages, 1) simulates pools up to REUSE_MAX_KEYS / 4 pages
+ *   exactly (the unit tests of the rules).
  *   Hot prefixes: a few keys, the first blocks of a prompt every request
  *   shares, can carry several percent of all uses and always hit; sampled
  *   by hash, such a key is in the sample or not, and the estimate moves by

@@ -4,12 +4,12 @@
  * for a decade). See http.h for what it promises.
  *
  * Why not a server library. libmicrohttpd served here first; on 1-key
- * requests it cost 10-20% more per request than nginx (it zeroes its
+ * requests it cost more per request than nginx (it zeroes its
  * per-connection pool after every request, formats a Date with gmtime and
- * allocates a response object per answer; docs/performance.md). What is
- * left here is the part a library cannot make cheaper: one read, one parse
- * and one api_handle per request, the answers of a batch of events sent
- * together, no allocation in the steady state.
+ * allocates a response object per answer). What is left here is the part a
+ * library cannot make cheaper: one read, one parse and one api_handle per
+ * request, the answers of a batch of events sent together, no allocation in
+ * the steady state.
  *
  * Threads and loops. `threads` loops, each a thread with its own epoll set.
  * All of them watch the one listening socket (EPOLLEXCLUSIVE: the kernel
@@ -371,7 +371,8 @@ static char *put(char *dst, const char *s)
 
 /* Queue one answer. `keep_alive_10`: an HTTP/1.0 client asked to keep the
  * connection. The body is left out for HEAD (`with_body` false). The head
- * is assembled by hand: snprintf was 5% of a 1-key request's time. */
+ * is assembled by hand: snprintf parses its format at every call, a cost
+ * that shows on 1-key requests. */
 static void queue_answer(conn *c, int status, const char *content_type,
                          const char *www_authenticate, const char *body, size_t len, bool with_body,
                          bool keep_alive_10)
@@ -944,7 +945,7 @@ static void sweep(loop *lp, uint64_t now)
  * client that sleeps wakes it, and on a VM the wake-up (an inter-processor
  * interrupt) costs the sender dearly: sending every answer at once when
  * the batch is done wakes a sleeping client once rather than once per
- * answer (measured in docs/performance.md, "Third round").
+ * answer.
  *
  * A conn is freed only by the handler of its own event, by the sends after
  * the batch, or by sweep: a batch holds each conn's events once, and a conn

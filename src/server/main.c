@@ -295,11 +295,13 @@ static void usage(FILE *out)
         "                              keeps the count it was created with\n"
         "  --help                      this text\n"
         "\n"
-        "Exit status: 0 stopped by SIGTERM/SIGINT; 2 a bad flag or --store address; 3 the log\n"
-        "is damaged before its tail (see --salvage); 4 the data directory is foreign, locked\n"
-        "or unreadable; 5 --store cannot be reached or refused the credentials; 6 --store's\n"
-        "Redis has not loaded the hf3fs-metad module of this version; 7 SGLang's state file\n"
-        "was refused (malformed, inconsistent, or the state is not empty): nothing imported.\n",
+        "Exit status: 0 stopped by SIGTERM/SIGINT; 1 --host/--port cannot be listened on (the\n"
+        "port in use, the host not this machine's) or the event loops cannot start; 2 a bad\n"
+        "flag or --store address; 3 the log is damaged before its tail (see --salvage); 4 the\n"
+        "data directory is foreign, locked or unreadable; 5 --store cannot be reached or\n"
+        "refused the credentials; 6 --store's Redis has not loaded the hf3fs-metad module of\n"
+        "this version; 7 SGLang's state file was refused (malformed, inconsistent, or the\n"
+        "state is not empty): nothing imported.\n",
         (unsigned long long)CORE_MAX_PAGES_LIMIT);
 }
 
