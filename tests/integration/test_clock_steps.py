@@ -38,8 +38,8 @@ import metrics_text  # noqa: E402
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 STEP_S = 700
 STEPS = (STEP_S, STEP_S, STEP_S, -STEP_S)
-STEP_EVERY_S = 3.0   # apart: the server compares its clock with the wall clock every second
-SECONDS = 2.0 + STEP_EVERY_S * len(STEPS)
+LOAD_BETWEEN_S = 1.0  # of load before the first step and after each step is seen
+SECONDS = LOAD_BETWEEN_S * (1 + len(STEPS))  # at least; each step also waits to be seen
 SHORT_LEASE_S = 2.0  # the reservation timeout of the tests that time a lease
 
 
@@ -74,12 +74,16 @@ class FakedWallClock:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def stepping(step):
-    """meanwhile() of run_engines: every step of STEPS, STEP_EVERY_S apart."""
+def stepping(step, steps_seen):
+    """meanwhile() of run_engines: every step of STEPS under load, each one
+    only once the server counted the one before (steps_seen()), so that no
+    two steps fall between two of its comparisons and count as one."""
     def run():
-        for s in STEPS:
-            time.sleep(STEP_EVERY_S)
+        for n, s in enumerate(STEPS, 1):
+            time.sleep(LOAD_BETWEEN_S)
             step(s)
+            harness.wait_for(lambda: steps_seen() == n, 10 * harness.SLOWDOWN,
+                             what="the server to count step %d" % n)
     return run
 
 
@@ -103,9 +107,9 @@ def expect_no_lease_ended_early(stats):
                   "confirmations refused in %r" % (pool,))
 
 
-def run_stepped(srv, step, name):
+def run_stepped(srv, step, steps_seen, name):
     integrity.initialize(srv)
-    files, stats = integrity.run_engines([srv], SECONDS, meanwhile=stepping(step))
+    files, stats = integrity.run_engines([srv], SECONDS, meanwhile=stepping(step, steps_seen))
     integrity.check_run(name, files, stats)
     expect_no_lease_ended_early(stats)
     srv.check()
@@ -117,8 +121,9 @@ def check_embedded_run(flags):
     clock = FakedWallClock()
     srv = Server(*integrity.LEASE_FLAGS, *flags, env=clock.env(), store="").start()
     try:
-        run_stepped(srv, clock.step, "wall clock stepped %r" % (STEPS,))
-        time.sleep(1.5)  # the last step seen by the server's next comparison
+        # (a scrape compares the server clock with the wall clock)
+        run_stepped(srv, clock.step, lambda: metric(srv, "hf3fs_metad_clock_steps_total"),
+                    "wall clock stepped %r" % (STEPS,))
         expect_eq(metric(srv, "hf3fs_metad_clock_steps_total"), len(STEPS), "steps counted")
         offset = metric(srv, "hf3fs_metad_clock_offset_seconds")
         expect_true(sum(STEPS) - 1 < offset <= sum(STEPS) + 0.01,
@@ -270,7 +275,8 @@ def test_module_clock_steps_share_no_page_and_end_no_lease():
     with RedisServer(module_args=["test-clock"]) as redis:
         srv = Server(*integrity.LEASE_FLAGS, store=redis.url).start()
         try:
-            run_stepped(srv, module_step(redis), "module clock stepped %r" % (STEPS,))
+            run_stepped(srv, module_step(redis), lambda: module_clock(redis)[3],
+                        "module clock stepped %r" % (STEPS,))
             now, wall, offset, steps = module_clock(redis)
             expect_eq(steps, len(STEPS), "steps counted by the module")
             expect_true(sum(STEPS) * 1000 - 1000 < offset <= sum(STEPS) * 1000,
