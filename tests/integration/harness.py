@@ -902,6 +902,26 @@ def in_stripe0(name):
     return key
 
 
+# What a page number is not, and how a refusal names it: JSON's true is not
+# page 1, nor "3" page 3.
+NOT_PAGE_NUMBERS = ((True, "a boolean"), (False, "a boolean"), (1.5, "a non-integer number"),
+                    ("3", "a string"))
+
+
+def expect_page_numbers_refused(c, path, base, confirm_field, key):
+    """Each of NOT_PAGE_NUMBERS as the page of key's confirmation (the list
+    confirm_field) and as a page to release, in a confirm_write to path whose
+    body has base's members too (vLLM's rank): a 400 that names the field."""
+    for value, kind in NOT_PAGE_NUMBERS:
+        for field, extra in (("%s[0][1]" % confirm_field, {confirm_field: [[key, value]]}),
+                             ("pages_to_release[0]", {confirm_field: [], "pages_to_release": [value]})):
+            try:
+                expect_error(c.post(path, dict(base, **extra)), 400,
+                             "'%s' must be an integer page number, got %s" % (field, kind))
+            except AssertionError as e:
+                raise AssertionError("%s = %s: %s" % (field, json.dumps(value), e))
+
+
 def pool_states(stats, ns, rank):
     """(num_pages, free, reserved, owned, draining, keys) of one pool."""
     p = stats[(ns, rank)]
