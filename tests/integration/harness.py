@@ -357,6 +357,20 @@ class Server:
 
 # -- HTTP clients ----------------------------------------------------------
 
+class LoggedServer(Server):
+    """A Server whose whole log, its shutdown included, stays readable
+    (last_stderr) after it stopped. Read once the process has exited: the
+    start-up lines are written after the port answers /health, so a log read
+    before SIGTERM could miss them on a loaded machine."""
+
+    last_stderr = ""
+
+    def _cleanup_dir(self):
+        if self.workdir:
+            self.last_stderr = self.stderr()
+        super()._cleanup_dir()
+
+
 class Response:
     def __init__(self, method, path, status, headers, body):
         self.method = method

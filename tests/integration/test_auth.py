@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 import harness
-from harness import Server, expect_error, expect_eq, expect_json, expect_true
+from harness import LoggedServer, Server, expect_error, expect_eq, expect_json, expect_true
 
 TOKEN = "tok-3f9a_c0ffee.42"
 
@@ -72,20 +72,6 @@ def call(c, method, path, body, headers):
     if method == "GET":
         return c.get(path, headers=headers)
     return c.post(path, body, headers=headers)
-
-
-class LoggedServer(Server):
-    """A Server whose whole log, its shutdown included, stays readable
-    (last_stderr) after it stopped. Read once the process has exited: the
-    start-up lines are written after the port answers /health, so a log read
-    before SIGTERM could miss them on a loaded machine."""
-
-    last_stderr = ""
-
-    def _cleanup_dir(self):
-        if self.workdir:
-            self.last_stderr = self.stderr()
-        super()._cleanup_dir()
 
 
 class AuthServer(LoggedServer):
