@@ -944,10 +944,52 @@ def pool_states(stats, ns, rank):
 
 # -- runner ----------------------------------------------------------------
 
-def main(namespace):
+class Skip(Exception):
+    """Raised by a test that cannot run here, saying why: printed as SKIP,
+    counted apart, never a failure."""
+
+
+class _Tally:
+    """PASS/FAIL/SKIP lines as results come, and the counts for the summary."""
+
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+
+    def report(self, ok, name, text=""):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+        print("%s %s%s" % ("PASS" if ok else "FAIL", name, text), flush=True)
+
+    def run(self, name, fn):
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Skip as s:
+            self.skipped += 1
+            print("SKIP %s: %s" % (name, s), flush=True)
+        except BaseException as e:  # noqa: B902 - a test must never stop the run
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+            first = " | ".join(lines[:2]) or type(e).__name__
+            self.report(False, name, " (%.2fs): %s: %s" % (time.monotonic() - t0,
+                                                           type(e).__name__, first[:400]))
+            sys.stderr.write("---- %s\n" % name)
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+        else:
+            self.report(True, name, " (%.2fs)" % (time.monotonic() - t0))
+
+
+def main(namespace, first=None):
     """Run every test_* function of the module in definition order (or only
-    those whose names contain one of argv[1:]); print PASS/FAIL per test and
-    "N passed, N failed"; exit 0 only if all passed."""
+    those whose names contain one of argv[1:]); print PASS/FAIL/SKIP per test
+    and "N passed, N failed[, N skipped]"; exit 0 only if none failed and one
+    passed. first(report), if given, runs before the tests and reports
+    results of its own with report(ok, name, text) (test_client_lib: the C
+    program's tests)."""
     wanted = sys.argv[1:]
     tests = [(name, fn) for name, fn in namespace.items()
              if name.startswith("test_") and callable(fn)
@@ -957,28 +999,17 @@ def main(namespace):
         print("FAIL setup: server binary %s does not exist (set HF3FS_METAD_BIN)" % BIN)
         print("0 passed, %d failed" % max(1, len(tests)))
         sys.exit(1)
-    passed = failed = 0
+    tally = _Tally()
     t_all = time.monotonic()
+    if first:
+        first(tally.report)
     for name, fn in tests:
-        t0 = time.monotonic()
-        try:
-            fn()
-        except BaseException as e:  # noqa: B902 - a test must never stop the run
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            failed += 1
-            lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
-            first = " | ".join(lines[:2]) or type(e).__name__
-            print("FAIL %s (%.2fs): %s: %s" % (name, time.monotonic() - t0,
-                                               type(e).__name__, first[:400]), flush=True)
-            sys.stderr.write("---- %s\n" % name)
-            traceback.print_exc(file=sys.stderr)
-            sys.stderr.flush()
-        else:
-            passed += 1
-            print("PASS %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
+        tally.run(name, fn)
     _kill_leftovers()
     print("# %s (%s engine): %.1f s" % (os.path.basename(sys.argv[0]), ENGINE,
                                         time.monotonic() - t_all))
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
+    line = "%d passed, %d failed" % (tally.passed, tally.failed)
+    if tally.skipped:
+        line += ", %d skipped" % tally.skipped
+    print(line)
+    sys.exit(0 if tally.failed == 0 and tally.passed > 0 else 1)
