@@ -371,6 +371,25 @@ class LoggedServer(Server):
         super()._cleanup_dir()
 
 
+class TokenFile:
+    """A token file in a temporary directory, mode 600."""
+
+    def __init__(self, content):
+        self.dir = tempfile.mkdtemp(prefix="hf3fs-metad-auth-")
+        self.path = os.path.join(self.dir, "token")
+        with open(self.path, "wb") as f:
+            f.write(content if isinstance(content, bytes) else content.encode())
+        os.chmod(self.path, 0o600)
+
+    def __enter__(self):
+        return self.path
+
+    def __exit__(self, *exc):
+        os.unlink(self.path)
+        os.rmdir(self.dir)
+        return False
+
+
 class Response:
     def __init__(self, method, path, status, headers, body):
         self.method = method

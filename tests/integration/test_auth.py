@@ -12,7 +12,8 @@ import urllib.error
 import urllib.request
 
 import harness
-from harness import LoggedServer, Server, expect_error, expect_eq, expect_json, expect_true
+from harness import (LoggedServer, Server, TokenFile, expect_error, expect_eq, expect_json,
+                     expect_true)
 
 TOKEN = "tok-3f9a_c0ffee.42"
 
@@ -38,25 +39,6 @@ ROUTES = [
     ("GET", "/v1/check", None),
     ("GET", "/no/such/route", None),
 ]
-
-
-class TokenFile:
-    """A token file in a temporary directory, mode 600."""
-
-    def __init__(self, content):
-        self.dir = tempfile.mkdtemp(prefix="hf3fs-metad-auth-")
-        self.path = os.path.join(self.dir, "token")
-        with open(self.path, "wb") as f:
-            f.write(content if isinstance(content, bytes) else content.encode())
-        os.chmod(self.path, 0o600)
-
-    def __enter__(self):
-        return self.path
-
-    def __exit__(self, *exc):
-        os.unlink(self.path)
-        os.rmdir(self.dir)
-        return False
 
 
 def bearer(token):

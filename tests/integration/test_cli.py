@@ -11,18 +11,16 @@ $HF3FS_METAD_BIN.
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from harness import Server, Skip, expect_eq, expect_true  # noqa: E402
+from harness import Server, Skip, TokenFile, expect_eq, expect_true  # noqa: E402
 
 CLI = os.path.join(os.path.dirname(os.path.abspath(harness.BIN)), "hf3fs-meta")
 COMMANDS = ["init", "alloc", "confirm", "release", "exists", "locate", "delete", "clear",
@@ -528,20 +526,13 @@ def test_auth_token_against_a_server_with_auth():
     if "--auth-token-file" not in out:
         raise Skip("hf3fs-metad has no --auth-token-file yet (client side of Basic and Bearer"
                    " auth is tested against a fake server in test_client)")
-    tmp = tempfile.mkdtemp(prefix="hf3fs-meta-cli-auth-")
-    try:
-        path = os.path.join(tmp, "token")
-        with open(path, "w") as f:
-            f.write("tok-123\n")
-        with Server("--auth-token-file", path) as srv:
-            expect_exit(run("stats", url=url_of(srv)), 4, "no token")
-            expect_exit(run("--token", "tok-123", "stats", url=url_of(srv)), 0, "bearer")
-            expect_exit(run("stats", url="http://:tok-123@127.0.0.1:%d" % srv.port), 0, "basic")
-            expect_exit(run("stats", env={"HF3FS_META_TOKEN": "tok-123"}, url=url_of(srv)), 0,
-                        "HF3FS_META_TOKEN")
-            expect_exit(run("--token", "wrong", "stats", url=url_of(srv)), 4, "wrong token")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with TokenFile("tok-123\n") as path, Server("--auth-token-file", path) as srv:
+        expect_exit(run("stats", url=url_of(srv)), 4, "no token")
+        expect_exit(run("--token", "tok-123", "stats", url=url_of(srv)), 0, "bearer")
+        expect_exit(run("stats", url="http://:tok-123@127.0.0.1:%d" % srv.port), 0, "basic")
+        expect_exit(run("stats", env={"HF3FS_META_TOKEN": "tok-123"}, url=url_of(srv)), 0,
+                    "HF3FS_META_TOKEN")
+        expect_exit(run("--token", "wrong", "stats", url=url_of(srv)), 4, "wrong token")
 
 
 if __name__ == "__main__":

@@ -19,13 +19,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from harness import Server, Skip, expect_eq, expect_true  # noqa: E402
+from harness import Server, Skip, TokenFile, expect_eq, expect_true  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_DIR = os.path.dirname(os.path.abspath(harness.BIN))
@@ -163,21 +162,14 @@ def test_basic_auth_from_url_against_a_server_with_a_token():
         raise Skip("hf3fs-metad has no --auth-token-file yet (client side tested against a fake"
                    " server in test_client: basic_auth_*, bearer_token_*)")
     need(EXAMPLE, "example program")
-    tmp = tempfile.mkdtemp(prefix="hf3fs-meta-auth-")
-    try:
-        token_file = os.path.join(tmp, "token")
-        with open(token_file, "w") as f:
-            f.write("s3cret-token\n")
-        with Server("--auth-token-file", token_file) as srv:
-            ok = subprocess.run([EXAMPLE, url_of(srv, ":s3cret-token")], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, timeout=30)
-            expect_eq(ok.returncode, 0, "example with the right token (stderr %r)" % ok.stderr)
-            bad = subprocess.run([EXAMPLE, url_of(srv, ":wrong")], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, timeout=30)
-            expect_eq(bad.returncode, 1, "example with a wrong token")
-            expect_true(b"401" in bad.stderr, "a wrong token should be a 401: %r" % bad.stderr)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with TokenFile("s3cret-token\n") as path, Server("--auth-token-file", path) as srv:
+        ok = subprocess.run([EXAMPLE, url_of(srv, ":s3cret-token")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, timeout=30)
+        expect_eq(ok.returncode, 0, "example with the right token (stderr %r)" % ok.stderr)
+        bad = subprocess.run([EXAMPLE, url_of(srv, ":wrong")], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, timeout=30)
+        expect_eq(bad.returncode, 1, "example with a wrong token")
+        expect_true(b"401" in bad.stderr, "a wrong token should be a 401: %r" % bad.stderr)
 
 
 # -- runner --------------------------------------------------------------------
