@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/json.h"
+#include "util/buf.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -211,6 +212,18 @@ void fuzz_snapshot_free(fuzz_snapshot *snap)
 {
     free(snap->bytes);
     memset(snap, 0, sizeof *snap);
+}
+
+void fuzz_render_event(void *ctx, const core_event *ev)
+{
+    hf_buf *out = ctx;
+    uint64_t fixed[5] = {(uint64_t)ev->type, ev->rank, ev->page, (uint64_t)ev->deadline,
+                         ev->ns.len};
+    hf_buf_append(out, fixed, sizeof fixed);
+    hf_buf_append(out, ev->ns.ptr, ev->ns.len);
+    uint64_t klen = ev->key.len;
+    hf_buf_append(out, &klen, sizeof klen);
+    hf_buf_append(out, ev->key.ptr, ev->key.len);
 }
 
 void fuzz_check_store(store_t *store, const char *after)

@@ -81,6 +81,10 @@ void fuzz_snapshot_take(store_t *store, fuzz_snapshot *snap);
 bool fuzz_snapshot_equal(const fuzz_snapshot *a, const fuzz_snapshot *b);
 void fuzz_snapshot_free(fuzz_snapshot *snap);
 
+/* A core_walk_state observer: each event of the walk appended as bytes to
+ * the hf_buf ctx, so that two cores' durable states compare with memcmp. */
+void fuzz_render_event(void *ctx, const core_event *ev);
+
 /* store->ops->check() must pass. `after` names the request for the report. */
 void fuzz_check_store(store_t *store, const char *after);
 

@@ -325,22 +325,10 @@ static void take_snapshot(session *s)
 }
 
 /* Every event of a state walk, as bytes. */
-static void render_event(void *ctx, const core_event *ev)
-{
-    hf_buf *out = ctx;
-    uint64_t fixed[5] = {(uint64_t)ev->type, ev->rank, ev->page, (uint64_t)ev->deadline,
-                         ev->ns.len};
-    hf_buf_append(out, fixed, sizeof fixed);
-    hf_buf_append(out, ev->ns.ptr, ev->ns.len);
-    uint64_t klen = ev->key.len;
-    hf_buf_append(out, &klen, sizeof klen);
-    hf_buf_append(out, ev->key.ptr, ev->key.len);
-}
-
 static hf_buf render(const core_t *core)
 {
     hf_buf out = {0};
-    core_walk_state(core, render_event, &out);
+    core_walk_state(core, fuzz_render_event, &out);
     return out;
 }
 

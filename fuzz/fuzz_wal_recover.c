@@ -308,18 +308,6 @@ static void read_dir(const char *dir, hf_buf *out)
 
 /* ---- states ---- */
 
-static void render_event(void *ctx, const core_event *ev)
-{
-    hf_buf *out = ctx;
-    uint64_t fixed[5] = {(uint64_t)ev->type, ev->rank, ev->page, (uint64_t)ev->deadline,
-                         ev->ns.len};
-    hf_buf_append(out, fixed, sizeof fixed);
-    hf_buf_append(out, ev->ns.ptr, ev->ns.len);
-    uint64_t klen = ev->key.len;
-    hf_buf_append(out, &klen, sizeof klen);
-    hf_buf_append(out, ev->key.ptr, ev->key.len);
-}
-
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static void host_lock(void *ctx)
 {
@@ -345,7 +333,7 @@ static int open_dir(const char *dir, bool salvage, bool final_snapshot, hf_buf *
         if (core_check(core, why, sizeof why) != 0)
             fuzz_fail("recovery built a state that breaks the invariant: %s", why);
         state->len = 0;
-        core_walk_state(core, render_event, state);
+        core_walk_state(core, fuzz_render_event, state);
         wal_close(wal, final_snapshot);
     }
     core_free(core);

@@ -462,6 +462,23 @@ static int fast_parse(json_doc *doc, const unsigned char *p, size_t len)
     }
 }
 
+/* yajl allocates through util/xalloc.h, its handle and buffers alike: out of
+ * memory aborts there, the server's one place for it, and yajl_alloc never
+ * answers NULL. */
+static void *yajl_xmalloc(void *ctx, size_t size)
+{
+    return hf_xmalloc(size);
+}
+static void *yajl_xrealloc(void *ctx, void *ptr, size_t size)
+{
+    return hf_xrealloc(ptr, size);
+}
+static void yajl_xfree(void *ctx, void *ptr)
+{
+    hf_xfree(ptr);
+}
+static yajl_alloc_funcs yajl_xalloc = {yajl_xmalloc, yajl_xrealloc, yajl_xfree, NULL};
+
 int json_parse(json_doc *doc, const char *text, size_t len, const json_node **root, char *err,
                size_t errlen)
 {
@@ -473,11 +490,7 @@ int json_parse(json_doc *doc, const char *text, size_t len, const json_node **ro
         return 0;
     }
     json_doc_reset(doc);
-    yajl_handle yajl = yajl_alloc(&callbacks, NULL, doc);
-    if (!yajl) {
-        fprintf(stderr, "hf3fs-metad: fatal: out of memory allocating a JSON parser\n");
-        abort();
-    }
+    yajl_handle yajl = yajl_alloc(&callbacks, &yajl_xalloc, doc); /* never NULL: see yajl_xalloc */
     const unsigned char *bytes = (const unsigned char *)(text ? text : "");
     yajl_status status = yajl_parse(yajl, bytes, len);
     size_t offset = yajl_get_bytes_consumed(yajl);

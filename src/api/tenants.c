@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/auth.h"
+#include "util/hash.h"
 #include "util/xalloc.h"
 
 const tenant tenant_default = {
@@ -39,15 +40,7 @@ struct tenant_table {
 
 static uint64_t hash_of(uint64_t seed, const char *p, size_t len)
 {
-    uint64_t h = seed ^ 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
+    return hf_fmix64(hf_fnv1a(seed ^ HF_FNV_OFFSET, p, len));
 }
 
 /* The slot of key in slots (keys[id - 1] are the entries): where it is, or

@@ -37,7 +37,7 @@ typedef struct store_redis {
 /* Outcomes of a call beside the STORE_* codes, never returned by an op. */
 enum {
     RESTRIPE = -100,     /* a stripe says the layout is stale (-ESTRIPES) */
-    NO_NAMESPACE = -101, /* the namespace has no value */
+    NO_NAMESPACE = -299, /* the namespace has no value (the end of the store's range) */
 };
 
 static store_redis *R(store_t *s)

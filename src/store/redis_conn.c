@@ -177,17 +177,9 @@ static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
     }
     const char *end = p + strcspn(p, "/");
     hf_hostport hp;
-    switch (hf_hostport_parse(p, (size_t)(end - p), 0, &hp)) {
-    case HF_HOSTPORT_OK: break;
-    case HF_HOSTPORT_EBRACKET:
-        snprintf(err, errlen, "--store %s: unclosed [ in the host", url);
-        return STORE_ECONFIG;
-    case HF_HOSTPORT_EPORT:
-        snprintf(err, errlen, "--store %s: the port must be 1..65535", url);
-        return STORE_ECONFIG;
-    case HF_HOSTPORT_EHOST: snprintf(err, errlen, "--store %s: no host", url); return STORE_ECONFIG;
-    default: /* HF_HOSTPORT_ESYNTAX */
-        snprintf(err, errlen, "--store %s: malformed host:port", url);
+    int rc = hf_hostport_parse(p, (size_t)(end - p), 0, &hp);
+    if (rc != HF_HOSTPORT_OK) {
+        snprintf(err, errlen, "--store %s: %s", url, hf_hostport_strerror(rc));
         return STORE_ECONFIG;
     }
     r->host = dup_n(hp.host, hp.host_len);

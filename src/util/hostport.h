@@ -22,12 +22,16 @@
 #include <stddef.h>
 #include <string.h>
 
+/* The parser's codes: -501..-599, a range of their own (docs/architecture.md
+ * "Errors and memory"); hf_hostport_strerror names one. */
 enum {
     HF_HOSTPORT_OK = 0,
-    HF_HOSTPORT_EBRACKET = -1,
-    HF_HOSTPORT_ESYNTAX = -2,
-    HF_HOSTPORT_EPORT = -3,
-    HF_HOSTPORT_EHOST = -4,
+    HF_HOSTPORT_EFIRST = -501,
+    HF_HOSTPORT_EBRACKET = -501,
+    HF_HOSTPORT_ESYNTAX = -502,
+    HF_HOSTPORT_EPORT = -503,
+    HF_HOSTPORT_EHOST = -504,
+    HF_HOSTPORT_ELAST = -599,
 };
 
 /* Flags of hf_hostport_parse. */
@@ -58,6 +62,19 @@ static inline int hf_hex_digit(int c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
+}
+
+/* A sentence for an HF_HOSTPORT_E* code (and for HF_HOSTPORT_OK); never NULL. */
+static inline const char *hf_hostport_strerror(int err)
+{
+    switch (err) {
+    case HF_HOSTPORT_OK: return "a valid host:port";
+    case HF_HOSTPORT_EBRACKET: return "unclosed [ in the host";
+    case HF_HOSTPORT_ESYNTAX: return "malformed host:port";
+    case HF_HOSTPORT_EPORT: return "the port must be 1..65535";
+    case HF_HOSTPORT_EHOST: return "no host";
+    default: return "unknown host:port error";
+    }
 }
 
 static inline int hf_hostport_parse(const char *s, size_t len, unsigned flags, hf_hostport *out)

@@ -394,15 +394,20 @@ static int replay_file(recovery *R, const dir_file *f, const mapped *m, const wa
 
 /* ---------------------------------------------------------------- the chain */
 
+/* Map file f and check its header: map_file's failure, else check_header's
+ * answer. Either way *m is safe to unmap (a failed map maps nothing). */
+static int open_file(recovery *R, const dir_file *f, mapped *m, wal_file_header *h, bool *torn)
+{
+    int rc = map_file(R, f->name, m);
+    return rc ? rc : check_header(R, f, m, h, torn);
+}
+
 static int load_snapshot(recovery *R, const dir_file *f)
 {
     mapped m;
-    int rc = map_file(R, f->name, &m);
-    if (rc)
-        return rc;
-    wal_file_header h;
+    wal_file_header h = {0};
     bool torn;
-    rc = check_header(R, f, &m, &h, &torn);
+    int rc = open_file(R, f, &m, &h, &torn);
     if (rc == 0) {
         replay_out o;
         rc = replay_file(R, f, &m, &h, false, &o);
@@ -442,12 +447,9 @@ static int replay_chain(recovery *R, const dir_file *segs, size_t n)
     for (size_t i = 0; i < n; i++) {
         const dir_file *f = &segs[i];
         mapped m;
-        int rc = map_file(R, f->name, &m);
-        if (rc)
-            return rc;
         wal_file_header h;
         bool torn;
-        rc = check_header(R, f, &m, &h, &torn);
+        int rc = open_file(R, f, &m, &h, &torn);
         if (rc == 0 && torn && i + 1 == n) {
             log_msg(LOG_WARN,
                     "%s/%s: created but never written (the process died while "

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "util/bytes.h"
+#include "util/hash.h"
 #include "util/slot.h"
 #include "util/xalloc.h"
 
@@ -238,20 +239,6 @@ int wire_cfg_parse(const char *p, size_t len, core_config *cfg, wire_stripe *st)
 
 /* ---- stripes ---- */
 
-#define FNV_OFFSET 0xcbf29ce484222325ull /* FNV-1a, 64 bits */
-#define FNV_PRIME 0x100000001b3ull
-
-/* MurmurHash3's fmix64: every bit of the key reaches the top bits. */
-static inline uint64_t stripe_fmix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
 static inline uint32_t stripe_index(uint64_t hash, uint32_t count)
 {
     return (uint32_t)(((hash >> 32) * count) >> 32);
@@ -259,10 +246,7 @@ static inline uint32_t stripe_index(uint64_t hash, uint32_t count)
 
 uint64_t wire_stripe_hash(hf_slice key)
 {
-    uint64_t h = FNV_OFFSET;
-    for (size_t i = 0; i < key.len; i++)
-        h = (h ^ (unsigned char)key.ptr[i]) * FNV_PRIME;
-    return stripe_fmix(h);
+    return hf_fmix64(hf_fnv1a(HF_FNV_OFFSET, key.ptr, key.len));
 }
 
 uint32_t wire_stripe_of(hf_slice key, uint32_t count)
@@ -284,18 +268,18 @@ void wire_stripes_of(const hf_slice *keys, size_t n, uint32_t count, uint32_t *o
                             *p1 = (const unsigned char *)k[1].ptr,
                             *p2 = (const unsigned char *)k[2].ptr,
                             *p3 = (const unsigned char *)k[3].ptr;
-        uint64_t h0 = FNV_OFFSET, h1 = FNV_OFFSET, h2 = FNV_OFFSET, h3 = FNV_OFFSET;
+        uint64_t h0 = HF_FNV_OFFSET, h1 = HF_FNV_OFFSET, h2 = HF_FNV_OFFSET, h3 = HF_FNV_OFFSET;
         for (size_t b = 0; b < common; b++) { /* four chains in registers */
-            h0 = (h0 ^ p0[b]) * FNV_PRIME;
-            h1 = (h1 ^ p1[b]) * FNV_PRIME;
-            h2 = (h2 ^ p2[b]) * FNV_PRIME;
-            h3 = (h3 ^ p3[b]) * FNV_PRIME;
+            h0 = (h0 ^ p0[b]) * HF_FNV_PRIME;
+            h1 = (h1 ^ p1[b]) * HF_FNV_PRIME;
+            h2 = (h2 ^ p2[b]) * HF_FNV_PRIME;
+            h3 = (h3 ^ p3[b]) * HF_FNV_PRIME;
         }
         uint64_t h[4] = {h0, h1, h2, h3};
         for (int j = 0; j < 4; j++) {
             for (size_t b = common; b < k[j].len; b++)
-                h[j] = (h[j] ^ (unsigned char)k[j].ptr[b]) * FNV_PRIME;
-            out[i + (size_t)j] = stripe_index(stripe_fmix(h[j]), count);
+                h[j] = (h[j] ^ (unsigned char)k[j].ptr[b]) * HF_FNV_PRIME;
+            out[i + (size_t)j] = stripe_index(hf_fmix64(h[j]), count);
         }
     }
     for (; i < n; i++)

@@ -357,6 +357,39 @@ class Server:
 
 # -- HTTP clients ----------------------------------------------------------
 
+class LoggedServer(Server):
+    """A Server whose whole log, its shutdown included, stays readable
+    (last_stderr) after it stopped. Read once the process has exited: the
+    start-up lines are written after the port answers /health, so a log read
+    before SIGTERM could miss them on a loaded machine."""
+
+    last_stderr = ""
+
+    def _cleanup_dir(self):
+        if self.workdir:
+            self.last_stderr = self.stderr()
+        super()._cleanup_dir()
+
+
+class TokenFile:
+    """A token file in a temporary directory, mode 600."""
+
+    def __init__(self, content):
+        self.dir = tempfile.mkdtemp(prefix="hf3fs-metad-auth-")
+        self.path = os.path.join(self.dir, "token")
+        with open(self.path, "wb") as f:
+            f.write(content if isinstance(content, bytes) else content.encode())
+        os.chmod(self.path, 0o600)
+
+    def __enter__(self):
+        return self.path
+
+    def __exit__(self, *exc):
+        os.unlink(self.path)
+        os.rmdir(self.dir)
+        return False
+
+
 class Response:
     def __init__(self, method, path, status, headers, body):
         self.method = method
@@ -902,6 +935,26 @@ def in_stripe0(name):
     return key
 
 
+# What a page number is not, and how a refusal names it: JSON's true is not
+# page 1, nor "3" page 3.
+NOT_PAGE_NUMBERS = ((True, "a boolean"), (False, "a boolean"), (1.5, "a non-integer number"),
+                    ("3", "a string"))
+
+
+def expect_page_numbers_refused(c, path, base, confirm_field, key):
+    """Each of NOT_PAGE_NUMBERS as the page of key's confirmation (the list
+    confirm_field) and as a page to release, in a confirm_write to path whose
+    body has base's members too (vLLM's rank): a 400 that names the field."""
+    for value, kind in NOT_PAGE_NUMBERS:
+        for field, extra in (("%s[0][1]" % confirm_field, {confirm_field: [[key, value]]}),
+                             ("pages_to_release[0]", {confirm_field: [], "pages_to_release": [value]})):
+            try:
+                expect_error(c.post(path, dict(base, **extra)), 400,
+                             "'%s' must be an integer page number, got %s" % (field, kind))
+            except AssertionError as e:
+                raise AssertionError("%s = %s: %s" % (field, json.dumps(value), e))
+
+
 def pool_states(stats, ns, rank):
     """(num_pages, free, reserved, owned, draining, keys) of one pool."""
     p = stats[(ns, rank)]
@@ -910,10 +963,52 @@ def pool_states(stats, ns, rank):
 
 # -- runner ----------------------------------------------------------------
 
-def main(namespace):
+class Skip(Exception):
+    """Raised by a test that cannot run here, saying why: printed as SKIP,
+    counted apart, never a failure."""
+
+
+class _Tally:
+    """PASS/FAIL/SKIP lines as results come, and the counts for the summary."""
+
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+
+    def report(self, ok, name, text=""):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+        print("%s %s%s" % ("PASS" if ok else "FAIL", name, text), flush=True)
+
+    def run(self, name, fn):
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Skip as s:
+            self.skipped += 1
+            print("SKIP %s: %s" % (name, s), flush=True)
+        except BaseException as e:  # noqa: B902 - a test must never stop the run
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+            first = " | ".join(lines[:2]) or type(e).__name__
+            self.report(False, name, " (%.2fs): %s: %s" % (time.monotonic() - t0,
+                                                           type(e).__name__, first[:400]))
+            sys.stderr.write("---- %s\n" % name)
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+        else:
+            self.report(True, name, " (%.2fs)" % (time.monotonic() - t0))
+
+
+def main(namespace, first=None):
     """Run every test_* function of the module in definition order (or only
-    those whose names contain one of argv[1:]); print PASS/FAIL per test and
-    "N passed, N failed"; exit 0 only if all passed."""
+    those whose names contain one of argv[1:]); print PASS/FAIL/SKIP per test
+    and "N passed, N failed[, N skipped]"; exit 0 only if none failed and one
+    passed. first(report), if given, runs before the tests and reports
+    results of its own with report(ok, name, text) (test_client_lib: the C
+    program's tests)."""
     wanted = sys.argv[1:]
     tests = [(name, fn) for name, fn in namespace.items()
              if name.startswith("test_") and callable(fn)
@@ -923,28 +1018,17 @@ def main(namespace):
         print("FAIL setup: server binary %s does not exist (set HF3FS_METAD_BIN)" % BIN)
         print("0 passed, %d failed" % max(1, len(tests)))
         sys.exit(1)
-    passed = failed = 0
+    tally = _Tally()
     t_all = time.monotonic()
+    if first:
+        first(tally.report)
     for name, fn in tests:
-        t0 = time.monotonic()
-        try:
-            fn()
-        except BaseException as e:  # noqa: B902 - a test must never stop the run
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            failed += 1
-            lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
-            first = " | ".join(lines[:2]) or type(e).__name__
-            print("FAIL %s (%.2fs): %s: %s" % (name, time.monotonic() - t0,
-                                               type(e).__name__, first[:400]), flush=True)
-            sys.stderr.write("---- %s\n" % name)
-            traceback.print_exc(file=sys.stderr)
-            sys.stderr.flush()
-        else:
-            passed += 1
-            print("PASS %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
+        tally.run(name, fn)
     _kill_leftovers()
     print("# %s (%s engine): %.1f s" % (os.path.basename(sys.argv[0]), ENGINE,
                                         time.monotonic() - t_all))
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
+    line = "%d passed, %d failed" % (tally.passed, tally.failed)
+    if tally.skipped:
+        line += ", %d skipped" % tally.skipped
+    print(line)
+    sys.exit(0 if tally.failed == 0 and tally.passed > 0 else 1)

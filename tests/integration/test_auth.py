@@ -12,7 +12,8 @@ import urllib.error
 import urllib.request
 
 import harness
-from harness import Server, expect_error, expect_eq, expect_json, expect_true
+from harness import (LoggedServer, Server, TokenFile, expect_error, expect_eq, expect_json,
+                     expect_true)
 
 TOKEN = "tok-3f9a_c0ffee.42"
 
@@ -40,25 +41,6 @@ ROUTES = [
 ]
 
 
-class TokenFile:
-    """A token file in a temporary directory, mode 600."""
-
-    def __init__(self, content):
-        self.dir = tempfile.mkdtemp(prefix="hf3fs-metad-auth-")
-        self.path = os.path.join(self.dir, "token")
-        with open(self.path, "wb") as f:
-            f.write(content if isinstance(content, bytes) else content.encode())
-        os.chmod(self.path, 0o600)
-
-    def __enter__(self):
-        return self.path
-
-    def __exit__(self, *exc):
-        os.unlink(self.path)
-        os.rmdir(self.dir)
-        return False
-
-
 def bearer(token):
     return {"Authorization": "Bearer " + token}
 
@@ -72,20 +54,6 @@ def call(c, method, path, body, headers):
     if method == "GET":
         return c.get(path, headers=headers)
     return c.post(path, body, headers=headers)
-
-
-class LoggedServer(Server):
-    """A Server whose whole log, its shutdown included, stays readable
-    (last_stderr) after it stopped. Read once the process has exited: the
-    start-up lines are written after the port answers /health, so a log read
-    before SIGTERM could miss them on a loaded machine."""
-
-    last_stderr = ""
-
-    def _cleanup_dir(self):
-        if self.workdir:
-            self.last_stderr = self.stderr()
-        super()._cleanup_dir()
 
 
 class AuthServer(LoggedServer):

@@ -11,18 +11,16 @@ $HF3FS_METAD_BIN.
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from harness import Server, expect_eq, expect_true  # noqa: E402
+from harness import Server, Skip, TokenFile, expect_eq, expect_true  # noqa: E402
 
 CLI = os.path.join(os.path.dirname(os.path.abspath(harness.BIN)), "hf3fs-meta")
 COMMANDS = ["init", "alloc", "confirm", "release", "exists", "locate", "delete", "clear",
@@ -81,10 +79,6 @@ def table_rows(text):
         if len(cols) == 8 and cols[1].isdigit():
             rows[(cols[0], int(cols[1]))] = cols
     return rows
-
-
-class Skip(Exception):
-    """The test cannot run against this server; printed as SKIP, not a failure."""
 
 
 class FakeServer:
@@ -532,61 +526,14 @@ def test_auth_token_against_a_server_with_auth():
     if "--auth-token-file" not in out:
         raise Skip("hf3fs-metad has no --auth-token-file yet (client side of Basic and Bearer"
                    " auth is tested against a fake server in test_client)")
-    tmp = tempfile.mkdtemp(prefix="hf3fs-meta-cli-auth-")
-    try:
-        path = os.path.join(tmp, "token")
-        with open(path, "w") as f:
-            f.write("tok-123\n")
-        with Server("--auth-token-file", path) as srv:
-            expect_exit(run("stats", url=url_of(srv)), 4, "no token")
-            expect_exit(run("--token", "tok-123", "stats", url=url_of(srv)), 0, "bearer")
-            expect_exit(run("stats", url="http://:tok-123@127.0.0.1:%d" % srv.port), 0, "basic")
-            expect_exit(run("stats", env={"HF3FS_META_TOKEN": "tok-123"}, url=url_of(srv)), 0,
-                        "HF3FS_META_TOKEN")
-            expect_exit(run("--token", "wrong", "stats", url=url_of(srv)), 4, "wrong token")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def main():
-    """Run every test_* in order (or those whose names contain an argument);
-    PASS/FAIL/SKIP per test, then "N passed, N failed[, N skipped]"."""
-    import traceback
-    if not os.path.exists(harness.BIN):
-        print("FAIL setup: server binary %s does not exist (set HF3FS_METAD_BIN)" % harness.BIN)
-        print("0 passed, 1 failed")
-        sys.exit(1)
-    passed = failed = skipped = 0
-    t_all = time.monotonic()
-    for name, fn in list(globals().items()):
-        if not name.startswith("test_") or not callable(fn):
-            continue
-        if sys.argv[1:] and not any(w in name for w in sys.argv[1:]):
-            continue
-        t0 = time.monotonic()
-        try:
-            fn()
-        except Skip as s:
-            skipped += 1
-            print("SKIP %s: %s" % (name, s), flush=True)
-        except Exception as e:  # noqa: BLE001 - a test must never stop the run
-            failed += 1
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            print("FAIL %s (%.2fs): %s: %s" % (name, time.monotonic() - t0, type(e).__name__,
-                                               first[:300]), flush=True)
-            sys.stderr.write("---- %s\n" % name)
-            traceback.print_exc(file=sys.stderr)
-        else:
-            passed += 1
-            print("PASS %s (%.2fs)" % (name, time.monotonic() - t0), flush=True)
-    harness._kill_leftovers()
-    print("# %s: %.1f s" % (os.path.basename(sys.argv[0]), time.monotonic() - t_all))
-    line = "%d passed, %d failed" % (passed, failed)
-    if skipped:
-        line += ", %d skipped" % skipped
-    print(line)
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
+    with TokenFile("tok-123\n") as path, Server("--auth-token-file", path) as srv:
+        expect_exit(run("stats", url=url_of(srv)), 4, "no token")
+        expect_exit(run("--token", "tok-123", "stats", url=url_of(srv)), 0, "bearer")
+        expect_exit(run("stats", url="http://:tok-123@127.0.0.1:%d" % srv.port), 0, "basic")
+        expect_exit(run("stats", env={"HF3FS_META_TOKEN": "tok-123"}, url=url_of(srv)), 0,
+                    "HF3FS_META_TOKEN")
+        expect_exit(run("--token", "wrong", "stats", url=url_of(srv)), 4, "wrong token")
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(globals())

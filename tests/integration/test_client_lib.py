@@ -19,14 +19,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from harness import Server, expect_eq, expect_true  # noqa: E402
+from harness import Server, Skip, TokenFile, expect_eq, expect_true  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_DIR = os.path.dirname(os.path.abspath(harness.BIN))
@@ -36,10 +34,6 @@ SHARED_LIB = os.path.join(BUILD_DIR, "libhf3fsmeta.so")
 HEADER = os.path.join(ROOT, "include", "hf3fs_meta.h")
 SANITIZED = "asan" in BUILD_DIR
 C_TIMEOUT = 300 * (3 if SANITIZED else 1)
-
-
-class Skip(Exception):
-    """The test cannot run here; the reason is printed, it does not fail."""
 
 
 def url_of(srv, userinfo=None):
@@ -168,44 +162,21 @@ def test_basic_auth_from_url_against_a_server_with_a_token():
         raise Skip("hf3fs-metad has no --auth-token-file yet (client side tested against a fake"
                    " server in test_client: basic_auth_*, bearer_token_*)")
     need(EXAMPLE, "example program")
-    tmp = tempfile.mkdtemp(prefix="hf3fs-meta-auth-")
-    try:
-        token_file = os.path.join(tmp, "token")
-        with open(token_file, "w") as f:
-            f.write("s3cret-token\n")
-        with Server("--auth-token-file", token_file) as srv:
-            ok = subprocess.run([EXAMPLE, url_of(srv, ":s3cret-token")], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, timeout=30)
-            expect_eq(ok.returncode, 0, "example with the right token (stderr %r)" % ok.stderr)
-            bad = subprocess.run([EXAMPLE, url_of(srv, ":wrong")], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, timeout=30)
-            expect_eq(bad.returncode, 1, "example with a wrong token")
-            expect_true(b"401" in bad.stderr, "a wrong token should be a 401: %r" % bad.stderr)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with TokenFile("s3cret-token\n") as path, Server("--auth-token-file", path) as srv:
+        ok = subprocess.run([EXAMPLE, url_of(srv, ":s3cret-token")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, timeout=30)
+        expect_eq(ok.returncode, 0, "example with the right token (stderr %r)" % ok.stderr)
+        bad = subprocess.run([EXAMPLE, url_of(srv, ":wrong")], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, timeout=30)
+        expect_eq(bad.returncode, 1, "example with a wrong token")
+        expect_true(b"401" in bad.stderr, "a wrong token should be a 401: %r" % bad.stderr)
 
 
 # -- runner --------------------------------------------------------------------
 
-def main():
-    passed = failed = skipped = 0
-    t_all = time.monotonic()
-
-    def report(ok, name, text=""):
-        nonlocal passed, failed
-        if ok:
-            passed += 1
-            print("PASS %s%s" % (name, text), flush=True)
-        else:
-            failed += 1
-            print("FAIL %s%s" % (name, text), flush=True)
-
-    if not os.path.exists(harness.BIN):
-        print("FAIL setup: server binary %s does not exist (set HF3FS_METAD_BIN)" % harness.BIN)
-        print("0 passed, 1 failed")
-        sys.exit(1)
-
-    # 1. The C program: unit, fake-server and live tests on one server.
+def c_program_tests(report):
+    """The C program: unit, fake-server and live tests on one server, each
+    reported as test_client.NAME (run before the Python-side tests)."""
     def c_group(label, server_flags, extra_args):
         try:
             with Server(*server_flags) as srv:
@@ -226,33 +197,6 @@ def main():
     c_group("all", [], [])
     c_group("idle", ["--idle-timeout", "1"], ["--idle"])
 
-    # 2. The Python-side tests.
-    for name, fn in list(globals().items()):
-        if not name.startswith("test_") or not callable(fn):
-            continue
-        if sys.argv[1:] and not any(w in name for w in sys.argv[1:]):
-            continue
-        t0 = time.monotonic()
-        try:
-            fn()
-        except Skip as s:
-            skipped += 1
-            print("SKIP %s: %s" % (name, s), flush=True)
-        except Exception as e:  # noqa: BLE001 - a test must never stop the run
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            report(False, name, " (%.2fs): %s: %s" % (time.monotonic() - t0, type(e).__name__,
-                                                      first[:300]))
-            traceback.print_exc(file=sys.stderr)
-        else:
-            report(True, name, " (%.2fs)" % (time.monotonic() - t0))
-    harness._kill_leftovers()
-    print("# %s: %.1f s" % (os.path.basename(sys.argv[0]), time.monotonic() - t_all))
-    line = "%d passed, %d failed" % (passed, failed)
-    if skipped:
-        line += ", %d skipped" % skipped
-    print(line)
-    sys.exit(0 if failed == 0 and passed > 0 else 1)
-
 
 if __name__ == "__main__":
-    main()
+    harness.main(globals(), first=c_program_tests)

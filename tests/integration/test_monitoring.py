@@ -151,6 +151,11 @@ def _scrape_one(server, wanted):
         v_alloc(c, 0, ["d", "e", "f"])  # evicts
         v_confirm(c, 0, [("zz", 3)])    # refused
         v_exists(c, ["a", "b", "nope"])
+        # hf3fs_metad_hit_ratio_estimate shows once a completeness read asked
+        # for a key the estimator samples: one in four, by the key's hash
+        # under a seed drawn at each start (src/core/reuse.h). The five keys
+        # read here leave about one start in four without it; 64 more, 0.75^64.
+        v_exists(c, ["sampled-%d" % i for i in range(64)])
         v_locations(c, 1, ["a", "nope"])
         # SGLang: its own namespace.
         s_init(c, 2, 8, ns="sg")

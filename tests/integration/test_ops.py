@@ -11,24 +11,10 @@ import tempfile
 import time
 
 import harness
-from harness import (Server, expect_error, expect_eq, expect_json, expect_true, s_alloc,
+from harness import (LoggedServer, expect_error, expect_eq, expect_json, expect_true, s_alloc,
                      s_confirm, s_init, v_alloc, v_confirm, v_init, wait_for)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-
-
-class LoggedServer(Server):
-    """A Server whose whole log, its shutdown included, stays readable
-    (last_stderr) after it stopped. Read once the process has exited: the
-    start-up lines are written after the port answers /health, so a log read
-    before SIGTERM could miss them on a loaded machine."""
-
-    last_stderr = ""
-
-    def _cleanup_dir(self):
-        if self.workdir:
-            self.last_stderr = self.stderr()
-        super()._cleanup_dir()
 
 
 def help_flags():

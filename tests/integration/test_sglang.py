@@ -283,6 +283,22 @@ def test_sglang_confirm_write_lists_are_optional():
         expect_eq(s_pages(c, 0, [A, B]), [pa, None], "indices")
 
 
+def test_sglang_true_false_a_fraction_or_a_string_is_refused_as_a_page_number():
+    """written_keys_to_confirm's page or a page to release of true, false, 1.5 or
+    "3" is a 400 naming the field, and confirms or releases nothing."""
+    with Server() as srv:
+        c = srv.client()
+        s_init(c, 0, 4 * S)
+        pa, pb = [p for _, p in s_alloc(c, 0, [A, B])]
+        harness.expect_page_numbers_refused(c, "/0/confirm_write", {},
+                                            "written_keys_to_confirm", A)
+        states = pool_states(srv.stats(), "kv", 0)
+        expect_eq((states[2], states[3], states[4]), (2, 0, 0),
+                  "reserved, owned and draining pages after the refusals")
+        s_confirm(c, 0, [(A, pa)], release=[pb])
+        expect_eq(s_pages(c, 0, [A, B]), [pa, None], "confirmed and released with integers")
+
+
 def test_sglang_confirm_then_release_in_one_request():
     with Server() as srv:
         c = srv.client()

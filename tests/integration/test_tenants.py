@@ -20,10 +20,10 @@ import tempfile
 
 import harness
 import metrics_text
-from harness import (expect_eq, expect_error, expect_json, expect_no_body, expect_true,
-                     s_alloc, s_clear, s_confirm, s_exists, s_init, s_pages, v_alloc, v_confirm,
-                     v_exists, v_init, v_locations)
-from test_auth import LoggedServer, TokenFile, bearer
+from harness import (LoggedServer, TokenFile, expect_eq, expect_error, expect_json,
+                     expect_no_body, expect_true, s_alloc, s_clear, s_confirm, s_exists, s_init,
+                     s_pages, v_alloc, v_confirm, v_exists, v_init, v_locations)
+from test_auth import bearer
 
 TOKENS = {"acme": "tok-acme-1f0c9", "beta": "tok-beta-77ab2", "*": "tok-operator-c4e1"}
 FILE = ("# tenants of this test\n"

@@ -618,6 +618,21 @@ def test_vllm_format_errors_have_exact_details():
         expect_eq(pool_states(srv.stats(), "kv", 0), (4, 4, 0, 0, 0, 0), "pool unchanged")
 
 
+def test_vllm_true_false_a_fraction_or_a_string_is_refused_as_a_page_number():
+    """A confirmation's page or a page to release of true, false, 1.5 or "3" is a
+    400 naming the field, and confirms or releases nothing."""
+    with Server() as srv:
+        c = srv.client()
+        v_init(c, 0, 4 * S)
+        pa, pb = v_alloc(c, 0, [A, B])
+        harness.expect_page_numbers_refused(c, "/keys/confirm_write", {"rank": 0},
+                                            "confirmations", A)
+        expect_eq(pool_states(srv.stats(), "kv", 0)[2:5], (2, 0, 0),
+                  "(reserved, owned, draining) after the refusals")
+        v_confirm(c, 0, [(A, pa)], release=[pb])
+        expect_eq(v_locations(c, 0, [A, B]), [pa, None], "the same with integers")
+
+
 def test_vllm_rank_outside_configured_range_is_400():
     with Server("--max-ranks", "4") as srv:
         c = srv.client()

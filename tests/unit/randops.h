@@ -10,7 +10,8 @@
  * randops_mix: each test keeps its own mix, and its seed draws the same
  * operations as before the generator was shared. randops_text_state()
  * renders core_walk_state as text, one event a line, so that two states
- * compare with memcmp and print readably when they differ.
+ * compare with memcmp and print readably when they differ
+ * (randops_text_differ).
  */
 #ifndef HF_TEST_RANDOPS_H
 #define HF_TEST_RANDOPS_H
@@ -274,6 +275,19 @@ static inline randops_text randops_text_state(const core_t *core)
 static inline bool randops_text_same(const randops_text *a, const randops_text *b)
 {
     return a->len == b->len && memcmp(a->buf, b->buf, a->len) == 0;
+}
+
+/* Whether two states' texts differ; if they do, both are printed (their
+ * first 3,000 bytes) under their names. Frees both texts. */
+static inline bool randops_text_differ(randops_text a, randops_text b, const char *name_a,
+                                       const char *name_b)
+{
+    bool same = randops_text_same(&a, &b);
+    if (!same)
+        printf("  %s:\n%.3000s\n  %s:\n%.3000s\n", name_a, a.buf, name_b, b.buf);
+    free(a.buf);
+    free(b.buf);
+    return !same;
 }
 
 #endif

@@ -1004,6 +1004,47 @@ TEST(hits_get_no_write_lease_from_sglang_nor_from_a_vllm_allocation_that_failed)
     CK();
 }
 
+/* Each read that leases what it finds: per pool (lookup, exists) and across
+ * ranks (the completeness reads). */
+enum { READ_LOOKUP, READ_EXISTS, READ_COMPLETE_EXISTS, READ_COMPLETE_LOCATIONS, READ_KINDS };
+static const char *const read_names[READ_KINDS] = {"lookup", "exists", "complete_exists",
+                                                   "complete_locations"};
+
+/* One read of `key` in pool (KV, 0); answers whether it found the key. */
+static bool read1(core_pool_t *pool, int kind, const char *key, int64_t now)
+{
+    hf_slice k = K(key);
+    bool present = false;
+    int64_t page = -1;
+    switch (kind) {
+    case READ_LOOKUP: return lookup1(pool, key, now) >= 0;
+    case READ_EXISTS: core_exists(pool, &k, 1, now, &present); return present;
+    case READ_COMPLETE_EXISTS: core_complete_exists(core, KV, &k, 1, now, &present); return present;
+    default: core_complete_locations(core, KV, 0, &k, 1, now, &page); return page >= 0;
+    }
+}
+
+/* The read lease only ever extends a page's protection: a read in the middle
+ * of a write lease (1,000 ms) leases the page for 100 ms, and the page stays
+ * protected until the write lease ends, not the read lease. */
+TEST(no_read_cuts_short_a_write_lease_that_runs_longer_than_its_read_lease)
+{
+    for (int kind = 0; kind < READ_KINDS; kind++) {
+        int64_t pa, px;
+        core_pool_t *pool = pool_with_a_being_rewritten(&pa, &px); /* a: written until 1010 */
+        CHECK(read1(pool, kind, "a", 500));                        /* read-leased until 600 */
+        int64_t y = alloc1(pool, "y", CORE_ALLOC_PARTIAL, 700);
+        int64_t z = alloc1(pool, "z", CORE_ALLOC_PARTIAL, 1009);
+        if (y == pa || z == pa)
+            TEST_FAIL("a %s at 500 cut a's write lease (until 1010) short: a evicted at %d",
+                      read_names[kind], y == pa ? 700 : 1009);
+        CHECK_EQ(y, px);
+        CHECK_EQ(z, -1);
+        CHECK_EQ(alloc1(pool, "z", CORE_ALLOC_PARTIAL, 1010), pa);
+        CK();
+    }
+}
+
 TEST(a_released_page_drains_for_the_grace_so_a_replayed_release_cannot_free_another_writers_page)
 {
     setup(lease_config());
@@ -1256,6 +1297,7 @@ int main(void)
     RUN(a_write_lease_whose_writer_never_confirms_ends_at_the_write_lease_bound);
     RUN(a_write_lease_ends_only_when_every_writer_of_the_hit_confirmed);
     RUN(hits_get_no_write_lease_from_sglang_nor_from_a_vllm_allocation_that_failed);
+    RUN(no_read_cuts_short_a_write_lease_that_runs_longer_than_its_read_lease);
     RUN(a_released_page_drains_for_the_grace_so_a_replayed_release_cannot_free_another_writers_page);
     RUN(a_rebuilt_pool_whose_highest_touched_page_is_free_gets_its_free_order_back);
     RUN(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease);

@@ -99,13 +99,7 @@ static void follow(void *ctx, const core_event *ev)
 
 static void expect_same(core_t *a, core_t *b, int at)
 {
-    randops_text ta = render(a), tb = render(b);
-    bool same = randops_text_same(&ta, &tb);
-    if (!same)
-        printf("  primary:\n%.3000s\n  follower:\n%.3000s\n", ta.buf, tb.buf);
-    free(ta.buf);
-    free(tb.buf);
-    if (!same)
+    if (randops_text_differ(render(a), render(b), "primary", "follower"))
         TEST_FAIL("step %d: the follower's state differs from its primary's", at);
     char err[256];
     if (core_check(a, err, sizeof err) != 0)

@@ -61,6 +61,18 @@ TEST(errors_in_order)
     CHECK_EQ(parse("", 0, &hp), HF_HOSTPORT_EHOST);
 }
 
+TEST(error_codes_are_in_their_own_range_and_each_has_a_sentence)
+{
+    const int codes[] = {HF_HOSTPORT_EBRACKET, HF_HOSTPORT_ESYNTAX, HF_HOSTPORT_EPORT,
+                         HF_HOSTPORT_EHOST};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        CHECK(codes[i] <= HF_HOSTPORT_EFIRST && codes[i] >= HF_HOSTPORT_ELAST);
+        CHECK(strcmp(hf_hostport_strerror(codes[i]), hf_hostport_strerror(1)) != 0);
+        for (size_t j = 0; j < i; j++)
+            CHECK(codes[i] != codes[j]);
+    }
+}
+
 TEST(cluster_node_addresses)
 {
     hf_hostport hp;
@@ -93,6 +105,7 @@ int main(int argc, char **argv)
     TEST_SELECT(argc, argv);
     RUN(host_port_forms);
     RUN(errors_in_order);
+    RUN(error_codes_are_in_their_own_range_and_each_has_a_sentence);
     RUN(cluster_node_addresses);
     RUN(hex_digits);
     return TEST_SUMMARY();

@@ -105,14 +105,7 @@ static core_t *replay(const core_event *base, size_t nbase, const event_log *log
 
 static void expect_same(const core_t *live, const core_t *copy, const char *what)
 {
-    randops_text a = randops_text_state(live), b = randops_text_state(copy);
-    bool same = randops_text_same(&a, &b);
-    if (!same) {
-        printf("  live:\n%.2000s\n  %s:\n%.2000s\n", a.buf, what, b.buf);
-    }
-    free(a.buf);
-    free(b.buf);
-    if (!same)
+    if (randops_text_differ(randops_text_state(live), randops_text_state(copy), "live", what))
         TEST_FAIL("%s differs from the live state", what);
 }
 
