@@ -46,9 +46,15 @@ SUITES_OVER_REDIS = ["test_vllm", "test_sglang", "test_leases", "test_concurrenc
                      "test_malformed", "test_metrics", "test_ops", "test_load", "test_cli",
                      "test_client_lib", "test_crash", "test_page_integrity", "test_retries",
                      "test_stripes", "test_tenants", "test_import_sglang", "test_prefix_hits"]
-# Over the cluster, with several stripes per namespace (the rest: one).
+# With several stripes per namespace: over the cluster (but
+# DEFAULT_OVER_CLUSTER) and over one Redis in the sanitized build (the
+# rest: the default, one stripe for their pools).
 STRIPED_SUITES = ["test_page_integrity", "test_crash", "test_concurrency", "test_load",
                   "test_retries", "test_vllm", "test_sglang", "test_metrics"]
+# The stock clients' suites run over the cluster at the default stripes,
+# as a new user's pools (2 to 1,024 pages) meet it; at 4 stripes in the
+# sanitized build over one Redis.
+DEFAULT_OVER_CLUSTER = ["test_vllm", "test_sglang"]
 # Run again with 4 stripes per namespace: the module's durability and
 # replication (RDB, AOF, replicas, slot moves) of values that are stripes.
 STRIPED_AGAIN = ["test_redis_module"]
@@ -164,11 +170,12 @@ def build_jobs(build, check):
                             dict(server, HF3FS_TEST_STRIPES="4"), weight=2))
     if check:
         return jobs
-    # Over one Redis a namespace is one value (stripes 1, the default of
-    # redis://). Over the cluster the reference model and STRIPED_SUITES run
-    # with 4 stripes (tiny pools: at the cluster's default of 16 most stripes
-    # would have no page), the suites that count the pages of tiny pools
-    # exactly with 1.
+    # Over one Redis a namespace is one value (the default of redis://).
+    # Over the cluster the reference model and STRIPED_SUITES run with 4
+    # stripes (their keys of stripe 0 and pools 4 times as large: the
+    # fan-out and the rollback), the rest (DEFAULT_OVER_CLUSTER among them)
+    # with the default, which gives their small pools one stripe
+    # (docs/many-nodes.md "Choosing S"). "": no --stripes.
     #
     # The sanitized build runs these once, over one Redis with the striped
     # suites at 4 stripes (the front end's fan-out and rollback, the code
@@ -176,7 +183,7 @@ def build_jobs(build, check):
     # cluster's routing is its own suites' (CLUSTER_SCRIPTS, above, with 4
     # stripes), and the normal build runs every engine and seed. This keeps
     # `make test` within its 10 minutes on 2 cores.
-    engines = (("redis", 3, "1"), ("redis-cluster", 4, "4"))
+    engines = (("redis", 3, ""), ("redis-cluster", 4, "4"))
     runs = MODEL_RUNS
     if sanitized(build):
         engines, runs = (("redis", 3, "4"),), MODEL_RUNS[:1]
@@ -188,10 +195,12 @@ def build_jobs(build, check):
             jobs.append(Job("test_model[%s]:%s%s" % (engine, run, tag),
                             [os.path.join(tests_dir, "test_model"), run], over, weight + 1))
         for name in SUITES_OVER_REDIS:
+            striped = name in STRIPED_SUITES and not (engine == "redis-cluster"
+                                                      and name in DEFAULT_OVER_CLUSTER)
             jobs.append(Job("%s.py[%s]%s" % (name, engine, tag),
                             [PYTHON, os.path.join("tests", "integration", name + ".py")],
                             dict(server, HF3FS_TEST_ENGINE=engine,
-                                 HF3FS_TEST_STRIPES=stripes if name in STRIPED_SUITES else "1"),
+                                 HF3FS_TEST_STRIPES=stripes if striped else ""),
                             weight))
     return jobs
 

@@ -58,9 +58,6 @@
 #define EXIT_STORE 5    /* --store: the shared store cannot be reached or refused us */
 #define EXIT_NOMODULE 6 /* --store: Redis has not loaded the hf3fs-metad module (of this version) */
 #define EXIT_IMPORT 7   /* SGLang's state file was refused: nothing was imported */
-/* --store redis-cluster://: the stripes of a namespace it creates (docs/redis-module.md
- * "Stripes": why 16) */
-#define DEFAULT_CLUSTER_STRIPES 16
 
 typedef struct server_options {
     const char *host;
@@ -100,7 +97,7 @@ typedef struct server_options {
     double redis_connect_timeout_s;
     double redis_timeout_s;
     uint64_t redis_wait;
-    uint64_t stripes; /* 0: the store URL's default */
+    uint64_t stripes; /* 0: the store's default (store_redis_options.stripes) */
     double redis_wait_timeout_s;
 } server_options;
 
@@ -291,8 +288,9 @@ static void usage(FILE *out)
         "                              default 0: once the Redis primary applied it)\n"
         "  --redis-wait-timeout SECS   how long WAIT waits for them (default 1)\n"
         "  --stripes N                 Redis values per namespace this front end creates,\n"
-        "                              1-256 (default 1; redis-cluster://: 16); a namespace\n"
-        "                              keeps the count it was created with\n"
+        "                              1-256 (default 1; redis-cluster://: by the first pool's\n"
+        "                              size and the primaries); a namespace keeps the count\n"
+        "                              it was created with\n"
         "  --help                      this text\n"
         "\n"
         "Exit status: 0 stopped by SIGTERM/SIGINT; 1 --host/--port cannot be listened on (the\n"
@@ -510,8 +508,6 @@ static void parse_options(int argc, char **argv, server_options *o)
                         "keeps a namespace in one core)\nTry 'hf3fs-metad --help'.\n");
         exit(EXIT_USAGE);
     }
-    if (o->store && o->stripes == 0)
-        o->stripes = strncmp(o->store, "redis-cluster://", 16) == 0 ? DEFAULT_CLUSTER_STRIPES : 1;
     if (o->threads == 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (uint64_t)cpus;
@@ -800,15 +796,20 @@ static void log_settings(const server_options *o, uint16_t port)
         o->access_log ? "on" : "off", o->log_summary_interval_s,
         o->import_sglang ? o->import_sglang : "none");
     if (o->store) {
+        char stripes[24] = "1";
+        if (o->stripes)
+            snprintf(stripes, sizeof stripes, "%" PRIu64, o->stripes);
+        else if (strncmp(o->store, "redis-cluster://", 16) == 0)
+            snprintf(stripes, sizeof stripes, "by pool size");
         log_msg(LOG_INFO,
                 "state is kept in Redis (store %s, redis-password-file %s, "
                 "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %" PRIu64
-                ", redis-wait-timeout %g s, stripes %" PRIu64 " for the namespaces it creates): "
+                ", redis-wait-timeout %g s, stripes %s for the namespaces it creates): "
                 "this process is a stateless front end; data-dir, "
                 "fsync, save-interval, snapshot-log-bytes and salvage do not apply",
                 redact_url(o->store), o->redis_password_file ? o->redis_password_file : "none",
                 o->redis_connect_timeout_s, o->redis_timeout_s, o->redis_wait,
-                o->redis_wait_timeout_s, o->stripes);
+                o->redis_wait_timeout_s, stripes);
         return;
     }
     log_msg(LOG_INFO,

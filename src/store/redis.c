@@ -27,7 +27,7 @@ typedef struct store_redis {
     bool has_clock;
     store_clock clock;
     redis_link *link;
-    uint32_t stripes;          /* of the namespaces it creates (options.stripes) */
+    uint32_t stripes;          /* of the namespaces it creates (options.stripes; 0: stripes_for) */
     pthread_mutex_t lock;      /* layouts, retired */
     struct layout *layouts;    /* every namespace's, once known */
     struct layout *retired;    /* stale ones, freed at destroy */
@@ -363,7 +363,7 @@ static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count)
     L->next = r->layouts;
     r->layouts = L;
     pthread_mutex_unlock(&r->lock);
-    if (count != r->stripes)
+    if (r->stripes && count != r->stripes)
         log_msg(LOG_WARN,
                 "namespace '%.*s' has %" PRIu32 " stripe(s), recorded when it was created: "
                 "this front end uses them (its --stripes %" PRIu32 " applies to the namespaces "
@@ -628,6 +628,20 @@ static int run_striped(store_redis *r, hf_slice ns, striped_fn fn, void *ctx)
     return rc == RESTRIPE ? STORE_EUNAVAILABLE : rc;
 }
 
+/* The stripe count of a namespace that a pool of num_pages pages creates:
+ * --stripes if given, else by the pool's size and the primaries over a
+ * cluster (docs/many-nodes.md "Choosing S"), 1 over one Redis. Only a
+ * guess until the anchor takes it: a namespace another front end created
+ * meanwhile keeps its own count (-ESTRIPES, then HF3FS.STRIPES). */
+static uint32_t stripes_for(store_redis *r, uint64_t num_pages)
+{
+    if (r->stripes)
+        return r->stripes;
+    if (!redis_link_is_cluster(r->link))
+        return 1;
+    return wire_stripes_for(num_pages, redis_link_primaries(r->link));
+}
+
 /* ---------------------------------------------------------------- ops */
 
 typedef struct init_call {
@@ -686,10 +700,17 @@ static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pag
         /* A new namespace: its anchor first, which records our count (or
          * tells the count another front end gave it meanwhile), then the
          * other stripes. */
-        layout *mine = layout_new(ns, r->stripes);
+        uint32_t guess = stripes_for(r, num_pages);
+        layout *mine = layout_new(ns, guess);
         rc = init_on(r, mine, &c, 0, 1, true);
         layouts_free(mine);
         bool made = rc == STORE_OK && c.created;
+        if (made)
+            log_msg(LOG_INFO,
+                    "namespace '%.*s' created with %" PRIu32 " stripe(s) (%s) by rank %" PRIu32
+                    "'s pool of %" PRIu64 " pages",
+                    (int)(ns.len > 100 ? 100 : ns.len), ns.ptr, guess,
+                    r->stripes ? "--stripes" : "by pool size", rank, num_pages);
         if (rc == RESTRIPE || rc == STORE_OK)
             rc = run_striped(r, ns, init_fn, &c);
         c.created = c.created || made;
@@ -1631,7 +1652,7 @@ int store_redis_open(const core_config *config, const store_redis_options *optio
     if (r->cfg.max_pages == 0 || r->cfg.max_pages > CORE_MAX_PAGES_LIMIT)
         r->cfg.max_pages = CORE_MAX_PAGES_LIMIT;
     r->cfglen = wire_cfg_format(&r->cfg, r->cfgs, sizeof r->cfgs);
-    r->stripes = options->stripes ? options->stripes : 1;
+    r->stripes = options->stripes;
     if (r->stripes > WIRE_MAX_STRIPES) {
         snprintf(err, errlen, "--stripes must be 1 to %d", WIRE_MAX_STRIPES);
         free(r);

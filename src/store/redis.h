@@ -5,7 +5,8 @@
  *
  * The module is src/core inside Redis. A namespace is S values, its stripes
  * (docs/redis-module.md "Stripes"; S recorded in its stripe-0 value, the
- * anchor, by the front end that created it with options.stripes): stripe i
+ * anchor, by the front end that created it, options.stripes or by the
+ * size of the pool that created it): stripe i
  * holds the keys wire_stripe_of(key, S) == i of every rank and page p of
  * every pool with p % S == i (as its local page p / S). Every store call
  * is one HF3FS.* command per stripe it touches, sent at once, each one
@@ -69,9 +70,11 @@ typedef struct store_redis_options {
     /* Tests: the clock of every call (milliseconds), sent with each command;
      * NULL (the server): Redis's own clock, the one clock of every front end. */
     const store_clock *clock;
-    /* The stripe count of the namespaces this front end creates (0: 1);
-     * a namespace keeps the count it was created with (docs/redis-module.md
-     * "Stripes"). 1..WIRE_MAX_STRIPES (256). */
+    /* The stripe count of the namespaces this front end creates,
+     * 1..WIRE_MAX_STRIPES (256); 0: 1 over one Redis, over a cluster by the
+     * creating pool's size and the primaries (wire_stripes_for,
+     * docs/many-nodes.md "Choosing S"). A namespace keeps the count it was
+     * created with (docs/redis-module.md "Stripes"). */
     uint32_t stripes;
 } store_redis_options;
 

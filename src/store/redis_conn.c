@@ -933,6 +933,24 @@ redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
     return cmds;
 }
 
+uint32_t redis_link_primaries(redis_link *l)
+{
+    if (!l->cluster)
+        return 1;
+    conn *c = cl_borrow(l);
+    if (!c)
+        return 0;
+    uint32_t n = 0;
+    for (size_t i = 0; i < cluster_node_count(c->cl); i++) {
+        cluster_node_stats ns;
+        cluster_get_node_stats(c->cl, i, &ns);
+        if (ns.primary)
+            n++;
+    }
+    cl_give_back(l, c);
+    return n;
+}
+
 /* ----------------------------------------------------- health, figures */
 
 int redis_link_health(redis_link *r, char *reason, size_t len)

@@ -291,6 +291,22 @@ uint64_t wire_stripe_pages(uint64_t num_pages, wire_stripe st)
     return num_pages > st.index ? (num_pages - st.index + st.count - 1) / st.count : 0;
 }
 
+uint32_t wire_stripes_for(uint64_t num_pages, uint32_t primaries)
+{
+    uint64_t p = primaries ? primaries : 1;
+    uint64_t bound = num_pages / WIRE_STRIPE_MIN_PAGES;
+    if (bound > WIRE_MAX_STRIPES)
+        bound = WIRE_MAX_STRIPES;
+    uint64_t span = p * WIRE_STRIPE_MAX_PAGES; /* the pages of one stripe per primary */
+    uint64_t per_primary = num_pages / span + (num_pages % span != 0);
+    uint64_t want = p * (per_primary ? per_primary : 1);
+    if (want <= bound)
+        return (uint32_t)want;
+    if (bound >= p)
+        return (uint32_t)(bound - bound % p);
+    return bound ? (uint32_t)bound : 1;
+}
+
 /* "hf3fs:{<hex ns>.<count>.<index>.<t>}" (t decimal) into out (cap >= its
  * length); the length. */
 static size_t stripe_key_try(hf_slice ns, wire_stripe st, uint32_t t, char *out, size_t cap)

@@ -85,6 +85,19 @@ uint32_t wire_stripe_of(hf_slice key, uint32_t count);
 void wire_stripes_of(const hf_slice *keys, size_t n, uint32_t count, uint32_t *out);
 /* The pages of a num_pages pool that stripe st holds. */
 uint64_t wire_stripe_pages(uint64_t num_pages, wire_stripe st);
+/*
+ * The stripe count of a namespace created over a Redis Cluster of
+ * `primaries` primaries by a pool of num_pages pages, when no --stripes
+ * says (docs/many-nodes.md "Choosing S"): primaries x m, m the fewest that
+ * keep a stripe's share of the pool within WIRE_STRIPE_MAX_PAGES (the
+ * MIGRATE stall), but never so many that a stripe gets fewer than
+ * WIRE_STRIPE_MIN_PAGES (the hit ratio) nor more than WIRE_MAX_STRIPES;
+ * when those bounds cut it, the largest multiple of primaries within them,
+ * or below primaries the bound itself; at least 1.
+ */
+#define WIRE_STRIPE_MIN_PAGES 2500
+#define WIRE_STRIPE_MAX_PAGES 60000
+uint32_t wire_stripes_for(uint64_t num_pages, uint32_t primaries);
 /* The Redis key of stripe st of ns (index 0: wire_value_key(ns)); writes it
  * when cap >= WIRE_STRIPE_KEY_MAX(ns.len), returns its length. */
 size_t wire_stripe_key(hf_slice ns, wire_stripe st, char *out, size_t cap);

@@ -1535,7 +1535,10 @@ static void test_live_large_batch_of_keys(void)
         snprintf(text[i], sizeof text[i], "%032zx", i * 2654435761u);
         keys[i] = text[i];
     }
-    CHECK_RC(c, hf3fs_meta_vllm_init_worker(c, 0, (int64_t)n), 0);
+    /* twice the keys' pages: over a cluster a pool this large is striped
+     * (docs/many-nodes.md "Choosing S"), and n keys do not hash evenly
+     * enough to fill each stripe's n / S pages exactly */
+    CHECK_RC(c, hf3fs_meta_vllm_init_worker(c, 0, 2 * (int64_t)n), 0);
     CHECK_RC(c, hf3fs_meta_vllm_batch_allocate(c, 0, keys, n, pages), 0);
     CHECK_RC(c, hf3fs_meta_vllm_confirm_write(c, 0, keys, pages, n, NULL, 0), 0);
     CHECK_RC(c, hf3fs_meta_vllm_batch_exists(c, keys, n, exists), 0);

@@ -155,8 +155,11 @@ class Server:
     """One hf3fs-metad process. Use as a context manager, or start()/stop()."""
 
     def __init__(self, *flags, debug_api=True, persistence=True, port=None, store=None,
-                 env=None):
+                 env=None, default_stripes=False):
         self.flags = [str(f) for f in flags]
+        # over Redis: --stripes HF3FS_TEST_STRIPES if set (STRIPES), unless
+        # default_stripes (the store's own choice, whatever the variable says)
+        self.default_stripes = default_stripes
         self.env = env  # added to the server's environment
         self.debug_api = debug_api
         self.persistence = persistence
@@ -187,9 +190,8 @@ class Server:
             args = WRAPPER + [os.path.abspath(BIN), "--host", "127.0.0.1", "--port", str(self.port)]
             if self.store:
                 args += ["--store", self.store]
-                # what the suites assume (STRIPES: 1 unless HF3FS_TEST_STRIPES
-                # says), not the store's default (16 over a cluster)
-                args += ["--stripes", os.environ.get("HF3FS_TEST_STRIPES") or "1"]
+                if os.environ.get("HF3FS_TEST_STRIPES") and not self.default_stripes:
+                    args += ["--stripes", os.environ["HF3FS_TEST_STRIPES"]]
                 if self._flush_store:
                     self._flush_store = False
                     r = shared_redis()
@@ -892,7 +894,11 @@ def s_clear(c, rank, ns=None):
 
 
 # The stripes of the namespaces a suite run over Redis creates
-# (HF3FS_TEST_STRIPES, given to every Server as --stripes); 1 otherwise.
+# (HF3FS_TEST_STRIPES, given to every Server as --stripes); 1 otherwise:
+# without --stripes a pool of fewer than 2 x 2,500 pages creates a
+# namespace of one stripe over a cluster too (docs/many-nodes.md "Choosing
+# S"), and the pools whose pages the suites count are smaller (at most
+# 1,024 pages; test_stripes.py checks the count itself).
 STRIPES = (int(os.environ.get("HF3FS_TEST_STRIPES") or 1) if ENGINE in REDIS_ENGINES else 1)
 
 

@@ -476,6 +476,94 @@ TEST(stripes_share_every_page_of_a_pool_exactly_once)
         }
 }
 
+/* docs/many-nodes.md "Choosing S": a pool too small for two stripes of
+ * WIRE_STRIPE_MIN_PAGES gets one; else one stripe per primary, more only
+ * as a stripe's share would pass WIRE_STRIPE_MAX_PAGES, a multiple of the
+ * primaries within the bounds. */
+TEST(default_stripes_follow_pool_size_and_primaries)
+{
+    static const struct {
+        uint64_t pages;
+        uint32_t primaries, stripes;
+    } rows[] = {
+        {0, 3, 1},
+        {2, 3, 1},
+        {4, 3, 1},
+        {1024, 3, 1},
+        {4999, 3, 1},
+        {5000, 3, 2},
+        {7499, 3, 2},
+        {7500, 3, 3},
+        {60000, 3, 3},
+        {180000, 3, 3},
+        {180001, 3, 6},
+        {1000000, 3, 18},
+        {1000000000, 3, 255},
+        {1000000000, 1, 256},
+        {60000, 1, 1},
+        {60001, 1, 2},
+        {60001, 0, 2},
+        {100000, 16, 16},
+        {30000, 16, 12},
+        {7500, 500, 3},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (wire_stripes_for(rows[i].pages, rows[i].primaries) != rows[i].stripes)
+            TEST_FAIL("%llu pages over %u primaries: %u stripes, %u expected",
+                      (unsigned long long)rows[i].pages, rows[i].primaries,
+                      wire_stripes_for(rows[i].pages, rows[i].primaries), rows[i].stripes);
+    for (uint32_t P = 1; P <= 8; P++)
+        for (uint64_t pages = 0; pages < 3000000; pages = pages * 5 / 4 + 1) {
+            uint32_t S = wire_stripes_for(pages, P);
+            uint64_t bound = pages / WIRE_STRIPE_MIN_PAGES;
+            CHECK(S >= 1 && S <= WIRE_MAX_STRIPES);
+            CHECK(S == 1 || S <= bound);
+            CHECK(S < P || S % P == 0);
+            /* within WIRE_STRIPE_MAX_PAGES a stripe, unless a bound stopped it */
+            CHECK(pages <= (uint64_t)S * WIRE_STRIPE_MAX_PAGES || S + P > bound);
+            /* the fewest such: one multiple of P less would pass it */
+            CHECK(S <= P || pages > (uint64_t)(S - P) * WIRE_STRIPE_MAX_PAGES);
+        }
+}
+
+/* docs/many-nodes.md "Choosing S": stripe i's slot lies anywhere in the
+ * i-th S-th of the slot space from the anchor, so over P primaries with the
+ * slots split evenly (redis-cli --cluster create's split for 3) S = m x P
+ * puts m stripes on each, give or take one; the busiest primary's share
+ * over many namespaces is printed for the docs. */
+TEST(stripes_of_m_per_primary_sit_m_give_or_take_one_on_each_primary)
+{
+    static const int first_slot[] = {0, 5461, 10923, HF_CLUSTER_SLOTS};
+    enum { NAMESPACES = 3000 };
+    for (uint32_t m = 1; m <= 4; m++) {
+        uint32_t S = 3 * m, busiest_worst = 0;
+        double share_sum = 0;
+        for (int n = 0; n < NAMESPACES; n++) {
+            char name[16], key[128];
+            int len = snprintf(name, sizeof name, "ns%d", n);
+            uint32_t on[3] = {0, 0, 0}, busiest = 0;
+            for (uint32_t i = 0; i < S; i++) {
+                size_t k = wire_stripe_key((hf_slice){name, (size_t)len}, (wire_stripe){S, i}, key,
+                                           sizeof key);
+                int slot = hf_key_slot(key, k), p = 0;
+                while (slot >= first_slot[p + 1])
+                    p++;
+                on[p]++;
+            }
+            for (int p = 0; p < 3; p++) {
+                if (on[p] + 1 < m || on[p] > m + 1)
+                    TEST_FAIL("namespace %s, S = %u: %u stripes on primary %d", name, S, on[p], p);
+                busiest = on[p] > busiest ? on[p] : busiest;
+            }
+            share_sum += (double)busiest / S;
+            busiest_worst = busiest > busiest_worst ? busiest : busiest_worst;
+        }
+        printf("# S = %u over 3 primaries: the busiest holds %.2f of a namespace's stripes on "
+               "average, %u of %u at worst (%d namespaces)\n",
+               S, share_sum / NAMESPACES, busiest_worst, S, NAMESPACES);
+    }
+}
+
 /* util/bytes.h, under every encoding here and in the WAL: the bytes are
  * pinned (they are on disk and on the wire). */
 TEST(byte_codecs_are_pinned_and_round_trip)
@@ -521,8 +609,9 @@ TEST(byte_codecs_are_pinned_and_round_trip)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    TEST_SELECT(argc, argv);
     RUN(value_keys_are_valid_hash_tags_for_every_namespace);
     RUN(key_lists_round_trip_and_malformed_ones_are_refused);
     RUN(page_lists_round_trip_every_int64);
@@ -531,6 +620,8 @@ int main(void)
     RUN(key_to_stripe_hash_is_pinned);
     RUN(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor);
     RUN(stripes_share_every_page_of_a_pool_exactly_once);
+    RUN(default_stripes_follow_pool_size_and_primaries);
+    RUN(stripes_of_m_per_primary_sit_m_give_or_take_one_on_each_primary);
     RUN(events_round_trip_and_truncated_or_malformed_events_are_refused);
     RUN(random_bytes_never_decode_beyond_their_length);
     RUN(cfg_read_through_the_cache_answers_as_without_it);
