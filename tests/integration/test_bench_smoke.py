@@ -1,4 +1,5 @@
-"""test_bench_smoke.py: the benchmark suite (bench/run, bench/read_cost.py) still works.
+"""test_bench_smoke.py: the benchmark suite (bench/run, bench/read_cost.py,
+bench/fleet_bench.py) still works.
 
 Runs `bench/run --smoke` once (seconds: one run per scenario, tiny loads) and
 checks the shape of what it prints: a row with figures for every scenario, the
@@ -194,6 +195,42 @@ def test_instructions_script_counts_instructions_per_request_of_each_binary():
     requests, total, per = (int(g) for g in m.groups())
     assert requests > 0 and per == total // requests, out[-2000:]
     assert 10_000 < per < 10_000_000, "implausible instructions per 128-key read: %d" % per
+
+
+def test_fleet_smoke_run_prints_every_row_and_the_capacity_total_and_ratios():
+    """bench/fleet_bench.py --smoke: one Redis against a cluster of 3
+    primaries, 1 and 2 front ends: every row with a rate and each node's CPU
+    per request, then capacity and total, the front end against the embedded
+    engine, --redis-wait 1 against 0 and the p50s (shape only)."""
+    if skipped():
+        return
+    proc = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "fleet_bench.py"),
+                           "--smoke"], cwd=ROOT, env=dict(os.environ, BUILD="build"),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, "fleet_bench.py exited %d:\n%s" % (proc.returncode, out[-3000:])
+    table = {}
+    for line in out.splitlines():
+        if line.startswith("| ") and not line.startswith("| #"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            table[cells[0]] = cells
+    for setup, nodes in (("one", 1), ("cluster", 3)):
+        for fronts in (1, 2):
+            for kind, unit in (("r", "requests/s"), ("w", "pairs/s")):
+                rid = "%s/%dfe/16c/%s" % (setup, fronts, kind)
+                assert rid in table, "no row %s in:\n%s" % (rid, out[-3000:])
+                rate, cpu = table[rid][1], table[rid][3]
+                assert re.match(r"^\d+ %s$" % unit, rate), (rid, rate)
+                assert len(cpu.split(" / ")) == nodes, (rid, cpu)
+    for rid in ("embedded/1fe/16c/r", "embedded/1fe/1c/r", "one/1fe/1c/r", "cluster/1fe/1c/r",
+                "wait0/1fe/16c/w", "wait1/1fe/16c/w"):
+        assert rid in table, "no row %s in:\n%s" % (rid, out[-3000:])
+    for pattern in (r"1 front end\(s\), 16 connections: capacity \d+\.\d+x, total \d+\.\d+x",
+                    r"2 front end\(s\), 16 connections: capacity \d+\.\d+x, total \d+\.\d+x",
+                    r"16 connections: \d+ / \d+ requests/s = \d+\.\d+x",
+                    r"--redis-wait 1 against 0 .*= \d+\.\d+x",
+                    r"p50 of a 128-key read at 1 connection: embedded \d+\.\d+ ms"):
+        assert re.search(pattern, out), "missing %r in:\n%s" % (pattern, out[-3000:])
 
 
 def test_read_cost_smoke_run_prints_both_comparisons_and_their_targets():
