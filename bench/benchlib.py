@@ -1,7 +1,9 @@
 """bench/benchlib.py: what the Python benchmark scripts share (stdlib only).
 
-Ports, CPU pinning, waiting for a server, and the load generators' one-line
-figures ("requests=.. rps=X .."), a process's CPU time. Imported by bench/cluster_bench.py,
+The paths of the build, ports, CPU pinning, waiting for a server, and the
+load generators' one-line figures ("requests=.. rps=X .."), a process's CPU
+time; importing it also makes the tests' Redis helpers importable. Imported
+by bench/cluster_bench.py, bench/fleet_bench.py, bench/migrate_cost.py,
 bench/durability.py and bench/read_cost.py.
 """
 
@@ -9,9 +11,17 @@ import os
 import re
 import shutil
 import socket
+import sys
 import time
 
 NCPU = os.cpu_count() or 1
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the builds the scripts run ($BUILD: another build directory)
+BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
+SERVER = os.path.join(BUILD, "hf3fs-metad")
+LOADGEN = os.path.join(BUILD, "bench", "loadgen")
+# the tests' Redis helpers (redis_server.RedisServer, redis_cluster.RedisCluster)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 
 
 def free_port():

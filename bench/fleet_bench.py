@@ -53,16 +53,12 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (LOADGEN, NCPU, ROOT, SERVER, cpu_seconds, free_port, parse,  # noqa: E402
+                      pin, wait_port)
 from redis_cluster import RedisCluster  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import cpu_seconds, NCPU, free_port, parse, pin, wait_port  # noqa: E402
 
-BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
-SERVER = os.path.join(BUILD, "hf3fs-metad")
-LOADGEN = os.path.join(BUILD, "bench", "loadgen")
 KEYCHARS = "32"  # vLLM's MD5 hex
 
 

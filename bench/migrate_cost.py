@@ -36,15 +36,9 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from redis_server import RedisServer, Resp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import free_port, pin, wait_port  # noqa: E402
-
-BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
-SERVER = os.path.join(BUILD, "hf3fs-metad")
-LOADGEN = os.path.join(BUILD, "bench", "loadgen")
+from benchlib import LOADGEN, SERVER, free_port, pin, wait_port  # noqa: E402
+from redis_server import RedisServer, Resp  # noqa: E402
 
 
 class Pinger(threading.Thread):
