@@ -41,11 +41,11 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/import.h"
 #include "api/tenants.h"
 #include "core/core.h"
 #include "http/http.h"
 #include "util/log.h"
-#include "store/import.h"
 #include "store/mem.h"
 #include "store/redis.h"
 #include "wal/wal.h"
