@@ -10,7 +10,8 @@
 #                   suites against the normal build
 #   make test-normal / make test-asan   every suite against one build only
 #   make tsan       the server under ThreadSanitizer in build/tsan (mk/tsan.mk)
-#   make lint       clang-tidy (.clang-tidy) and cppcheck over src/, lib/, cli/
+#   make lint       clang-tidy (.clang-tidy) and cppcheck over src/, lib/, cli/, and
+#                   the include arrows of src/ (tests/check-layers.sh)
 #                   (mk/lint.mk); any finding fails
 #   make format-check  the C files clang-format (.clang-format) would change
 #

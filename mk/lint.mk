@@ -6,6 +6,9 @@
 #                -Iinclude), $(BUILD_JOBS) at once
 #   cppcheck     --enable=warning,portability,performance over each folder with
 #                the same paths; a finding exits 1
+#   layers       tests/check-layers.sh: no include of src/ points up (nothing
+#                below the api includes api, http or server; the module no
+#                store; the core only itself and util)
 #
 # A deliberate exception is marked where it stands: // NOLINT(check) for
 # clang-tidy, // cppcheck-suppress id for cppcheck, each with why. Every
@@ -33,12 +36,13 @@ CPPCHECK_FLAGS := --enable=warning,portability,performance --std=c11 --inline-su
                   --suppress=missingIncludeSystem \
                   --template='{file}:{line}: cppcheck-{id}: {message}'
 
-.PHONY: lint lint-tidy lint-cppcheck
+.PHONY: lint lint-tidy lint-cppcheck lint-layers
 
 lint:
 	@status=0; \
 	$(MAKE) --no-print-directory lint-tidy || status=1; \
 	$(MAKE) --no-print-directory lint-cppcheck || status=1; \
+	$(MAKE) --no-print-directory lint-layers || status=1; \
 	if [ $$status -ne 0 ]; then echo "lint: findings above"; fi; exit $$status
 
 lint-tidy:
@@ -57,3 +61,6 @@ lint-cppcheck:
 	$(LINT_CPPCHECK) $(CPPCHECK_FLAGS) -Iinclude -Ilib -Isrc lib || status=1; \
 	$(LINT_CPPCHECK) $(CPPCHECK_FLAGS) -Iinclude cli || status=1; \
 	exit $$status
+
+lint-layers:
+	@./tests/check-layers.sh src

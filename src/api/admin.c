@@ -360,9 +360,9 @@ static void check(api__req *req)
 }
 
 const api__route api__admin_routes[] = {
-    {"GET", "/health", health, API__NO_BODY | API__OPERATOR_OK},
-    {"GET", "/metrics", api__prometheus, API__NO_BODY | API__OPERATOR_OK},
-    {"GET", "/v1/stats", stats, API__NO_BODY | API__OPERATOR_OK},
-    {"GET", "/v1/check", check, API__NO_BODY | API__DEBUG_ONLY | API__OPERATOR_OK},
+    API__ROUTE("GET", "/health", health, API__NO_BODY | API__OPERATOR_OK),
+    API__ROUTE("GET", "/metrics", api__prometheus, API__NO_BODY | API__OPERATOR_OK),
+    API__ROUTE("GET", "/v1/stats", stats, API__NO_BODY | API__OPERATOR_OK),
+    API__ROUTE("GET", "/v1/check", check, API__NO_BODY | API__DEBUG_ONLY | API__OPERATOR_OK),
 };
 const size_t api__admin_route_count = sizeof api__admin_routes / sizeof api__admin_routes[0];

@@ -1,7 +1,8 @@
 /*
  * api.c: routing, body decoding, the shared validators and the request
- * counters. The routes themselves live in vllm.c, sglang.c, admin.c and
- * prometheus.c; the periodic summary in summary.c.
+ * counters. The routes themselves live in vllm.c and sglang.c (tables run
+ * by dialect.c), admin.c and prometheus.c; the periodic summary in
+ * summary.c.
  *
  * Routing. A path matches a route's shape when it has the same segments,
  * with "{rank}" matching any non-empty segment. The first route whose shape
@@ -456,6 +457,13 @@ int api__decode_key_items(api__req *req, const json_node *list, const char *fiel
     }
     *keys = out;
     return 0;
+}
+
+int api__decode_route_keys(api__req *req, const json_node *list, hf_slice **keys)
+{
+    if (req->route->flags & API__KEY_ITEMS)
+        return api__decode_key_items(req, list, "keys", keys);
+    return api__decode_keys(req, list, "keys", keys);
 }
 
 static int check_page(api__req *req, const json_node *page, const char *field, size_t i,

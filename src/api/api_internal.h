@@ -1,6 +1,7 @@
 /*
  * api_internal.h: what api.c shares with the route files (vllm.c, sglang.c,
- * admin.c, prometheus.c) and summary.c. Not for use outside src/api.
+ * admin.c, prometheus.c), dialect.c and summary.c. Not for use outside
+ * src/api.
  *
  * A route file exports a table of routes. api.c matches the path and method,
  * parses the {rank} segment and the body, then calls the route's handler
@@ -9,6 +10,11 @@
  * problem), and only then calls the store. It ends by answering exactly once:
  * api__begin() + writes to req->out, api__no_content(), or one of the
  * api__fail*() calls.
+ *
+ * The dialects' routes (vllm.c, sglang.c) all have one handler,
+ * api__dialect_run (dialect.c): each row names its decoder, its store call
+ * and its answer, and the one dispatcher runs them in that order (below,
+ * "The dialects' routes").
  */
 #ifndef HF_API_INTERNAL_H
 #define HF_API_INTERNAL_H
@@ -23,24 +29,97 @@
 typedef struct api__req api__req;
 typedef void (*api__handler)(api__req *req);
 
+/* ---- the dialects' routes (dialect.c) ---- */
+
+/* The store calls of the dialects, made by dialect.c. In: what the route's
+ * decoder filled in of api__call; out: the arrays it answers in. */
+typedef enum api__store_call {
+    API__INIT,               /* api__init_pool(ns, num_pages): created, existing */
+    API__ALLOCATE_ALL,       /* allocate, all or nothing (vLLM): pages */
+    API__ALLOCATE_PARTIAL,   /* allocate, partial (SGLang): pages, present (existed) */
+    API__CONFIRM,            /* confirm (keys, pages) and release */
+    API__EXISTS,             /* exists in the pool: present */
+    API__LOOKUP,             /* lookup in the pool: pages */
+    API__DELETE,             /* delete_keys */
+    API__CLEAR_POOL,         /* clear_pool */
+    API__CLEAR_TENANT,       /* every pool of the request's tenant (vLLM /clear) */
+    API__COMPLETE_EXISTS,    /* complete_exists in ns: present */
+    API__COMPLETE_LOCATIONS, /* complete_locations: pages */
+} api__store_call;
+
+/* One request of a dialect route, in the request arena. The decoder fills
+ * in what its store call reads (the rank goes to req->rank); the store
+ * call fills in what the answer reads. */
+typedef struct api__call {
+    hf_slice ns; /* as the request names it ("kv" unless the decoder says) */
+    hf_slice *keys;
+    size_t n;
+    int64_t *pages; /* in: the confirmed pages (CONFIRM); out: the pages found */
+    int64_t *release;
+    size_t nrel;
+    uint64_t num_pages; /* INIT: the size asked for */
+    bool *present;      /* out: EXISTS, COMPLETE_EXISTS; ALLOCATE_PARTIAL: existed */
+    bool created;       /* out, INIT: the pool is new */
+    uint64_t existing;  /* out, INIT: the pool's size */
+} api__call;
+
+/* 0: make the store call; else the request was answered (a 400, or an
+ * answer that needs no store call). */
+typedef int (*api__decoder)(api__req *req, api__call *call);
+/* Writes the answer (a store call's success; or, as a route's no_pool, its
+ * STORE_ENOPOOL). */
+typedef void (*api__encoder)(api__req *req, const api__call *call);
+
 enum {
     API__EMPTY_BODY_OK = 1, /* an empty (or blank) body is no body: req->body == NULL */
     API__NO_BODY = 2,       /* the body is not read at all (GET routes) */
     API__DEBUG_ONLY = 4,    /* only when api_config.debug_api */
     API__INIT_ERRORS = 8,   /* every 400 is "Invalid initialization parameters" (vLLM) */
     API__OPERATOR_OK = 16,  /* the operator's token may call it (else 403) */
+    API__KEY_ITEMS = 32,    /* a dialect's "keys" may hold [key, prefix_key] items */
 };
 
 /* What api__init_pool returns when it answered the request itself. */
 #define API__ANSWERED 1
 
-/* pattern: '/'-separated literal segments, at most one "{rank}". */
+/* pattern: '/'-separated literal segments, at most one "{rank}". A
+ * dialect's route has the handler api__dialect_run and the members after
+ * flags (API__DIALECT_ROUTE); the others, a handler of their own. */
 typedef struct api__route {
     const char *method;
     const char *pattern;
     api__handler handler;
     unsigned flags;
+    api__decoder decode;
+    api__store_call call;
+    api__encoder answer;
+    api__encoder no_pool; /* STORE_ENOPOOL from a call that names a pool */
 } api__route;
+
+/* The dispatcher of the dialects' routes: the route's decoder, the answer's
+ * arrays allocated, its store call, then its answer; a failure answered
+ * by its no_pool (STORE_ENOPOOL from a call that names a pool) or
+ * api__store_failed. */
+void api__dialect_run(api__req *req);
+
+/* A route with a handler of its own (admin.c). */
+#define API__ROUTE(method_, path_, handler_, flags_)                                               \
+    {                                                                                              \
+        .method = (method_), .pattern = (path_), .handler = (handler_), .flags = (flags_)          \
+    }
+
+/* One row of a dialect's table: method, path, flags (API__*), decoder,
+ * store call (API__<call>), answer; no_pool is the dialect's answer to a
+ * pool that does not exist. */
+#define API__DIALECT_ROUTE(no_pool_, method_, path_, flags_, decode_, call_, answer_)              \
+    {                                                                                              \
+        .method = (method_), .pattern = (path_), .handler = api__dialect_run, .flags = (flags_),   \
+        .decode = (decode_), .call = API__##call_, .answer = (answer_), .no_pool = (no_pool_)      \
+    }
+
+/* The answers that both dialects give: 204, and 200 {"exists": [...]}. */
+void api__answer_nothing(api__req *req, const api__call *call);
+void api__answer_exists(api__req *req, const api__call *call);
 
 struct api__req {
     api_t *api;
@@ -92,6 +171,9 @@ int api__decode_keys(api__req *req, const json_node *list, const char *field, hf
 /* Like api__decode_keys, but an item may also be [key, prefix_key] with
  * prefix_key a string or null (accepted and ignored). */
 int api__decode_key_items(api__req *req, const json_node *list, const char *field, hf_slice **keys);
+/* "keys" as the route says: api__decode_key_items with API__KEY_ITEMS,
+ * else api__decode_keys. */
+int api__decode_route_keys(api__req *req, const json_node *list, hf_slice **keys);
 /* [[key, page], ...] with page an integer. */
 int api__decode_confirmations(api__req *req, const json_node *list, const char *field,
                               hf_slice **keys, int64_t **pages);

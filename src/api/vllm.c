@@ -14,26 +14,29 @@
  *   POST /clear                   anything or nothing        204
  */
 #include <inttypes.h>
-#include <string.h>
 
 #include "api/api_internal.h"
 #include "util/log.h"
 
+/* The routes (API__DIALECT_ROUTE, run by dialect.c): method, path, flags,
+ * decoder, store call, answer. */
+#define VLLM_ROUTES(X)                                                                             \
+    X("POST", "/rank/{rank}/initialize", API__EMPTY_BODY_OK | API__INIT_ERRORS, init_rank_in_path, \
+      INIT, answer_initialized)                                                                    \
+    X("POST", "/initialize", API__EMPTY_BODY_OK | API__INIT_ERRORS, init_rank_in_body, INIT,       \
+      answer_initialized)                                                                          \
+    X("POST", "/keys/batch_allocate", API__KEY_ITEMS, rank_and_keys, ALLOCATE_ALL, answer_results) \
+    X("POST", "/keys/confirm_write", 0, rank_and_confirmations, CONFIRM, api__answer_nothing)      \
+    X("POST", "/keys/batch_exists", 0, keys_only, COMPLETE_EXISTS, api__answer_exists)             \
+    X("POST", "/keys/get_locations", 0, rank_and_keys, COMPLETE_LOCATIONS, answer_locations)       \
+    X("POST", "/clear", API__EMPTY_BODY_OK, nothing, CLEAR_TENANT, answer_cleared)
+
 #define INIT_INVALID "Invalid initialization parameters"
 
-static const hf_slice vllm_ns = HF_SLICE_LIT("kv");
-
-static void fail_not_initialized(api__req *req, uint32_t rank)
+static void fail_not_initialized(api__req *req, const api__call *call)
 {
-    api__fail(req, 404, "Rank %u not initialized", (unsigned)rank);
-}
-
-static void fail_store(api__req *req, int err, uint32_t rank)
-{
-    if (err == STORE_ENOPOOL)
-        fail_not_initialized(req, rank);
-    else
-        api__store_failed(req, err);
+    (void)call;
+    api__fail(req, 404, "Rank %u not initialized", (unsigned)req->rank);
 }
 
 /* "rank" present and not null, and `list` a list (else the contract's
@@ -49,15 +52,14 @@ static int rank_and_list(api__req *req, const char *list_field, const json_node 
     return api__decode_rank(req, rank, "rank", &req->rank);
 }
 
-/* {"rank": r, "keys": [...]}: items allows [key, prefix_key] items
- * (api__decode_key_items). */
-static int rank_and_keys(api__req *req, bool items, hf_slice **keys, size_t *n)
+/* {"rank": r, "keys": [...]}: API__KEY_ITEMS allows [key, prefix_key]
+ * items (api__decode_key_items). */
+static int rank_and_keys(api__req *req, api__call *c)
 {
     const json_node *list;
-    if (rank_and_list(req, "keys", &list) != 0 ||
-        (items ? api__decode_key_items : api__decode_keys)(req, list, "keys", keys) != 0)
+    if (rank_and_list(req, "keys", &list) != 0 || api__decode_route_keys(req, list, &c->keys) != 0)
         return -1;
-    *n = list->len;
+    c->n = list->len;
     return 0;
 }
 
@@ -135,213 +137,106 @@ static int init_body_rank(api__req *req, bool scheduler, bool *have_rank)
     return 0;
 }
 
-static void init_pool(api__req *req, uint64_t num_pages)
+/* The pool's real size: the one asked for, except when an existing pool
+ * of another size was kept. */
+static void answer_initialized(api__req *req, const api__call *c)
 {
-    bool created = false;
-    uint64_t existing = 0;
-    int err = api__init_pool(req, vllm_ns, num_pages, &created, &existing);
-    if (err == API__ANSWERED)
-        return;
-    if (err != STORE_OK) {
-        api__store_failed(req, err);
-        return;
-    }
-    if (created)
-        log_msg(LOG_INFO, "rank %u namespace 'kv'%s initialized with %" PRIu64 " pages",
-                (unsigned)req->rank, api__tenant_words(req), num_pages);
-    else if (existing != num_pages)
-        log_msg(LOG_WARN,
-                "rank %u namespace 'kv'%s already has %" PRIu64 " pages; an "
-                "initialize asked for %" PRIu64 ": the pool is kept as it is",
-                (unsigned)req->rank, api__tenant_words(req), existing, num_pages);
-    /* The pool's real size: the one asked for, except when an existing pool
-     * of another size was kept. */
     api__begin(req);
     json_put_lit(req->out, "{\"message\":\"Rank ");
     json_put_uint(req->out, req->rank);
     json_put_lit(req->out, " initialized with ");
-    json_put_uint(req->out, created ? num_pages : existing);
+    json_put_uint(req->out, c->created ? c->num_pages : c->existing);
     json_put_lit(req->out, " pages\"}");
 }
 
-static void initialize(api__req *req, bool rank_in_body)
+/* A scheduler is answered at once: it has no pool. */
+static int init_decode(api__req *req, api__call *c, bool rank_in_body)
 {
     bool scheduler, have_rank = true;
     if (init_role(req, &scheduler) != 0)
-        return;
+        return -1;
     if (rank_in_body && init_body_rank(req, scheduler, &have_rank) != 0)
-        return;
+        return -1;
     if (scheduler) {
         api__begin(req);
         json_put_lit(req->out, "{\"message\":\"Scheduler role does not require initialization\"}");
-        return;
+        return API__ANSWERED;
     }
-    uint64_t num_pages;
-    if (init_num_pages(req, &num_pages) != 0)
-        return;
-    init_pool(req, num_pages);
+    return init_num_pages(req, &c->num_pages);
 }
 
-static void initialize_path(api__req *req)
+static int init_rank_in_path(api__req *req, api__call *c)
 {
-    initialize(req, false);
+    return init_decode(req, c, false);
 }
 
-static void initialize_body(api__req *req)
+static int init_rank_in_body(api__req *req, api__call *c)
 {
-    initialize(req, true);
+    return init_decode(req, c, true);
 }
 
 /* ---- keys ---- */
 
-static void batch_allocate(api__req *req)
+static int rank_and_confirmations(api__req *req, api__call *c)
 {
-    hf_slice *keys;
-    size_t n;
-    if (rank_and_keys(req, true, &keys, &n) != 0)
-        return;
-    int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
-    int err = req->store->ops->allocate(req->store, api__store_ns(req, vllm_ns), req->rank, keys, n,
-                                        CORE_ALLOC_ALL_OR_NOTHING, pages, NULL);
-    if (err != STORE_OK) {
-        fail_store(req, err, req->rank);
-        return;
+    const json_node *list;
+    if (rank_and_list(req, "confirmations", &list) != 0 ||
+        api__decode_confirmations(req, list, "confirmations", &c->keys, &c->pages) != 0)
+        return -1;
+    c->n = list->len;
+    return api__decode_pages(req, json_get(req->body, "pages_to_release"), "pages_to_release",
+                             &c->release, &c->nrel);
+}
+
+static int keys_only(api__req *req, api__call *c)
+{
+    const json_node *list = json_get(req->body, "keys");
+    if (!api__is_list(list)) {
+        api__fail(req, 400, "Invalid keys format");
+        return -1;
     }
+    c->n = list->len;
+    return api__decode_keys(req, list, "keys", &c->keys);
+}
+
+/* /clear reads no body. */
+static int nothing(api__req *req, api__call *c)
+{
+    (void)req;
+    (void)c;
+    return 0;
+}
+
+static void answer_results(api__req *req, const api__call *c)
+{
     api__begin(req);
     json_put_lit(req->out, "{\"rank\":");
     json_put_uint(req->out, req->rank);
     json_put_lit(req->out, ",\"results\":[");
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < c->n; i++) {
         if (i)
             json_put_char(req->out, ',');
         json_put_char(req->out, '[');
-        json_put_str(req->out, keys[i].ptr, keys[i].len);
+        json_put_str(req->out, c->keys[i].ptr, c->keys[i].len);
         json_put_char(req->out, ',');
-        json_put_int(req->out, pages[i]);
+        json_put_int(req->out, c->pages[i]);
         json_put_char(req->out, ']');
     }
     json_put_lit(req->out, "]}");
 }
 
-static void confirm_write(api__req *req)
+static void answer_locations(api__req *req, const api__call *c)
 {
-    const json_node *list;
-    hf_slice *keys;
-    int64_t *pages, *release;
-    size_t nrel;
-    if (rank_and_list(req, "confirmations", &list) != 0 ||
-        api__decode_confirmations(req, list, "confirmations", &keys, &pages) != 0 ||
-        api__decode_pages(req, json_get(req->body, "pages_to_release"), "pages_to_release",
-                          &release, &nrel) != 0)
-        return;
-    int err = req->store->ops->confirm(req->store, api__store_ns(req, vllm_ns), req->rank, keys,
-                                       pages, list->len, release, nrel);
-    if (err != STORE_OK) {
-        fail_store(req, err, req->rank);
-        return;
-    }
-    api__no_content(req);
+    api__answer_pages(req, "locations", c->pages, c->n);
 }
 
-static void batch_exists(api__req *req)
+static void answer_cleared(api__req *req, const api__call *c)
 {
-    const json_node *list = json_get(req->body, "keys");
-    hf_slice *keys;
-    if (!api__is_list(list)) {
-        api__fail(req, 400, "Invalid keys format");
-        return;
-    }
-    if (api__decode_keys(req, list, "keys", &keys) != 0)
-        return;
-    size_t n = list->len;
-    bool *present = json_doc_alloc(req->doc, n * sizeof *present);
-    int err = req->store->ops->complete_exists(req->store, api__store_ns(req, vllm_ns), keys, n,
-                                               present);
-    if (err != STORE_OK) {
-        api__store_failed(req, err);
-        return;
-    }
-    api__answer_bools(req, "exists", present, n);
-}
-
-static void get_locations(api__req *req)
-{
-    hf_slice *keys;
-    size_t n;
-    if (rank_and_keys(req, false, &keys, &n) != 0)
-        return;
-    int64_t *pages = json_doc_alloc(req->doc, n * sizeof *pages);
-    int err = req->store->ops->complete_locations(req->store, api__store_ns(req, vllm_ns),
-                                                  req->rank, keys, n, pages);
-    if (err != STORE_OK) {
-        fail_store(req, err, req->rank);
-        return;
-    }
-    api__answer_pages(req, "locations", pages, n);
-}
-
-/* The pools of the caller's tenant, and whether there is any other. */
-typedef struct pool_ref {
-    struct pool_ref *next;
-    hf_slice ns; /* as the tenant names it, copied into the arena */
-    uint32_t rank;
-} pool_ref;
-
-typedef struct clear_plan {
-    json_doc *doc;
-    pool_ref *mine;
-    bool others;
-} clear_plan;
-
-static void plan_pool(void *ctx, const api__pool *pool)
-{
-    clear_plan *plan = ctx;
-    if (!pool->mine) {
-        plan->others = true;
-        return;
-    }
-    pool_ref *p = json_doc_alloc(plan->doc, sizeof *p);
-    char *copy = json_doc_alloc(plan->doc, pool->ns.len + 1);
-    if (pool->ns.len)
-        memcpy(copy, pool->ns.ptr, pool->ns.len);
-    *p = (pool_ref){plan->mine, {copy, pool->ns.len}, pool->rank};
-    plan->mine = p;
-}
-
-/*
- * Forgets every pool of the caller's tenant: workers must initialize again.
- * When the store holds no other tenant's pool and the token file names one
- * tenant (or there is none), that is the store's clear_all, as ever; else
- * each of the tenant's pools is cleared in its own step (the pools stay,
- * empty, with their sizes), never touching another tenant's.
- */
-static void clear_all(api__req *req)
-{
-    clear_plan plan = {.doc = req->doc};
-    int err = api__pools(req, plan_pool, &plan);
-    if (err == STORE_OK && !plan.others && !req->shared)
-        err = req->store->ops->clear_all(req->store);
-    else
-        for (const pool_ref *p = plan.mine; err == STORE_OK && p; p = p->next) {
-            err = req->store->ops->clear_pool(req->store, api__store_ns(req, p->ns), p->rank);
-            if (err == STORE_ENOPOOL) /* gone meanwhile */
-                err = STORE_OK;
-        }
-    if (err != STORE_OK) {
-        api__store_failed(req, err);
-        return;
-    }
+    (void)c;
     log_msg(LOG_INFO, "every pool%s cleared (POST /clear)", api__tenant_words(req));
     api__no_content(req);
 }
 
-const api__route api__vllm_routes[] = {
-    {"POST", "/rank/{rank}/initialize", initialize_path, API__EMPTY_BODY_OK | API__INIT_ERRORS},
-    {"POST", "/initialize", initialize_body, API__EMPTY_BODY_OK | API__INIT_ERRORS},
-    {"POST", "/keys/batch_allocate", batch_allocate, 0},
-    {"POST", "/keys/confirm_write", confirm_write, 0},
-    {"POST", "/keys/batch_exists", batch_exists, 0},
-    {"POST", "/keys/get_locations", get_locations, 0},
-    {"POST", "/clear", clear_all, API__EMPTY_BODY_OK},
-};
+#define VLLM_ROUTE(...) API__DIALECT_ROUTE(fail_not_initialized, __VA_ARGS__),
+const api__route api__vllm_routes[] = {VLLM_ROUTES(VLLM_ROUTE)};
 const size_t api__vllm_route_count = sizeof api__vllm_routes / sizeof api__vllm_routes[0];

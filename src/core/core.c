@@ -56,6 +56,7 @@ const char *core_strerror(int err)
     case CORE_OK: return "no error";
     case CORE_ENOPOOL: return "the pool was not initialized";
     case CORE_EINVAL: return "out of range, or an event that does not fit the state";
+    case CORE_EEXIST: return "the pool exists already";
     default: return "unknown core error";
     }
 }

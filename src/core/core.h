@@ -94,14 +94,14 @@
 #define CORE_USE_INSERT 3
 
 /* The core's error codes: -101..-199, apart from the other modules' codes
- * (store.h's -1..-14; import.h's IMPORT_EEXIST, -100, which callers of
- * import_pool_build tell from CORE_EINVAL). Their callers test them by name
- * or by sign only: no value is written to a log, a value or the wire. */
+ * (store.h's STORE_E*, -201..-299). Their callers test them by name or by
+ * sign only: no value is written to a log, a value or the wire. */
 enum {
     CORE_OK = 0,
     CORE_EFIRST = -101,
     CORE_ENOPOOL = -101, /* the (namespace, rank) pool was not initialized */
     CORE_EINVAL = -102,  /* num_pages or rank out of range; an event that does not fit */
+    CORE_EEXIST = -103,  /* core_pool_import: the pool exists already */
     CORE_ELAST = -199,
 };
 
@@ -462,6 +462,38 @@ size_t core_pool_free_order(const core_pool_t *pool, const uint32_t **pages);
  * changed) unless pages[] is exactly the pool's FREE pages below that
  * mark. */
 int core_pool_set_free_order(core_pool_t *pool, const uint32_t *pages, size_t n);
+
+/*
+ * Create the pool (ns, rank) of num_pages pages with keys[i] OWNED at
+ * pages[i] (i < n) and every other page FREE, through the core's own calls
+ * (core_pool_init, core_allocate, core_confirm), so that the observer sees
+ * the usual events (POOL_INIT, RESERVE, OWN) for a log or a replica: an
+ * imported state (SGLang's, src/api/import.h), one pool per call, for the
+ * engines that hold a core (the embedded engine, the Redis module's
+ * HF3FS.IMPORT). keys are in recency order, oldest first: distinct and
+ * non-empty, and the pages distinct and below num_pages, or the call is
+ * refused. Recency: every imported page starts at CORE_USE_INSERT, and the
+ * newer half of the keys gets one use more (a lookup: CORE_USE_INSERT + 1,
+ * and a read lease), so that the clock evicts the older half first: the
+ * two levels the core's use counts allow above a fresh confirmation
+ * (docs/eviction.md). The pool's free stack afterwards: the free pages
+ * below the highest imported page in increasing order (the next handed out
+ * is the highest of them), then the pages above it; a replica following
+ * the events holds the same stack. Returns 0, CORE_EEXIST (the pool
+ * exists), or CORE_EINVAL (num_pages or rank above the core's limits, or
+ * the lists are not as said); nothing changed on a refusal.
+ */
+int core_pool_import(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pages,
+                     const hf_slice *keys, const int64_t *pages, size_t n, int64_t now);
+
+/* Whether a page (a key) appears twice in pages[0..n) (keys[0..n)), which
+ * core_pool_import refuses: then *first and *second are two indexes of it,
+ * for a reader that names them. order (n items, scratch) ends as the
+ * indexes sorted by page (by key). */
+bool core_repeated_page(const int64_t *pages, size_t n, size_t *order, size_t *first,
+                        size_t *second);
+bool core_repeated_key(const hf_slice *keys, size_t n, size_t *order, size_t *first,
+                       size_t *second);
 
 /* Bytes held by the core (records, indexes, stacks, key copies), for
  * MEMORY USAGE; O(pages handed out). */

@@ -120,7 +120,6 @@
 
 #include "core/core.h"
 #include "module/redismodule_api.h"
-#include "store/import.h"
 #include "util/bytes.h"
 #include "util/steady.h"
 #include "util/xalloc.h"
@@ -844,7 +843,7 @@ static void run_alloc(cmd *c)
 }
 
 /* HF3FS.IMPORT key now cfg ns rank num_pages keys pages: the pool built
- * whole (import_pool_build), refused (EEXIST) if it exists. */
+ * whole (core_pool_import), refused (EEXIST) if it exists. */
 static void run_import(cmd *c)
 {
     if (c->np[0] != c->n) {
@@ -855,12 +854,12 @@ static void run_import(cmd *c)
     if (cmd_value_of_ns(c) != 0)
         return;
     cmd_observe(c);
-    int rc = import_pool_build(c->v->core, c->ns, c->rank, (uint64_t)c->num[0], c->keys,
-                               c->pages[0], c->n, c->now);
+    int rc = core_pool_import(c->v->core, c->ns, c->rank, (uint64_t)c->num[0], c->keys, c->pages[0],
+                              c->n, c->now);
     cmd_keep_value(c, fresh, rc == 0);
     if (rc != 0) {
-        reply_err(c->ctx, rc == IMPORT_EEXIST ? "EEXIST the pool exists"
-                                              : "EINVAL num_pages, rank, keys or pages refused");
+        reply_err(c->ctx, rc == CORE_EEXIST ? "EEXIST the pool exists"
+                                            : "EINVAL num_pages, rank, keys or pages refused");
         return;
     }
     rm_ReplyWithLongLong(c->ctx, (long long)c->n);

@@ -41,13 +41,13 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/import.h"
 #include "api/tenants.h"
 #include "core/core.h"
 #include "http/http.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/steady.h"
-#include "store/import.h"
 #include "store/mem.h"
 #include "store/redis.h"
 #include "wal/wal.h"

@@ -15,7 +15,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "store/import.h"
 #include "store/mem.h"
 #include "util/clock.h"
 #include "util/xalloc.h"
@@ -190,10 +189,10 @@ static int mem_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_
                            const hf_slice *keys, const int64_t *pages, size_t n)
 {
     int rc, made;
-    LOCKED(s, CHANGE, rc, made = import_pool_build(core, ns, rank, num_pages, keys, pages, n, now));
+    LOCKED(s, CHANGE, rc, made = core_pool_import(core, ns, rank, num_pages, keys, pages, n, now));
     if (rc != STORE_OK)
         return rc;
-    return made == IMPORT_EEXIST ? STORE_EEXIST : made < 0 ? STORE_EINVAL : STORE_OK;
+    return made == CORE_EEXIST ? STORE_EEXIST : made < 0 ? STORE_EINVAL : STORE_OK;
 }
 
 static int mem_health(store_t *s, char *reason, size_t len)

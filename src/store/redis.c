@@ -1536,7 +1536,7 @@ static const char *rd_describe(store_t *s, int err)
 }
 
 /* HF3FS.IMPORT key now cfg ns rank num_pages keys pages: the whole pool in
- * one command (the module runs import_pool_build). */
+ * one command (the module runs core_pool_import). */
 /* An imported namespace has one stripe, whatever --stripes says: SGLang
  * placed its keys on pages without regard to stripes (docs/operations.md,
  * "Switching from SGLang's server"). A namespace that exists with another

@@ -286,11 +286,11 @@ struct store_ops {
     const char *(*describe)(store_t *s, int err);
     /* Optional (NULL: the engine cannot import). A change: create the pool
      * (ns, rank) of num_pages pages with keys[i] OWNED at pages[i] (i < n)
-     * and every other page FREE, in one step (import_pool_build,
-     * store/import.h, on the engine's core: keys oldest first, distinct,
-     * pages distinct and < num_pages). STORE_EEXIST: the pool exists;
-     * STORE_EINVAL: beyond the configuration or the lists are not as said
-     * (nothing changed either way). For start-up (import.h), not a route. */
+     * and every other page FREE, in one step (core_pool_import, core.h,
+     * on the engine's core: keys oldest first, distinct, pages distinct and
+     * < num_pages). STORE_EEXIST: the pool exists; STORE_EINVAL: beyond
+     * the configuration or the lists are not as said (nothing changed
+     * either way). For start-up (src/api/import.h), not a route. */
     int (*import_pool)(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
                        const hf_slice *keys, const int64_t *pages, size_t n);
 };

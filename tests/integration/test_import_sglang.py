@@ -139,7 +139,7 @@ def test_allocations_get_only_the_pages_no_key_owns():
 
 
 def test_the_older_half_of_the_lru_order_is_evicted_first():
-    # Read lease 0: only the use counts decide (import.h: the newer half one use above).
+    # Read lease 0: only the use counts decide (core.h, core_pool_import: the newer half one use above).
     old, new = sglang_keys(4, 3)[:2], sglang_keys(4, 3)[2:]
     pools = {"0:kv": (4, [], [(old[0], 3), (old[1], 2), (new[0], 1), (new[1], 0)])}
     with StateFile(pools) as sf, importing_server(sf, "--read-lease", "0") as srv:

@@ -1,13 +1,12 @@
 /*
- * import_pool.c: import_pool_build() (import.h), one imported pool built on
- * a core with the core's own calls. Compiled into the server and into the
- * Redis module (mk/module.mk): it uses core.h only.
+ * import_pool.c: core_pool_import() (core.h), one imported pool built on a
+ * core with the core's own calls, and the checks of its lists.
  */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/import.h"
+#include "core/core.h"
 #include "util/xalloc.h"
 
 /* qsort's context: the list whose indexes are sorted. */
@@ -43,25 +42,24 @@ static bool repeated(size_t n, size_t *order, int (*cmp)(const void *, const voi
     return false;
 }
 
-bool import_repeated_page(const int64_t *pages, size_t n, size_t *order, size_t *first,
-                          size_t *second)
+bool core_repeated_page(const int64_t *pages, size_t n, size_t *order, size_t *first,
+                        size_t *second)
 {
     sort_pages = pages;
     return repeated(n, order, cmp_by_page, first, second);
 }
 
-bool import_repeated_key(const hf_slice *keys, size_t n, size_t *order, size_t *first,
-                         size_t *second)
+bool core_repeated_key(const hf_slice *keys, size_t n, size_t *order, size_t *first, size_t *second)
 {
     sort_keys = keys;
     return repeated(n, order, cmp_by_key, first, second);
 }
 
-int import_pool_build(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pages,
-                      const hf_slice *keys, const int64_t *pages, size_t n, int64_t now)
+int core_pool_import(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pages,
+                     const hf_slice *keys, const int64_t *pages, size_t n, int64_t now)
 {
     if (core_pool_find(core, ns, rank))
-        return IMPORT_EEXIST;
+        return CORE_EEXIST;
     /* Check everything before the pool exists: a refusal changes nothing. */
     const core_config *cfg = core_get_config(core);
     if (num_pages > cfg->max_pages || rank >= cfg->max_ranks)
@@ -79,8 +77,7 @@ int import_pool_build(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pag
     size_t *order = hf_xmalloc((n ? n : 1) * sizeof *order);
     size_t a, b;
     int rc = 0;
-    if (import_repeated_key(keys, n, order, &a, &b) ||
-        import_repeated_page(pages, n, order, &a, &b))
+    if (core_repeated_key(keys, n, order, &a, &b) || core_repeated_page(pages, n, order, &a, &b))
         rc = CORE_EINVAL;
     hf_slice *sorted_keys = hf_xmalloc((n ? n : 1) * sizeof *sorted_keys);
     int64_t *sorted_pages = hf_xmalloc((n ? n : 1) * sizeof *sorted_pages);

@@ -1,8 +1,8 @@
 /*
  * import.c: reading SGLang's state file and importing it through a store
- * (import.h). The file is parsed whole by the api layer's JSON reader (yajl
- * underneath): one tree, every string and number checked, before anything
- * is imported.
+ * (import.h). The file is parsed whole by the api layer's JSON reader
+ * (json.h, yajl underneath): one tree, every string and number checked,
+ * before anything is imported.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/import.h"
 #include "api/json.h"
-#include "store/import.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -175,7 +175,7 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     size_t *order = hf_xmalloc((n ? n : 1) * sizeof *order);
     int rc = 0;
     char k1[84], k2[84];
-    if (import_repeated_page(pages, n, order, &a, &b)) {
+    if (core_repeated_page(pages, n, order, &a, &b)) {
         fail(err, errlen,
              "pool \"%s\": page %" PRId64 " is owned twice (keys \"%s\" and "
              "\"%s\")",
@@ -198,7 +198,7 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     }
     p->listed_free = fp->len;
     p->in_flight = p->num_pages - n - distinct_free;
-    if (rc == 0 && import_repeated_key(keys, n, order, &a, &b)) {
+    if (rc == 0 && core_repeated_key(keys, n, order, &a, &b)) {
         fail(err, errlen, "pool \"%s\": key \"%s\" is listed twice (items %zu and %zu)", pn,
              shown(keys[a], k1), a, b);
         rc = -1;

@@ -19,52 +19,19 @@
  *   import_sglang_apply()  refuses a target state that holds any pool, then
  *                          imports each pool through store_ops.import_pool
  *                          (one atomic step per pool) and logs what it did.
- * import_pool_build() is that one step on a core, for the engines that hold
- * one (the embedded engine, the Redis module's HF3FS.IMPORT); it uses only
- * core.h, so the module links it without the JSON reader.
+ * The reader is the api's (it parses JSON with json.h); the step on a core
+ * is the core's (core_pool_import, core.h), run by the engines that hold one
+ * (the embedded engine, the Redis module's HF3FS.IMPORT).
  */
-#ifndef HF_STORE_IMPORT_H
-#define HF_STORE_IMPORT_H
+#ifndef HF_API_IMPORT_H
+#define HF_API_IMPORT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/core.h"
 #include "store/store.h"
 #include "util/slice.h"
-
-/* import_pool_build(): the pool exists already (nothing changed). In the
- * store's range, apart from the core's codes it returns beside it. */
-#define IMPORT_EEXIST STORE_EEXIST
-
-/*
- * Create the pool (ns, rank) of num_pages pages with keys[i] OWNED at
- * pages[i] (i < n) and every other page FREE, through the core's own calls
- * (core_pool_init, core_allocate, core_confirm), so that its observer sees
- * the usual events (POOL_INIT, RESERVE, OWN) for a log or a replica. keys
- * are in recency order, oldest first: distinct and non-empty, and the
- * pages distinct and below num_pages, or the call is refused. Recency:
- * every imported page starts at CORE_USE_INSERT, and the newer half of the
- * keys gets one use more (a lookup: CORE_USE_INSERT + 1, and a read lease),
- * so that the clock evicts the older half first: the two levels the
- * core's use counts allow above a fresh confirmation (docs/eviction.md).
- * The pool's free stack afterwards: the free pages below the highest
- * imported page in increasing order (the next handed out is the highest of
- * them), then the pages above it; a replica following the events holds the
- * same stack. Returns 0, IMPORT_EEXIST, or CORE_EINVAL (num_pages or rank
- * above the core's limits, or the lists are not as said: nothing changed).
- */
-int import_pool_build(core_t *core, hf_slice ns, uint32_t rank, uint64_t num_pages,
-                      const hf_slice *keys, const int64_t *pages, size_t n, int64_t now);
-
-/* Whether a page (a key) appears twice in pages[0..n) (keys[0..n)): then
- * *first and *second are two indexes of it. order (n items, scratch) ends
- * as the indexes sorted by page (by key). */
-bool import_repeated_page(const int64_t *pages, size_t n, size_t *order, size_t *first,
-                          size_t *second);
-bool import_repeated_key(const hf_slice *keys, size_t n, size_t *order, size_t *first,
-                         size_t *second);
 
 /* One pool of the file. keys and pages point into the import_state. */
 typedef struct import_pool {
