@@ -13,6 +13,7 @@
 
 #include "api/import.h"
 #include "api/json.h"
+#include "util/hash.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -208,6 +209,34 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     return rc;
 }
 
+/* The record of the file's bytes (import.h). */
+static void mark_of(const char *text, size_t len, char out[IMPORT_MARK_MAX])
+{
+    snprintf(out, IMPORT_MARK_MAX, "%zu bytes, FNV-1a 64 %016" PRIx64, len,
+             hf_fnv1a(HF_FNV_OFFSET, text, len));
+}
+
+int import_already_done(store_t *s, const char *path, char *err, size_t errlen)
+{
+    if (!s->ops->import_mark_get)
+        return 0;
+    char have[IMPORT_MARK_MAX + 1], mark[IMPORT_MARK_MAX];
+    int rc = s->ops->import_mark_get(s, have, sizeof have);
+    if (rc < 0) {
+        fail(err, errlen, "cannot read what was imported: %s", store_describe(s, rc));
+        return -1;
+    }
+    if (rc == 0)
+        return 0;
+    size_t len = 0;
+    char *text = read_file(path, &len, err, errlen);
+    if (!text)
+        return -1;
+    mark_of(text, len, mark);
+    hf_xfree(text);
+    return strcmp(have, mark) == 0;
+}
+
 int import_sglang_read(const char *path, const import_limits *limits, import_state *out, char *err,
                        size_t errlen)
 {
@@ -217,6 +246,7 @@ int import_sglang_read(const char *path, const import_limits *limits, import_sta
     char *text = read_file(path, &len, err, errlen);
     if (!text)
         return -1;
+    mark_of(text, len, out->mark);
     import_priv *pv = hf_xcalloc(1, sizeof *pv);
     pv->text = text;
     out->priv = pv;
@@ -338,5 +368,11 @@ int import_sglang_apply(store_t *s, const import_state *st, const char *path, ch
             "imported SGLang's state %s: %zu pools, %" PRIu64 " keys, %" PRIu64
             " pages; the file is left as it was",
             path, st->npools, keys, pages);
+    int rc = s->ops->import_mark_set ? s->ops->import_mark_set(s, st->mark) : STORE_OK;
+    if (rc != STORE_OK)
+        log_msg(LOG_WARN,
+                "%s was imported but the state could not record it (%s): a start with "
+                "--import-sglang %s will find the state not empty and refuse",
+                path, store_describe(s, rc), path);
     return 0;
 }

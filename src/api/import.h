@@ -18,7 +18,12 @@
  *                          or in the emptiness check below);
  *   import_sglang_apply()  refuses a target state that holds any pool, then
  *                          imports each pool through store_ops.import_pool
- *                          (one atomic step per pool) and logs what it did.
+ *                          (one atomic step per pool), logs what it did and
+ *                          records in the target which file it imported
+ *                          (store_ops.import_mark_set: "<size> bytes,
+ *                          FNV-1a 64 <16 hex>" of the file's bytes), so that
+ *                          a later start with the same file knows
+ *                          (import_already_done) and serves.
  * The reader is the api's (it parses JSON with json.h); the step on a core
  * is the core's (core_pool_import, core.h), run by the engines that hold one
  * (the embedded engine, the Redis module's HF3FS.IMPORT).
@@ -46,9 +51,12 @@ typedef struct import_pool {
     uint64_t owned_and_free; /* pages owned and also listed free: imported OWNED */
 } import_pool;
 
+#define IMPORT_MARK_MAX 64
+
 typedef struct import_state {
     import_pool *pools;
     size_t npools;
+    char mark[IMPORT_MARK_MAX]; /* what identifies the file: its size and digest */
     void *priv; /* the file's text and parse tree */
 } import_state;
 
@@ -69,11 +77,19 @@ void import_state_free(import_state *st);
 /* Whether the engine holds any pool: 1 yes, 0 no, or a STORE_E* code. */
 int import_target_pools(store_t *s);
 
+/* Whether s records the import of the file at path as it is now (same size
+ * and digest): 1 yes, 0 no (or the engine records nothing), -1 with why in
+ * err (the file cannot be read, or the record cannot: a STORE_E* error). */
+int import_already_done(store_t *s, const char *path, char *err, size_t errlen);
+
 /*
  * Import st into s (path is for the log). Refused (-1, why in err, nothing
  * imported) if the engine cannot import or holds a pool already. Each pool
  * is one step; a failure after the first pool (the store became
  * unavailable) leaves the pools imported so far: -1, and err says which.
+ * After the last pool, st->mark is recorded (a failure to record it is
+ * logged as a warning: the import stands, and a later start with the flag
+ * is refused as before).
  */
 int import_sglang_apply(store_t *s, const import_state *st, const char *path, char *err,
                         size_t errlen);

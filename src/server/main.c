@@ -252,7 +252,8 @@ static void usage(FILE *out)
         "                              (or --data-dir) and left as it is; a later start, whose\n"
         "                              state is not empty, does not import it again\n"
         "  --import-sglang FILE        import SGLang's state file FILE at start into an empty\n"
-        "                              state (any engine; refused if the state holds a pool)\n"
+        "                              state (any engine); a state that holds a pool is refused\n"
+        "                              unless it records the import of this same file\n"
         "  --in-memory                 keep nothing on disk: a restart forgets every pool\n"
         "  --fsync always|everysec|no  always: a change is acknowledged once synced to disk\n"
         "                              (group commit); everysec: once written, synced every\n"
@@ -905,12 +906,19 @@ static void import_at_start(const server_options *o, store_t *store)
                 store_describe(store, has));
         goto refused;
     }
-    if (has && !o->import_again_refused) {
-        log_msg(LOG_INFO,
-                "not importing %s: the state is not empty (imported at an earlier "
-                "start); %s stays as it is",
-                path, path);
-        return;
+    if (has) {
+        int done = import_already_done(store, path, err, sizeof err);
+        if (done < 0) {
+            log_msg(LOG_ERROR, "cannot import %s: %s", path, err);
+            goto refused;
+        }
+        if (done || !o->import_again_refused) {
+            log_msg(LOG_INFO,
+                    "not importing %s: %s; the state stays as it is", path,
+                    done ? "already imported (the same file) at an earlier start"
+                         : "the state is not empty (imported at an earlier start)");
+            return;
+        }
     }
     import_limits lim = {o->max_pages, o->max_ranks, o->max_key_bytes};
     import_state st;

@@ -12,8 +12,13 @@
  * so that deadlines keep their meaning across a restart once the state is
  * persisted; tests and fuzzers give a fake clock.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "store/mem.h"
 #include "util/clock.h"
@@ -26,6 +31,8 @@ typedef struct store_mem {
     core_t *core;
     store_clock clock;
     wal_t *wal; /* NULL: in memory only */
+    char *dir;  /* the log's directory, NULL in memory only */
+    char *mark; /* in memory only: the import's record (import_mark_set) */
 } store_mem;
 
 static store_mem *mem_of(store_t *s)
@@ -195,6 +202,67 @@ static int mem_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_
     return made == CORE_EEXIST ? STORE_EEXIST : made < 0 ? STORE_EINVAL : STORE_OK;
 }
 
+static char *copy_text(const char *text)
+{
+    size_t len = strlen(text) + 1;
+    return memcpy(hf_xmalloc(len), text, len);
+}
+
+/* The import's record: in memory, or with a log the file WAL_IMPORT_MARK
+ * of its directory (written to a temporary name, synced, renamed, the
+ * directory synced), which the log leaves alone. */
+static int mem_import_mark_get(store_t *s, char *out, size_t cap)
+{
+    store_mem *m = mem_of(s);
+    size_t len = 0;
+    if (!m->dir) {
+        pthread_mutex_lock(&m->lock);
+        if (m->mark)
+            len = (size_t)snprintf(out, cap, "%s", m->mark);
+        pthread_mutex_unlock(&m->lock);
+        out[len < cap ? len : cap - 1] = 0;
+        return (int)(len < cap ? len : cap - 1);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", m->dir, WAL_IMPORT_MARK);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        out[0] = 0;
+        return errno == ENOENT ? 0 : STORE_EIO;
+    }
+    len = fread(out, 1, cap - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    out[len] = 0;
+    return bad ? STORE_EIO : (int)len;
+}
+
+static int mem_import_mark_set(store_t *s, const char *text)
+{
+    store_mem *m = mem_of(s);
+    if (!m->dir) {
+        pthread_mutex_lock(&m->lock);
+        free(m->mark);
+        m->mark = copy_text(text);
+        pthread_mutex_unlock(&m->lock);
+        return STORE_OK;
+    }
+    char tmp[4096], path[4096];
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", m->dir, WAL_IMPORT_MARK);
+    snprintf(path, sizeof path, "%s/%s", m->dir, WAL_IMPORT_MARK);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return STORE_EIO;
+    size_t len = strlen(text);
+    bool ok = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok && rename(tmp, path) == 0;
+    int dfd = ok ? open(m->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    ok = dfd >= 0 && fsync(dfd) == 0;
+    if (dfd >= 0)
+        close(dfd);
+    return ok ? STORE_OK : STORE_EIO;
+}
+
 static int mem_health(store_t *s, char *reason, size_t len)
 {
     store_mem *m = mem_of(s);
@@ -298,6 +366,8 @@ static void mem_destroy(store_t *s)
     wal_close(m->wal, true);
     core_free(m->core);
     pthread_mutex_destroy(&m->lock);
+    free(m->dir);
+    free(m->mark);
     free(m);
 }
 
@@ -319,6 +389,8 @@ static const struct store_ops mem_ops = {
     .metrics = mem_metrics,
     .describe = mem_describe,
     .import_pool = mem_import_pool,
+    .import_mark_get = mem_import_mark_get,
+    .import_mark_set = mem_import_mark_set,
 };
 
 store_t *store_mem_new(const core_config *config, const store_clock *clock)
@@ -368,6 +440,7 @@ int store_mem_open(const core_config *config, const store_clock *clock,
         mem_destroy(&m->base);
         return store_error_of_wal(rc);
     }
+    m->dir = copy_text(log->dir);
     /* reads answered before the restart: their pages stay read-leased */
     pthread_mutex_lock(&m->lock);
     core_recovered(m->core, m->clock.now_ms(m->clock.ctx));

@@ -1563,6 +1563,49 @@ static int rd_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_p
     return rc;
 }
 
+/* The import's record (store.h import_mark_get): a string key of its own
+ * beside the module's values, GET and SET as one command each. */
+#define IMPORT_MARK_KEY "hf3fs:imported"
+
+static int mark_cmd(store_redis *r, const char *op, const char *text, bool change,
+                    redisReply **out)
+{
+    const char *argv[3] = {op, IMPORT_MARK_KEY, text};
+    size_t lens[3] = {strlen(op), sizeof IMPORT_MARK_KEY - 1, text ? strlen(text) : 0};
+    redis_cmd c = {.argc = text ? 3 : 2, .argv = argv, .argvlen = lens, .node = -1};
+    c.slot = redis_link_slot(IMPORT_MARK_KEY, sizeof IMPORT_MARK_KEY - 1);
+    redis_link_exec(r->link, &c, 1, change);
+    return judge(r, &c, out);
+}
+
+static int rd_import_mark_get(store_t *s, char *out, size_t cap)
+{
+    redisReply *rep;
+    int rc = mark_cmd(R(s), "GET", NULL, false, &rep);
+    out[0] = 0;
+    if (rc != STORE_OK)
+        return rc;
+    size_t len = 0;
+    if (rep->type == REDIS_REPLY_STRING) {
+        len = rep->len < cap ? rep->len : cap - 1;
+        memcpy(out, rep->str, len);
+        out[len] = 0;
+    } else if (rep->type != REDIS_REPLY_NIL) {
+        rc = malformed(R(s), NULL, "GET " IMPORT_MARK_KEY);
+    }
+    freeReplyObject(rep);
+    return rc != STORE_OK ? rc : (int)len;
+}
+
+static int rd_import_mark_set(store_t *s, const char *text)
+{
+    redisReply *rep;
+    int rc = mark_cmd(R(s), "SET", text, true, &rep);
+    if (rc == STORE_OK)
+        freeReplyObject(rep);
+    return rc;
+}
+
 static const struct store_ops redis_ops = {
     .init_pool = rd_init_pool,
     .allocate = rd_allocate,
@@ -1581,6 +1624,8 @@ static const struct store_ops redis_ops = {
     .metrics = rd_metrics,
     .describe = rd_describe,
     .import_pool = rd_import_pool,
+    .import_mark_get = rd_import_mark_get,
+    .import_mark_set = rd_import_mark_set,
 };
 
 /* ------------------------------------------------------------ the module */

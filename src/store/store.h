@@ -293,6 +293,16 @@ struct store_ops {
      * either way). For start-up (src/api/import.h), not a route. */
     int (*import_pool)(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pages,
                        const hf_slice *keys, const int64_t *pages, size_t n);
+    /* Optional (NULL: nothing is recorded), with import_pool: what the
+     * import at start recorded in the state it imported into (a line of
+     * text naming the file's size and digest, src/api/import.h), so that a
+     * later start with the same file knows it was imported. mark_get copies
+     * it into out (NUL-terminated; cap > 0) and returns its length, 0 if
+     * none, or a negative STORE_E* code; mark_set records text durably (a
+     * change), STORE_OK or a STORE_E* code. /clear does not erase it: a
+     * state without pools is imported into whatever the record says. */
+    int (*import_mark_get)(store_t *s, char *out, size_t cap);
+    int (*import_mark_set)(store_t *s, const char *text);
 };
 
 struct store {

@@ -274,6 +274,8 @@ int wal__classify(const char *name, uint64_t *seq)
         return WAL_FILE_IGNORED;
     if (!strcmp(name, WAL_LOCK_NAME))
         return WAL_FILE_LOCK;
+    if (!strcmp(name, WAL_IMPORT_MARK) || !strcmp(name, WAL_IMPORT_MARK ".tmp"))
+        return WAL_FILE_IGNORED;
     if (parse_seq_name(name, "log-", ".wal", seq))
         return WAL_FILE_SEGMENT;
     if (parse_seq_name(name, "snapshot-", ".snap", seq))

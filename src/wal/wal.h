@@ -57,6 +57,11 @@ typedef enum wal_fsync_policy {
     WAL_FSYNC_NO,         /* acknowledged once written; the kernel syncs when it likes */
 } wal_fsync_policy;
 
+/* A file of the log's directory that the log leaves alone (WAL_IMPORT_MARK
+ * ".tmp" too): the embedded engine's record of an SGLang import
+ * (store/mem.c; store.h import_mark_get). */
+#define WAL_IMPORT_MARK "IMPORTED"
+
 typedef struct wal_options {
     const char *dir; /* created if missing (its parent must exist) */
     wal_fsync_policy fsync;

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 
 import harness
-from harness import Server, ServerError, expect_eq, expect_true
+from harness import Server, ServerError, expect_eq, expect_no_body, expect_true
 
 EXIT_IMPORT = 7
 
@@ -171,6 +171,34 @@ def test_a_restart_after_an_import_does_not_import_again():
             expect_eq(r.json()["exists"], [False, True], "the deleted key stays deleted")
             expect_true("not importing" in srv.stderr(), "the log says why:\n" + srv.stderr())
             srv.check()
+        finally:
+            srv.stop()
+
+
+def test_a_restart_with_the_same_import_sglang_file_serves_and_a_different_file_is_refused():
+    """--import-sglang FILE kept in a unit file: the state records which file
+    it imported (size and digest), so the next start with the same file
+    serves (the log says "already imported"); another file into the state,
+    now not empty, is refused as before."""
+    with StateFile() as sf, StateFile(pools={"0:kv": (4, [3], [(KV_KEYS[0], 0)])}) as other, \
+            tempfile.TemporaryDirectory() as d:
+        # the embedded engine keeps its state in d; over Redis, in the test's database
+        flags = ["--import-sglang", sf.path] + (["--data-dir", d] if harness.ENGINE == "mem"
+                                                else [])
+        srv = Server(*flags, persistence=False)
+        srv.start()
+        try:
+            c = srv.client()
+            expect_no_body(c.post("/0/delete_keys", {"keys": KV_KEYS[:1]}), 204)
+            srv.stop()
+            srv.start()
+            r = srv.client().post("/0/exists", {"keys": KV_KEYS[:2]})
+            expect_eq(r.json()["exists"], [False, True], "the state of the first start, served")
+            expect_true("already imported" in srv.stderr(), "the log says why:\n" + srv.stderr())
+            srv.check()
+            srv.stop()
+            srv.flags[srv.flags.index(sf.path)] = other.path
+            expect_refused(other, "not empty", server=srv)
         finally:
             srv.stop()
 
