@@ -913,8 +913,7 @@ static void import_at_start(const server_options *o, store_t *store)
             goto refused;
         }
         if (done || !o->import_again_refused) {
-            log_msg(LOG_INFO,
-                    "not importing %s: %s; the state stays as it is", path,
+            log_msg(LOG_INFO, "not importing %s: %s; the state stays as it is", path,
                     done ? "already imported (the same file) at an earlier start"
                          : "the state is not empty (imported at an earlier start)");
             return;

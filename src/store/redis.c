@@ -1567,8 +1567,7 @@ static int rd_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_p
  * beside the module's values, GET and SET as one command each. */
 #define IMPORT_MARK_KEY "hf3fs:imported"
 
-static int mark_cmd(store_redis *r, const char *op, const char *text, bool change,
-                    redisReply **out)
+static int mark_cmd(store_redis *r, const char *op, const char *text, bool change, redisReply **out)
 {
     const char *argv[3] = {op, IMPORT_MARK_KEY, text};
     size_t lens[3] = {strlen(op), sizeof IMPORT_MARK_KEY - 1, text ? strlen(text) : 0};
