@@ -57,7 +57,7 @@ typedef struct import_state {
     import_pool *pools;
     size_t npools;
     char mark[IMPORT_MARK_MAX]; /* what identifies the file: its size and digest */
-    void *priv; /* the file's text and parse tree */
+    void *priv;                 /* the file's text and parse tree */
 } import_state;
 
 /* What the server accepts; a file beyond it is refused. */
