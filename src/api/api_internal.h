@@ -79,6 +79,18 @@ enum {
     API__KEY_ITEMS = 32,    /* a dialect's "keys" may hold [key, prefix_key] items */
 };
 
+/* For asserts (dialect.c): what a store call that succeeded answered is a
+ * page per key, each a page of a pool or -1 (none). */
+static inline bool api__answer_in_range(api__store_call call, const api__call *c)
+{
+    bool pages_out = call == API__ALLOCATE_ALL || call == API__ALLOCATE_PARTIAL ||
+                     call == API__LOOKUP || call == API__COMPLETE_LOCATIONS;
+    for (size_t i = 0; pages_out && i < c->n; i++)
+        if (c->pages[i] < -1 || c->pages[i] > (int64_t)CORE_MAX_PAGES_LIMIT)
+            return false;
+    return true;
+}
+
 /* What api__init_pool returns when it answered the request itself. */
 #define API__ANSWERED 1
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
+#include "util/hf_assert.h"
 #include "util/log.h"
 
 /* ---- the store calls ---- */
@@ -157,18 +158,28 @@ static bool names_pool(api__store_call call)
 void api__dialect_run(api__req *req)
 {
     const api__route *route = req->route;
+    HF_ASSERT(route && route->decode && route->answer);
+    HF_ASSERT(!names_pool(route->call) || route->no_pool);
     api__call call = {.ns = HF_SLICE_LIT("kv")};
     if (route->decode(req, &call) != 0)
         return;
+    /* a decoder accepts a whole body or nothing: its lists are all there */
+    HF_ASSERT(call.n == 0 || call.keys);
+    HF_ASSERT(call.nrel == 0 || call.release);
+    HF_ASSERT(route->call != API__CONFIRM || call.n == 0 || call.pages);
     int err = store_call(req, route->call, &call);
     if (err == API__ANSWERED)
         return;
-    if (err == STORE_ENOPOOL && names_pool(route->call))
+    if (err == STORE_ENOPOOL && names_pool(route->call)) {
         route->no_pool(req, &call);
-    else if (err != STORE_OK)
+        return;
+    }
+    if (err != STORE_OK) {
         api__store_failed(req, err);
-    else
-        route->answer(req, &call);
+        return;
+    }
+    HF_ASSERT(api__answer_in_range(route->call, &call));
+    route->answer(req, &call);
 }
 
 /* ---- the answers both dialects give ---- */
