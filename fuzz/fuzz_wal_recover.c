@@ -325,7 +325,7 @@ static int open_dir(const char *dir, bool salvage, bool final_snapshot, hf_buf *
     core_config config = fuzz_core_config();
     core_t *core = core_new(&config);
     wal_options opt = {.dir = dir, .fsync = WAL_FSYNC_NO, .salvage = salvage, .quiet = true};
-    wal_host host = {host_lock, host_unlock, &state_lock};
+    wal_host host = {host_lock, host_unlock, &state_lock, NULL};
     wal_t *wal = NULL;
     int rc = wal_open(&opt, core, &host, &wal, err, errlen);
     if (rc == WAL_OK) {

@@ -93,6 +93,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/fmt.h"
+#include "util/hf_assert.h"
 #include "util/xalloc.h"
 
 #define READ_CHUNK (64u * 1024)        /* the loop's read buffer */
@@ -157,8 +158,10 @@ struct loop {
     int *inbox; /* accepted by another loop, to be opened here */
     size_t inbox_len, inbox_cap;
     pthread_t thread;
+    pthread_t owner; /* the thread running the loop (for HF_ASSERT) */
     bool started;
     conn *head, *tail;
+    size_t listed;    /* conns on the list: those opened here and not closed */
     conn *flush_head; /* conns with answers to send once the batch is handled */
     uint64_t swept_s;
     time_t date_at;
@@ -202,8 +205,30 @@ static void out_append(conn *c, const void *data, size_t len)
 
 /* ---- the connection list and epoll ---- */
 
+/* A loop's conns, list and counts are its thread's alone. */
+HF_ASSERT_HELPER static bool on_loop_thread(const loop *lp)
+{
+    return pthread_equal(lp->owner, pthread_self());
+}
+
+/* The connection counts agree: each listed conn was given to lp (nconns
+ * counts those given, opened or not yet), and each given one is open for
+ * the server. Read in this order, from lp's thread: nconns can only grow
+ * meanwhile (only lp lowers it), and open_connections never counts fewer
+ * than every loop's nconns (raised before them, lowered after). */
+HF_ASSERT_HELPER static bool counts_agree(loop *lp)
+{
+    unsigned given = atomic_load(&lp->nconns);
+    return lp->listed <= given && given <= atomic_load(&lp->server->open_connections);
+}
+
 static void list_unlink(loop *lp, conn *c)
 {
+    /* c is on lp's list: its neighbours point back at it */
+    HF_ASSERT(c->prev ? c->prev->next == c : lp->head == c);
+    HF_ASSERT(c->next ? c->next->prev == c : lp->tail == c);
+    HF_ASSERT(lp->listed > 0);
+    lp->listed--;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -217,6 +242,11 @@ static void list_unlink(loop *lp, conn *c)
 
 static void list_append(loop *lp, conn *c)
 {
+    /* c is on no list, and the list stays ordered by activity (sweep stops
+     * at the first conn that is not idle) */
+    HF_ASSERT(!c->prev && !c->next && lp->head != c);
+    HF_ASSERT(!lp->tail || lp->tail->active_s <= c->active_s);
+    lp->listed++;
     c->prev = lp->tail;
     c->next = NULL;
     if (lp->tail)
@@ -255,6 +285,8 @@ static void count_closed(loop *lp)
 static void conn_close(conn *c)
 {
     loop *lp = c->loop;
+    HF_ASSERT(on_loop_thread(lp)); /* a conn is its loop's alone */
+    HF_ASSERT(c->out_sent <= c->out.len && (c->pending != NULL) == (c->pending_len > 0));
     /* A conn whose answer was queued in this batch can still be closed by a
      * later read of the same batch (the client reset the connection): it
      * leaves the send list, or the sends after the batch would use it freed. */
@@ -281,6 +313,7 @@ static void conn_close(conn *c)
     free(c->pending);
     free(c);
     count_closed(lp);
+    HF_ASSERT(counts_agree(lp));
 }
 
 /* ---- the access log ---- */
@@ -685,6 +718,7 @@ static bool feed(conn *c, const char *data, size_t len)
 {
     while (len > 0 && !c->closing) {
         size_t n = http_parser_execute(&c->parser, &parser_settings, data, len);
+        HF_ASSERT(n <= len);
         data += n;
         len -= n;
         enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
@@ -701,6 +735,7 @@ static bool feed(conn *c, const char *data, size_t len)
                 c->complete = false;
                 answer_request(c);
                 if (!c->closing && len > 0 && c->out.len - c->out_sent > OUT_HIGH) {
+                    HF_ASSERT(!c->pending); /* held input is fed before more is read */
                     c->pending = hf_xmalloc(len);
                     memcpy(c->pending, data, len);
                     c->pending_len = len;
@@ -738,9 +773,12 @@ static bool feed(conn *c, const char *data, size_t len)
  */
 static bool flush(conn *c)
 {
+    HF_ASSERT(on_loop_thread(c->loop));
+    HF_ASSERT(c->out_sent <= c->out.len && (!c->lingering || c->closing));
     while (c->out_sent < c->out.len) {
         ssize_t n = send(c->fd, c->out.ptr + c->out_sent, c->out.len - c->out_sent, MSG_NOSIGNAL);
         if (n > 0) {
+            HF_ASSERT((size_t)n <= c->out.len - c->out_sent);
             c->out_sent += (size_t)n;
             touch(c);
         } else if (n < 0 && errno == EINTR) {
@@ -783,6 +821,10 @@ static bool flush(conn *c)
 static void on_readable(conn *c)
 {
     loop *lp = c->loop;
+    HF_ASSERT(on_loop_thread(lp));
+    /* lingering only after the last answer; input held only while answers wait */
+    HF_ASSERT(!c->lingering || c->closing);
+    HF_ASSERT((c->pending != NULL) == (c->pending_len > 0) && c->out_sent <= c->out.len);
     for (int reads = 0; reads < 16; reads++) {
         ssize_t n = read(c->fd, lp->readbuf, sizeof lp->readbuf);
         if (n < 0 && errno == EINTR)
@@ -822,6 +864,7 @@ static void on_readable(conn *c)
 static void conn_open(loop *lp, int fd)
 {
     http_server *server = lp->server;
+    HF_ASSERT(on_loop_thread(lp));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     conn *c = hf_xcalloc(1, sizeof *c);
@@ -845,6 +888,7 @@ static void conn_open(loop *lp, int fd)
     c->events = EPOLLIN;
     c->active_s = hf_clock_mono_coarse_s();
     list_append(lp, c);
+    HF_ASSERT(counts_agree(lp));
 }
 
 /* Open the connections other loops accepted for this one. */
@@ -956,6 +1000,7 @@ static void sweep(loop *lp, uint64_t now)
 static void *loop_run(void *arg)
 {
     loop *lp = arg;
+    lp->owner = pthread_self();
     http_server *server = lp->server;
     struct epoll_event events[MAX_EVENTS];
     while (!atomic_load(&server->stopping)) {
@@ -995,6 +1040,7 @@ static void *loop_run(void *arg)
         next = c->next;
         conn_close(c);
     }
+    HF_ASSERT(!lp->head && !lp->tail && lp->listed == 0);
     return NULL;
 }
 
@@ -1062,10 +1108,12 @@ static int loop_init(http_server *server, loop *lp)
 
 static void loop_free(loop *lp)
 {
+    HF_ASSERT(!lp->head && lp->listed == 0);     /* its thread closed every conn */
     for (size_t i = 0; i < lp->inbox_len; i++) { /* given while stopping */
         close(lp->inbox[i]);
         count_closed(lp);
     }
+    HF_ASSERT(atomic_load(&lp->nconns) == 0); /* every conn given to it is closed */
     free(lp->inbox);
     pthread_mutex_destroy(&lp->inbox_lock);
     if (lp->epfd >= 0)
@@ -1080,6 +1128,7 @@ static void free_server(http_server *server)
 {
     for (unsigned i = 0; i < server->nloops; i++)
         loop_free(&server->loops[i]);
+    HF_ASSERT(atomic_load(&server->open_connections) == 0);
     free(server->loops);
     if (server->listen_fd >= 0)
         close(server->listen_fd);

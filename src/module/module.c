@@ -121,6 +121,7 @@
 #include "core/core.h"
 #include "module/redismodule_api.h"
 #include "util/bytes.h"
+#include "util/hf_assert.h"
 #include "util/steady.h"
 #include "util/xalloc.h"
 #include "wire/wire.h"
@@ -216,6 +217,9 @@ static hf_value *value_new(hf_slice ns, const core_config *cfg, wire_stripe st)
         memcpy(v->ns, ns.ptr, ns.len);
     v->ns[ns.len] = 0;
     v->ns_len = ns.len;
+    /* a stripe of its namespace; a live epoch is never the loaded marker */
+    HF_ASSERT(st.count >= 1 && st.count <= WIRE_MAX_STRIPES && st.index < st.count);
+    HF_ASSERT(rebuilt_epoch != EPOCH_LOADED);
     v->epoch = rebuilt_epoch;
     v->st = st;
     return v;
@@ -520,6 +524,10 @@ static int cmd_open(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv)
 /* Start observing the value's core (before the core call). */
 static void cmd_observe(cmd *c)
 {
+    /* a command's own effects are a primary's: on a replica the stream
+     * brings HF3FS.APPLY, which propagates itself verbatim */
+    HF_ASSERT(!(rm_GetContextFlags(c->ctx) & REDISMODULE_CTX_FLAGS_REPLICATED));
+    HF_ASSERT(c->events.len == 0);
     core_set_observer(c->v->core, observe, &c->events);
 }
 
@@ -606,6 +614,7 @@ static void cmd_catch_up(cmd *c, int64_t now)
         core_recovered(c->v->core, now);
         c->v->epoch = rebuilt_epoch;
     }
+    HF_ASSERT(!c->v || c->v->epoch == rebuilt_epoch);
 }
 
 /* cfg applied to the value's core (its hash seed kept), and the value
@@ -803,6 +812,8 @@ static void cmd_keep_value(cmd *c, bool fresh, bool ok)
         rm_ModuleTypeSetValue(c->key, hf_type, c->v);
         return;
     }
+    /* a refused first call changed nothing: no event is lost with the value */
+    HF_ASSERT(c->events.len == 0);
     core_set_observer(c->v->core, NULL, NULL);
     value_free(c->v);
     c->v = NULL;
@@ -1308,6 +1319,15 @@ HF3FS_COMMANDS(CMD_ENTRY_DECL, CMD_NONE)
 // NOLINTEND(bugprone-macro-parentheses)
 static const cmd_spec commands[CMD_COUNT] = {HF3FS_COMMANDS(CMD_SPEC_X, CMD_SPEC_R)};
 
+/* Whether the command's arguments include `arg`. */
+HF_ASSERT_HELPER static bool cmd_takes(const cmd_spec *s, cmd_arg arg)
+{
+    for (int i = 0; i < CMD_MAX_ARGS && s->args[i] != A_END; i++)
+        if (s->args[i] == arg)
+            return true;
+    return false;
+}
+
 /* The command's name as its errors spell it: HF3FS.<NAME>. */
 static const char *cmd_upper(const cmd_spec *s, char what[static 32])
 {
@@ -1350,6 +1370,11 @@ static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleStrin
         if (s->opts & OBSERVE && c.v)
             cmd_observe(&c);
         s->run(&c);
+        /* the value a configured command ran on is the stripe it named,
+         * caught up with the last rebuild */
+        HF_ASSERT(!c.v || !cmd_takes(s, A_CFG) ||
+                  (c.v->st.count == c.st.count && c.v->st.index == c.st.index &&
+                   c.v->epoch == rebuilt_epoch));
     }
     cmd_close(&c);
     return REDISMODULE_OK;
@@ -1372,6 +1397,7 @@ static void on_rebuilt(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subev
                        subevent == REDISMODULE_SUBEVENT_REPLROLECHANGED_NOW_MASTER;
     bool loaded = eid.id == REDISMODULE_EVENT_LOADING &&
                   subevent == REDISMODULE_SUBEVENT_LOADING_ENDED;
+    HF_ASSERT(rebuilt_epoch < EPOCH_LOADED - 1); /* never reaches the loaded marker */
     if (now_primary || loaded)
         rebuilt_epoch++;
 }

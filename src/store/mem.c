@@ -22,12 +22,18 @@
 
 #include "store/mem.h"
 #include "util/clock.h"
+#include "util/hf_assert.h"
 #include "util/xalloc.h"
 #include "wal/wal.h"
 
 typedef struct store_mem {
     store_t base;
     pthread_mutex_t lock;
+    /* Under the lock: who holds it (for HF_ASSERT), and the clock's last
+     * reading by an operation. */
+    pthread_t holder;
+    bool held;
+    int64_t last_now;
     core_t *core;
     store_clock clock;
     wal_t *wal; /* NULL: in memory only */
@@ -38,6 +44,42 @@ typedef struct store_mem {
 static store_mem *mem_of(store_t *s)
 {
     return (store_mem *)s;
+}
+
+/* Whether the calling thread holds the state lock. */
+static bool lock_held(const store_mem *m)
+{
+    return m->held && pthread_equal(m->holder, pthread_self());
+}
+
+/* The state lock is taken and released here only (the log's keeper too,
+ * through wal_host), so `holder` always names its holder. */
+static void state_lock(store_mem *m)
+{
+    pthread_mutex_lock(&m->lock);
+    HF_ASSERT(!m->held);
+    m->holder = pthread_self();
+    m->held = true;
+}
+
+static void state_unlock(store_mem *m)
+{
+    HF_ASSERT(lock_held(m));
+    m->held = false;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* The `now` of an operation, under the lock. The engine's clock never runs
+ * backward from one operation to the next (the server clock never steps;
+ * the tests' clocks only advance): a deadline the core set is never in the
+ * past of an operation that ran before it. */
+static int64_t op_now(store_mem *m)
+{
+    HF_ASSERT(lock_held(m));
+    int64_t now = m->clock.now_ms(m->clock.ctx);
+    HF_ASSERT(now >= m->last_now);
+    m->last_now = now;
+    return now;
 }
 
 /*
@@ -51,9 +93,9 @@ static store_mem *mem_of(store_t *s)
  */
 static int op_begin(store_mem *m, bool change)
 {
-    pthread_mutex_lock(&m->lock);
+    state_lock(m);
     if (change && m->wal && wal_refusing(m->wal)) {
-        pthread_mutex_unlock(&m->lock);
+        state_unlock(m);
         return STORE_EUNAVAILABLE;
     }
     return STORE_OK;
@@ -61,8 +103,9 @@ static int op_begin(store_mem *m, bool change)
 
 static int op_end(store_mem *m, bool change, int rc)
 {
+    HF_ASSERT(lock_held(m)); /* the log order is the lock order */
     uint64_t lsn = m->wal ? wal_publish(m->wal, change) : 0;
-    pthread_mutex_unlock(&m->lock);
+    state_unlock(m);
     if (m->wal && change && wal_wait(m->wal, lsn) != WAL_OK)
         return STORE_EUNCERTAIN;
     return rc;
@@ -76,7 +119,7 @@ static int op_end(store_mem *m, bool change, int rc)
         if ((rc) != STORE_OK)                                                                      \
             break;                                                                                 \
         core_t *core = m_->core;                                                                   \
-        int64_t now = m_->clock.now_ms(m_->clock.ctx);                                             \
+        int64_t now = op_now(m_);                                                                  \
         (void)now;                                                                                 \
         (void)core;                                                                                \
         body; /* NOLINT(bugprone-macro-parentheses): a statement */                                \
@@ -417,12 +460,17 @@ static int store_error_of_wal(int rc)
 
 static void host_lock(void *ctx)
 {
-    pthread_mutex_lock(&((store_mem *)ctx)->lock);
+    state_lock(ctx);
 }
 
 static void host_unlock(void *ctx)
 {
-    pthread_mutex_unlock(&((store_mem *)ctx)->lock);
+    state_unlock(ctx);
+}
+
+static bool host_held(void *ctx)
+{
+    return lock_held(ctx);
 }
 
 core_t *store_mem_core(store_t *s)
@@ -434,7 +482,7 @@ int store_mem_open(const core_config *config, const store_clock *clock,
                    const struct wal_options *log, store_t **out, char *err, size_t errlen)
 {
     store_mem *m = mem_of(store_mem_new(config, clock));
-    wal_host host = {host_lock, host_unlock, m};
+    wal_host host = {host_lock, host_unlock, m, host_held};
     int rc = wal_open(log, m->core, &host, &m->wal, err, errlen);
     if (rc != WAL_OK) {
         mem_destroy(&m->base);
@@ -442,9 +490,9 @@ int store_mem_open(const core_config *config, const store_clock *clock,
     }
     m->dir = copy_text(log->dir);
     /* reads answered before the restart: their pages stay read-leased */
-    pthread_mutex_lock(&m->lock);
-    core_recovered(m->core, m->clock.now_ms(m->clock.ctx));
-    pthread_mutex_unlock(&m->lock);
+    state_lock(m);
+    core_recovered(m->core, op_now(m));
+    state_unlock(m);
     *out = &m->base;
     return STORE_OK;
 }

@@ -33,4 +33,8 @@ __attribute__((noreturn, cold)) static inline void hf_assert_fail(const char *fi
 #define HF_ASSERT(cond) ((void)sizeof((cond) ? 1 : 0))
 #endif
 
+/* Marks a static function that only HF_ASSERT calls: where the asserts are
+ * compiled out nothing calls it, and no compiler may call that an error. */
+#define HF_ASSERT_HELPER __attribute__((unused))
+
 #endif

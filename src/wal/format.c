@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/bytes.h"
+#include "util/hf_assert.h"
 #include "util/xalloc.h"
 #include "wal/crc32c.h"
 
@@ -168,6 +169,7 @@ static hf_slice get_key(reader *r, hf_buf *scratch)
 
 void wal__frame_append(hf_buf *out, uint32_t salt, const void *body, size_t body_len)
 {
+    HF_ASSERT(body_len >= 1 && body_len <= WAL_MAX_BODY); /* every record written reads back */
     hf_buf_reserve(out, WAL_MAX_FRAME_OVERHEAD + body_len);
     uint8_t *rec = (uint8_t *)out->ptr + out->len;
     size_t n = 4 + hf_varint_put(rec + 4, body_len);
@@ -236,6 +238,7 @@ static void pools_place(wal_pools *t, uint32_t id)
 
 void wal__pools_put(wal_pools *t, uint32_t id, hf_slice ns, uint32_t rank)
 {
+    HF_ASSERT(id < WAL_MAX_POOL_ID && (id >= t->count || !t->ents[id].ns)); /* an unused id */
     t->ents = hf_grow_index(t->ents, &t->cap, id, sizeof *t->ents, 16);
     if (id >= t->count)
         t->count = id + 1;
@@ -258,6 +261,8 @@ void wal__pools_put(wal_pools *t, uint32_t id, hf_slice ns, uint32_t rank)
     } else {
         pools_place(t, id);
     }
+    /* every id in use is listed once, in a table at most half full */
+    HF_ASSERT(t->used <= t->count && (size_t)t->used * 2 <= t->mask + 1);
 }
 
 void wal__pools_clear(wal_pools *t)
@@ -364,6 +369,7 @@ void wal__enc_event(void *ctx, const core_event *ev)
         if (e->snapshot) {
             id = pool_of(e, ev);
         } else {
+            HF_ASSERT(wal__pools_find(&e->pools, ev->ns, ev->rank) < 0); /* one POOL_INIT a pool */
             id = e->pools.count;
             wal__pools_put(&e->pools, id, ev->ns, ev->rank);
         }
@@ -404,6 +410,7 @@ void wal__enc_event(void *ctx, const core_event *ev)
         put_deadline(&e->body, e->time_base, ev->deadline);
     if (ev->type == CORE_EV_RESERVE)
         put_key(&e->body, ev->key);
+    HF_ASSERT(ev->type != CORE_EV_SWEEP || ev->deadline >= 0);
     if (ev->type == CORE_EV_SWEEP)
         hf_buf_put_varint(&e->body, (uint64_t)ev->deadline); /* full turns, >= 0 */
     body_emit(e);
@@ -411,6 +418,7 @@ void wal__enc_event(void *ctx, const core_event *ev)
 
 void wal__enc_end(wal_encoder *e)
 {
+    HF_ASSERT(e->snapshot && !e->held); /* a snapshot's, after wal__enc_flush */
     uint64_t count = e->records;
     body_start(e, WAL_REC_END);
     hf_buf_put_varint(&e->body, count);

@@ -24,6 +24,7 @@
 
 #include "util/bytes.h"
 #include "util/clock.h"
+#include "util/hf_assert.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -333,6 +334,9 @@ static int replay_file(recovery *R, const dir_file *f, const mapped *m, const wa
     const uint8_t *p = m->p;
     size_t len = m->len, off = WAL_HEADER_SIZE;
     int rc;
+    /* only a file whose header was read and names it is replayed */
+    HF_ASSERT(len >= WAL_HEADER_SIZE && h->seq == f->seq);
+    HF_ASSERT(!snapshot || !tail_ok); /* a snapshot has no torn tail to cut */
     memset(o, 0, sizeof *o);
     o->valid_end = off;
     R->dec.time_base = h->time_base;
@@ -357,11 +361,13 @@ static int replay_file(recovery *R, const dir_file *f, const mapped *m, const wa
                     return rc;
                 R->skipped_records++;
             }
+            HF_ASSERT(rec_len > 0 && rec_len <= len - off);
             off += rec_len;
             o->valid_end = off;
             continue;
         }
         size_t next = next_intact(p, off + 1, len, h->salt);
+        HF_ASSERT(next > off && next <= len);
         if (next == len && tail_ok) {
             o->torn = true;
             R->cut_name = f->name;
@@ -386,6 +392,7 @@ static int replay_file(recovery *R, const dir_file *f, const mapped *m, const wa
         off = next;
         o->valid_end = off;
     }
+    HF_ASSERT(o->valid_end >= WAL_HEADER_SIZE && o->valid_end <= len);
     if (snapshot && !o->end_seen &&
         (rc = damage(R, f->name, len, "the snapshot has no END record (incomplete)")) != 0)
         return rc;
@@ -479,6 +486,9 @@ static int replay_chain(recovery *R, const dir_file *segs, size_t n)
                         h.lsn, R->end_lsn);
         }
         if (rc == 0) {
+            /* segments in order; each continues the chain (or salvage goes on) */
+            HF_ASSERT(i == 0 || segs[i - 1].seq < f->seq);
+            HF_ASSERT(expect_any || h.lsn == R->end_lsn || R->w->opt.salvage);
             bool tail_ok = i + 1 == n || (peek_flags(R, &segs[i + 1]) & WAL_FLAG_RECOVERY);
             replay_out o;
             rc = replay_file(R, f, &m, &h, tail_ok, &o);
@@ -566,6 +576,9 @@ static void count_pool(void *ctx, hf_slice ns, uint32_t rank, const core_pool_st
 static int begin_segment(recovery *R, uint64_t seq)
 {
     wal_t *w = R->w;
+    /* after every segment read and the snapshot it continues; nothing encoded yet */
+    HF_ASSERT(seq >= R->snap_seq && (R->segments == 0 || seq > R->last_seq));
+    HF_ASSERT(R->snap_lsn <= R->end_lsn && w->enc.out.len == 0 && !w->enc.held);
     int64_t base = hf_clock_wall_ms();
     uint32_t salt = wal__new_salt();
     int fd = wal__segment_create(w, seq, R->end_lsn, base, salt, 0);
@@ -620,8 +633,11 @@ static int recover_existing(recovery *R)
         segs++;
         nsegs--;
     }
+    HF_ASSERT(!snap || nsegs == 0 || segs->seq >= snap->seq); /* covered segments skipped */
     if ((rc = replay_chain(R, segs, nsegs)) != 0)
         return rc;
+    /* the cut is at a record boundary of the last segment read */
+    HF_ASSERT(!R->cut_name || (R->cut_keep >= WAL_HEADER_SIZE && R->cut_bytes > 0));
     core_apply_finish(w->core);
     if (R->cut_name && (rc = cut_tail(R)) != 0)
         return rc;

@@ -447,6 +447,30 @@ void wal__delete_covered(wal_t *w, uint64_t seq)
 
 /* ---------------------------------------------------------- failure state */
 
+/* Whether the calling thread holds the state lock (true if the host cannot tell). */
+HF_ASSERT_HELPER static bool state_held(const wal_t *w)
+{
+    return !w->host.held || w->host.held(w->host.ctx);
+}
+
+/* The LSNs, under mu: what is synced was written, what was written was
+ * appended (`written` does not move while the segment is broken). */
+HF_ASSERT_HELPER static bool lsns_in_order(const wal_t *w)
+{
+    return w->synced <= w->written && (w->broken || w->written <= w->appended);
+}
+
+/* The failure flags (FAILURES), under mu once the log is open: a repair runs
+ * only while the log is failed; a segment is given up only by a failure;
+ * published records are kept unless the log failed and no repair runs; a
+ * pending switch falls within `pending`. */
+HF_ASSERT_HELPER static bool flags_consistent(const wal_t *w)
+{
+    return (!w->repairing || w->failed) && (!w->broken || w->failed) &&
+           w->accepting == (!w->failed || w->repairing) &&
+           (!w->rotate.pending || w->rotate.off <= w->pending.len);
+}
+
 /* A repair succeeds when its snapshot and its new segment are both durable
  * and nothing failed since it began. Under mu. */
 static void repair_settle_locked(wal_t *w)
@@ -459,6 +483,7 @@ static void repair_settle_locked(wal_t *w)
     }
     if (!w->repair_snapshot_done || !w->repair_segment_done)
         return;
+    HF_ASSERT(w->failed && w->accepting && !w->broken); /* the repair's segment is current */
     w->repairing = false;
     w->failed = false;
     w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
@@ -499,6 +524,7 @@ static void fail_locked(wal_t *w, const char *what, int err)
     repair_settle_locked(w);
     if (!w->repairing)
         w->next_repair_ms = hf_clock_mono_ms() + w->repair_delay_ms;
+    HF_ASSERT(!w->repairing && !w->accepting && flags_consistent(w));
     pthread_cond_broadcast(&w->durable_cv);
     pthread_cond_signal(&w->keeper_cv);
 }
@@ -665,6 +691,9 @@ static void *writer_main(void *arg)
             fail_locked(w, what, -rc);
         } else {
             if (rot.pending) {
+                /* the switch's LSN is past every batch written before it:
+                 * `written` does not move back */
+                HF_ASSERT(rot.lsn >= w->written || w->synced == w->written);
                 w->broken = false;
                 w->written = w->synced = rot.lsn > w->synced ? rot.lsn : w->synced;
                 if (rot.repair && w->repairing) {
@@ -684,6 +713,7 @@ static void *writer_main(void *arg)
         /* what is synced was written; what was written was appended */
         HF_ASSERT(w->synced <= w->written);
         HF_ASSERT(w->broken || w->written <= w->appended);
+        HF_ASSERT(flags_consistent(w));
         pthread_cond_broadcast(&w->durable_cv);
         w->batch.len = 0;
         if (w->batch.cap > (8u << 20)) {
@@ -708,7 +738,10 @@ static void *writer_main(void *arg)
 
 uint64_t wal_publish(wal_t *w, bool change)
 {
+    HF_ASSERT(state_held(w)); /* the log order is the state lock's order */
+    HF_ASSERT(!w->enc.snapshot);
     wal__enc_flush(&w->enc);
+    HF_ASSERT(!w->enc.held); /* no record waits past its operation */
     hf_buf *out = &w->enc.out;
     pthread_mutex_lock(&w->mu);
     if (out->len > 0) {
@@ -728,7 +761,9 @@ uint64_t wal_publish(wal_t *w, bool change)
         if (!w->writer_busy)
             pthread_cond_signal(&w->writer_cv);
     }
+    HF_ASSERT(w->enc.records >= w->records_published); /* a count of this process's records */
     w->records_published = w->enc.records;
+    HF_ASSERT(lsns_in_order(w) && flags_consistent(w));
     pthread_mutex_unlock(&w->mu);
     out->len = 0;
     if (out->cap > (4u << 20))
@@ -746,6 +781,7 @@ bool wal_refusing(wal_t *w)
 
 int wal_wait(wal_t *w, uint64_t lsn)
 {
+    HF_ASSERT(!w->host.held || !w->host.held(w->host.ctx)); /* it may wait for a sync */
     pthread_mutex_lock(&w->mu);
     int rc = WAL_OK;
     for (;;) {
@@ -791,6 +827,9 @@ static void start_snapshot(wal_t *w, bool repair)
     int64_t base = hf_clock_wall_ms();
     uint32_t salt = wal__new_salt();
     pthread_mutex_lock(&w->mu);
+    HF_ASSERT(w->child == 0); /* one snapshot at a time */
+    /* a repair only of a failed log, and one at a time */
+    HF_ASSERT(!repair || (w->failed && !w->repairing));
     uint64_t lsn = w->appended;
     if (repair) {
         w->pending.len = 0;
@@ -800,6 +839,7 @@ static void start_snapshot(wal_t *w, bool repair)
         w->repair_failures = w->failures;
     }
     w->rotate = (wal_rotation){true, w->pending.len, seq, lsn, base, salt, repair || w->broken};
+    HF_ASSERT(flags_consistent(w));
     if (!w->writer_busy)
         pthread_cond_signal(&w->writer_cv);
     pthread_mutex_unlock(&w->mu);
@@ -831,6 +871,7 @@ static void start_snapshot(wal_t *w, bool repair)
         w->child_repair = repair;
         w->child_started_ms = started;
     }
+    HF_ASSERT(flags_consistent(w));
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -855,6 +896,9 @@ static void finish_snapshot(wal_t *w, int status)
     }
     int64_t now = hf_clock_mono_ms();
     pthread_mutex_lock(&w->mu);
+    HF_ASSERT(w->child > 0 && w->child_lsn <= w->appended);
+    /* snapshots cover more and more of the log, under rising numbers */
+    HF_ASSERT(!ok || (w->child_lsn >= w->snapshot_lsn && w->child_seq > w->snapshot_seq));
     if (ok) {
         if (w->child_lsn > w->synced)
             w->synced = w->child_lsn;
@@ -891,6 +935,7 @@ static void finish_snapshot(wal_t *w, int status)
                                                                           : w->repair_delay_ms * 2;
     }
     w->child = 0;
+    HF_ASSERT(lsns_in_order(w) && flags_consistent(w));
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -1022,6 +1067,7 @@ void wal_close(wal_t *w, bool final_snapshot)
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->keeper_thread, NULL);
     pthread_join(w->writer_thread, NULL);
+    HF_ASSERT(w->child == 0); /* the keeper reaped its last child */
     core_set_observer(w->core, NULL, NULL);
     if (final_snapshot) {
         uint64_t seq = w->next_seq++, bytes = 0;

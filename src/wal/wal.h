@@ -71,11 +71,14 @@ typedef struct wal_options {
     bool quiet;                  /* no start-up line (tests) */
 } wal_options;
 
-/* How the keeper takes the state lock for the instant of a fork. */
+/* How the keeper takes the state lock for the instant of a fork; `held`
+ * (NULL if the owner cannot tell): whether the calling thread holds it,
+ * for the log's HF_ASSERTs. */
 typedef struct wal_host {
     void (*lock)(void *ctx);
     void (*unlock)(void *ctx);
     void *ctx;
+    bool (*held)(void *ctx);
 } wal_host;
 
 typedef struct wal wal_t;

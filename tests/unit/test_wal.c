@@ -525,7 +525,7 @@ static int mini_open(mini *m, const char *dir, const wal_options *extra)
     m->core = core_new(&CFG);
     m->wal = NULL;
     char err[1024];
-    wal_host host = {mini_lock, mini_unlock, m};
+    wal_host host = {mini_lock, mini_unlock, m, NULL};
     int rc = wal_open(&opt, m->core, &host, &m->wal, err, sizeof err);
     if (rc != 0 && getenv("TEST_WAL_VERBOSE"))
         printf("  wal_open: %s\n", err);
