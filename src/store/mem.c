@@ -259,10 +259,10 @@ static int mem_import_mark_get(store_t *s, char *out, size_t cap)
     store_mem *m = mem_of(s);
     size_t len = 0;
     if (!m->dir) {
-        pthread_mutex_lock(&m->lock);
+        state_lock(m);
         if (m->mark)
             len = (size_t)snprintf(out, cap, "%s", m->mark);
-        pthread_mutex_unlock(&m->lock);
+        state_unlock(m);
         out[len < cap ? len : cap - 1] = 0;
         return (int)(len < cap ? len : cap - 1);
     }
@@ -284,10 +284,10 @@ static int mem_import_mark_set(store_t *s, const char *text)
 {
     store_mem *m = mem_of(s);
     if (!m->dir) {
-        pthread_mutex_lock(&m->lock);
+        state_lock(m);
         free(m->mark);
         m->mark = copy_text(text);
-        pthread_mutex_unlock(&m->lock);
+        state_unlock(m);
         return STORE_OK;
     }
     char tmp[4096], path[4096];
