@@ -99,6 +99,8 @@ typedef struct server_options {
     uint64_t redis_wait;
     uint64_t stripes; /* 0: the store's default (store_redis_options.stripes) */
     double redis_wait_timeout_s;
+    uint64_t redis_connections;
+    uint64_t redis_max_in_flight;
 } server_options;
 
 static const server_options defaults = {
@@ -127,6 +129,8 @@ static const server_options defaults = {
     .redis_connect_timeout_s = 1,
     .redis_timeout_s = 2,
     .redis_wait_timeout_s = 1,
+    .redis_connections = 1,
+    .redis_max_in_flight = 256,
 };
 
 enum {
@@ -164,6 +168,8 @@ enum {
     OPT_REDIS_TIMEOUT,
     OPT_REDIS_WAIT,
     OPT_REDIS_WAIT_TIMEOUT,
+    OPT_REDIS_CONNECTIONS,
+    OPT_REDIS_MAX_IN_FLIGHT,
     OPT_STRIPES,
     OPT_REDIS_USE_LOG_BYTES,
     OPT_IMPORT_SGLANG,
@@ -206,6 +212,8 @@ static const struct option long_options[] = {
     {"redis-timeout", required_argument, NULL, OPT_REDIS_TIMEOUT},
     {"redis-wait", required_argument, NULL, OPT_REDIS_WAIT},
     {"redis-wait-timeout", required_argument, NULL, OPT_REDIS_WAIT_TIMEOUT},
+    {"redis-connections", required_argument, NULL, OPT_REDIS_CONNECTIONS},
+    {"redis-max-in-flight", required_argument, NULL, OPT_REDIS_MAX_IN_FLIGHT},
     {"stripes", required_argument, NULL, OPT_STRIPES},
     {"redis-use-log-bytes", required_argument, NULL, OPT_REDIS_USE_LOG_BYTES},
     {"help", no_argument, NULL, OPT_HELP},
@@ -288,6 +296,11 @@ static void usage(FILE *out)
         "  --redis-wait N              acknowledge a change once N replicas have it (WAIT;\n"
         "                              default 0: once the Redis primary applied it)\n"
         "  --redis-wait-timeout SECS   how long WAIT waits for them (default 1)\n"
+        "  --redis-connections N       connections to one Redis, shared by every thread:\n"
+        "                              the commands of concurrent requests go out together\n"
+        "                              (1-64, default 1; redis-cluster:// ignores it)\n"
+        "  --redis-max-in-flight N     commands queued or awaiting Redis per connection; past\n"
+        "                              it a request waits, then answers 503 (default 256)\n"
         "  --stripes N                 Redis values per namespace this front end creates,\n"
         "                              1-256 (default 1; redis-cluster://: by the first pool's\n"
         "                              size and the primaries); a namespace keeps the count\n"
@@ -422,6 +435,10 @@ static void parse_flag(server_options *o, int id, const char *arg)
     case OPT_REDIS_TIMEOUT: o->redis_timeout_s = parse_seconds(flag, arg, 0.001, 3600); break;
     case OPT_REDIS_WAIT: o->redis_wait = parse_count(flag, arg, 0, 1000, false); break;
     case OPT_STRIPES: o->stripes = parse_count(flag, arg, 1, 256, false); break;
+    case OPT_REDIS_CONNECTIONS: o->redis_connections = parse_count(flag, arg, 1, 64, false); break;
+    case OPT_REDIS_MAX_IN_FLIGHT:
+        o->redis_max_in_flight = parse_count(flag, arg, 1, 1u << 20, false);
+        break;
     case OPT_REDIS_WAIT_TIMEOUT:
         o->redis_wait_timeout_s = parse_seconds(flag, arg, 0.001, 3600);
         break;
@@ -805,18 +822,19 @@ static void log_settings(const server_options *o, uint16_t port)
         log_msg(LOG_INFO,
                 "state is kept in Redis (store %s, redis-password-file %s, "
                 "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %" PRIu64
-                ", redis-wait-timeout %g s, stripes %s for the namespaces it creates): "
+                ", redis-wait-timeout %g s, redis-connections %" PRIu64
+                ", redis-max-in-flight %" PRIu64 ", stripes %s for the namespaces it creates): "
                 "this process is a stateless front end; data-dir, "
                 "fsync, save-interval, snapshot-log-bytes and salvage do not apply",
                 redact_url(o->store), o->redis_password_file ? o->redis_password_file : "none",
                 o->redis_connect_timeout_s, o->redis_timeout_s, o->redis_wait,
-                o->redis_wait_timeout_s, stripes);
+                o->redis_wait_timeout_s, o->redis_connections, o->redis_max_in_flight, stripes);
         return;
     }
-    log_msg(LOG_INFO,
-            "store: the embedded engine (no --store; redis-password-file, "
-            "redis-connect-timeout, redis-timeout, redis-wait, redis-wait-timeout and stripes "
-            "apply to --store only)");
+    log_msg(LOG_INFO, "store: the embedded engine (no --store; redis-password-file, "
+                      "redis-connect-timeout, redis-timeout, redis-wait, redis-wait-timeout, "
+                      "redis-connections, redis-max-in-flight and stripes "
+                      "apply to --store only)");
     if (o->in_memory)
         log_msg(LOG_INFO, "state is kept in memory only (--in-memory): a restart forgets every "
                           "pool");
@@ -859,6 +877,8 @@ static store_t *open_store(const server_options *o, const core_config *core)
             .command_timeout_ms = seconds_to_ms(o->redis_timeout_s),
             .wait_replicas = (unsigned)o->redis_wait,
             .wait_timeout_ms = seconds_to_ms(o->redis_wait_timeout_s),
+            .connections = (unsigned)o->redis_connections,
+            .max_in_flight = (size_t)o->redis_max_in_flight,
             .stripes = (uint32_t)o->stripes,
         };
         store_t *store = NULL;

@@ -1713,6 +1713,8 @@ int store_redis_open(const core_config *config, const store_redis_options *optio
         .connect_timeout_ms = options->connect_timeout_ms > 0 ? options->connect_timeout_ms : 1000,
         .command_timeout_ms = options->command_timeout_ms > 0 ? options->command_timeout_ms : 2000,
         .wait_replicas = options->wait_replicas,
+        .connections = options->connections,
+        .max_in_flight = options->max_in_flight,
         .probe_argc = 2,
         .probe_argv = {"MODULE", "LIST"},
         .probe_check = module_check,

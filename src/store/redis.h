@@ -67,6 +67,12 @@ typedef struct store_redis_options {
     int64_t command_timeout_ms; /* 0: 2000 */
     unsigned wait_replicas;     /* > 0: WAIT for that many replicas after every change */
     int64_t wait_timeout_ms;    /* the WAIT's timeout (0: the command timeout) */
+    /* One Redis: connections shared by every calling thread, commands of
+     * concurrent calls pipelined on them (0: 1); commands queued or in
+     * flight per connection, past which a call waits, then is refused
+     * (0: 256). A Redis Cluster ignores both. */
+    unsigned connections;
+    size_t max_in_flight;
     /* Tests: the clock of every call (milliseconds), sent with each command;
      * NULL (the server): Redis's own clock, the one clock of every front end. */
     const store_clock *clock;

@@ -1,11 +1,12 @@
 /*
  * redis_conn.c: the Redis engine's connections (redis_conn.h): the URL, the
- * pool of connections to one Redis or of routing handles over a cluster,
- * the monitors, --redis-wait and the figures.
+ * pipes (shared, pipelined connections) to one Redis or the pool of routing
+ * handles over a cluster, the monitors, --redis-wait and the figures.
  */
 #include "store/redis_conn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -13,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cluster/cluster.h"
 #include "util/clock.h"
@@ -39,6 +42,10 @@ typedef struct conn {
     struct conn *next;
 } conn;
 
+typedef struct waiter waiter;
+typedef struct pconn pconn;
+struct pipe;
+
 typedef struct node_fig {
     cluster_node_stats s; /* counters summed; flags and slots as the monitor saw them */
 } node_fig;
@@ -55,7 +62,11 @@ struct redis_link {
     cluster_options copt;
 
     pthread_mutex_t lock;
-    conn *idle;
+    conn *idle; /* over a cluster: routing handles */
+    /* one Redis: the pipes, each one shared connection at a time */
+    struct pipe *pipes;
+    size_t npipes;
+    atomic_size_t next_pipe;
     uint64_t gen; /* bumped when Redis goes down: older connections are dropped */
     bool up;
     char reason[512]; /* why it is down */
@@ -66,6 +77,7 @@ struct redis_link {
 
     /* figures */
     atomic_uint_fast64_t calls, errors, unknown, reconnects, refused_down;
+    atomic_uint_fast64_t writes, waited_for_room, refused_busy;
     atomic_uint_fast64_t rtt_buckets[RTT_BUCKETS];
     atomic_uint_fast64_t rtt_sum_us;
     atomic_bool up_flag;
@@ -302,68 +314,6 @@ static void mark_down(redis_link *r, const char *why)
     pthread_mutex_unlock(&r->lock);
 }
 
-/* An idle connection that Redis closed meanwhile reads as readable (EOF). */
-static bool conn_dead(const conn *c)
-{
-    struct pollfd p = {.fd = c->ctx->fd, .events = POLLIN};
-    return poll(&p, 1, 0) != 0;
-}
-
-/* Borrow a connection, or NULL with *code (Redis down or unreachable). */
-static conn *borrow(redis_link *r, int *code)
-{
-    pthread_mutex_lock(&r->lock);
-    if (!r->up) {
-        pthread_mutex_unlock(&r->lock);
-        atomic_fetch_add(&r->refused_down, 1);
-        *code = STORE_EUNAVAILABLE;
-        return NULL;
-    }
-    uint64_t gen = r->gen;
-    conn *c;
-    while ((c = r->idle) != NULL) {
-        r->idle = c->next;
-        if (c->gen == gen && !conn_dead(c))
-            break;
-        redisFree(c->ctx);
-        free(c);
-    }
-    pthread_mutex_unlock(&r->lock);
-    if (c)
-        return c;
-    char err[512];
-    redisContext *ctx = connect_one(r, code, err, sizeof err);
-    if (!ctx) {
-        mark_down(r, err);
-        *code = STORE_EUNAVAILABLE;
-        return NULL;
-    }
-    c = hf_xcalloc(1, sizeof *c);
-    c->ctx = ctx;
-    c->gen = gen;
-    return c;
-}
-
-static void give_back(redis_link *r, conn *c, bool ok)
-{
-    if (!ok) {
-        redisFree(c->ctx);
-        free(c);
-        return;
-    }
-    pthread_mutex_lock(&r->lock);
-    if (c->gen == r->gen) {
-        c->next = r->idle;
-        r->idle = c;
-        c = NULL;
-    }
-    pthread_mutex_unlock(&r->lock);
-    if (c) {
-        redisFree(c->ctx);
-        free(c);
-    }
-}
-
 /* The monitors' pause (r->lock held): wait_ms, or less if woken. */
 static void monitor_wait(redis_link *r, int64_t wait_ms)
 {
@@ -481,75 +431,538 @@ void redis_cmds_free(redis_cmd *cmds, size_t n)
     free(cmds);
 }
 
-/* One Redis: the n commands as one pipeline on one connection. */
+/* ------------------------------------------------- one Redis: the pipes */
+
+/*
+ * A caller's commands on a pipe (redis_conn.h "One Redis"), on its stack; or,
+ * with is_wait, the WAIT that follows a batch of changes (allocated by the
+ * writer, no thread of its own). Fields under the pipe's lock.
+ */
+struct waiter {
+    redis_cmd *cmds;
+    size_t n;
+    bool change;
+    bool covered; /* a change whose outcome waits for its batch's WAIT */
+    bool is_wait;
+    bool done;
+    size_t got;       /* replies received */
+    int64_t t0_us;    /* when the call began (round trip figures) */
+    int64_t until_us; /* its deadline: past it, the connection is broken */
+    hf_buf out;       /* its commands in RESP, formatted before it queues */
+    pthread_cond_t cv;
+    waiter *next;         /* in its connection's queue or flight list */
+    waiter *covers;       /* is_wait: the changes it covers */
+    waiter *next_covered; /* in a WAIT's covers */
+    pconn *c;
+};
+
+/* One connection to the one Redis, shared by every caller of its pipe. */
+struct pconn {
+    redisContext *ctx; /* its fd (non-blocking) and reply reader; hiredis I/O unused */
+    uint64_t gen;
+    bool broken;  /* failed: its waiters answered; freed once no role holder uses it */
+    bool retired; /* Redis went down and up since it opened: no new caller */
+    bool writing, reading;
+    unsigned users;               /* role holders working outside the lock */
+    waiter *queue, *queue_tail;   /* not written yet */
+    waiter *flight, *flight_tail; /* written, replies awaited, in order */
+    hf_buf wbuf;                  /* the writer's batch */
+};
+
+struct pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t room;
+    pconn *c;    /* NULL until a caller connects */
+    size_t cmds; /* commands admitted and not answered (the bound) */
+    unsigned room_waiters;
+    atomic_size_t load; /* cmds, read without the lock to choose a pipe */
+};
+
+/* Guard on a waiter's sleep: roles are handed on explicitly; this only
+ * bounds what a missed wake-up would cost. */
+#define ROLE_GUARD_US 200000
+
+static void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+{
+    int64_t now = hf_clock_mono_us();
+    if (until_us <= now)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ns = (int64_t)ts.tv_nsec + (until_us - now) * 1000;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+static void pconn_maybe_free(pconn *c)
+{
+    if (!(c->broken || c->retired) || c->users || c->queue || c->flight)
+        return;
+    redisFree(c->ctx);
+    hf_buf_free(&c->wbuf);
+    free(c);
+}
+
+/* A caller's call answered (pipe lock held): its figures, its wake-up, room. */
+static void finish(redis_link *r, struct pipe *p, waiter *w)
+{
+    w->done = true;
+    p->cmds -= w->n;
+    atomic_store(&p->load, p->cmds);
+    count_rtt(r, hf_clock_mono_us() - w->t0_us);
+    if (p->room_waiters)
+        pthread_cond_broadcast(&p->room);
+    pthread_cond_signal(&w->cv);
+}
+
+/* A caller's commands on a connection that failed: not sent (nothing
+ * changed) or sent (a change's outcome unknown), as one_exec did. */
+static void fail_waiter(redis_link *r, struct pipe *p, waiter *w, bool sent, const char *why)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->cmds[i].reply) { /* answered, but its WAIT was lost */
+            freeReplyObject(w->cmds[i].reply);
+            w->cmds[i].reply = NULL;
+        }
+        atomic_fetch_add(&r->errors, 1);
+        if (w->change && sent) {
+            atomic_fetch_add(&r->unknown, 1);
+            log_msg(LOG_ERROR, "Redis: %s after a change was sent: its outcome is unknown", why);
+            w->cmds[i].code = STORE_EUNCERTAIN;
+        }
+    }
+    finish(r, p, w);
+}
+
+static void fail_entry(redis_link *r, struct pipe *p, waiter *w, const char *why)
+{
+    if (!w->is_wait) {
+        fail_waiter(r, p, w, true, why);
+        return;
+    }
+    while (w->covers) { /* those still in flight were failed before it */
+        waiter *x = w->covers;
+        w->covers = x->next_covered;
+        if (!x->done)
+            fail_waiter(r, p, x, true, why);
+    }
+    free(w);
+}
+
+/* The connection failed (pipe lock held): every command in flight on it
+ * ends as sent, every one queued as not sent; Redis is marked down. */
+static void break_conn(redis_link *r, struct pipe *p, pconn *c, const char *why)
+{
+    if (c->broken)
+        return;
+    c->broken = true;
+    if (p->c == c)
+        p->c = NULL;
+    while (c->flight) {
+        waiter *w = c->flight;
+        c->flight = w->next;
+        fail_entry(r, p, w, why);
+    }
+    c->flight_tail = NULL;
+    while (c->queue) {
+        waiter *w = c->queue;
+        c->queue = w->next;
+        fail_waiter(r, p, w, false, why);
+    }
+    c->queue_tail = NULL;
+    shutdown(c->ctx->fd, SHUT_RDWR); /* a role holder in poll() or send() returns */
+    mark_down(r, why);
+    /* freed by the caller, a role holder, once it is done with it */
+}
+
+/* The outcome of a change under --redis-wait once its batch's WAIT answered. */
+static void finish_waited(redis_link *r, struct pipe *p, waiter *w, long long acked)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->cmds[i].reply->type != REDIS_REPLY_ERROR &&
+            acked < (long long)r->opt.wait_replicas) {
+            wait_short(r, acked);
+            freeReplyObject(w->cmds[i].reply);
+            w->cmds[i].reply = NULL;
+            w->cmds[i].code = STORE_EUNCERTAIN;
+            continue;
+        }
+        w->cmds[i].code = STORE_OK;
+    }
+    finish(r, p, w);
+}
+
+/* One reply, matched in order to the head of the flight list (pipe lock
+ * held). false: a reply nothing awaited (a protocol fault). */
+static bool dispatch(redis_link *r, struct pipe *p, pconn *c, redisReply *reply)
+{
+    waiter *h = c->flight;
+    if (!h) {
+        freeReplyObject(reply);
+        return false;
+    }
+    if (h->is_wait) {
+        long long acked = reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+        freeReplyObject(reply);
+        c->flight = h->next;
+        while (h->covers) {
+            waiter *x = h->covers;
+            h->covers = x->next_covered;
+            finish_waited(r, p, x, acked);
+        }
+        free(h);
+    } else {
+        h->cmds[h->got++].reply = reply;
+        if (h->got < h->n)
+            return true;
+        c->flight = h->next;
+        if (!h->covered) {
+            for (size_t i = 0; i < h->n; i++)
+                h->cmds[i].code = STORE_OK;
+            finish(r, p, h);
+        }
+    }
+    if (!c->flight)
+        c->flight_tail = NULL;
+    return true;
+}
+
+/* Hand the free roles on (pipe lock held): the queue's head writes, the
+ * first caller with a command in flight reads. */
+static void wake_roles(pconn *c)
+{
+    if (c->broken)
+        return;
+    if (!c->writing && c->queue)
+        pthread_cond_signal(&c->queue->cv);
+    if (!c->reading && c->flight) {
+        waiter *w = c->flight;
+        while (w && w->is_wait && !w->covers)
+            w = w->next;
+        if (w)
+            pthread_cond_signal(w->is_wait ? &w->covers->cv : &w->cv);
+    }
+}
+
+/* The writer (pipe lock held on entry and exit): the whole queue, and one
+ * WAIT after it if it holds a change under --redis-wait, in one send. */
+static void write_queue(redis_link *r, struct pipe *p, pconn *c)
+{
+    c->writing = true;
+    c->users++;
+    waiter *batch = c->queue;
+    c->queue = c->queue_tail = NULL;
+    waiter *mark = NULL;
+    c->wbuf.len = 0;
+    int64_t until = INT64_MAX;
+    for (waiter *w = batch; w; w = w->next) {
+        hf_buf_append(&c->wbuf, w->out.ptr, w->out.len);
+        if (w->until_us < until)
+            until = w->until_us;
+        if (w->change && r->opt.wait_replicas > 0) {
+            if (!mark) {
+                mark = hf_xcalloc(1, sizeof *mark);
+                mark->is_wait = true;
+                mark->until_us = hf_clock_mono_us() + r->opt.command_timeout_ms * 1000 +
+                                 r->opt.wait_timeout_ms * 1000;
+            }
+            w->covered = true;
+            w->next_covered = mark->covers;
+            mark->covers = w;
+        }
+        w->c = c;
+    }
+    if (mark) {
+        char nrep[24], tmo[24];
+        int a = snprintf(nrep, sizeof nrep, "%u", r->opt.wait_replicas);
+        int b = snprintf(tmo, sizeof tmo, "%lld", (long long)wait_ms(r));
+        const char *argv[3] = {"WAIT", nrep, tmo};
+        size_t lens[3] = {4, (size_t)a, (size_t)b};
+        hf_resp_command(&c->wbuf, 3, argv, lens);
+    }
+    /* into the flight list before a byte goes out: replies may come at once */
+    waiter *last = batch;
+    while (last->next)
+        last = last->next;
+    if (mark)
+        last->next = mark;
+    if (c->flight_tail)
+        c->flight_tail->next = batch;
+    else
+        c->flight = batch;
+    c->flight_tail = mark ? mark : last;
+    pthread_mutex_unlock(&p->mu);
+
+    const char *why = NULL;
+    size_t off = 0;
+    int fd = c->ctx->fd;
+    while (off < c->wbuf.len) {
+        ssize_t k = send(fd, c->wbuf.ptr + off, c->wbuf.len - off, MSG_NOSIGNAL);
+        if (k > 0) {
+            off += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            why = strerror(errno);
+            break;
+        }
+        int64_t left_ms = (until - hf_clock_mono_us()) / 1000;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        if (left_ms <= 0 || poll(&pf, 1, (int)(left_ms > INT32_MAX ? INT32_MAX : left_ms)) == 0) {
+            why = "Resource temporarily unavailable"; /* hiredis's words for a timeout */
+            break;
+        }
+    }
+
+    pthread_mutex_lock(&p->mu);
+    c->writing = false;
+    c->users--;
+    if (why && !c->broken)
+        break_conn(r, p, c, why);
+    wake_roles(c);
+    pconn_maybe_free(c);
+}
+
+/* The reader (pipe lock held on entry and exit): waits for replies until
+ * the earliest deadline in flight, then matches what came to its callers. */
+static void read_replies(redis_link *r, struct pipe *p, pconn *c)
+{
+    c->reading = true;
+    c->users++;
+    int64_t until = INT64_MAX;
+    for (waiter *w = c->flight; w; w = w->next)
+        if (w->until_us < until)
+            until = w->until_us;
+    pthread_mutex_unlock(&p->mu);
+
+    const char *why = NULL;
+    redisReply **got = NULL;
+    size_t ngot = 0, cap = 0;
+    int fd = c->ctx->fd;
+    for (;;) {
+        int64_t left_ms = (until - hf_clock_mono_us() + 999) / 1000;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int pr = left_ms > 0 ? poll(&pf, 1, (int)(left_ms > INT32_MAX ? INT32_MAX : left_ms)) : 0;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0) {
+            why = "Resource temporarily unavailable"; /* a timeout, in hiredis's words */
+            break;
+        }
+        char buf[16384];
+        ssize_t k = read(fd, buf, sizeof buf);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (k <= 0) {
+            why = k == 0 ? "Server closed the connection" : strerror(errno);
+            break;
+        }
+        if (redisReaderFeed(c->ctx->reader, buf, (size_t)k) != REDIS_OK) {
+            why = "Protocol error";
+            break;
+        }
+        void *rep = NULL;
+        while (redisReaderGetReply(c->ctx->reader, &rep) == REDIS_OK && rep) {
+            if (ngot == cap) {
+                cap = cap ? cap * 2 : 16;
+                got = hf_xreallocarray(got, cap, sizeof *got);
+            }
+            got[ngot++] = rep;
+            rep = NULL;
+        }
+        if (c->ctx->reader->err) {
+            why = "Protocol error";
+            break;
+        }
+        if (ngot)
+            break;
+    }
+
+    pthread_mutex_lock(&p->mu);
+    c->reading = false;
+    c->users--;
+    size_t i = 0;
+    for (; i < ngot && !c->broken; i++)
+        if (!dispatch(r, p, c, got[i])) {
+            why = "a reply no command awaited";
+            i++;
+            break;
+        }
+    for (; i < ngot; i++)
+        freeReplyObject(got[i]);
+    free(got);
+    if (why && !c->broken)
+        break_conn(r, p, c, why);
+    wake_roles(c);
+    pconn_maybe_free(c);
+}
+
+/* An idle connection that Redis closed meanwhile reads as readable (EOF). */
+static bool conn_dead(const pconn *c)
+{
+    struct pollfd p = {.fd = c->ctx->fd, .events = POLLIN};
+    return poll(&p, 1, 0) != 0;
+}
+
+/* The pipe's connection for a new call (pipe lock held): the current one,
+ * or a new one instead of one from before Redis went down or one Redis
+ * closed while it sat idle. NULL: Redis unreachable (marked down). */
+static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
+{
+    pconn *c = p->c;
+    if (c && c->gen != gen) {
+        c->retired = true;
+        p->c = NULL;
+        pconn_maybe_free(c);
+        c = NULL;
+    }
+    if (c && !c->users && !c->queue && !c->flight && conn_dead(c)) {
+        c->retired = true;
+        p->c = NULL;
+        pconn_maybe_free(c);
+        c = NULL;
+    }
+    if (c)
+        return c;
+    char err[512];
+    int code;
+    redisContext *ctx = connect_one(r, &code, err, sizeof err);
+    if (!ctx) {
+        mark_down(r, err);
+        return NULL;
+    }
+    int fl = fcntl(ctx->fd, F_GETFL);
+    fcntl(ctx->fd, F_SETFL, fl | O_NONBLOCK);
+    c = hf_xcalloc(1, sizeof *c);
+    c->ctx = ctx;
+    c->gen = gen;
+    p->c = c;
+    return c;
+}
+
+/* The pipe with the fewest commands in flight, the next in turn on a tie. */
+static struct pipe *pick_pipe(redis_link *r)
+{
+    size_t start = atomic_fetch_add(&r->next_pipe, 1) % r->npipes, best = start;
+    size_t load = atomic_load(&r->pipes[start].load);
+    for (size_t k = 1; k < r->npipes && load; k++) {
+        size_t i = (start + k) % r->npipes;
+        size_t l = atomic_load(&r->pipes[i].load);
+        if (l < load) {
+            load = l;
+            best = i;
+        }
+    }
+    return &r->pipes[best];
+}
+
+/* Admission under the bound (pipe lock held): true once the n commands
+ * fit, false (counted) if Redis went down or the deadline passed first. */
+static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *waited)
+{
+    while (p->cmds > 0 && p->cmds + n > r->opt.max_in_flight) {
+        if (!atomic_load(&r->up_flag)) {
+            atomic_fetch_add(&r->refused_down, 1);
+            return false;
+        }
+        if (hf_clock_mono_us() >= until) {
+            atomic_fetch_add(&r->refused_busy, 1);
+            return false;
+        }
+        if (!*waited)
+            atomic_fetch_add(&r->waited_for_room, 1);
+        *waited = true;
+        p->room_waiters++;
+        cond_wait_until(&p->room, &p->mu, until);
+        p->room_waiters--;
+    }
+    return true;
+}
+
+/* One Redis: the n commands queued on a pipe, written with whatever else
+ * is queued there, their replies matched in order. */
 static void one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
 {
-    int code;
-    conn *c = borrow(r, &code);
-    if (!c) {
+    pthread_mutex_lock(&r->lock);
+    bool up = r->up;
+    uint64_t gen = r->gen;
+    pthread_mutex_unlock(&r->lock);
+    if (!up) {
+        atomic_fetch_add(&r->refused_down, 1);
         atomic_fetch_add(&r->errors, n);
         return;
     }
-    bool wait = change && r->opt.wait_replicas > 0;
-    int64_t t0 = hf_clock_mono_us();
-    hf_buf out = {0}; /* the pipeline, written once */
+    waiter w = {.cmds = cmds, .n = n, .change = change, .t0_us = hf_clock_mono_us()};
+    w.until_us = w.t0_us + r->opt.command_timeout_ms * 1000;
+    if (r->opt.wait_replicas > 0) /* a WAIT pipelined ahead may hold it that long */
+        w.until_us += r->opt.wait_timeout_ms * 1000;
     for (size_t i = 0; i < n; i++)
-        hf_resp_command(&out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
-    if (out.len)
-        redisAppendFormattedCommand(c->ctx, out.ptr, out.len);
-    hf_buf_free(&out);
-    if (wait)
-        redisAppendCommand(c->ctx, "WAIT %u %lld", r->opt.wait_replicas, (long long)wait_ms(r));
-    int rc = REDIS_OK;
-    for (size_t i = 0; i < n && rc == REDIS_OK; i++) {
-        void *v = NULL;
-        rc = redisGetReply(c->ctx, &v);
-        cmds[i].reply = rc == REDIS_OK ? v : NULL;
+        hf_resp_command(&w.out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
+    cond_init_mono(&w.cv);
+
+    struct pipe *p = pick_pipe(r);
+    pthread_mutex_lock(&p->mu);
+    bool waited = false;
+    if (!admit(r, p, n, w.t0_us + r->opt.command_timeout_ms * 1000, &waited)) {
+        pthread_mutex_unlock(&p->mu);
+        atomic_fetch_add(&r->errors, n);
+        goto out;
     }
-    redisReply *wrep = NULL;
-    if (rc == REDIS_OK && wait) {
-        void *w = NULL;
-        rc = redisGetReply(c->ctx, &w);
-        wrep = rc == REDIS_OK ? w : NULL;
-    }
-    count_rtt(r, hf_clock_mono_us() - t0);
-    if (rc != REDIS_OK) {
-        char why[300];
-        snprintf(why, sizeof why, "%s", c->ctx->errstr[0] ? c->ctx->errstr : "I/O error");
-        give_back(r, c, false);
-        mark_down(r, why);
-        for (size_t i = 0; i < n; i++) {
-            if (cmds[i].reply) { /* answered, but its WAIT was lost */
-                freeReplyObject(cmds[i].reply);
-                cmds[i].reply = NULL;
-            }
-            atomic_fetch_add(&r->errors, 1);
-            if (change) {
-                atomic_fetch_add(&r->unknown, 1);
-                log_msg(LOG_ERROR, "Redis: %s after a change was sent: its outcome is unknown",
-                        why);
-                cmds[i].code = STORE_EUNCERTAIN;
-            }
+    if (waited || !p->c) { /* Redis may have gone down meanwhile: refuse, not reconnect */
+        pthread_mutex_lock(&r->lock);
+        up = r->up;
+        gen = r->gen;
+        pthread_mutex_unlock(&r->lock);
+        if (!up) {
+            pthread_mutex_unlock(&p->mu);
+            atomic_fetch_add(&r->refused_down, 1);
+            atomic_fetch_add(&r->errors, n);
+            goto out;
         }
-        return;
     }
-    give_back(r, c, true);
-    long long acked = -1;
-    if (wrep) {
-        acked = wrep->type == REDIS_REPLY_INTEGER ? wrep->integer : -1;
-        freeReplyObject(wrep);
+    pconn *c = pipe_conn(r, p, gen);
+    if (!c) {
+        pthread_mutex_unlock(&p->mu);
+        atomic_fetch_add(&r->errors, n);
+        goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (wait && cmds[i].reply->type != REDIS_REPLY_ERROR &&
-            acked < (long long)r->opt.wait_replicas) {
-            wait_short(r, acked);
-            freeReplyObject(cmds[i].reply);
-            cmds[i].reply = NULL;
-            cmds[i].code = STORE_EUNCERTAIN;
-            continue;
+    p->cmds += n;
+    atomic_store(&p->load, p->cmds);
+    w.c = c;
+    if (c->queue_tail)
+        c->queue_tail->next = &w;
+    else
+        c->queue = &w;
+    c->queue_tail = &w;
+    while (!w.done) {
+        c = w.c;
+        if (!c->broken && !c->writing && c->queue) {
+            atomic_fetch_add(&r->writes, 1);
+            write_queue(r, p, c);
+        } else if (!c->broken && !c->reading && c->flight) {
+            read_replies(r, p, c);
+        } else {
+            cond_wait_until(&w.cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
         }
-        cmds[i].code = STORE_OK;
     }
+    /* done: w.c may be gone (freed by whoever broke it); roles were handed
+     * on by whoever answered this call */
+    pthread_mutex_unlock(&p->mu);
+out:
+    hf_buf_free(&w.out);
+    pthread_cond_destroy(&w.cv);
 }
 
 /* ------------------------------------------------------ Redis Cluster */
@@ -1094,6 +1507,13 @@ void redis_link_metrics(redis_link *r, const store_emitter *e)
     store_emit_number(e, "refused_while_down", store_int(refused));
     store_emit_number(e, "reconnects", store_int(reconnects));
     store_emit_number(e, "wait_replicas", store_int(r->opt.wait_replicas));
+    if (!r->cluster) {
+        store_emit_number(e, "connections", store_int(r->npipes));
+        store_emit_number(e, "max_in_flight", store_int(r->opt.max_in_flight));
+        store_emit_number(e, "writes", store_int(atomic_load(&r->writes)));
+        store_emit_number(e, "waited_for_room", store_int(atomic_load(&r->waited_for_room)));
+        store_emit_number(e, "refused_busy", store_int(atomic_load(&r->refused_busy)));
+    }
     if (r->cluster)
         cl_metrics(r, e);
     store_emit_end(e);
@@ -1103,6 +1523,16 @@ void redis_link_metrics(redis_link *r, const store_emitter *e)
 
 static void link_free(redis_link *r)
 {
+    for (size_t i = 0; i < r->npipes; i++) {
+        struct pipe *p = &r->pipes[i];
+        if (p->c) { /* no caller is left: nothing queued, in flight or holding a role */
+            p->c->retired = true;
+            pconn_maybe_free(p->c);
+        }
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->room);
+    }
+    free(r->pipes);
     while (r->idle) {
         conn *c = r->idle;
         r->idle = c->next;
@@ -1198,6 +1628,14 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
         if (rc != STORE_OK)
             snprintf(err, errlen, "Redis Cluster %s: %s", r->seeds, why);
     } else if (rc == STORE_OK) {
+        r->npipes = r->opt.connections ? r->opt.connections : 1;
+        if (!r->opt.max_in_flight)
+            r->opt.max_in_flight = 256;
+        r->pipes = hf_xcalloc(r->npipes, sizeof *r->pipes);
+        for (size_t i = 0; i < r->npipes; i++) {
+            pthread_mutex_init(&r->pipes[i].mu, NULL);
+            cond_init_mono(&r->pipes[i].room);
+        }
         redisContext *c = connect_one(r, &rc, err, errlen);
         if (c) {
             rc = probe_one(r, c, err, errlen);

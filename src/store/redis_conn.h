@@ -1,21 +1,55 @@
 /*
  * redis_conn.h: the Redis engine's connections (store/redis.h), apart from
- * its operations: to one Redis (redis://, unix://) a pool of hiredis
+ * its operations: to one Redis (redis://, unix://) a few shared, pipelined
  * connections, over a Redis Cluster (redis-cluster://) a pool of routing
  * handles of src/cluster/cluster.h; the up/down state, the monitor thread,
  * --redis-wait, and the figures of all that. It knows no HF3FS.* command:
  * it sends what it is given and says what became of it.
  *
- * One Redis. A call borrows an idle connection (or opens one: connect, AUTH,
- * SELECT), writes its commands as one pipeline (followed, for a change
- * under --redis-wait, by one WAIT), reads the replies and gives the
- * connection back; a connection that failed is closed. Before commands go
- * out on a connection that sat idle, a poll() checks that Redis has not
- * closed it (restarted, stopped), so that they are refused (nothing sent)
- * rather than sent into a dead socket. Any I/O failure marks Redis down:
- * every later call is refused at once until the monitor reconnects (0.1 s
- * doubling to 2 s) and its probe passes; idle connections from before are
- * then dropped. While up, the monitor probes every second.
+ * One Redis. The front end keeps --redis-connections connections (pipes)
+ * to it, shared by every calling thread; a call goes to the pipe with the
+ * fewest commands outstanding. Its commands, formatted in RESP before it
+ * takes the pipe's lock, join the connection's queue; replies come back in
+ * the order the commands went out (RESP), so they are matched to the
+ * callers by position in the connection's flight list. There is no I/O
+ * thread: the callers themselves take two roles. Whoever finds the queue
+ * non-empty and nobody writing becomes the writer: it moves the whole queue
+ * into the flight list and sends it in one write (concurrent calls go out
+ * together), then looks again. Whoever finds commands in flight and nobody
+ * reading becomes the reader: it waits for the socket until the earliest
+ * deadline in flight, hands each reply to its caller (waking it), and
+ * leaves the role to the first caller still waiting for one. A lone call
+ * thus writes and reads its own commands on its own thread, with no
+ * hand-off; under load one write and one read serve many calls. A caller
+ * whose answers are in returns; roles are handed on by whoever leaves one.
+ *
+ * Each call has a deadline, its start plus --redis-timeout (plus
+ * --redis-wait-timeout under --redis-wait, since a WAIT ahead of it on the
+ * connection holds it). A deadline passed, a write or read that fails, EOF
+ * or a reply nobody awaited break the connection: every command in flight
+ * on it ends as sent (a change STORE_EUNCERTAIN, a read STORE_EUNAVAILABLE,
+ * with their replies dropped), every command still queued as not sent
+ * (STORE_EUNAVAILABLE), and Redis is marked down. Other pipes are untouched.
+ *
+ * At most --redis-max-in-flight commands are queued or in flight per pipe
+ * (a call larger than the bound alone goes in when the pipe is empty): past
+ * it a caller waits for room until its deadline, then is refused
+ * (STORE_EUNAVAILABLE), at once if Redis is marked down meanwhile.
+ *
+ * Under --redis-wait a batch that holds a change is followed by one WAIT:
+ * it covers every change written before it on the connection, so each
+ * change of the batch gets its outcome from that one reply (fewer replicas
+ * than asked: STORE_EUNCERTAIN).
+ *
+ * Down and up: any I/O failure marks Redis down: every later call is
+ * refused at once until the monitor reconnects (0.1 s doubling to 2 s) and
+ * its probe passes; connections from before are then retired (the calls in
+ * flight on them finish, new ones open a new connection). While up, the
+ * monitor probes every second on a connection of its own. Before commands
+ * go out on a connection with nothing in flight, a poll() checks that Redis
+ * has not closed it (restarted, stopped), so that they go out on a new
+ * connection (or are refused, nothing sent, if none can be opened) rather
+ * than into a dead socket.
  *
  * A Redis Cluster. A call borrows an idle routing handle (each has its own
  * connections and slot map; so threads never share one), runs its batch
@@ -65,7 +99,9 @@ typedef struct redis_link_options {
     int64_t command_timeout_ms; /* > 0 */
     unsigned wait_replicas;     /* > 0: WAIT for that many replicas after a change */
     int64_t wait_timeout_ms;    /* > 0 */
-    int probe_argc;             /* the probe command (at most 4 arguments) */
+    unsigned connections;       /* one Redis: connections shared by all callers (0: 1) */
+    size_t max_in_flight; /* one Redis: commands queued or in flight per connection (0: 256) */
+    int probe_argc;       /* the probe command (at most 4 arguments) */
     const char *probe_argv[4];
     redis_probe_check probe_check;
 } redis_link_options;

@@ -13,7 +13,11 @@
   a status the stock clients retry after a change was sent; frozen for a
   moment under load from many clients: never a 500 (503 and 507 only);
 - --redis-wait N: a change is acknowledged once N replicas have it, and is
-  answered 507 (outcome unknown) when they do not confirm it.
+  answered 507 (outcome unknown) when they do not confirm it;
+- the pipelined link: many concurrent requests share --redis-connections
+  connections (CLIENT LIST), their commands written together; past
+  --redis-max-in-flight a request waits, and answers 503 while Redis is
+  frozen; service comes back by itself.
 """
 
 import os
@@ -416,6 +420,98 @@ def test_redis_starved_for_a_moment_under_load_answers_no_500():
                     "the starvation was seen: %r" % statuses)
         expect_true(statuses.get(200, 0) > 50, "load made progress: %r" % statuses)
         srv.check()
+
+
+def _client_count(r):
+    """Clients of the Redis but the test's own connection (CLIENT LIST)."""
+    return len([ln for ln in r.cmd("CLIENT", "LIST").decode().splitlines() if ln.strip()]) - 1
+
+
+def test_many_concurrent_requests_share_the_flag_s_connections_to_redis():
+    with RedisServer() as r, Server("--redis-connections", "2", store=r.url) as srv:
+        c = srv.client()
+        v_init(c, 0, 256)
+        v_init(c, 1, 256)
+        keys = ["p%03d" % i for i in range(64)]
+        pages = v_alloc(c, 0, keys)
+        v_confirm(c, 0, list(zip(keys, pages)))
+        stop, errors, done = threading.Event(), [], [0]
+        lock = threading.Lock()
+
+        def reader():
+            cc = harness.Client(srv.port, timeout=30 * harness.SLOWDOWN)
+            try:
+                while not stop.is_set():
+                    resp = cc.post("/keys/batch_exists", {"keys": keys})
+                    with lock:
+                        if resp.status != 200:
+                            errors.append(resp.status)
+                        done[0] += 1
+            finally:
+                cc.close()
+
+        threads = [threading.Thread(target=reader) for _ in range(24)]
+        for t in threads:
+            t.start()
+        counts = []
+        try:
+            deadline = time.monotonic() + 3.0 * harness.SLOWDOWN
+            while time.monotonic() < deadline:
+                counts.append(_client_count(r))
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        store = c.get("/v1/stats").json()["server"]["store"]
+        print("# clients of Redis seen under load: %r; requests %d, calls %d, writes %d"
+              % (sorted(set(counts)), done[0], store["calls"], store["writes"]), flush=True)
+        expect_eq(errors, [], "statuses other than 200 under load")
+        expect_true(done[0] > 100, "the load ran: %d requests" % done[0])
+        # 2 shared connections and the monitor's, however many requests at once
+        expect_eq(max(counts), 3, "the front end's connections to Redis: %r" % counts)
+        expect_eq(store["connections"], 2, "store.connections in /v1/stats")
+        # How many commands share a write depends on timing (a lone command
+        # goes out at once): never more writes than commands.
+        expect_true(0 < store["writes"] <= store["calls"],
+                    "%d writes for %d calls" % (store["writes"], store["calls"]))
+
+
+def test_in_flight_bound_answers_503_while_redis_is_frozen_and_recovers():
+    with RedisServer() as r, Server("--redis-timeout", "1", "--redis-max-in-flight", "1",
+                                    store=r.url) as srv:
+        c = srv.client()
+        v_init(c, 0, 8)
+        statuses, lock = [], threading.Lock()
+
+        def read():
+            cc = harness.Client(srv.port, timeout=30 * harness.SLOWDOWN)
+            t0 = time.monotonic()
+            status = cc.post("/keys/batch_exists", {"keys": ["a"]}).status
+            with lock:
+                statuses.append((status, time.monotonic() - t0))
+            cc.close()
+
+        os.kill(r.proc.pid, signal.SIGSTOP)
+        try:
+            threads = [threading.Thread(target=read) for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
+        print("# statuses and seconds while frozen: %r" % statuses, flush=True)
+        expect_eq(sorted(s for s, _ in statuses), [503] * 6, "reads while Redis is frozen")
+        expect_true(max(t for _, t in statuses) < 3.0 * harness.SLOWDOWN,
+                    "answered within the command timeout: %r" % statuses)
+        wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
+                 what="/health 200 once Redis answers again")
+        store = c.get("/v1/stats").json()["server"]["store"]
+        expect_true(store["waited_for_room"] >= 1,
+                    "requests waited past the bound: %r" % store["waited_for_room"])
+        expect_eq(v_exists(c, ["a"]), [False], "service back")
+        expect_eq(v_alloc(c, 0, ["a"])[0] >= 0, True, "changes served again")
 
 
 if __name__ == "__main__":
