@@ -38,7 +38,7 @@ import metrics_text  # noqa: E402
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 STEP_S = 700
 STEPS = (STEP_S, STEP_S, STEP_S, -STEP_S)
-LOAD_BETWEEN_S = 1.0  # of load before the first step and after each step is seen
+LOAD_BETWEEN_S = 0.5  # of load before the first step and after each step is seen
 SECONDS = LOAD_BETWEEN_S * (1 + len(STEPS))  # at least; each step also waits to be seen
 SHORT_LEASE_S = 2.0  # the reservation timeout of the tests that time a lease
 
