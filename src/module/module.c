@@ -357,18 +357,37 @@ fail:
 
 /* ---- data type methods ---- */
 
+/* The saved form of a value: what rdb_save, aof_rewrite and digest write
+ * ("What survives what"). */
+typedef struct saved_form {
+    hf_buf ev, order;
+    hf_slice events, free_order;
+} saved_form;
+
+static void saved_of(hf_value *v, saved_form *f)
+{
+    snapshot(v, &f->ev, &f->order);
+    f->events = (hf_slice){f->ev.ptr ? (const char *)f->ev.ptr : "", f->ev.len};
+    f->free_order = (hf_slice){f->order.ptr ? (const char *)f->order.ptr : "", f->order.len};
+}
+
+static void saved_free(saved_form *f)
+{
+    hf_buf_free(&f->ev);
+    hf_buf_free(&f->order);
+}
+
 static void type_rdb_save(RedisModuleIO *io, void *p)
 {
     hf_value *v = p;
-    hf_buf ev, order;
-    snapshot(v, &ev, &order);
+    saved_form f;
+    saved_of(v, &f);
     rm_SaveStringBuffer(io, v->ns, v->ns_len);
-    rm_SaveStringBuffer(io, ev.ptr ? (const char *)ev.ptr : "", ev.len);
-    rm_SaveStringBuffer(io, order.ptr ? (const char *)order.ptr : "", order.len);
+    rm_SaveStringBuffer(io, f.events.ptr, f.events.len);
+    rm_SaveStringBuffer(io, f.free_order.ptr, f.free_order.len);
     rm_SaveUnsigned(io, v->st.count);
     rm_SaveUnsigned(io, v->st.index);
-    hf_buf_free(&ev);
-    hf_buf_free(&order);
+    saved_free(&f);
 }
 
 static void *type_rdb_load(RedisModuleIO *io, int encver)
@@ -412,13 +431,11 @@ static void *type_rdb_load(RedisModuleIO *io, int encver)
 static void type_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
 {
     hf_value *v = p;
-    hf_buf ev, order;
-    snapshot(v, &ev, &order);
-    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbbll", key, v->ns, v->ns_len,
-               ev.ptr ? (const char *)ev.ptr : "", ev.len, order.ptr ? (const char *)order.ptr : "",
-               order.len, (long long)v->st.count, (long long)v->st.index);
-    hf_buf_free(&ev);
-    hf_buf_free(&order);
+    saved_form f;
+    saved_of(v, &f);
+    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbbll", key, v->ns, v->ns_len, f.events.ptr, f.events.len,
+               f.free_order.ptr, f.free_order.len, (long long)v->st.count, (long long)v->st.index);
+    saved_free(&f);
 }
 
 static size_t type_mem_usage(const void *p)
@@ -430,17 +447,16 @@ static size_t type_mem_usage(const void *p)
 static void type_digest(RedisModuleDigest *md, void *p)
 {
     hf_value *v = p;
-    hf_buf ev, order;
-    snapshot(v, &ev, &order);
-    rm_DigestAddStringBuffer(md, v->ns, v->ns_len);
-    rm_DigestAddStringBuffer(md, ev.ptr ? (const char *)ev.ptr : "", ev.len);
-    rm_DigestAddStringBuffer(md, order.ptr ? (const char *)order.ptr : "", order.len);
+    saved_form f;
+    saved_of(v, &f);
     char st[24];
     int stlen = snprintf(st, sizeof st, "%" PRIu32 ",%" PRIu32, v->st.count, v->st.index);
+    rm_DigestAddStringBuffer(md, v->ns, v->ns_len);
+    rm_DigestAddStringBuffer(md, f.events.ptr, f.events.len);
+    rm_DigestAddStringBuffer(md, f.free_order.ptr, f.free_order.len);
     rm_DigestAddStringBuffer(md, st, (size_t)stlen);
     rm_DigestEndSequence(md);
-    hf_buf_free(&ev);
-    hf_buf_free(&order);
+    saved_free(&f);
 }
 
 /* ---- commands: shared parts ---- */
