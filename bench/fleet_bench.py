@@ -127,10 +127,11 @@ def run_load(kind, ports, conns, a, bodies):
     return rate, statistics.median(p50), answered
 
 
-def measure(setup, kind, fronts, conns, a, bodies):
+def measure(setup, kind, first, fronts, conns, a, bodies):
+    """One run over front ends first..first+fronts-1 of the setup."""
     pids = setup.redis_pids
     c0 = [cpu_seconds(pid) for pid in pids]
-    rate, p50, n = run_load(kind, setup.ports[:fronts], conns, a, bodies)
+    rate, p50, n = run_load(kind, setup.ports[first:first + fronts], conns, a, bodies)
     c1 = [cpu_seconds(pid) for pid in pids]
     return {"rate": rate, "p50_us": p50,
             "cpu_us": [1e6 * (y - x) / (n or 1) for x, y in zip(c0, c1)]}
@@ -183,46 +184,38 @@ def main():
         for s in setups.values():
             s.load(a)
         setups["embedded"].redis_pids = [setups["embedded"].procs[0].pid]
-        stripes = cluster.call(cluster.primaries_ports()[0], "DBSIZE")
         values = [int(cluster.call(p, "DBSIZE")) for p in cluster.primaries_ports()]
 
-        # (id, setup, kind, front ends, connections)
+        # (id, setup, kind, first front end, front ends, connections)
         rows = []
         for name in ("one", "cluster"):
             for fronts in (1, 2):
                 for conns in conn_counts:
                     for kind in ("r", "w"):
-                        rows.append(("%s/%dfe/%dc/%s" % (name, fronts, conns, kind), name, kind,
+                        rows.append(("%s/%dfe/%dc/%s" % (name, fronts, conns, kind), name, kind, 0,
                                      fronts, conns))
         for conns in conn_counts:
-            rows.append(("embedded/1fe/%dc/r" % conns, "embedded", "r", 1, conns))
+            rows.append(("embedded/1fe/%dc/r" % conns, "embedded", "r", 0, 1, conns))
         for name in ("embedded", "one", "cluster"):
-            rows.append(("%s/1fe/1c/r" % name, name, "r", 1, 1))
-        rows.append(("wait0/1fe/16c/w", "wait", "w", 1, 16))
-        rows.append(("wait1/1fe/16c/w", "wait1", "w", 1, 16))
+            rows.append(("%s/1fe/1c/r" % name, name, "r", 0, 1, 1))
+        # the front ends of "wait": --redis-wait 0, then --redis-wait 1
+        rows.append(("wait0/1fe/16c/w", "wait", "w", 0, 1, 16))
+        rows.append(("wait1/1fe/16c/w", "wait", "w", 1, 1, 16))
 
         print("Fleet: one Redis against %d primaries (values per primary: %s; stripes of kv: "
               "%d), %d complete keys on %d ranks, pools of %d pages, %d run(s) of %d s per "
               "row, alternating; load generators on CPU 0, every server on CPU 1 (of %d)"
               % (a.primaries, "/".join(map(str, values)), sum(values), a.keys, a.ranks, a.pages,
                  a.runs, a.seconds, NCPU))
-        del stripes
         runs = {r[0]: [] for r in rows}
         for _ in range(a.runs):
-            for rid, name, kind, fronts, conns in rows:
-                if name == "wait1":  # the second front end of "wait": --redis-wait 1
-                    s = setups["wait"]
-                    c0 = cpu_seconds(s.redis_pids[0])
-                    rate, p50, n = run_load(kind, s.ports[1:], conns, a, bodies)
-                    runs[rid].append({"rate": rate, "p50_us": p50, "cpu_us": [
-                        1e6 * (cpu_seconds(s.redis_pids[0]) - c0) / (n or 1)]})
-                    continue
-                runs[rid].append(measure(setups[name], kind, fronts, conns, a, bodies))
+            for rid, name, kind, first, fronts, conns in rows:
+                runs[rid].append(measure(setups[name], kind, first, fronts, conns, a, bodies))
         med = {rid: median_row(rs) for rid, rs in runs.items()}
         print()
         print("| # | rate | p50 ms | Redis CPU per request/pair, per node (us) | all nodes (us) |")
         print("|---|---|---|---|---|")
-        for rid, name, kind, _, _ in rows:
+        for rid, name, kind, _, _, _ in rows:
             m = med[rid]
             unit = "pairs/s" if kind == "w" else "requests/s"
             cpu = "-" if name == "embedded" else " / ".join("%.1f" % x for x in m["cpu_us"])

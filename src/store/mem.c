@@ -12,13 +12,10 @@
  * so that deadlines keep their meaning across a restart once the state is
  * persisted; tests and fuzzers give a fake clock.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "store/mem.h"
 #include "util/clock.h"
@@ -37,7 +34,6 @@ typedef struct store_mem {
     core_t *core;
     store_clock clock;
     wal_t *wal; /* NULL: in memory only */
-    char *dir;  /* the log's directory, NULL in memory only */
     char *mark; /* in memory only: the import's record (import_mark_set) */
 } store_mem;
 
@@ -245,65 +241,30 @@ static int mem_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_
     return made == CORE_EEXIST ? STORE_EEXIST : made < 0 ? STORE_EINVAL : STORE_OK;
 }
 
-static char *copy_text(const char *text)
-{
-    size_t len = strlen(text) + 1;
-    return memcpy(hf_xmalloc(len), text, len);
-}
-
-/* The import's record: in memory, or with a log the file WAL_IMPORT_MARK
- * of its directory (written to a temporary name, synced, renamed, the
- * directory synced), which the log leaves alone. */
+/* The import's record: in memory only, a copy; with a log, the log's
+ * (wal_mark_get/_set). */
 static int mem_import_mark_get(store_t *s, char *out, size_t cap)
 {
     store_mem *m = mem_of(s);
-    size_t len = 0;
-    if (!m->dir) {
-        state_lock(m);
-        if (m->mark)
-            len = (size_t)snprintf(out, cap, "%s", m->mark);
-        state_unlock(m);
-        out[len < cap ? len : cap - 1] = 0;
-        return (int)(len < cap ? len : cap - 1);
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", m->dir, WAL_IMPORT_MARK);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        out[0] = 0;
-        return errno == ENOENT ? 0 : STORE_EIO;
-    }
-    len = fread(out, 1, cap - 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    out[len] = 0;
-    return bad ? STORE_EIO : (int)len;
+    if (m->wal)
+        return wal_mark_get(m->wal, out, cap) < 0 ? STORE_EIO : (int)strnlen(out, cap);
+    state_lock(m);
+    snprintf(out, cap, "%s", m->mark ? m->mark : "");
+    state_unlock(m);
+    return (int)strnlen(out, cap);
 }
 
 static int mem_import_mark_set(store_t *s, const char *text)
 {
     store_mem *m = mem_of(s);
-    if (!m->dir) {
-        state_lock(m);
-        free(m->mark);
-        m->mark = copy_text(text);
-        state_unlock(m);
-        return STORE_OK;
-    }
-    char tmp[4096], path[4096];
-    snprintf(tmp, sizeof tmp, "%s/%s.tmp", m->dir, WAL_IMPORT_MARK);
-    snprintf(path, sizeof path, "%s/%s", m->dir, WAL_IMPORT_MARK);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return STORE_EIO;
-    size_t len = strlen(text);
-    bool ok = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
-    ok = close(fd) == 0 && ok && rename(tmp, path) == 0;
-    int dfd = ok ? open(m->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    ok = dfd >= 0 && fsync(dfd) == 0;
-    if (dfd >= 0)
-        close(dfd);
-    return ok ? STORE_OK : STORE_EIO;
+    if (m->wal)
+        return wal_mark_set(m->wal, text) < 0 ? STORE_EIO : STORE_OK;
+    size_t len = strlen(text) + 1;
+    state_lock(m);
+    free(m->mark);
+    m->mark = memcpy(hf_xmalloc(len), text, len);
+    state_unlock(m);
+    return STORE_OK;
 }
 
 static int mem_health(store_t *s, char *reason, size_t len)
@@ -409,7 +370,6 @@ static void mem_destroy(store_t *s)
     wal_close(m->wal, true);
     core_free(m->core);
     pthread_mutex_destroy(&m->lock);
-    free(m->dir);
     free(m->mark);
     free(m);
 }
@@ -488,7 +448,6 @@ int store_mem_open(const core_config *config, const store_clock *clock,
         mem_destroy(&m->base);
         return store_error_of_wal(rc);
     }
-    m->dir = copy_text(log->dir);
     /* reads answered before the restart: their pages stay read-leased */
     state_lock(m);
     core_recovered(m->core, op_now(m));

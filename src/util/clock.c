@@ -16,6 +16,12 @@ static struct timespec read_clock(clockid_t id)
     return ts;
 }
 
+static int64_t us_of(clockid_t id)
+{
+    struct timespec ts = read_clock(id);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t hf_clock_wall_ms(void)
 {
     struct timespec ts = read_clock(CLOCK_REALTIME);
@@ -30,8 +36,7 @@ uint64_t hf_clock_mono_ns(void)
 
 int64_t hf_clock_mono_us(void)
 {
-    struct timespec ts = read_clock(CLOCK_MONOTONIC);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return us_of(CLOCK_MONOTONIC);
 }
 
 int64_t hf_clock_mono_ms(void)
@@ -43,12 +48,6 @@ int64_t hf_clock_mono_ms(void)
 uint64_t hf_clock_mono_coarse_s(void)
 {
     return (uint64_t)read_clock(CLOCK_MONOTONIC_COARSE).tv_sec;
-}
-
-static int64_t us_of(clockid_t id)
-{
-    struct timespec ts = read_clock(id);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static int64_t wall_us(void *ctx)

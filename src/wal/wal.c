@@ -341,6 +341,37 @@ int wal__segment_create(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base,
     return fd;
 }
 
+/* ------------------------------------------------------ the import record */
+
+int wal_mark_get(wal_t *w, char *out, size_t cap)
+{
+    out[0] = 0;
+    int fd = openat(w->dir_fd, WAL_IMPORT_MARK, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    ssize_t n = read(fd, out, cap - 1);
+    int rc = n < 0 ? -errno : (int)n;
+    close(fd);
+    out[n > 0 ? (size_t)n : 0] = 0;
+    return rc;
+}
+
+int wal_mark_set(wal_t *w, const char *text)
+{
+    const char *tmp = WAL_IMPORT_MARK ".tmp";
+    int fd = openat(w->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    int rc = wal__write_all(fd, text, strlen(text));
+    if (rc == 0)
+        rc = wal__datasync(fd);
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && renameat(w->dir_fd, tmp, w->dir_fd, WAL_IMPORT_MARK) != 0)
+        rc = -errno;
+    return rc == 0 ? wal__sync_dir(w) : rc;
+}
+
 /* ------------------------------------------------------------- snapshots */
 
 typedef struct snap_writer {

@@ -57,9 +57,8 @@ typedef enum wal_fsync_policy {
     WAL_FSYNC_NO,         /* acknowledged once written; the kernel syncs when it likes */
 } wal_fsync_policy;
 
-/* A file of the log's directory that the log leaves alone (WAL_IMPORT_MARK
- * ".tmp" too): the embedded engine's record of an SGLang import
- * (store/mem.c; store.h import_mark_get). */
+/* The file of the directory that holds the engine's record of an SGLang
+ * import (store.h import_mark_get; wal_mark_get/_set below). */
 #define WAL_IMPORT_MARK "IMPORTED"
 
 typedef struct wal_options {
@@ -143,5 +142,13 @@ const char *wal_strerror(int err);
 const char *wal_fsync_name(wal_fsync_policy policy);
 /* "always", "everysec", "no" -> 0 and *policy; else -1. */
 int wal_parse_fsync(const char *name, wal_fsync_policy *policy);
+
+/* The import's record (store.h import_mark_get): the text of the file
+ * WAL_IMPORT_MARK in the log's directory, which recovery leaves alone.
+ * mark_get: its length copied into out (NUL-terminated, cap > 0), 0 if
+ * none, or a negative errno; mark_set: written under a temporary name,
+ * synced, renamed, the directory synced; 0 or a negative errno. */
+int wal_mark_get(wal_t *w, char *out, size_t cap);
+int wal_mark_set(wal_t *w, const char *text);
 
 #endif
