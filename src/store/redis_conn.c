@@ -44,7 +44,25 @@ typedef struct conn {
 
 typedef struct waiter waiter;
 typedef struct pconn pconn;
+typedef struct node_link node_link;
 struct pipe;
+
+#define NO_NODE UINT16_MAX
+
+/* A node spoken to over pipes: the one Redis, or a cluster primary. */
+struct node_link {
+    char *host; /* a cluster node's; NULL: the link's one Redis */
+    int port;
+    char addr[128];
+    struct pipe *pipes;
+    size_t npipes;
+    atomic_size_t next_pipe;
+    /* a cluster node whose connection failed: its commands go through the
+     * routing handles until then (monotonic us); the pause doubles */
+    atomic_int_fast64_t down_until_us, backoff_ms;
+    /* figures: commands written, MOVED and ASK answers */
+    atomic_uint_fast64_t sent, moved, ask;
+};
 
 typedef struct node_fig {
     cluster_node_stats s; /* counters summed; flags and slots as the monitor saw them */
@@ -62,11 +80,16 @@ struct redis_link {
     cluster_options copt;
 
     pthread_mutex_t lock;
-    conn *idle; /* over a cluster: routing handles */
-    /* one Redis: the pipes, each one shared connection at a time */
-    struct pipe *pipes;
-    size_t npipes;
-    atomic_size_t next_pipe;
+    conn *idle;     /* over a cluster: routing handles */
+    node_link *one; /* one Redis: its pipes */
+    /* over a cluster: the primaries' pipes (never freed before close) and
+     * the slot map they are chosen by, taken from a routing handle */
+    pthread_rwlock_t map_lock;
+    node_link **nodes;
+    size_t nnodes;
+    uint16_t slot_node[CLUSTER_SLOTS]; /* an index of nodes, or NO_NODE */
+    int64_t map_us;                    /* when it was taken (monotonic) */
+    atomic_bool map_stale;             /* a command was redirected or a pipe failed */
     uint64_t gen; /* bumped when Redis goes down: older connections are dropped */
     bool up;
     char reason[512]; /* why it is down */
@@ -86,7 +109,7 @@ struct redis_link {
     node_fig *figs;
     size_t nfigs;
     uint64_t cl_refreshes, cl_refresh_failures, cl_rounds;
-    atomic_uint_fast64_t cl_rewaits;
+    atomic_uint_fast64_t cl_rewaits, cl_pipelined, cl_by_handles;
 };
 
 static struct timeval tv_of_ms(int64_t ms)
@@ -231,15 +254,24 @@ int redis_link_slot(const void *key, size_t len)
     return cluster_key_slot(key, len);
 }
 
-/* A new connection: connected, authenticated, db selected. NULL and err. */
-static redisContext *connect_one(redis_link *r, int *code, char *err, size_t errlen)
+/* A new connection to the one Redis (nl NULL or without a host) or to the
+ * cluster node nl: connected, authenticated, db selected (one Redis). NULL
+ * and err. */
+static redisContext *connect_one(redis_link *r, const node_link *nl, int *code, char *err,
+                                 size_t errlen)
 {
     struct timeval ct = tv_of_ms(r->opt.connect_timeout_ms);
-    redisContext *c = r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, ct)
-                                   : redisConnectWithTimeout(r->host, r->port, ct);
+    bool node = nl && nl->host;
+    redisContext *c = node           ? redisConnectWithTimeout(nl->host, nl->port, ct)
+                      : r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, ct)
+                                     : redisConnectWithTimeout(r->host, r->port, ct);
     char w[300];
+    if (node)
+        snprintf(w, sizeof w, "%s", nl->addr);
+    else
+        redis_link_where(r, w, sizeof w);
     if (!c || c->err) {
-        snprintf(err, errlen, "cannot connect to Redis at %s: %s", redis_link_where(r, w, sizeof w),
+        snprintf(err, errlen, "cannot connect to Redis at %s: %s", w,
                  c ? c->errstr : "out of memory");
         *code = STORE_EUNREACHABLE;
         if (c)
@@ -255,20 +287,22 @@ static redisContext *connect_one(redis_link *r, int *code, char *err, size_t err
             rep = redisCommand(c, "AUTH %s", r->password);
         if (!rep || rep->type == REDIS_REPLY_ERROR) {
             bool io = !rep;
-            snprintf(err, errlen, "Redis at %s refused the credentials: %s",
-                     redis_link_where(r, w, sizeof w), io ? c->errstr : rep->str);
+            snprintf(err, errlen, "Redis at %s refused the credentials: %s", w,
+                     io ? c->errstr : rep->str);
             *code = io ? STORE_EUNREACHABLE : STORE_EAUTH;
             goto fail;
         }
         freeReplyObject(rep);
+        rep = NULL;
     }
+    if (node) /* a cluster has database 0 only */
+        return c;
     rep = redisCommand(c, "SELECT %d", r->db);
     if (!rep || rep->type == REDIS_REPLY_ERROR) {
         bool io = !rep;
         const char *why = io ? c->errstr : rep->str;
         bool auth = !io && cluster_error_is_auth(why);
-        snprintf(err, errlen, "Redis at %s: SELECT %d: %s%s", redis_link_where(r, w, sizeof w),
-                 r->db, why,
+        snprintf(err, errlen, "Redis at %s: SELECT %d: %s%s", w, r->db, why,
                  auth ? " (a password is needed: redis://:PASSWORD@host:port or "
                         "--redis-password-file)"
                       : "");
@@ -352,7 +386,7 @@ static void *monitor_main(void *arg)
             ctx = NULL;
         }
         if (!ctx)
-            ctx = connect_one(r, &code, err, sizeof err);
+            ctx = connect_one(r, NULL, &code, err, sizeof err);
         if (ctx) {
             ok = probe_one(r, ctx, err, sizeof err) == STORE_OK;
             if (!ok) {
@@ -431,7 +465,7 @@ void redis_cmds_free(redis_cmd *cmds, size_t n)
     free(cmds);
 }
 
-/* ------------------------------------------------- one Redis: the pipes */
+/* ------------------------------------------------------------ the pipes */
 
 /*
  * A caller's commands on a pipe (redis_conn.h "One Redis"), on its stack; or,
@@ -445,6 +479,7 @@ struct waiter {
     bool covered; /* a change whose outcome waits for its batch's WAIT */
     bool is_wait;
     bool done;
+    bool parked;      /* its caller sleeps in pipe_await, free to take a role */
     size_t got;       /* replies received */
     int64_t t0_us;    /* when the call began (round trip figures) */
     int64_t until_us; /* its deadline: past it, the connection is broken */
@@ -454,9 +489,10 @@ struct waiter {
     waiter *covers;       /* is_wait: the changes it covers */
     waiter *next_covered; /* in a WAIT's covers */
     pconn *c;
+    struct pipe *p; /* the pipe it was queued on */
 };
 
-/* One connection to the one Redis, shared by every caller of its pipe. */
+/* One connection, shared by every caller of its pipe. */
 struct pconn {
     redisContext *ctx; /* its fd (non-blocking) and reply reader; hiredis I/O unused */
     uint64_t gen;
@@ -472,11 +508,13 @@ struct pconn {
 struct pipe {
     pthread_mutex_t mu;
     pthread_cond_t room;
+    node_link *nl;
     pconn *c;    /* NULL until a caller connects */
     size_t cmds; /* commands admitted and not answered (the bound) */
     unsigned room_waiters;
     atomic_size_t load; /* cmds, read without the lock to choose a pipe */
 };
+
 
 /* Guard on a waiter's sleep: roles are handed on explicitly; this only
  * bounds what a missed wake-up would cost. */
@@ -504,6 +542,25 @@ static void cond_init_mono(pthread_cond_t *cv)
     pthread_condattr_destroy(&a);
 }
 
+static node_link *node_new(redis_link *r, const char *host, size_t hostlen, int port,
+                           const char *addr)
+{
+    node_link *nl = hf_xcalloc(1, sizeof *nl);
+    if (host) {
+        nl->host = dup_n(host, hostlen);
+        nl->port = port;
+    }
+    snprintf(nl->addr, sizeof nl->addr, "%s", addr);
+    nl->npipes = r->opt.connections ? r->opt.connections : 1;
+    nl->pipes = hf_xcalloc(nl->npipes, sizeof *nl->pipes);
+    for (size_t i = 0; i < nl->npipes; i++) {
+        pthread_mutex_init(&nl->pipes[i].mu, NULL);
+        cond_init_mono(&nl->pipes[i].room);
+        nl->pipes[i].nl = nl;
+    }
+    return nl;
+}
+
 static void pconn_maybe_free(pconn *c)
 {
     if (!(c->broken || c->retired) || c->users || c->queue || c->flight)
@@ -511,6 +568,55 @@ static void pconn_maybe_free(pconn *c)
     redisFree(c->ctx);
     hf_buf_free(&c->wbuf);
     free(c);
+}
+
+static void node_free(node_link *nl)
+{
+    if (!nl)
+        return;
+    for (size_t i = 0; i < nl->npipes; i++) {
+        struct pipe *p = &nl->pipes[i];
+        if (p->c) { /* no caller is left: nothing queued, in flight or holding a role */
+            p->c->retired = true;
+            pconn_maybe_free(p->c);
+        }
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->room);
+    }
+    free(nl->pipes);
+    free(nl->host);
+    free(nl);
+}
+
+/* A connection of nl could not be opened or failed: the one Redis is
+ * marked down; a cluster node's commands take the routing handles for a
+ * pause (10 ms, doubling to 1 s) and the slot map is taken anew. */
+static void node_failed(redis_link *r, node_link *nl, const char *why)
+{
+    if (!nl->host) {
+        mark_down(r, why);
+        return;
+    }
+    int64_t b = atomic_load(&nl->backoff_ms);
+    b = b ? (b * 2 > 1000 ? 1000 : b * 2) : 10;
+    atomic_store(&nl->backoff_ms, b);
+    int64_t was = atomic_exchange(&nl->down_until_us, hf_clock_mono_us() + b * 1000);
+    atomic_store(&r->map_stale, true);
+    if (!was)
+        log_msg(LOG_WARN,
+                "Redis Cluster node %s: %s; its slots' commands go through the routing "
+                "handles until it answers again",
+                nl->addr, why);
+}
+
+/* Whether calls to nl are refused now: the one Redis marked down, a
+ * cluster node in its pause. */
+static bool node_refusing(redis_link *r, node_link *nl)
+{
+    if (!nl->host)
+        return !atomic_load(&r->up_flag);
+    int64_t until = atomic_load(&nl->down_until_us);
+    return until && hf_clock_mono_us() < until;
 }
 
 /* A caller's call answered (pipe lock held): its figures, its wake-up, room. */
@@ -526,15 +632,19 @@ static void finish(redis_link *r, struct pipe *p, waiter *w)
 }
 
 /* A caller's commands on a connection that failed: not sent (nothing
- * changed) or sent (a change's outcome unknown), as one_exec did. */
+ * changed) or sent (a change's outcome unknown). Counted as errors where
+ * that is their outcome: a cluster node's others go to a routing handle
+ * (cl_fast_exec), which counts them if they fail there. */
 static void fail_waiter(redis_link *r, struct pipe *p, waiter *w, bool sent, const char *why)
 {
+    bool final = !p->nl->host || (w->change && sent);
     for (size_t i = 0; i < w->n; i++) {
         if (w->cmds[i].reply) { /* answered, but its WAIT was lost */
             freeReplyObject(w->cmds[i].reply);
             w->cmds[i].reply = NULL;
         }
-        atomic_fetch_add(&r->errors, 1);
+        if (final)
+            atomic_fetch_add(&r->errors, 1);
         if (w->change && sent) {
             atomic_fetch_add(&r->unknown, 1);
             log_msg(LOG_ERROR, "Redis: %s after a change was sent: its outcome is unknown", why);
@@ -560,7 +670,7 @@ static void fail_entry(redis_link *r, struct pipe *p, waiter *w, const char *why
 }
 
 /* The connection failed (pipe lock held): every command in flight on it
- * ends as sent, every one queued as not sent; Redis is marked down. */
+ * ends as sent, every one queued as not sent; its node is marked failed. */
 static void break_conn(redis_link *r, struct pipe *p, pconn *c, const char *why)
 {
     if (c->broken)
@@ -581,7 +691,7 @@ static void break_conn(redis_link *r, struct pipe *p, pconn *c, const char *why)
     }
     c->queue_tail = NULL;
     shutdown(c->ctx->fd, SHUT_RDWR); /* a role holder in poll() or send() returns */
-    mark_down(r, why);
+    node_failed(r, p->nl, why);
     /* freed by the caller, a role holder, once it is done with it */
 }
 
@@ -637,104 +747,123 @@ static bool dispatch(redis_link *r, struct pipe *p, pconn *c, redisReply *reply)
     return true;
 }
 
-/* Hand the free roles on (pipe lock held): the queue's head writes, the
- * first caller with a command in flight reads. */
+/* The first caller of entry w (a WAIT's: of the changes it covers) that
+ * sleeps in pipe_await, free to take a role; NULL if none. */
+static waiter *parked_of(waiter *w)
+{
+    if (!w->is_wait)
+        return w->parked ? w : NULL;
+    for (waiter *x = w->covers; x; x = x->next_covered)
+        if (x->parked)
+            return x;
+    return NULL;
+}
+
+/* Hand the free roles on (pipe lock held): the first sleeping caller in
+ * flight reads. (The writer empties the queue before it leaves, so the
+ * queue needs nobody.) A caller busy elsewhere (its call's commands on
+ * another node) takes a role when it comes back to this pipe. */
 static void wake_roles(pconn *c)
 {
-    if (c->broken)
+    if (c->broken || c->reading)
         return;
-    if (!c->writing && c->queue)
-        pthread_cond_signal(&c->queue->cv);
-    if (!c->reading && c->flight) {
-        waiter *w = c->flight;
-        while (w && w->is_wait && !w->covers)
-            w = w->next;
-        if (w)
-            pthread_cond_signal(w->is_wait ? &w->covers->cv : &w->cv);
+    for (waiter *w = c->flight; w; w = w->next) {
+        waiter *x = parked_of(w);
+        if (x) {
+            pthread_cond_signal(&x->cv);
+            return;
+        }
     }
 }
 
 /* The writer (pipe lock held on entry and exit): the whole queue, and one
- * WAIT after it if it holds a change under --redis-wait, in one send. */
+ * WAIT after it if it holds a change under --redis-wait, in one send; again
+ * while callers queued more meanwhile. */
 static void write_queue(redis_link *r, struct pipe *p, pconn *c)
 {
     c->writing = true;
     c->users++;
-    waiter *batch = c->queue;
-    c->queue = c->queue_tail = NULL;
-    waiter *mark = NULL;
-    c->wbuf.len = 0;
-    int64_t until = INT64_MAX;
-    for (waiter *w = batch; w; w = w->next) {
-        hf_buf_append(&c->wbuf, w->out.ptr, w->out.len);
-        if (w->until_us < until)
-            until = w->until_us;
-        if (w->change && r->opt.wait_replicas > 0) {
-            if (!mark) {
-                mark = hf_xcalloc(1, sizeof *mark);
-                mark->is_wait = true;
-                mark->until_us = hf_clock_mono_us() + r->opt.command_timeout_ms * 1000 +
-                                 r->opt.wait_timeout_ms * 1000;
+    while (c->queue && !c->broken) {
+        waiter *batch = c->queue;
+        c->queue = c->queue_tail = NULL;
+        waiter *mark = NULL;
+        c->wbuf.len = 0;
+        int64_t until = INT64_MAX;
+        size_t ncmds = 0;
+        for (waiter *w = batch; w; w = w->next) {
+            hf_buf_append(&c->wbuf, w->out.ptr, w->out.len);
+            ncmds += w->n;
+            if (w->until_us < until)
+                until = w->until_us;
+            if (w->change && r->opt.wait_replicas > 0) {
+                if (!mark) {
+                    mark = hf_xcalloc(1, sizeof *mark);
+                    mark->is_wait = true;
+                    mark->until_us = hf_clock_mono_us() + r->opt.command_timeout_ms * 1000 +
+                                     r->opt.wait_timeout_ms * 1000;
+                }
+                w->covered = true;
+                w->next_covered = mark->covers;
+                mark->covers = w;
             }
-            w->covered = true;
-            w->next_covered = mark->covers;
-            mark->covers = w;
+            w->c = c;
         }
-        w->c = c;
-    }
-    if (mark) {
-        char nrep[24], tmo[24];
-        int a = snprintf(nrep, sizeof nrep, "%u", r->opt.wait_replicas);
-        int b = snprintf(tmo, sizeof tmo, "%lld", (long long)wait_ms(r));
-        const char *argv[3] = {"WAIT", nrep, tmo};
-        size_t lens[3] = {4, (size_t)a, (size_t)b};
-        hf_resp_command(&c->wbuf, 3, argv, lens);
-    }
-    /* into the flight list before a byte goes out: replies may come at once */
-    waiter *last = batch;
-    while (last->next)
-        last = last->next;
-    if (mark)
-        last->next = mark;
-    if (c->flight_tail)
-        c->flight_tail->next = batch;
-    else
-        c->flight = batch;
-    c->flight_tail = mark ? mark : last;
-    pthread_mutex_unlock(&p->mu);
+        if (mark) {
+            char nrep[24], tmo[24];
+            int a = snprintf(nrep, sizeof nrep, "%u", r->opt.wait_replicas);
+            int b = snprintf(tmo, sizeof tmo, "%lld", (long long)wait_ms(r));
+            const char *argv[3] = {"WAIT", nrep, tmo};
+            size_t lens[3] = {4, (size_t)a, (size_t)b};
+            hf_resp_command(&c->wbuf, 3, argv, lens);
+        }
+        /* into the flight list before a byte goes out: replies may come at once */
+        waiter *last = batch;
+        while (last->next)
+            last = last->next;
+        if (mark)
+            last->next = mark;
+        if (c->flight_tail)
+            c->flight_tail->next = batch;
+        else
+            c->flight = batch;
+        c->flight_tail = mark ? mark : last;
+        atomic_fetch_add(&r->writes, 1);
+        atomic_fetch_add(&p->nl->sent, ncmds);
+        pthread_mutex_unlock(&p->mu);
 
-    const char *why = NULL;
-    size_t off = 0;
-    int fd = c->ctx->fd;
-    while (off < c->wbuf.len) {
-        ssize_t k = send(fd, c->wbuf.ptr + off, c->wbuf.len - off, MSG_NOSIGNAL);
-        if (k > 0) {
-            off += (size_t)k;
-            continue;
+        const char *why = NULL;
+        size_t off = 0;
+        int fd = c->ctx->fd;
+        while (off < c->wbuf.len) {
+            ssize_t k = send(fd, c->wbuf.ptr + off, c->wbuf.len - off, MSG_NOSIGNAL);
+            if (k > 0) {
+                off += (size_t)k;
+                continue;
+            }
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                why = strerror(errno);
+                break;
+            }
+            int64_t left_ms = (until - hf_clock_mono_us()) / 1000;
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            if (left_ms <= 0 ||
+                poll(&pf, 1, (int)(left_ms > INT32_MAX ? INT32_MAX : left_ms)) == 0) {
+                why = "Resource temporarily unavailable"; /* hiredis's words for a timeout */
+                break;
+            }
         }
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-            why = strerror(errno);
-            break;
-        }
-        int64_t left_ms = (until - hf_clock_mono_us()) / 1000;
-        struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        if (left_ms <= 0 || poll(&pf, 1, (int)(left_ms > INT32_MAX ? INT32_MAX : left_ms)) == 0) {
-            why = "Resource temporarily unavailable"; /* hiredis's words for a timeout */
-            break;
-        }
-    }
 
-    pthread_mutex_lock(&p->mu);
+        pthread_mutex_lock(&p->mu);
+        if (why && !c->broken)
+            break_conn(r, p, c, why);
+    }
     c->writing = false;
     c->users--;
-    if (why && !c->broken)
-        break_conn(r, p, c, why);
     wake_roles(c);
     pconn_maybe_free(c);
 }
-
 /* The reader (pipe lock held on entry and exit): waits for replies until
  * the earliest deadline in flight, then matches what came to its callers. */
 static void read_replies(redis_link *r, struct pipe *p, pconn *c)
@@ -818,7 +947,7 @@ static bool conn_dead(const pconn *c)
 
 /* The pipe's connection for a new call (pipe lock held): the current one,
  * or a new one instead of one from before Redis went down or one Redis
- * closed while it sat idle. NULL: Redis unreachable (marked down). */
+ * closed while it sat idle. NULL: the node unreachable (node_failed). */
 static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
 {
     pconn *c = p->c;
@@ -838,10 +967,14 @@ static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
         return c;
     char err[512];
     int code;
-    redisContext *ctx = connect_one(r, &code, err, sizeof err);
+    redisContext *ctx = connect_one(r, p->nl, &code, err, sizeof err);
     if (!ctx) {
-        mark_down(r, err);
+        node_failed(r, p->nl, err);
         return NULL;
+    }
+    if (p->nl->host) {
+        atomic_store(&p->nl->backoff_ms, 0);
+        atomic_store(&p->nl->down_until_us, 0);
     }
     int fl = fcntl(ctx->fd, F_GETFL);
     fcntl(ctx->fd, F_SETFL, fl | O_NONBLOCK);
@@ -852,28 +985,34 @@ static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
     return c;
 }
 
-/* The pipe with the fewest commands in flight, the next in turn on a tie. */
-static struct pipe *pick_pipe(redis_link *r)
+/* The node's pipe with the fewest commands in flight, the next in turn on
+ * a tie. */
+static struct pipe *pick_pipe(node_link *nl)
 {
-    size_t start = atomic_fetch_add(&r->next_pipe, 1) % r->npipes, best = start;
-    size_t load = atomic_load(&r->pipes[start].load);
-    for (size_t k = 1; k < r->npipes && load; k++) {
-        size_t i = (start + k) % r->npipes;
-        size_t l = atomic_load(&r->pipes[i].load);
+    size_t start = atomic_fetch_add(&nl->next_pipe, 1) % nl->npipes, best = start;
+    size_t load = atomic_load(&nl->pipes[start].load);
+    for (size_t k = 1; k < nl->npipes && load; k++) {
+        size_t i = (start + k) % nl->npipes;
+        size_t l = atomic_load(&nl->pipes[i].load);
         if (l < load) {
             load = l;
             best = i;
         }
     }
-    return &r->pipes[best];
+    return &nl->pipes[best];
 }
 
 /* Admission under the bound (pipe lock held): true once the n commands
- * fit, false (counted) if Redis went down or the deadline passed first. */
+ * fit, false (counted) if the node is refused meanwhile or the deadline
+ * passed first; a cluster node's, false at once when they do not fit. */
 static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *waited)
 {
     while (p->cmds > 0 && p->cmds + n > r->opt.max_in_flight) {
-        if (!atomic_load(&r->up_flag)) {
+        if (p->nl->host) { /* a cluster node's: a routing handle takes them at once */
+            atomic_fetch_add(&r->refused_busy, 1);
+            return false;
+        }
+        if (node_refusing(r, p->nl)) {
             atomic_fetch_add(&r->refused_down, 1);
             return false;
         }
@@ -891,6 +1030,92 @@ static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *
     return true;
 }
 
+/* A caller's n commands as a waiter for its node (not queued yet). */
+static void waiter_init(redis_link *r, waiter *w, redis_cmd *cmds, size_t n, bool change,
+                        int64_t t0_us)
+{
+    *w = (waiter){.cmds = cmds, .n = n, .change = change, .t0_us = t0_us};
+    w->until_us = t0_us + r->opt.command_timeout_ms * 1000;
+    if (r->opt.wait_replicas > 0) /* a WAIT pipelined ahead may hold it that long */
+        w->until_us += r->opt.wait_timeout_ms * 1000;
+    for (size_t i = 0; i < n; i++)
+        hf_resp_command(&w->out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
+    cond_init_mono(&w->cv);
+}
+
+static void waiter_free(waiter *w)
+{
+    hf_buf_free(&w->out);
+    pthread_cond_destroy(&w->cv);
+}
+
+/* w's commands queued on a pipe of its node and, if nobody writes there,
+ * written at once (so that a call's commands are out on all their nodes
+ * before it waits for any). false: refused, nothing sent (the commands
+ * keep STORE_EUNAVAILABLE). */
+static bool pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
+{
+    struct pipe *p = pick_pipe(nl);
+    pthread_mutex_lock(&p->mu);
+    bool waited = false;
+    if (!admit(r, p, w->n, w->t0_us + r->opt.command_timeout_ms * 1000, &waited))
+        goto refused;
+    if (!nl->host && (waited || !p->c)) { /* Redis may have gone down: refuse, not reconnect */
+        pthread_mutex_lock(&r->lock);
+        bool up = r->up;
+        gen = r->gen;
+        pthread_mutex_unlock(&r->lock);
+        if (!up) {
+            atomic_fetch_add(&r->refused_down, 1);
+            goto refused;
+        }
+    }
+    pconn *c = pipe_conn(r, p, gen);
+    if (!c)
+        goto refused;
+    p->cmds += w->n;
+    atomic_store(&p->load, p->cmds);
+    w->c = c;
+    w->p = p;
+    if (c->queue_tail)
+        c->queue_tail->next = w;
+    else
+        c->queue = w;
+    c->queue_tail = w;
+    if (!c->writing)
+        write_queue(r, p, c);
+    pthread_mutex_unlock(&p->mu);
+    return true;
+refused:
+    pthread_mutex_unlock(&p->mu);
+    if (!nl->host) /* a cluster node's go to a routing handle */
+        atomic_fetch_add(&r->errors, w->n);
+    return false;
+}
+
+/* Until w is answered: read (or write) when that role is free, else sleep
+ * until handed one or answered. */
+static void pipe_await(redis_link *r, waiter *w)
+{
+    struct pipe *p = w->p;
+    pthread_mutex_lock(&p->mu);
+    while (!w->done) {
+        pconn *c = w->c; /* not freed while it holds an unanswered waiter */
+        if (!c->broken && !c->writing && c->queue) {
+            write_queue(r, p, c);
+        } else if (!c->broken && !c->reading && c->flight) {
+            read_replies(r, p, c);
+        } else {
+            w->parked = true;
+            cond_wait_until(&w->cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
+            w->parked = false;
+        }
+    }
+    /* done: w->c may be gone (freed by whoever broke it); roles were handed
+     * on by whoever answered this call */
+    pthread_mutex_unlock(&p->mu);
+}
+
 /* One Redis: the n commands queued on a pipe, written with whatever else
  * is queued there, their replies matched in order. */
 static void one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
@@ -904,65 +1129,11 @@ static void one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
         atomic_fetch_add(&r->errors, n);
         return;
     }
-    waiter w = {.cmds = cmds, .n = n, .change = change, .t0_us = hf_clock_mono_us()};
-    w.until_us = w.t0_us + r->opt.command_timeout_ms * 1000;
-    if (r->opt.wait_replicas > 0) /* a WAIT pipelined ahead may hold it that long */
-        w.until_us += r->opt.wait_timeout_ms * 1000;
-    for (size_t i = 0; i < n; i++)
-        hf_resp_command(&w.out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
-    cond_init_mono(&w.cv);
-
-    struct pipe *p = pick_pipe(r);
-    pthread_mutex_lock(&p->mu);
-    bool waited = false;
-    if (!admit(r, p, n, w.t0_us + r->opt.command_timeout_ms * 1000, &waited)) {
-        pthread_mutex_unlock(&p->mu);
-        atomic_fetch_add(&r->errors, n);
-        goto out;
-    }
-    if (waited || !p->c) { /* Redis may have gone down meanwhile: refuse, not reconnect */
-        pthread_mutex_lock(&r->lock);
-        up = r->up;
-        gen = r->gen;
-        pthread_mutex_unlock(&r->lock);
-        if (!up) {
-            pthread_mutex_unlock(&p->mu);
-            atomic_fetch_add(&r->refused_down, 1);
-            atomic_fetch_add(&r->errors, n);
-            goto out;
-        }
-    }
-    pconn *c = pipe_conn(r, p, gen);
-    if (!c) {
-        pthread_mutex_unlock(&p->mu);
-        atomic_fetch_add(&r->errors, n);
-        goto out;
-    }
-    p->cmds += n;
-    atomic_store(&p->load, p->cmds);
-    w.c = c;
-    if (c->queue_tail)
-        c->queue_tail->next = &w;
-    else
-        c->queue = &w;
-    c->queue_tail = &w;
-    while (!w.done) {
-        c = w.c;
-        if (!c->broken && !c->writing && c->queue) {
-            atomic_fetch_add(&r->writes, 1);
-            write_queue(r, p, c);
-        } else if (!c->broken && !c->reading && c->flight) {
-            read_replies(r, p, c);
-        } else {
-            cond_wait_until(&w.cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
-        }
-    }
-    /* done: w.c may be gone (freed by whoever broke it); roles were handed
-     * on by whoever answered this call */
-    pthread_mutex_unlock(&p->mu);
-out:
-    hf_buf_free(&w.out);
-    pthread_cond_destroy(&w.cv);
+    waiter w;
+    waiter_init(r, &w, cmds, n, change, hf_clock_mono_us());
+    if (pipe_submit(r, r->one, &w, gen))
+        pipe_await(r, &w);
+    waiter_free(&w);
 }
 
 /* ------------------------------------------------------ Redis Cluster */
@@ -1210,6 +1381,211 @@ static void cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chan
     free(batch);
 }
 
+/* The node_link of a primary's address, added at first sight (map_lock
+ * held for writing); NO_NODE if the address does not parse. */
+static uint16_t node_index(redis_link *r, const char *addr)
+{
+    for (size_t i = 0; i < r->nnodes; i++)
+        if (strcmp(r->nodes[i]->addr, addr) == 0)
+            return (uint16_t)i;
+    hf_hostport hp;
+    if (r->nnodes >= NO_NODE ||
+        hf_hostport_parse(addr, strlen(addr), HF_HOSTPORT_NEED_PORT | HF_HOSTPORT_BARE_V6, &hp) !=
+            HF_HOSTPORT_OK)
+        return NO_NODE;
+    r->nodes = hf_xreallocarray(r->nodes, r->nnodes + 1, sizeof *r->nodes);
+    r->nodes[r->nnodes] = node_new(r, hp.host, hp.host_len, hp.port, addr);
+    return (uint16_t)r->nnodes++;
+}
+
+/* A routing handle's slot map, taken for the pipes: each slot to the
+ * node_link of its primary. */
+static void cl_map_take(redis_link *r, cluster_t *cl)
+{
+    size_t n = cluster_node_count(cl);
+    uint16_t *of = hf_xcalloc(n ? n : 1, sizeof *of);
+    pthread_rwlock_wrlock(&r->map_lock);
+    for (size_t i = 0; i < n; i++) {
+        cluster_node_stats ns;
+        cluster_get_node_stats(cl, i, &ns);
+        of[i] = ns.primary ? node_index(r, ns.addr) : NO_NODE;
+    }
+    pthread_rwlock_unlock(&r->map_lock);
+    uint16_t *map = hf_xmalloc(sizeof r->slot_node);
+    for (int s = 0; s < CLUSTER_SLOTS; s++) {
+        int k = cluster_slot_node(cl, s);
+        map[s] = k < 0 || (size_t)k >= n ? NO_NODE : of[k];
+    }
+    pthread_rwlock_wrlock(&r->map_lock);
+    memcpy(r->slot_node, map, sizeof r->slot_node);
+    r->map_us = hf_clock_mono_us();
+    atomic_store(&r->map_stale, false);
+    pthread_rwlock_unlock(&r->map_lock);
+    free(map);
+    free(of);
+}
+
+/* A reply that says the command ran nowhere and a routing handle should
+ * carry it (redirected, or to be retried); counts the node's redirects. */
+static bool for_the_handles(node_link *nl, const redisReply *rep)
+{
+    if (!rep || rep->type != REDIS_REPLY_ERROR)
+        return false;
+    if (strncmp(rep->str, "MOVED ", 6) == 0) {
+        atomic_fetch_add(&nl->moved, 1);
+        return true;
+    }
+    if (strncmp(rep->str, "ASK ", 4) == 0) {
+        atomic_fetch_add(&nl->ask, 1);
+        return true;
+    }
+    return strncmp(rep->str, "TRYAGAIN", 8) == 0 || strncmp(rep->str, "CLUSTERDOWN", 11) == 0 ||
+           strncmp(rep->str, "LOADING", 7) == 0;
+}
+
+/* The commands of cmds marked in slow, through a routing handle (cl_exec);
+ * the map taken anew from it when stale. */
+static void cl_slow_exec(redis_link *r, redis_cmd *cmds, const bool *slow, size_t m, size_t n,
+                         bool change)
+{
+    redis_cmd *sub = hf_xcalloc(m, sizeof *sub);
+    for (size_t i = 0, k = 0; i < n; i++)
+        if (slow[i])
+            sub[k++] = (redis_cmd){.argc = cmds[i].argc,
+                                   .argv = cmds[i].argv,
+                                   .argvlen = cmds[i].argvlen,
+                                   .slot = cmds[i].slot,
+                                   .node = cmds[i].node,
+                                   .code = STORE_EUNAVAILABLE};
+    atomic_fetch_add(&r->cl_by_handles, m);
+    conn *c = cl_borrow(r);
+    if (c) {
+        cl_exec(r, c, sub, m, change);
+        pthread_rwlock_rdlock(&r->map_lock);
+        bool take = atomic_load(&r->map_stale) && hf_clock_mono_us() - r->map_us > 10000;
+        pthread_rwlock_unlock(&r->map_lock);
+        if (take)
+            cl_map_take(r, c->cl);
+        cl_give_back(r, c);
+    } else {
+        atomic_fetch_add(&r->errors, m);
+    }
+    for (size_t i = 0, k = 0; i < n; i++)
+        if (slow[i]) {
+            cmds[i].reply = sub[k].reply;
+            cmds[i].code = sub[k].code;
+            k++;
+        }
+    free(sub);
+}
+
+/*
+ * Over a cluster (redis_conn.h "A Redis Cluster"): each command on a pipe
+ * of the primary that the map gives its slot, every node's share written
+ * before any reply is awaited, so that the nodes work at once and the
+ * calls of every thread share writes and reads. A routing handle carries
+ * what the pipes cannot settle: a command whose slot has no primary in
+ * the map or whose node is in its pause; one refused or not sent; a read
+ * whose answer was lost; one redirected (MOVED, ASK) or told to retry
+ * (TRYAGAIN, CLUSTERDOWN, LOADING), which ran nowhere. A change sent and
+ * not answered is STORE_EUNCERTAIN here, as in cl_exec.
+ */
+static void cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
+{
+    node_link **gn = hf_xmalloc(n * sizeof *gn); /* the nodes, one group each */
+    size_t *gc = hf_xcalloc(n + 1, sizeof *gc);  /* commands per group, then offsets */
+    size_t *gof = hf_xmalloc(n * sizeof *gof);   /* each command's group, or n: slow */
+    bool *slow = hf_xcalloc(n, sizeof *slow);
+    size_t g = 0, nslow = 0;
+    pthread_rwlock_rdlock(&r->map_lock);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t k = cmds[i].slot >= 0 && cmds[i].slot < CLUSTER_SLOTS ? r->slot_node[cmds[i].slot]
+                                                                       : NO_NODE;
+        node_link *nl = k == NO_NODE ? NULL : r->nodes[k];
+        if (!nl || node_refusing(r, nl)) {
+            gof[i] = n;
+            continue;
+        }
+        size_t j = 0;
+        while (j < g && gn[j] != nl)
+            j++;
+        if (j == g)
+            gn[g++] = nl;
+        gof[i] = j;
+        gc[j]++;
+    }
+    pthread_rwlock_unlock(&r->map_lock);
+
+    /* each group's commands side by side in sub, from gc[j] on */
+    redis_cmd *sub = hf_xmalloc((n ? n : 1) * sizeof *sub);
+    size_t *idx = hf_xmalloc((n ? n : 1) * sizeof *idx);
+    for (size_t j = 0, off = 0; j <= g; j++) {
+        size_t c = gc[j];
+        gc[j] = off;
+        off += c;
+    }
+    size_t *fill = hf_xmalloc((g ? g : 1) * sizeof *fill);
+    memcpy(fill, gc, (g ? g : 1) * sizeof *fill);
+    for (size_t i = 0; i < n; i++) {
+        if (gof[i] == n)
+            continue;
+        size_t k = fill[gof[i]]++;
+        idx[k] = i;
+        sub[k] = (redis_cmd){.argc = cmds[i].argc,
+                             .argv = cmds[i].argv,
+                             .argvlen = cmds[i].argvlen,
+                             .slot = cmds[i].slot,
+                             .node = cmds[i].node,
+                             .code = STORE_EUNAVAILABLE};
+    }
+    waiter *ws = hf_xmalloc((g ? g : 1) * sizeof *ws);
+    bool *queued = hf_xmalloc((g ? g : 1) * sizeof *queued);
+    int64_t t0 = hf_clock_mono_us();
+    for (size_t j = 0; j < g; j++) {
+        waiter_init(r, &ws[j], sub + gc[j], gc[j + 1] - gc[j], change, t0);
+        queued[j] = pipe_submit(r, gn[j], &ws[j], 0);
+    }
+    for (size_t j = 0; j < g; j++) {
+        if (queued[j])
+            pipe_await(r, &ws[j]);
+        waiter_free(&ws[j]);
+    }
+    size_t settled = 0;
+    for (size_t j = 0; j < g; j++)
+        for (size_t k = gc[j]; k < gc[j + 1]; k++) {
+            redis_cmd *d = &sub[k];
+            size_t i = idx[k];
+            if (d->code == STORE_EUNAVAILABLE || for_the_handles(gn[j], d->reply)) {
+                if (d->reply)
+                    freeReplyObject(d->reply);
+                if (d->code != STORE_EUNAVAILABLE) /* redirected: the map is behind */
+                    atomic_store(&r->map_stale, true);
+                slow[i] = true;
+                continue;
+            }
+            cmds[i].reply = d->reply;
+            cmds[i].code = d->code;
+            settled++;
+        }
+    for (size_t i = 0; i < n; i++)
+        if (gof[i] == n)
+            slow[i] = true;
+    for (size_t i = 0; i < n; i++)
+        nslow += slow[i];
+    atomic_fetch_add(&r->cl_pipelined, settled);
+    if (nslow)
+        cl_slow_exec(r, cmds, slow, nslow, n, change);
+    free(queued);
+    free(ws);
+    free(fill);
+    free(idx);
+    free(sub);
+    free(slow);
+    free(gof);
+    free(gc);
+    free(gn);
+}
+
 /* The probe on every primary of the handle's map, outside the figures:
  * the commands with their replies (*m of them; redis_cmds_free). */
 static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m)
@@ -1278,6 +1654,8 @@ static void *cl_monitor_main(void *arg)
         if (!m)
             m = cl_open(r, &code, err, sizeof err);
         bool ok = m && cl_probe(r, m, err, sizeof err);
+        if (m)
+            cl_map_take(r, m->cl);
         pthread_mutex_lock(&r->lock);
         if (ok && !r->up) {
             r->reason[0] = '\0';
@@ -1313,13 +1691,7 @@ void redis_link_exec(redis_link *l, redis_cmd *cmds, size_t n, bool change)
         one_exec(l, cmds, n, change);
         return;
     }
-    conn *c = cl_borrow(l);
-    if (!c) {
-        atomic_fetch_add(&l->errors, n);
-        return;
-    }
-    cl_exec(l, c, cmds, n, change);
-    cl_give_back(l, c);
+    cl_fast_exec(l, cmds, n, change);
 }
 
 redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
@@ -1426,6 +1798,8 @@ static void cl_metrics(redis_link *r, const store_emitter *e)
     store_emit_number(e, "map_refresh_failures", store_int(failures));
     store_emit_number(e, "rounds", store_int(rounds));
     store_emit_number(e, "waits_on_every_primary", store_int(atomic_load(&r->cl_rewaits)));
+    store_emit_number(e, "commands_pipelined", store_int(atomic_load(&r->cl_pipelined)));
+    store_emit_number(e, "commands_by_routing_handles", store_int(atomic_load(&r->cl_by_handles)));
     store_emit_object(e, "nodes");
     for (size_t i = 0; i < n; i++) {
         const cluster_node_stats *s = &figs[i].s;
@@ -1507,13 +1881,11 @@ void redis_link_metrics(redis_link *r, const store_emitter *e)
     store_emit_number(e, "refused_while_down", store_int(refused));
     store_emit_number(e, "reconnects", store_int(reconnects));
     store_emit_number(e, "wait_replicas", store_int(r->opt.wait_replicas));
-    if (!r->cluster) {
-        store_emit_number(e, "connections", store_int(r->npipes));
-        store_emit_number(e, "max_in_flight", store_int(r->opt.max_in_flight));
-        store_emit_number(e, "writes", store_int(atomic_load(&r->writes)));
-        store_emit_number(e, "waited_for_room", store_int(atomic_load(&r->waited_for_room)));
-        store_emit_number(e, "refused_busy", store_int(atomic_load(&r->refused_busy)));
-    }
+    store_emit_number(e, "connections", store_int(r->opt.connections ? r->opt.connections : 1));
+    store_emit_number(e, "max_in_flight", store_int(r->opt.max_in_flight));
+    store_emit_number(e, "writes", store_int(atomic_load(&r->writes)));
+    store_emit_number(e, "waited_for_room", store_int(atomic_load(&r->waited_for_room)));
+    store_emit_number(e, "refused_busy", store_int(atomic_load(&r->refused_busy)));
     if (r->cluster)
         cl_metrics(r, e);
     store_emit_end(e);
@@ -1523,16 +1895,11 @@ void redis_link_metrics(redis_link *r, const store_emitter *e)
 
 static void link_free(redis_link *r)
 {
-    for (size_t i = 0; i < r->npipes; i++) {
-        struct pipe *p = &r->pipes[i];
-        if (p->c) { /* no caller is left: nothing queued, in flight or holding a role */
-            p->c->retired = true;
-            pconn_maybe_free(p->c);
-        }
-        pthread_mutex_destroy(&p->mu);
-        pthread_cond_destroy(&p->room);
-    }
-    free(r->pipes);
+    node_free(r->one);
+    for (size_t i = 0; i < r->nnodes; i++)
+        node_free(r->nodes[i]);
+    free(r->nodes);
+    pthread_rwlock_destroy(&r->map_lock);
     while (r->idle) {
         conn *c = r->idle;
         r->idle = c->next;
@@ -1598,8 +1965,12 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
     r->opt.password = NULL;
     for (int i = 0; i < r->opt.probe_argc && i < 4; i++)
         r->probe_lens[i] = strlen(r->opt.probe_argv[i]);
+    if (!r->opt.max_in_flight)
+        r->opt.max_in_flight = 256;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
+    pthread_rwlock_init(&r->map_lock, NULL);
+    memset(r->slot_node, 0xff, sizeof r->slot_node);
     int rc = parse_url(r, opt->url, err, errlen);
     if (rc == STORE_OK && opt->password) {
         free(r->password);
@@ -1619,6 +1990,7 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
             rc = cl_open_probe(r, cc, why, sizeof why);
             if (rc == STORE_OK) {
                 cl_fold(r, cc);
+                cl_map_take(r, cc->cl);
                 cc->next = r->idle;
                 r->idle = cc;
             } else {
@@ -1628,15 +2000,8 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
         if (rc != STORE_OK)
             snprintf(err, errlen, "Redis Cluster %s: %s", r->seeds, why);
     } else if (rc == STORE_OK) {
-        r->npipes = r->opt.connections ? r->opt.connections : 1;
-        if (!r->opt.max_in_flight)
-            r->opt.max_in_flight = 256;
-        r->pipes = hf_xcalloc(r->npipes, sizeof *r->pipes);
-        for (size_t i = 0; i < r->npipes; i++) {
-            pthread_mutex_init(&r->pipes[i].mu, NULL);
-            cond_init_mono(&r->pipes[i].room);
-        }
-        redisContext *c = connect_one(r, &rc, err, errlen);
+        r->one = node_new(r, NULL, 0, 0, "");
+        redisContext *c = connect_one(r, NULL, &rc, err, errlen);
         if (c) {
             rc = probe_one(r, c, err, errlen);
             redisFree(c);

@@ -1,8 +1,9 @@
 /*
  * redis_conn.h: the Redis engine's connections (store/redis.h), apart from
- * its operations: to one Redis (redis://, unix://) a few shared, pipelined
- * connections, over a Redis Cluster (redis-cluster://) a pool of routing
- * handles of src/cluster/cluster.h; the up/down state, the monitor thread,
+ * its operations: a few shared, pipelined connections to one Redis
+ * (redis://, unix://) or to each primary of a Redis Cluster
+ * (redis-cluster://), there beside a pool of routing handles of
+ * src/cluster/cluster.h; the up/down state, the monitor thread,
  * --redis-wait, and the figures of all that. It knows no HF3FS.* command:
  * it sends what it is given and says what became of it.
  *
@@ -51,17 +52,28 @@
  * connection (or are refused, nothing sent, if none can be opened) rather
  * than into a dead socket.
  *
- * A Redis Cluster. A call borrows an idle routing handle (each has its own
- * connections and slot map; so threads never share one), runs its batch
- * (one round trip per node, the nodes in parallel; MOVED, ASK, TRYAGAIN,
- * CLUSTERDOWN and failovers are the handle's business) and gives it back.
- * For a change under --redis-wait each command is followed by a WAIT on its
- * node; a batch that was redirected may have run elsewhere than its WAITs
- * went, so a WAIT then goes to every primary. Calls are never refused from
- * here: a node that is down costs its own slots' calls the command timeout,
- * the other slots keep serving. The monitor probes every primary every
- * second (every 200 ms while one fails) and checks that every slot is
- * served; it only tells (health, figures).
+ * A Redis Cluster. The same pipes, --redis-connections of them to each
+ * primary, chosen by a slot map taken from a routing handle of
+ * src/cluster/cluster.h (at open, by the monitor every second, and after a
+ * redirect). A call's commands are grouped by the primary of their slot;
+ * each group goes on a pipe of its node and every group is written before
+ * the call waits for any reply, so the nodes work at once. Under
+ * --redis-wait each node's batch gets its one WAIT. What the pipes cannot
+ * settle goes through a routing handle, borrowed from a pool (each has its
+ * own connections and slot map, so threads never share one), which knows
+ * MOVED, ASK, TRYAGAIN, CLUSTERDOWN and failovers: a command redirected or
+ * told to retry (it ran nowhere), one whose slot has no primary in the map
+ * or whose node's connection failed in the last moments (a pause of 10 ms
+ * doubling to 1 s), one refused or not sent, and a read whose answer was
+ * lost; a change sent and not answered is STORE_EUNCERTAIN, as anywhere.
+ * On a handle, a batch makes one round trip per node; for a change under
+ * --redis-wait each command is followed by a WAIT on its node; a batch
+ * that was redirected may have run elsewhere than its WAITs went, so a
+ * WAIT then goes to every primary. Calls are never refused as a whole: a
+ * node that is down costs its own slots' calls the command timeout, the
+ * other slots keep serving. The monitor probes every primary every second
+ * (every 200 ms while one fails) and checks that every slot is served; it
+ * only tells (health, figures).
  *
  * The probe (options): a command sent at open and by the monitor to the one
  * Redis or to every primary; its checker judges the reply. Open fails with
@@ -99,9 +111,9 @@ typedef struct redis_link_options {
     int64_t command_timeout_ms; /* > 0 */
     unsigned wait_replicas;     /* > 0: WAIT for that many replicas after a change */
     int64_t wait_timeout_ms;    /* > 0 */
-    unsigned connections;       /* one Redis: connections shared by all callers (0: 1) */
-    size_t max_in_flight; /* one Redis: commands queued or in flight per connection (0: 256) */
-    int probe_argc;       /* the probe command (at most 4 arguments) */
+    unsigned connections;       /* per node: connections shared by all callers (0: 1) */
+    size_t max_in_flight;       /* commands queued or in flight per connection (0: 256) */
+    int probe_argc;             /* the probe command (at most 4 arguments) */
     const char *probe_argv[4];
     redis_probe_check probe_check;
 } redis_link_options;

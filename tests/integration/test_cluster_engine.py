@@ -167,6 +167,72 @@ def wait_until_serving(srv, seconds=30):
     raise AssertionError("the front end did not serve again within %ss" % seconds)
 
 
+def _clients(rc, port):
+    """Clients of the node at port, from CLIENT LIST (less the asker)."""
+    return len([ln for ln in rc.call(port, "CLIENT", "LIST").splitlines() if ln.strip()]) - 1
+
+
+def test_concurrent_requests_share_the_flag_s_pipelined_connections_to_each_primary():
+    """24 threads read 64 keys a request over a namespace of 3 stripes (a
+    read touches every primary that holds one): a primary gains at most one
+    client under the load (the second of the front end's 2 connections to
+    each, --redis-connections 2; a routing handle per thread would add up to
+    24), the reads went out on the shared connections (commands_pipelined),
+    none through a handle, and every answer was 200 with the keys found."""
+    rc = cluster()
+    with front_end(rc, "--redis-connections", "2", "--stripes", "3") as srv:
+        init_pool(srv)
+        c = srv.client()
+        keys = ["%032x" % i for i in range(64)]
+        r = c.post("/keys/batch_allocate", {"rank": RANK, "keys": keys})
+        expect_eq(r.status, 200, "allocate status")
+        res = r.json()["results"]
+        expect_eq(c.post("/keys/confirm_write", {"rank": RANK, "confirmations": res}).status,
+                  204, "confirm status")
+        expect_eq(c.post("/keys/batch_exists", {"keys": keys}).status, 200, "a first read")
+        time.sleep(1.5)  # the monitor's first probe has connected its routing handle
+        idle = {port: _clients(rc, port) for port in rc.primaries_ports()}
+        before = c.get("/v1/stats").json()["server"]["store"]["cluster"]
+        stop, errors, done, lock = threading.Event(), [], [0], threading.Lock()
+
+        def reader():
+            cc = srv.client(timeout=30 * harness.SLOWDOWN)
+            while not stop.is_set():
+                resp = cc.post("/keys/batch_exists", {"keys": keys})
+                with lock:
+                    if resp.status != 200 or resp.json()["exists"] != [True] * 64:
+                        errors.append(resp.status)
+                    done[0] += 1
+
+        threads = [threading.Thread(target=reader, daemon=True) for _ in range(24)]
+        for t in threads:
+            t.start()
+        most = {}
+        try:
+            deadline = time.monotonic() + 3.0 * harness.SLOWDOWN
+            while time.monotonic() < deadline:
+                for port in rc.primaries_ports():
+                    most[port] = max(most.get(port, 0), _clients(rc, port))
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        after = c.get("/v1/stats").json()["server"]["store"]["cluster"]
+        print("  clients per primary idle %r, under load %r; %d requests; pipelined %d, by "
+              "handles %d" % (idle, most, done[0], after["commands_pipelined"] - before["commands_pipelined"],
+                 after["commands_by_routing_handles"] - before["commands_by_routing_handles"]))
+        expect_eq(errors, [], "answers other than 200 with every key found")
+        expect_true(done[0] > 100, "the load ran: %d requests" % done[0])
+        for port, n in most.items():
+            expect_true(n <= idle[port] + 1, "clients of primary %d: %d under load, %d idle "
+                        "(the second shared connection opens under load)" % (port, n, idle[port]))
+        expect_true(after["commands_pipelined"] - before["commands_pipelined"] >= done[0],
+                    "the reads went out on the shared connections")
+        expect_eq(after["commands_by_routing_handles"], before["commands_by_routing_handles"],
+                  "no read needed a routing handle")
+
+
 def test_failover_of_the_pool_primary_under_load_loses_no_acknowledged_confirmation():
     rc = cluster()
     rounds = 3 if LONG else 1
@@ -285,6 +351,10 @@ def test_moving_the_pool_slot_under_load_loses_no_acknowledged_confirmation():
         nodes = stats["server"]["store"]["cluster"]["nodes"]
         expect_true(sum(x["moved"] + x["ask"] for x in nodes.values()) > 0,
                     "redirects counted: %r" % nodes)
+        cl = stats["server"]["store"]["cluster"]
+        expect_true(cl["commands_pipelined"] > 0 and cl["commands_by_routing_handles"] > 0,
+                    "the shared connections carried the load, the routing handles the "
+                    "redirected commands: %r" % cl)
         text = srv.client().get("/metrics").body.decode()
         expect_true('hf3fs_metad_store_cluster_redirects_total{node="' in text,
                     "redirects in /metrics")
