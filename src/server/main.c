@@ -59,6 +59,8 @@
 #define EXIT_NOMODULE 6 /* --store: Redis has not loaded the hf3fs-metad module (of this version) */
 #define EXIT_IMPORT 7   /* SGLang's state file was refused: nothing was imported */
 
+#define REDIS_WAIT_AUTO UINT64_MAX
+
 typedef struct server_options {
     const char *host;
     uint64_t port;
@@ -96,7 +98,7 @@ typedef struct server_options {
     const char *redis_password_file;
     double redis_connect_timeout_s;
     double redis_timeout_s;
-    uint64_t redis_wait;
+    uint64_t redis_wait; /* REDIS_WAIT_AUTO: 1 where every primary has a replica */
     uint64_t stripes; /* 0: the store's default (store_redis_options.stripes) */
     double redis_wait_timeout_s;
     uint64_t redis_connections;
@@ -128,6 +130,7 @@ static const server_options defaults = {
     .log_summary_interval_s = 60,
     .redis_connect_timeout_s = 1,
     .redis_timeout_s = 2,
+    .redis_wait = REDIS_WAIT_AUTO,
     .redis_wait_timeout_s = 1,
     .redis_connections = 1,
     .redis_max_in_flight = 256,
@@ -293,8 +296,9 @@ static void usage(FILE *out)
         "  --redis-connect-timeout SECS  connecting to Redis, at most (default 1)\n"
         "  --redis-timeout SECS        one Redis call, at most; then 503, or 507 for a change\n"
         "                              whose outcome is unknown (default 2)\n"
-        "  --redis-wait N              acknowledge a change once N replicas have it (WAIT;\n"
-        "                              default 0: once the Redis primary applied it)\n"
+        "  --redis-wait N              acknowledge a change once N replicas have it (WAIT);\n"
+        "                              0: once the primary applied it (default: 1 if every\n"
+        "                              primary has a connected replica at start, else 0)\n"
         "  --redis-wait-timeout SECS   how long WAIT waits for them (default 1)\n"
         "  --redis-connections N       connections to Redis (to each primary of a cluster),\n"
         "                              shared by every thread: the commands of concurrent\n"
@@ -819,16 +823,18 @@ static void log_settings(const server_options *o, uint16_t port)
             snprintf(stripes, sizeof stripes, "%" PRIu64, o->stripes);
         else if (strncmp(o->store, "redis-cluster://", 16) == 0)
             snprintf(stripes, sizeof stripes, "by pool size");
+        char wait[48] = "1 if every primary has a replica";
+        if (o->redis_wait != REDIS_WAIT_AUTO)
+            snprintf(wait, sizeof wait, "%" PRIu64, o->redis_wait);
         log_msg(LOG_INFO,
                 "state is kept in Redis (store %s, redis-password-file %s, "
-                "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %" PRIu64
+                "redis-connect-timeout %g s, redis-timeout %g s, redis-wait %s"
                 ", redis-wait-timeout %g s, redis-connections %" PRIu64
                 ", redis-max-in-flight %" PRIu64 ", stripes %s for the namespaces it creates): "
                 "this process is a stateless front end; data-dir, "
                 "fsync, save-interval, snapshot-log-bytes and salvage do not apply",
                 redact_url(o->store), o->redis_password_file ? o->redis_password_file : "none",
-                o->redis_connect_timeout_s, o->redis_timeout_s, o->redis_wait,
-                o->redis_wait_timeout_s, o->redis_connections, o->redis_max_in_flight, stripes);
+                o->redis_connect_timeout_s, o->redis_timeout_s, wait, o->redis_wait_timeout_s, o->redis_connections, o->redis_max_in_flight, stripes);
         return;
     }
     log_msg(LOG_INFO, "store: the embedded engine (no --store; redis-password-file, "
@@ -875,7 +881,8 @@ static store_t *open_store(const server_options *o, const core_config *core)
             .password = password,
             .connect_timeout_ms = seconds_to_ms(o->redis_connect_timeout_s),
             .command_timeout_ms = seconds_to_ms(o->redis_timeout_s),
-            .wait_replicas = (unsigned)o->redis_wait,
+            .wait_replicas = o->redis_wait == REDIS_WAIT_AUTO ? 0 : (unsigned)o->redis_wait,
+            .wait_auto = o->redis_wait == REDIS_WAIT_AUTO,
             .wait_timeout_ms = seconds_to_ms(o->redis_wait_timeout_s),
             .connections = (unsigned)o->redis_connections,
             .max_in_flight = (size_t)o->redis_max_in_flight,

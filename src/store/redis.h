@@ -52,6 +52,7 @@
 #ifndef HF_STORE_REDIS_H
 #define HF_STORE_REDIS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,6 +67,7 @@ typedef struct store_redis_options {
     int64_t connect_timeout_ms; /* 0: 1000 */
     int64_t command_timeout_ms; /* 0: 2000 */
     unsigned wait_replicas;     /* > 0: WAIT for that many replicas after every change */
+    bool wait_auto;             /* wait_replicas unset (the store's choice: not yet made) */
     int64_t wait_timeout_ms;    /* the WAIT's timeout (0: the command timeout) */
     /* One Redis: connections shared by every calling thread, commands of
      * concurrent calls pipelined on them (0: 1); commands queued or in

@@ -1718,6 +1718,34 @@ redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
     return cmds;
 }
 
+bool redis_link_replicated(redis_link *l, char *why, size_t len)
+{
+    const char *argv[2] = {"INFO", "replication"};
+    size_t lens[2] = {4, 11};
+    size_t n;
+    redis_cmd *cmds = redis_link_on_primaries(l, 2, argv, lens, false, &n);
+    bool all = n > 0;
+    if (!n)
+        snprintf(why, len, "no primary is known");
+    for (size_t i = 0; i < n && all; i++) {
+        const redisReply *rep = cmds[i].reply;
+        const char *f = rep && rep->type == REDIS_REPLY_STRING
+                            ? strstr(rep->str, "connected_slaves:")
+                            : NULL;
+        if (!f || atoi(f + 17) < 1) {
+            snprintf(why, len, "%s has no connected replica", cmds[i].addr);
+            all = false;
+        }
+    }
+    redis_cmds_free(cmds, n);
+    return all;
+}
+
+void redis_link_set_wait(redis_link *l, unsigned replicas)
+{
+    l->opt.wait_replicas = replicas;
+}
+
 uint32_t redis_link_primaries(redis_link *l)
 {
     if (!l->cluster)
