@@ -25,11 +25,13 @@
 #include "util/xalloc.h"
 #include "wire/wire.h"
 
+/* A bulk string of exactly len bytes. */
 static bool is_bulk(const redisReply *e, size_t len)
 {
     return e->type == REDIS_REPLY_STRING && e->len == len;
 }
 
+/* A namespace with no value has no pool. */
 static int no_pool(int rc)
 {
     return rc == NO_NAMESPACE ? STORE_ENOPOOL : rc;
