@@ -46,15 +46,17 @@
  *   (redis_link_exec: one round trip per node, the nodes in parallel),
  *   judges each reply into a STORE_* code (command.c, redis__judge;
  *   -ESTRIPES is RESTRIPE) and merges the answers back in the call's order,
- *   pages mapped by page_global. INIT and CLEARPOOL go to every stripe; the
- *   others to the stripes that have keys (or releases) of the call.
+ *   pages mapped by page_global. INIT and CLEARPOOL (and STATS, CHECK and
+ *   PAGES) go to every stripe; the others to the stripes that have keys (or
+ *   releases) of the call.
  *
  * A STALE LAYOUT
  *   A batch finds its layout stale when a stripe answers -ESTRIPES, or when
  *   a stripe other than the anchor answers -ENOPOOL and nothing vouches for
  *   the layout. It is vouched for when it was just asked (`last`) or when
- *   the anchor answered in the same batch (STORE_OK or -ENOPOOL: it checked
- *   S). run_striped runs the operation on the cached layout (asked if none
+ *   the anchor answered in the same batch (STORE_OK or -ENOPOOL: the
+ *   anchor's key is the same whatever S, and a value there checks S).
+ *   run_striped runs the operation on the cached layout (asked if none
  *   is cached); on RESTRIPE it asks the anchor again and runs it once more
  *   on the answer, `last`; RESTRIPE then is STORE_EUNAVAILABLE. No anchor,
  *   at either ask, is NO_NAMESPACE: no pool for most operations, all false
