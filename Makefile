@@ -37,7 +37,8 @@ TEST_DEPS  := python3 python3-requests python3-yaml curl prometheus clang libcla
 
 SERVER_MAIN := src/server/main.c
 MODULE_MAIN := src/module/module.c
-LIB_SRC     := $(filter-out $(SERVER_MAIN) $(MODULE_MAIN),$(wildcard src/*/*.c))
+# src/FOLDER/*.c and, for an engine in a folder of its own, src/FOLDER/ENGINE/*.c
+LIB_SRC     := $(filter-out $(SERVER_MAIN) $(MODULE_MAIN),$(wildcard src/*/*.c src/*/*/*.c))
 LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)

@@ -8,14 +8,11 @@
 # TSAN_OPTIONS=halt_on_error=1: a report ends the server with status 66, and
 # the harness fails a server that does not exit 0.
 #
-# gcc 12 with its libtsan. At -O1 with -fsanitize=thread gcc warns that
-# redis.c's layout_of may use `count` uninitialized: it is read only when
-# ask_stripes returned STORE_OK, which sets it (the normal and ASan builds
-# keep the warning on); clang's -Wformat-nonliteral stops at api.c.
+# gcc 12 with its libtsan (clang's -Wformat-nonliteral stops at api.c).
 # tests/tsan.supp lists the reports known and filed, if any.
 
 TSAN_DIR    := build/tsan
-TSAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=thread -Wno-maybe-uninitialized
+TSAN_CFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
 
 .PHONY: tsan
 

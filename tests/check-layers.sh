@@ -3,7 +3,8 @@
 # (docs/architecture.md, "Data flow"); run by `make lint` (mk/lint.mk).
 #
 # Each rule names a folder of SRC (default src) and the folders its files
-# (.c and .h) may not include from. Nothing below the api knows about JSON or
+# (.c and .h, in it or below it: src/store/redis is store) may not include
+# from. Nothing below the api knows about JSON or
 # HTTP; the Redis module links the core, the wire encodings and util only,
 # never an engine of the store; the core is pure and includes only itself
 # and util. Prints file:line: the include, for every one that breaks a rule;
@@ -29,7 +30,8 @@ for rule in "${RULES[@]}"; do
     alternatives=$(tr ' ' '|' <<<"$banned")
     # "api/x.h", <api/x.h> or "../api/x.h"
     pattern="^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<](\.\./)*($alternatives)/"
-    found=$(grep -EHn "$pattern" "$SRC/$folder"/*.[ch] 2>/dev/null)
+    # the folder's files and its subfolders' (an engine's folder in store)
+    found=$(grep -rEHn --include='*.[ch]' "$pattern" "$SRC/$folder" 2>/dev/null)
     if [ -n "$found" ]; then
         sed "s|\$| (src/$folder may not include from: $banned)|" <<<"$found"
         status=1

@@ -38,7 +38,7 @@
 #include "core/core.h"
 #include "redis_test.h"
 #include "store/mem.h"
-#include "store/redis.h"
+#include "store/redis/redis.h"
 #include "store/store.h"
 
 typedef struct test_engine test_engine;

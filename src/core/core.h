@@ -138,7 +138,7 @@ typedef enum core_refusal {
 /*
  * The figures of one pool, in the order of core_pool_stats, which is also
  * the order of an HF3FS.STATS row (src/module/module.c, read back by
- * src/store/redis.c) and of a pool's members in GET /v1/stats: a change of
+ * src/store/redis/admin.c) and of a pool's members in GET /v1/stats: a change of
  * the list changes both. One X(field, view, family, type, help) each;
  * A(name, field, view, family, type, help) is a figure shown a second time
  * under another name (not a field of its own, not in HF3FS.STATS rows).

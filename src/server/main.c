@@ -4,7 +4,7 @@
  * Start-up: parse and validate every flag (a bad value, or an unusable
  * --auth-token-file or --redis-password-file, is a message and exit code 2),
  * then open the store the flags name:
- *   --store URL    the Redis engine (store/redis.h); Redis unreachable or
+ *   --store URL    the Redis engine (store/redis/redis.h); Redis unreachable or
  *                  refusing the credentials: exit code 5;
  *   --in-memory    the embedded engine with nothing on disk (store/mem.h);
  *   otherwise      the embedded engine over its data directory (wal/wal.h):
@@ -49,7 +49,7 @@
 #include "util/log.h"
 #include "util/steady.h"
 #include "store/mem.h"
-#include "store/redis.h"
+#include "store/redis/redis.h"
 #include "wal/wal.h"
 
 #define EXIT_USAGE 2

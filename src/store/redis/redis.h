@@ -49,8 +49,8 @@
  * outcomes unknown, calls refused while down, reconnects; over a cluster
  * its nodes).
  */
-#ifndef HF_STORE_REDIS_H
-#define HF_STORE_REDIS_H
+#ifndef HF_STORE_REDIS_REDIS_H
+#define HF_STORE_REDIS_REDIS_H
 
 #include <stdbool.h>
 #include <stddef.h>
