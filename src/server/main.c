@@ -99,7 +99,7 @@ typedef struct server_options {
     double redis_connect_timeout_s;
     double redis_timeout_s;
     uint64_t redis_wait; /* REDIS_WAIT_AUTO: 1 where every primary has a replica */
-    uint64_t stripes; /* 0: the store's default (store_redis_options.stripes) */
+    uint64_t stripes;    /* 0: the store's default (store_redis_options.stripes) */
     double redis_wait_timeout_s;
     uint64_t redis_connections;
     uint64_t redis_max_in_flight;
@@ -834,7 +834,8 @@ static void log_settings(const server_options *o, uint16_t port)
                 "this process is a stateless front end; data-dir, "
                 "fsync, save-interval, snapshot-log-bytes and salvage do not apply",
                 redact_url(o->store), o->redis_password_file ? o->redis_password_file : "none",
-                o->redis_connect_timeout_s, o->redis_timeout_s, wait, o->redis_wait_timeout_s, o->redis_connections, o->redis_max_in_flight, stripes);
+                o->redis_connect_timeout_s, o->redis_timeout_s, wait, o->redis_wait_timeout_s,
+                o->redis_connections, o->redis_max_in_flight, stripes);
         return;
     }
     log_msg(LOG_INFO, "store: the embedded engine (no --store; redis-password-file, "

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "util/xalloc.h"
+#include "util/log.h"
 #include "wire/wire.h"
 
 /* The value of field `name` in one module's entry of MODULE LIST (a flat
@@ -109,6 +110,20 @@ int store_redis_open(const core_config *config, const store_redis_options *optio
         pthread_mutex_destroy(&r->lock);
         free(r);
         return rc;
+    }
+    if (options->wait_auto) {
+        char why[300];
+        bool all = redis_link_replicated(r->link, why, sizeof why);
+        redis_link_set_wait(r->link, all);
+        if (all)
+            log_msg(LOG_INFO, "redis-wait 1 (the default): every primary has a connected "
+                              "replica, so a change is acknowledged once one has it too "
+                              "(--redis-wait 0 turns it off)");
+        else
+            log_msg(LOG_INFO,
+                    "redis-wait 0 (the default): %s, so a change is acknowledged "
+                    "once its primary applied it",
+                    why);
     }
     *out = &r->base;
     return STORE_OK;

@@ -67,8 +67,10 @@ typedef struct store_redis_options {
     int64_t connect_timeout_ms; /* 0: 1000 */
     int64_t command_timeout_ms; /* 0: 2000 */
     unsigned wait_replicas;     /* > 0: WAIT for that many replicas after every change */
-    bool wait_auto;             /* wait_replicas unset (the store's choice: not yet made) */
-    int64_t wait_timeout_ms;    /* the WAIT's timeout (0: the command timeout) */
+    /* wait_replicas unset: 1 if every primary (the one Redis) has a
+     * connected replica at open, else 0; logged either way */
+    bool wait_auto;
+    int64_t wait_timeout_ms; /* the WAIT's timeout (0: the command timeout) */
     /* One Redis: connections shared by every calling thread, commands of
      * concurrent calls pipelined on them (0: 1); commands queued or in
      * flight per connection, past which a call waits, then is refused
