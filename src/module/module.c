@@ -28,7 +28,7 @@
  * observer on the value's core appends every core event it produces
  * (wire_event_append, deadlines computed with this node's clock); if there
  * is any, the command propagates
- *     HF3FS.APPLY key ns events stripes stripe
+ *     HF3FS.APPLY key ns events stripes stripe placement
  * to replicas and the AOF, never itself. The core reports every change and
  * no read (core.h "What is durable": use counts, demotions and read leases
  * are volatile), so a replica and an AOF hold exactly the primary's durable
@@ -62,7 +62,7 @@
  * RELOAD, full syncs and slot moves keep the state; the AOF keeps it too
  * (every change is an APPLY in it). AOF rewrite without an RDB preamble
  * (aof_rewrite) emits
- *     HF3FS.REBUILD key ns events freeorder stripes stripe
+ *     HF3FS.REBUILD key ns events freeorder stripes stripe placement
  * the same fields, accepted only while the AOF is loaded.
  * digest (DEBUG DIGEST-VALUE, DEBUG DIGEST) covers exactly those three
  * fields, the durable state, so a replica and its primary digest equal iff
@@ -225,20 +225,24 @@ static hf_value *value_new(hf_slice ns, const core_config *cfg, wire_stripe st)
     return v;
 }
 
-/* The stripe of an APPLY or a REBUILD: argv[i], argv[i + 1] if given (a
- * value of one stripe otherwise, as every module before stripes wrote);
- * 0, or -1 if malformed. */
+/* The stripe of an APPLY or a REBUILD: argv[i], argv[i + 1] and argv[i + 2]
+ * if given (count, index, placement; a value of one stripe otherwise, as
+ * every module before stripes wrote; placement WIRE_PLACE_WINDOW without
+ * the third, as modules before placements wrote); 0, or -1 if malformed. */
 static int arg_stripe_opt(RedisModuleString **argv, int argc, int i, wire_stripe *st)
 {
-    *st = (wire_stripe){1, 0};
+    *st = (wire_stripe){1, 0, WIRE_PLACE_WINDOW};
     if (argc <= i)
         return 0;
-    long long count, index;
-    if (argc != i + 2 || rm_StringToLongLong(argv[i], &count) != REDISMODULE_OK ||
-        rm_StringToLongLong(argv[i + 1], &index) != REDISMODULE_OK || count < 1 ||
-        count > WIRE_MAX_STRIPES || index < 0 || index >= count)
+    long long count, index, placement = WIRE_PLACE_WINDOW;
+    if ((argc != i + 2 && argc != i + 3) ||
+        rm_StringToLongLong(argv[i], &count) != REDISMODULE_OK ||
+        rm_StringToLongLong(argv[i + 1], &index) != REDISMODULE_OK ||
+        (argc == i + 3 && rm_StringToLongLong(argv[i + 2], &placement) != REDISMODULE_OK) ||
+        count < 1 || count > WIRE_MAX_STRIPES || index < 0 || index >= count ||
+        (placement != WIRE_PLACE_WINDOW && placement != WIRE_PLACE_SPREAD))
         return -1;
-    *st = (wire_stripe){(uint32_t)count, (uint32_t)index};
+    *st = (wire_stripe){(uint32_t)count, (uint32_t)index, (uint32_t)placement};
     return 0;
 }
 
@@ -387,6 +391,7 @@ static void type_rdb_save(RedisModuleIO *io, void *p)
     rm_SaveStringBuffer(io, f.free_order.ptr, f.free_order.len);
     rm_SaveUnsigned(io, v->st.count);
     rm_SaveUnsigned(io, v->st.index);
+    rm_SaveUnsigned(io, v->st.placement);
     saved_free(&f);
 }
 
@@ -403,14 +408,17 @@ static void *type_rdb_load(RedisModuleIO *io, int encver)
     char *ns = rm_LoadStringBuffer(io, &nslen);
     char *ev = rm_LoadStringBuffer(io, &evlen);
     char *order = rm_LoadStringBuffer(io, &orderlen);
-    wire_stripe st = {1, 0}; /* version 1: a namespace of one value */
+    wire_stripe st = {1, 0, WIRE_PLACE_WINDOW}; /* version 1: a namespace of one value */
     if (encver >= 2) {
         uint64_t count = rm_LoadUnsigned(io), index = rm_LoadUnsigned(io);
-        st = (wire_stripe){(uint32_t)count, (uint32_t)index};
-        if (count < 1 || count > WIRE_MAX_STRIPES || index >= count) {
+        uint64_t placement = encver >= 3 ? rm_LoadUnsigned(io) : WIRE_PLACE_WINDOW;
+        st = (wire_stripe){(uint32_t)count, (uint32_t)index, (uint32_t)placement};
+        if (count < 1 || count > WIRE_MAX_STRIPES || index >= count ||
+            (placement != WIRE_PLACE_WINDOW && placement != WIRE_PLACE_SPREAD)) {
             rm_LogIOError(io, "warning",
-                          "hf3fsmeta: a saved value names stripe %" PRIu64 " of %" PRIu64, index,
-                          count);
+                          "hf3fsmeta: a saved value names stripe %" PRIu64 " of %" PRIu64
+                          " (placement %" PRIu64 ")",
+                          index, count, placement);
             st.count = 0;
         }
     }
@@ -433,8 +441,9 @@ static void type_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p
     hf_value *v = p;
     saved_form f;
     saved_of(v, &f);
-    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbbll", key, v->ns, v->ns_len, f.events.ptr, f.events.len,
-               f.free_order.ptr, f.free_order.len, (long long)v->st.count, (long long)v->st.index);
+    rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbblll", key, v->ns, v->ns_len, f.events.ptr, f.events.len,
+               f.free_order.ptr, f.free_order.len, (long long)v->st.count, (long long)v->st.index,
+               (long long)v->st.placement);
     saved_free(&f);
 }
 
@@ -449,8 +458,9 @@ static void type_digest(RedisModuleDigest *md, void *p)
     hf_value *v = p;
     saved_form f;
     saved_of(v, &f);
-    char st[24];
-    int stlen = snprintf(st, sizeof st, "%" PRIu32 ",%" PRIu32, v->st.count, v->st.index);
+    char st[40];
+    int stlen = snprintf(st, sizeof st, "%" PRIu32 ",%" PRIu32 ",%" PRIu32, v->st.count,
+                         v->st.index, v->st.placement);
     rm_DigestAddStringBuffer(md, v->ns, v->ns_len);
     rm_DigestAddStringBuffer(md, f.events.ptr, f.events.len);
     rm_DigestAddStringBuffer(md, f.free_order.ptr, f.free_order.len);
@@ -554,9 +564,9 @@ static void cmd_close(cmd *c)
     if (c->v) {
         core_set_observer(c->v->core, NULL, NULL);
         if (c->events.len)
-            rm_Replicate(c->ctx, "HF3FS.APPLY", "sbbll", c->argv[1], c->v->ns, c->v->ns_len,
+            rm_Replicate(c->ctx, "HF3FS.APPLY", "sbblll", c->argv[1], c->v->ns, c->v->ns_len,
                          (const char *)c->events.ptr, c->events.len, (long long)c->v->st.count,
-                         (long long)c->v->st.index);
+                         (long long)c->v->st.index, (long long)c->v->st.placement);
     }
     hf_buf_free(&c->events);
     hf_xfree(c->keys);
@@ -655,7 +665,8 @@ static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out, 
     }
     wire_cfg_apply(&w, &cfg);
     wire_stripe st = w.st;
-    if (c->v && (st.count != c->v->st.count || st.index != c->v->st.index)) {
+    if (c->v && (st.count != c->v->st.count || st.index != c->v->st.index ||
+                 st.placement != c->v->st.placement)) {
         char msg[120];
         snprintf(msg, sizeof msg,
                  "ESTRIPES %" PRIu32 " the value is stripe %" PRIu32 " of %" PRIu32, c->v->st.count,
@@ -921,11 +932,13 @@ static void run_cancel(cmd *c)
     hf_xfree(existed);
 }
 
-/* HF3FS.STRIPES key: the stripe count the value records (its namespace's),
- * 0 without a value. */
+/* HF3FS.STRIPES key: [count, placement], the stripe count and the
+ * placement the value records (its namespace's); [0, 0] without a value. */
 static void run_stripes(cmd *c)
 {
+    rm_ReplyWithArray(c->ctx, 2);
     rm_ReplyWithLongLong(c->ctx, c->v ? (long long)c->v->st.count : 0);
+    rm_ReplyWithLongLong(c->ctx, c->v ? (long long)c->v->st.placement : 0);
 }
 
 /* HF3FS.EXISTS / LOOKUP / DELETE / CLOC key now cfg rank keys */
@@ -1257,7 +1270,7 @@ static int cmd_clock(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     return REDISMODULE_OK;
 }
 
-#define STRIPE_TAIL 2  /* argc may be 2 more: [stripes stripe] (arg_stripe_opt) */
+#define STRIPE_TAIL 2  /* argc may be 2 or 3 more: [stripes stripe [placement]] (arg_stripe_opt) */
 #define FROM_PRIMARY 4 /* accepted only from the primary's stream or the AOF being loaded */
 #define FROM_AOF 8     /* accepted only from the AOF being loaded */
 
@@ -1362,7 +1375,7 @@ static const char *cmd_upper(const cmd_spec *s, char what[static 32])
  * the reply. */
 static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
-    if (argc != s->argc && !(s->opts & STRIPE_TAIL && argc == s->argc + 2))
+    if (argc != s->argc && !(s->opts & STRIPE_TAIL && (argc == s->argc + 2 || argc == s->argc + 3)))
         return rm_WrongArity(ctx);
     char what[32];
     char msg[120];
@@ -1373,7 +1386,7 @@ static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleStrin
                  s->opts & FROM_PRIMARY ? "the primary or the AOF" : "the AOF");
         return reply_err(ctx, msg);
     }
-    wire_stripe tail = {1, 0};
+    wire_stripe tail = {1, 0, WIRE_PLACE_WINDOW};
     if (s->opts & STRIPE_TAIL && arg_stripe_opt(argv, argc, s->argc, &tail) != 0) {
         snprintf(msg, sizeof msg, "ERR %s: malformed stripe", cmd_upper(s, what));
         return reply_err(ctx, msg);
@@ -1390,7 +1403,7 @@ static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleStrin
          * caught up with the last rebuild */
         HF_ASSERT(!c.v || !cmd_takes(s, A_CFG) ||
                   (c.v->st.count == c.st.count && c.v->st.index == c.st.index &&
-                   c.v->epoch == rebuilt_epoch));
+                   c.v->st.placement == c.st.placement && c.v->epoch == rebuilt_epoch));
     }
     cmd_close(&c);
     return REDISMODULE_OK;

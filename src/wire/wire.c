@@ -167,18 +167,24 @@ static int read_seven(const char *p, size_t len, size_t *end, wire_cfg *w)
     return 0;
 }
 
-/* The stripe from p[pos..len): nothing (one stripe) or ",count,index". */
+/* The stripe from p[pos..len): nothing (one stripe) or
+ * ",count,index[,placement]". */
 static int read_stripe(const char *p, size_t len, size_t pos, wire_stripe *st)
 {
-    *st = (wire_stripe){1, 0};
+    *st = (wire_stripe){1, 0, WIRE_PLACE_WINDOW};
     if (pos == len)
         return 0;
-    int64_t count, index;
+    int64_t count, index, placement = WIRE_PLACE_WINDOW;
     pos++; /* the comma read_seven stopped at */
-    if (cfg_field(p, len, &pos, false, &count) != 0 || cfg_field(p, len, &pos, true, &index) != 0 ||
-        count < 1 || count > WIRE_MAX_STRIPES || index < 0 || index >= count)
+    if (cfg_field(p, len, &pos, false, &count) != 0)
         return -1;
-    *st = (wire_stripe){(uint32_t)count, (uint32_t)index};
+    const char *comma = memchr(p + pos, ',', len - pos);
+    if (cfg_field(p, len, &pos, !comma, &index) != 0 ||
+        (comma && cfg_field(p, len, &pos, true, &placement) != 0) || count < 1 ||
+        count > WIRE_MAX_STRIPES || index < 0 || index >= count ||
+        (placement != WIRE_PLACE_WINDOW && placement != WIRE_PLACE_SPREAD))
+        return -1;
+    *st = (wire_stripe){(uint32_t)count, (uint32_t)index, (uint32_t)placement};
     return 0;
 }
 
@@ -307,6 +313,12 @@ uint32_t wire_stripes_for(uint64_t num_pages, uint32_t primaries)
     return bound ? (uint32_t)bound : 1;
 }
 
+/* Where range k of count starts: k * 16384 / count. */
+static uint32_t range_start(uint32_t k, uint32_t count)
+{
+    return (uint32_t)(((uint64_t)k * HF_CLUSTER_SLOTS) / count);
+}
+
 /* "hf3fs:{<hex ns>.<count>.<index>.<t>}" (t decimal) into out (cap >= its
  * length); the length. */
 static size_t stripe_key_try(hf_slice ns, wire_stripe st, uint32_t t, char *out, size_t cap)
@@ -322,15 +334,25 @@ size_t wire_stripe_key(hf_slice ns, wire_stripe st, char *out, size_t cap)
     size_t base = wire_value_key(ns, out, cap);
     if (st.index == 0 || base > cap || cap < WIRE_STRIPE_KEY_MAX(ns.len))
         return st.index == 0 ? base : WIRE_STRIPE_KEY_MAX(ns.len);
-    /* Stripe i's slot lies in [a + i*16384/S, a + (i+1)*16384/S) (mod
-     * 16384), a = the anchor's slot: evenly spaced from the anchor, so that
-     * any split of the slots into contiguous ranges of about equal size
-     * (what redis-cli --cluster create and rebalance make) gives each shard
-     * its share of the stripes. t is the first suffix that lands there. */
-    uint32_t a = (uint32_t)hf_key_slot(out, base);
-    uint32_t lo = (uint32_t)(((uint64_t)st.index * HF_CLUSTER_SLOTS) / st.count);
-    uint32_t width = (uint32_t)(((uint64_t)(st.index + 1) * HF_CLUSTER_SLOTS) / st.count) - lo;
-    lo = (a + lo) % HF_CLUSTER_SLOTS;
+    /* Stripe i's slot lies where its placement says (wire.h "Placement"):
+     * t is the first suffix that lands there. */
+    uint32_t a = (uint32_t)hf_key_slot(out, base), lo, width;
+    if (st.placement == WIRE_PLACE_SPREAD) { /* wire.h "Placement" */
+        uint32_t k = (uint32_t)(((uint64_t)a * st.count) / HF_CLUSTER_SLOTS);
+        while (k > 0 && range_start(k, st.count) > a) /* rounding: a is in range k */
+            k--;
+        while (k + 1 < st.count && range_start(k + 1, st.count) <= a)
+            k++;
+        uint32_t r = (k + st.index) % st.count;
+        uint32_t start = range_start(r, st.count);
+        uint32_t size = range_start(r + 1, st.count) - start;
+        lo = start + size / 4;
+        width = size / 2 ? size / 2 : 1;
+    } else {
+        lo = range_start(st.index, st.count);
+        width = range_start(st.index + 1, st.count) - lo;
+        lo = (a + lo) % HF_CLUSTER_SLOTS;
+    }
     size_t n = 0;
     for (uint32_t t = 0;; t++) {
         n = stripe_key_try(ns, st, t, out, cap);

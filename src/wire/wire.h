@@ -11,9 +11,9 @@
  *   flag list  one byte per item, 0 or 1
  *   cfg        decimal fields joined by ',': reservation_ms, read_lease_ms,
  *              write_lease_ms, release_grace_ms, evict (0/1), max_pages,
- *              max_ranks, and optionally stripes, stripe (the namespace's
- *              stripe count and the index of the value the command names;
- *              without them 1, 0)
+ *              max_ranks, and optionally stripes, stripe[, placement] (the
+ *              namespace's stripe count, the index of the value the command
+ *              names and the placement of its keys; without them 1, 0, 0)
  *   events     for each core event: u8 type, then varints: rank, page,
  *              zigzag(deadline); RESERVE adds varint key length and the key.
  *              The namespace is the value's own and is not repeated.
@@ -34,11 +34,11 @@
 #define HF3FS_MODULE_NAME "hf3fsmeta"
 /* Bumped whenever a command, an argument or a reply changes meaning: a
  * front end talks only to a module of exactly its version. */
-#define HF3FS_MODULE_VERSION 3 /* 3: HF3FS.STATS rows end with the estimator's figures */
+#define HF3FS_MODULE_VERSION 4 /* 4: stripes record their placement (HF3FS.STRIPES answers it) */
 /* The data type's name (exactly 9 characters) and its serialized form's
  * version; rdb_load keeps reading every older version. */
 #define HF3FS_TYPE_NAME "hf3fsmeta"
-#define HF3FS_TYPE_ENCVER 2
+#define HF3FS_TYPE_ENCVER 3
 
 /* The Redis key of namespace ns: "hf3fs:{" hex(ns) "}" ("hf3fs:{-}" for the
  * empty namespace), so that any namespace is a valid hash tag. Writes at
@@ -73,9 +73,27 @@ int64_t wire_i64_at(const char *p, size_t i);
  */
 #define WIRE_MAX_STRIPES 256
 typedef struct wire_stripe {
-    uint32_t count; /* S, 1..WIRE_MAX_STRIPES */
-    uint32_t index; /* < count */
+    uint32_t count;     /* S, 1..WIRE_MAX_STRIPES */
+    uint32_t index;     /* < count */
+    uint32_t placement; /* WIRE_PLACE_*: the rule of the stripes' keys, the namespace's */
 } wire_stripe;
+/*
+ * Placement: where stripe i > 0's key puts its slot, relative to the
+ * anchor's slot a (the 16384 slots cut into S ranges of about 16384 / S,
+ * range k from k * 16384 / S):
+ *   WIRE_PLACE_WINDOW  anywhere in [a + i * 16384 / S, a + (i + 1) * 16384 / S)
+ *                      (mod 16384): namespaces made before placements
+ *                      were recorded;
+ *   WIRE_PLACE_SPREAD  in the middle half of range (k + i) mod S, k the
+ *                      anchor's range: for a cluster whose primaries serve
+ *                      contiguous ranges of about equal size (what redis-cli
+ *                      --cluster create and rebalance make), S = m x P puts
+ *                      exactly m stripes on each primary. What new
+ *                      namespaces of S > 1 get.
+ * A namespace keeps the placement it was created with: every stripe's value
+ * records it, the anchor answers it with S (HF3FS.STRIPES).
+ */
+enum { WIRE_PLACE_WINDOW = 0, WIRE_PLACE_SPREAD = 1 };
 
 /* The key-to-stripe hash: FNV-1a 64 of the key's bytes, then MurmurHash3's
  * 64-bit finalizer; a key's stripe is (hash >> 32) * S >> 32. */

@@ -16,18 +16,31 @@ from harness import (Server, expect_eq, expect_status, expect_true, redis_only, 
                      s_confirm, s_exists, s_init, v_alloc, v_confirm, v_exists, v_init)
 
 
-def anchor_stripes(srv, ns):
-    """The stripe count ns's anchor records (HF3FS.STRIPES; 0: no namespace)."""
+def anchor_layout(srv, ns):
+    """[count, placement] ns's anchor records (HF3FS.STRIPES; [0, 0]: no
+    namespace)."""
     key = "hf3fs:{%s}" % (ns.encode().hex() or "-")
     if harness.ENGINE == "redis-cluster":
         rc = harness.shared_cluster()
-        return int(rc.call(rc.slot_owner(rc.keyslot(key)), "HF3FS.STRIPES", key))
+        return [int(x) for x in rc.call(rc.slot_owner(rc.keyslot(key)), "HF3FS.STRIPES", key)]
     c = harness.shared_redis().connect()
     try:
         c.cmd("SELECT", srv.store.rsplit("/", 1)[1])
-        return int(c.cmd("HF3FS.STRIPES", key))
+        return [int(x) for x in c.cmd("HF3FS.STRIPES", key)]
     finally:
         c.close()
+
+
+def anchor_stripes(srv, ns):
+    """The stripe count ns's anchor records (0: no namespace)."""
+    return anchor_layout(srv, ns)[0]
+
+
+def values_per_primary(ns):
+    """How many of ns's values (its stripes) each primary of the cluster holds."""
+    rc = harness.shared_cluster()
+    pattern = "hf3fs:{%s*" % ns.encode().hex()
+    return sorted(len(rc.call(p, "KEYS", pattern)) for p in rc.primaries_ports())
 
 
 def primaries():
@@ -156,17 +169,20 @@ def test_small_pool_over_cluster_gets_one_stripe_and_answers_as_the_embedded_eng
 
 
 @redis_only
-def test_pool_of_many_pages_gets_one_stripe_per_primary_and_every_front_end_uses_it():
+def test_pool_of_many_pages_gets_one_stripe_on_each_primary_and_every_front_end_uses_it():
     # 60,000 pages: at least 2,500 a stripe at one stripe per primary, and
-    # within 60,000 a stripe (docs/many-nodes.md "Choosing S")
+    # within 60,000 a stripe (docs/many-nodes.md "Choosing S"); placed one
+    # on each primary (wire.h "Placement")
     P = primaries()
     with Server(default_stripes=True) as a:
         c = a.client()
         v_init(c, 0, 60000)
-        expect_eq(anchor_stripes(a, "kv"), P, "stripes of kv over %d primaries" % P)
+        expect_eq(anchor_layout(a, "kv"), [P, 1 if P > 1 else 0],
+                  "stripes of kv over %d primaries, and their placement" % P)
         if P > 1:
             expect_true("created with %d stripe(s) (by pool size)" % P in a.stderr(),
                         "a says so:\n" + a.stderr())
+            expect_eq(values_per_primary("kv"), [1] * P, "kv's values on the primaries")
         keys = ["%032x" % (i * 7919) for i in range(12)]
         pages = v_alloc(c, 0, keys)
         v_confirm(c, 0, list(zip(keys, pages)))

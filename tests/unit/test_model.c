@@ -71,7 +71,8 @@ static int S = 1; /* the engine's stripes per namespace */
 
 static int stripe_pages(const mpool *p, int st)
 {
-    return (int)wire_stripe_pages((uint64_t)p->num_pages, (wire_stripe){(uint32_t)S, (uint32_t)st});
+    return (int)wire_stripe_pages((uint64_t)p->num_pages,
+                                  (wire_stripe){(uint32_t)S, (uint32_t)st, WIRE_PLACE_WINDOW});
 }
 
 static mpool model[NNS][NRANKS];

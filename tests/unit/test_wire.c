@@ -356,22 +356,29 @@ TEST(resp_command_is_byte_for_byte_what_hiredis_writes)
     hf_buf_free(&small);
 }
 
-TEST(cfg_carries_the_stripe_and_a_stripe_out_of_range_is_refused)
+TEST(cfg_carries_the_stripe_and_its_placement_and_a_stripe_out_of_range_is_refused)
 {
     core_config c = {0};
-    wire_stripe st = {0, 0};
+    wire_stripe st = {0, 0, 0};
     const char *with = "1,2,3,4,1,5,6,16,15";
     char *p = exact(with, strlen(with));
     CHECK_EQ(wire_cfg_parse(p, strlen(with), &c, &st), 0);
     free(p);
-    CHECK(st.count == 16 && st.index == 15 && c.max_ranks == 6);
+    CHECK(st.count == 16 && st.index == 15 && st.placement == WIRE_PLACE_WINDOW &&
+          c.max_ranks == 6);
+    const char *placed = "1,2,3,4,1,5,6,16,15,1";
+    p = exact(placed, strlen(placed));
+    CHECK_EQ(wire_cfg_parse(p, strlen(placed), &c, &st), 0);
+    free(p);
+    CHECK(st.count == 16 && st.index == 15 && st.placement == WIRE_PLACE_SPREAD);
     const char *without = "1,2,3,4,1,5,6";
     p = exact(without, strlen(without));
     CHECK_EQ(wire_cfg_parse(p, strlen(without), &c, &st), 0);
     free(p);
-    CHECK(st.count == 1 && st.index == 0); /* the form before stripes: one value */
-    const char *bad[] = {"1,2,3,4,1,5,6,16,16", "1,2,3,4,1,5,6,0,0",   "1,2,3,4,1,5,6,257,0",
-                         "1,2,3,4,1,5,6,16",    "1,2,3,4,1,5,6,16,-1", "1,2,3,4,1,5,6,16,1,0"};
+    CHECK(st.count == 1 && st.index == 0 && st.placement == WIRE_PLACE_WINDOW); /* one value */
+    const char *bad[] = {"1,2,3,4,1,5,6,16,16", "1,2,3,4,1,5,6,0,0",     "1,2,3,4,1,5,6,257,0",
+                         "1,2,3,4,1,5,6,16",    "1,2,3,4,1,5,6,16,-1",   "1,2,3,4,1,5,6,16,1,2",
+                         "1,2,3,4,1,5,6,16,1,", "1,2,3,4,1,5,6,16,1,1,0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         p = exact(bad[i], strlen(bad[i]));
         int rc = wire_cfg_parse(p, strlen(bad[i]), &c, &st);
@@ -436,21 +443,25 @@ TEST(stripes_of_a_batch_are_each_keys_stripe)
 TEST(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor)
 {
     char out[128];
-    size_t n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 0}, out, sizeof out);
+    size_t n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 0, WIRE_PLACE_WINDOW}, out,
+                               sizeof out);
     CHECK(n == 12 && memcmp(out, "hf3fs:{6b76}", n) == 0); /* the anchor: the value key */
-    n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 1}, out, sizeof out);
+    n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 1, WIRE_PLACE_WINDOW}, out,
+                        sizeof out);
     CHECK(n == 19 && memcmp(out, "hf3fs:{6b76.16.1.2}", n) == 0);
-    n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 15}, out, sizeof out);
+    n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){16, 15, WIRE_PLACE_WINDOW}, out,
+                        sizeof out);
     CHECK(n == 21 && memcmp(out, "hf3fs:{6b76.16.15.61}", n) == 0);
     const hf_slice names[] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("mamba"), {"", 0}, {"}{\0", 3}};
     const uint32_t counts[] = {2, 3, 16, 100, 256};
     for (size_t a = 0; a < sizeof names / sizeof names[0]; a++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
             uint32_t S = counts[c];
-            n = wire_stripe_key(names[a], (wire_stripe){S, 0}, out, sizeof out);
+            n = wire_stripe_key(names[a], (wire_stripe){S, 0, WIRE_PLACE_WINDOW}, out, sizeof out);
             int anchor = hf_key_slot(out, n);
             for (uint32_t i = 0; i < S; i++) {
-                n = wire_stripe_key(names[a], (wire_stripe){S, i}, out, sizeof out);
+                n = wire_stripe_key(names[a], (wire_stripe){S, i, WIRE_PLACE_WINDOW}, out,
+                                    sizeof out);
                 CHECK(n <= WIRE_STRIPE_KEY_MAX(names[a].len));
                 int off = (hf_key_slot(out, n) - anchor + HF_CLUSTER_SLOTS) % HF_CLUSTER_SLOTS;
                 if ((uint64_t)off < (uint64_t)i * HF_CLUSTER_SLOTS / S ||
@@ -460,13 +471,62 @@ TEST(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor)
         }
 }
 
+/* Placement SPREAD: stripe i in the middle half of slot range (k + i) mod S,
+ * k the anchor's; so over primaries that serve contiguous ranges of about
+ * equal size (redis-cli --cluster create's: 0-5460, 5461-10922,
+ * 10923-16383 for 3), S = m x P stripes put exactly m on each primary;
+ * over P = 3, that is the 0.55 of the window placement's busiest share
+ * (below) brought to 1/3. */
+TEST(spread_stripe_keys_are_pinned_and_put_the_same_number_on_each_primary)
+{
+    char out[128];
+    size_t n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){3, 0, WIRE_PLACE_SPREAD}, out,
+                               sizeof out);
+    CHECK(n == 12 && memcmp(out, "hf3fs:{6b76}", n) == 0); /* the anchor: the value key */
+    n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){3, 1, WIRE_PLACE_SPREAD}, out,
+                        sizeof out);
+    CHECK(n == 18 && memcmp(out, "hf3fs:{6b76.3.1.3}", n) == 0);
+    n = wire_stripe_key(HF_SLICE_LIT("kv"), (wire_stripe){3, 2, WIRE_PLACE_SPREAD}, out,
+                        sizeof out);
+    CHECK(n == 18 && memcmp(out, "hf3fs:{6b76.3.2.0}", n) == 0); /* slots 2757, 9206 */
+    const hf_slice names[] = {HF_SLICE_LIT("kv"),
+                              HF_SLICE_LIT("mamba"),
+                              HF_SLICE_LIT("swa"),
+                              HF_SLICE_LIT("indexer"),
+                              HF_SLICE_LIT("draft"),
+                              {"", 0},
+                              {"}{\0", 3}};
+    const uint32_t primaries[] = {1, 2, 3, 4, 5, 7};
+    for (size_t a = 0; a < sizeof names / sizeof names[0]; a++)
+        for (size_t pi = 0; pi < sizeof primaries / sizeof primaries[0]; pi++)
+            for (uint32_t m = 1; m <= 4; m++) {
+                uint32_t P = primaries[pi], S = m * P;
+                unsigned on[8] = {0};
+                for (uint32_t i = 0; i < S; i++) {
+                    n = wire_stripe_key(names[a], (wire_stripe){S, i, WIRE_PLACE_SPREAD}, out,
+                                        sizeof out);
+                    CHECK(n <= WIRE_STRIPE_KEY_MAX(names[a].len));
+                    uint32_t slot = (uint32_t)hf_key_slot(out, n);
+                    /* primary j serves the slots from j * 16384 / P */
+                    uint32_t j = 0;
+                    while (j + 1 < P &&
+                           slot >= (uint32_t)((uint64_t)(j + 1) * HF_CLUSTER_SLOTS / P))
+                        j++;
+                    on[j]++;
+                }
+                for (uint32_t j = 0; j < P; j++)
+                    if (on[j] != m)
+                        TEST_FAIL("%u stripes over %u primaries: %u on primary %u", S, P, on[j], j);
+            }
+}
+
 TEST(stripes_share_every_page_of_a_pool_exactly_once)
 {
     for (uint64_t pages = 0; pages < 70; pages++)
         for (uint32_t S = 1; S <= 17; S++) {
             uint64_t sum = 0;
             for (uint32_t i = 0; i < S; i++) {
-                uint64_t mine = wire_stripe_pages(pages, (wire_stripe){S, i});
+                uint64_t mine = wire_stripe_pages(pages, (wire_stripe){S, i, WIRE_PLACE_WINDOW});
                 sum += mine;
                 /* local pages 0..mine-1 are global l * S + i, all < pages */
                 CHECK(mine == 0 || (mine - 1) * S + i < pages);
@@ -543,8 +603,8 @@ TEST(stripes_of_m_per_primary_sit_m_give_or_take_one_on_each_primary)
             int len = snprintf(name, sizeof name, "ns%d", n);
             uint32_t on[3] = {0, 0, 0}, busiest = 0;
             for (uint32_t i = 0; i < S; i++) {
-                size_t k = wire_stripe_key((hf_slice){name, (size_t)len}, (wire_stripe){S, i}, key,
-                                           sizeof key);
+                size_t k = wire_stripe_key((hf_slice){name, (size_t)len},
+                                           (wire_stripe){S, i, WIRE_PLACE_WINDOW}, key, sizeof key);
                 int slot = hf_key_slot(key, k), p = 0;
                 while (slot >= first_slot[p + 1])
                     p++;
@@ -616,9 +676,10 @@ int main(int argc, char **argv)
     RUN(key_lists_round_trip_and_malformed_ones_are_refused);
     RUN(page_lists_round_trip_every_int64);
     RUN(cfg_round_trips_and_malformed_cfg_is_refused);
-    RUN(cfg_carries_the_stripe_and_a_stripe_out_of_range_is_refused);
+    RUN(cfg_carries_the_stripe_and_its_placement_and_a_stripe_out_of_range_is_refused);
     RUN(key_to_stripe_hash_is_pinned);
     RUN(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor);
+    RUN(spread_stripe_keys_are_pinned_and_put_the_same_number_on_each_primary);
     RUN(stripes_share_every_page_of_a_pool_exactly_once);
     RUN(default_stripes_follow_pool_size_and_primaries);
     RUN(stripes_of_m_per_primary_sit_m_give_or_take_one_on_each_primary);

@@ -356,7 +356,8 @@ int store_redis_pages(store_t *s, hf_slice ns, uint32_t rank, store_redis_page *
         redis__args_int(a, redis__now_of(r));
         redis__args_int(a, rank);
         redis__args_int(a, 0);
-        redis__args_int(a, (int64_t)wire_stripe_pages(npages, (wire_stripe){L->count, i}));
+        redis__args_int(
+            a, (int64_t)wire_stripe_pages(npages, (wire_stripe){.count = L->count, .index = i}));
     }
     redis__batch_run(r, &b, false);
     rc = redis__batch_outcome(&b, false, true);

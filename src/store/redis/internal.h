@@ -110,13 +110,14 @@ typedef struct layout {
     char *ns;
     size_t nslen;
     uint32_t count;
+    uint32_t placement; /* WIRE_PLACE_* (wire.h "Placement") */
     char **key;
     size_t *keylen;
     int *slot;
 } layout;
 
 /* A layout not cached, the caller's (redis__layouts_free). */
-layout *redis__layout_new(hf_slice ns, uint32_t count);
+layout *redis__layout_new(hf_slice ns, uint32_t count, uint32_t placement);
 void redis__layouts_free(layout *L);
 void redis__layouts_forget(store_redis *r);
 /* STORE_OK and *out (NULL: the namespace has no value; else cached, valid

@@ -55,7 +55,8 @@ static int init_on(store_redis *r, const layout *L, init_call *c, uint32_t from,
         args *a = redis__batch_add(r, &b, "HF3FS.INIT", L, i);
         redis__args_add(a, L->ns, L->nslen);
         redis__args_int(a, c->rank);
-        redis__args_int(a, (int64_t)wire_stripe_pages(c->num_pages, (wire_stripe){L->count, i}));
+        redis__args_int(a, (int64_t)wire_stripe_pages(
+                               c->num_pages, (wire_stripe){.count = L->count, .index = i}));
     }
     redis__batch_run(r, &b, true);
     int rc = redis__batch_outcome(&b, true, last);
@@ -94,7 +95,8 @@ static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pag
          * tells the count another front end gave it meanwhile), then the
          * other stripes. */
         uint32_t guess = redis__stripes_for(r, num_pages);
-        layout *mine = redis__layout_new(ns, guess);
+        layout *mine = redis__layout_new(ns, guess,
+                                         guess > 1 ? WIRE_PLACE_SPREAD : WIRE_PLACE_WINDOW);
         rc = init_on(r, mine, &c, 0, 1, true);
         redis__layouts_free(mine);
         bool made = rc == STORE_OK && c.created;
@@ -492,7 +494,7 @@ static int rd_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_p
                           const hf_slice *keys, const int64_t *pages, size_t n)
 {
     store_redis *r = R(s);
-    layout *one = redis__layout_new(ns, 1);
+    layout *one = redis__layout_new(ns, 1, WIRE_PLACE_WINDOW);
     batch b;
     redis__batch_init(&b, 1);
     args *a = redis__batch_add(r, &b, "HF3FS.IMPORT", one, 0);

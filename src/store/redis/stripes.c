@@ -121,7 +121,7 @@
 #include "util/xalloc.h"
 #include "wire/wire.h"
 
-layout *redis__layout_new(hf_slice ns, uint32_t count)
+layout *redis__layout_new(hf_slice ns, uint32_t count, uint32_t placement)
 {
     layout *L = hf_xcalloc(1, sizeof *L);
     L->ns = hf_xmalloc(ns.len + 1);
@@ -129,13 +129,14 @@ layout *redis__layout_new(hf_slice ns, uint32_t count)
         memcpy(L->ns, ns.ptr, ns.len);
     L->nslen = ns.len;
     L->count = count;
+    L->placement = placement;
     L->key = hf_xcalloc(count, sizeof *L->key);
     L->keylen = hf_xcalloc(count, sizeof *L->keylen);
     L->slot = hf_xcalloc(count, sizeof *L->slot);
     size_t cap = WIRE_STRIPE_KEY_MAX(ns.len);
     for (uint32_t i = 0; i < count; i++) {
         L->key[i] = hf_xmalloc(cap);
-        L->keylen[i] = wire_stripe_key(ns, (wire_stripe){count, i}, L->key[i], cap);
+        L->keylen[i] = wire_stripe_key(ns, (wire_stripe){count, i, placement}, L->key[i], cap);
         L->slot[i] = redis_link_slot(L->key[i], L->keylen[i]);
     }
     return L;
@@ -171,15 +172,16 @@ static const layout *layout_cached(store_redis *r, hf_slice ns)
     return L;
 }
 
-/* Cache ns as a namespace of `count` stripes (the anchor's word). */
-static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count)
+/* Cache ns as a namespace of `count` stripes placed by `placement` (the
+ * anchor's word). */
+static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count, uint32_t placement)
 {
     pthread_mutex_lock(&r->lock);
     layout **at = &r->layouts;
     while (*at && !layout_is(*at, ns))
         at = &(*at)->next;
     layout *L = *at;
-    if (L && L->count == count) {
+    if (L && L->count == count && L->placement == placement) {
         pthread_mutex_unlock(&r->lock);
         return L;
     }
@@ -188,7 +190,7 @@ static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count)
         L->next = r->retired;
         r->retired = L;
     }
-    L = redis__layout_new(ns, count);
+    L = redis__layout_new(ns, count, placement);
     L->next = r->layouts;
     r->layouts = L;
     pthread_mutex_unlock(&r->lock);
@@ -214,8 +216,9 @@ void redis__layouts_forget(store_redis *r)
     pthread_mutex_unlock(&r->lock);
 }
 
-/* The stripe count ns's anchor records (0: no anchor, so no namespace). */
-static int ask_stripes(store_redis *r, hf_slice ns, uint32_t *count)
+/* The stripe count and placement ns's anchor records (count 0: no anchor,
+ * so no namespace). */
+static int ask_stripes(store_redis *r, hf_slice ns, uint32_t *count, uint32_t *placement)
 {
     args a;
     redis__args_cmd(&a, "HF3FS.STRIPES", ns);
@@ -223,9 +226,15 @@ static int ask_stripes(store_redis *r, hf_slice ns, uint32_t *count)
     int rc = redis__call(r, &a, false, &rep);
     if (rc != STORE_OK)
         return rc;
-    if (rep->type != REDIS_REPLY_INTEGER || rep->integer < 0 || rep->integer > WIRE_MAX_STRIPES)
+    const redisReply *c = rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 ? rep->element[0]
+                                                                               : NULL;
+    const redisReply *p = c ? rep->element[1] : NULL;
+    if (!c || c->type != REDIS_REPLY_INTEGER || c->integer < 0 || c->integer > WIRE_MAX_STRIPES ||
+        p->type != REDIS_REPLY_INTEGER ||
+        (p->integer != WIRE_PLACE_WINDOW && p->integer != WIRE_PLACE_SPREAD))
         return redis__malformed(r, rep, "HF3FS.STRIPES");
-    *count = (uint32_t)rep->integer;
+    *count = (uint32_t)c->integer;
+    *placement = (uint32_t)p->integer;
     freeReplyObject(rep);
     return STORE_OK;
 }
@@ -237,10 +246,10 @@ int redis__layout_of(store_redis *r, hf_slice ns, bool fresh, const layout **out
     *out = fresh ? NULL : layout_cached(r, ns);
     if (*out)
         return STORE_OK;
-    uint32_t count = 0; /* ask_stripes sets it when STORE_OK */
-    int rc = ask_stripes(r, ns, &count);
+    uint32_t count = 0, placement = 0; /* ask_stripes sets them when STORE_OK */
+    int rc = ask_stripes(r, ns, &count, &placement);
     if (rc == STORE_OK && count)
-        *out = layout_put(r, ns, count);
+        *out = layout_put(r, ns, count, placement);
     return rc;
 }
 
@@ -334,12 +343,16 @@ args *redis__batch_add(store_redis *r, batch *b, const char *cmd, const layout *
     b->stripe[b->m++] = i;
     redis__args_cmd_key(a, cmd, L->key[i], L->keylen[i], L->slot[i]);
     redis__args_int(a, redis__now_of(r));
-    char *cfg = redis__args_room(a, r->cfglen + 2 * (1 + HF_UINT_DIGITS)), *p = cfg + r->cfglen;
-    memcpy(cfg, r->cfgs, r->cfglen); /* wire_cfg_parse's 9-field form: cfg,count,stripe */
+    char *cfg = redis__args_room(a, r->cfglen + 3 * (1 + HF_UINT_DIGITS)), *p = cfg + r->cfglen;
+    memcpy(cfg, r->cfgs, r->cfglen); /* wire_cfg_parse's form: cfg,count,stripe[,placement] */
     *p++ = ',';
     p = hf_put_uint(p, L->count);
     *p++ = ',';
     p = hf_put_uint(p, i);
+    if (L->placement != WIRE_PLACE_WINDOW) {
+        *p++ = ',';
+        p = hf_put_uint(p, L->placement);
+    }
     redis__args_trim(a, (size_t)(p - cfg));
     return a;
 }
