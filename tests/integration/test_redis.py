@@ -13,7 +13,8 @@
   a status the stock clients retry after a change was sent; frozen for a
   moment under load from many clients: never a 500 (503 and 507 only);
 - --redis-wait N: a change is acknowledged once N replicas have it, and is
-  answered 507 (outcome unknown) when they do not confirm it;
+  answered 507 (outcome unknown) when they do not confirm it; without the
+  flag, 1 where every primary has a connected replica at start, else 0;
 - the pipelined link: many concurrent requests share --redis-connections
   connections (CLIENT LIST), their commands written together; past
   --redis-max-in-flight a request waits, and answers 503 while Redis is
@@ -347,6 +348,32 @@ def test_redis_wait_acknowledges_once_replicas_have_the_change():
             pages = v_alloc(c, 0, ["k"])
             v_confirm(c, 0, [("k", pages[0])])
             wait_for(lambda: replica.cmd("EXISTS", "hf3fs:{6b76}") == 1, 5, what="on the replica")
+
+
+def test_redis_wait_defaults_to_one_where_every_primary_has_a_replica_and_says_why():
+    def wait_of(srv):
+        return srv.client().get("/v1/stats").json()["server"]["store"]["wait_replicas"]
+
+    with RedisServer() as primary, RedisServer(extra=[]) as replica:
+        with Server(store=primary.url) as srv:  # no replica: acknowledged by the primary
+            expect_eq(wait_of(srv), 0, "redis-wait without a replica")
+            expect_true("redis-wait 0 (the default): %s:%d has no connected replica"
+                        % ("127.0.0.1", primary.port) in srv.stderr(), srv.stderr())
+        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
+        wait_for(lambda: b"master_link_status:up" in replica.cmd("INFO", "replication"),
+                 10 * harness.SLOWDOWN, what="replica in sync")
+        with Server("--redis-wait-timeout", str(5 * harness.SLOWDOWN),
+                    store=primary.url) as srv:
+            expect_eq(wait_of(srv), 1, "redis-wait with a replica")
+            expect_true("redis-wait 1 (the default): every primary has a connected replica"
+                        in srv.stderr(), srv.stderr())
+            c = srv.client()
+            v_init(c, 0, 8)
+            pages = v_alloc(c, 0, ["k"])
+            v_confirm(c, 0, [("k", pages[0])])
+        with Server("--redis-wait", "0", store=primary.url) as srv:
+            expect_eq(wait_of(srv), 0, "--redis-wait 0 turns it off")
+            expect_true("(the default)" not in srv.stderr(), srv.stderr())
 
 
 def _mixed_load(port, stop, statuses, lock, seed):
