@@ -50,71 +50,45 @@ static int pick(int n)
     return randops_pick(&rng, n);
 }
 
-static char key_names[24][80];
-static hf_slice keys[24];
+static const hf_slice NS[3] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns-b"), HF_SLICE_LIT("")};
+
+/* The first two namespaces, ranks 0-2, batches of up to 6 keys of 24, in
+ * three forms: 64 hex characters (packed), other characters, short hex. */
+static randops_space space = {.ns = NS, .nns = 2, .ranks = 3, .max_batch = 6, .nkeys = 24};
 
 static void make_keys(void)
 {
-    for (int i = 0; i < 24; i++) {
-        if (i % 3 == 0) /* 64 hex characters: packed */
+    for (int i = 0; i < space.nkeys; i++) {
+        char *name = space.names[i];
+        if (i % 3 == 0)
             for (int j = 0; j < 64; j++)
-                key_names[i][j] = "0123456789abcdef"[(i * 7 + j * 13) % 16];
+                name[j] = "0123456789abcdef"[(i * 7 + j * 13) % 16];
         else if (i % 3 == 1)
-            snprintf(key_names[i], sizeof key_names[i], "Key-%d/with:other chars", i);
+            snprintf(name, sizeof space.names[i], "Key-%d/with:other chars", i);
         else
-            snprintf(key_names[i], sizeof key_names[i], "%02x", i * 9); /* short hex */
-        keys[i] = hf_slice_from_cstr(key_names[i]);
+            snprintf(name, sizeof space.names[i], "%02x", i * 9);
+        space.keys[i] = hf_slice_from_cstr(name);
     }
 }
 
-static const hf_slice NS[3] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns-b"), HF_SLICE_LIT("")};
-
-/* The operations as the store would run them, over the first two
- * namespaces, batches of up to 6 keys and pools of 2-11 pages. */
-static const randops_mix MIX = {.ns = NS,
-                                .nns = 2,
-                                .keys = keys,
-                                .nkeys = 24,
-                                .ranks = 3,
-                                .max_batch = 6,
-                                .reinit_one_in = 60,
-                                .pool_pages = 2,
-                                .pool_span = 10,
-                                .weight = {[RANDOPS_ALLOCATE] = 35,
-                                           [RANDOPS_LOOKUP] = 20,
-                                           [RANDOPS_EXISTS] = 10,
-                                           [RANDOPS_DELETE] = 10,
-                                           [RANDOPS_POOL_CLEAR] = 2,
-                                           [RANDOPS_COMPLETE_EXISTS] = 21},
-                                .clear_all_one_in = 8,
-                                .release_one_in = 6,
-                                .unconfirmed_one_in = 5};
+/* The operations as the store would run them, over pools of 2-11 pages. */
+static const randops_mix MIX = {.pools = {.pages = 2, .span = 10, .reinit_one_in = 60},
+                                .writes = {.allocate = 35, .delete = 10, .pool_clear = 2},
+                                .reads = {.lookup = 20, .exists = 10, .complete_exists = 21},
+                                .one_in = {.clear_all = 8, .release = 6, .unconfirmed = 5}};
 
 /* One random operation, as the store would run it. */
 static void random_op(core_t *core, int64_t now)
 {
-    randops_step(core, &MIX, &rng, now, false, NULL);
+    randops_step(core, &space, &MIX, &rng, now, false, NULL);
 }
 
 /* ------------------------------------------------------- codec round trip */
 
-typedef struct event_list {
-    core_event items[64];
-    char keys[64][80];
-    char nss[64][16];
-    int n;
-} event_list;
-
+/* A decoder's callback: the events into a randops_events. */
 static int collect(void *ctx, const core_event *ev)
 {
-    event_list *l = ctx;
-    core_event *e = &l->items[l->n];
-    *e = *ev;
-    memcpy(l->keys[l->n], ev->key.ptr, ev->key.len);
-    memcpy(l->nss[l->n], ev->ns.ptr, ev->ns.len);
-    e->key.ptr = l->keys[l->n];
-    e->ns.ptr = l->nss[l->n];
-    l->n++;
+    randops_record(ctx, ev);
     return 0;
 }
 
@@ -161,7 +135,7 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
     wal_decoder dec;
     wal__dec_init(&dec);
     dec.time_base = enc.time_base;
-    event_list got = {.n = 0};
+    randops_events got = {0};
     size_t off = 0;
     uint64_t records = 0;
     while (off < enc.out.len) {
@@ -180,9 +154,9 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
                  WAL_FRAME_BAD);
     }
     CHECK_EQ(records, nev);
-    CHECK_EQ(got.n, (int)nev);
+    CHECK_EQ(got.len, nev);
     for (size_t i = 0; i < nev; i++) {
-        const core_event *a = &evs[i], *b = &got.items[i];
+        const core_event *a = &evs[i], *b = &got.items[i].ev;
         if (a->type != b->type || !hf_slice_eq(a->ns, b->ns) || a->rank != b->rank ||
             a->page != b->page || !hf_slice_eq(a->key, b->key) || a->deadline != b->deadline)
             TEST_FAIL("event %zu (type %d) did not round-trip", i, a->type);
@@ -194,6 +168,7 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
     size_t before = one.out.len;
     wal__enc_event(&one, &evs[2]);
     CHECK(one.out.len - before < 50);
+    randops_events_free(&got);
     wal__enc_free(&one);
     wal__enc_free(&enc);
     wal__dec_free(&dec);
