@@ -509,32 +509,42 @@ int hf3fs_meta__answer_page(hf3fs_meta_client *c, const hf3fs_meta__json_doc *do
     return 0;
 }
 
-int hf3fs_meta__read_bools(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, const char *name,
-                           size_t n, bool *out)
+/* A boolean from node i. */
+static int answer_bool(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, uint32_t i,
+                       const char *what, size_t index, bool *out)
+{
+    uint8_t type = doc->nodes[i].type;
+    if (type != HF3FS_META__JSON_TRUE && type != HF3FS_META__JSON_FALSE)
+        return hf3fs_meta__set_error(c, HF3FS_META_EPROTO, "answer \"%s\"[%zu] is not a boolean",
+                                     what, index);
+    *out = type == HF3FS_META__JSON_TRUE;
+    return 0;
+}
+
+/* The n items of the answer's array `name` into bools[] or, bools NULL,
+ * into pages[] (a page or null each). */
+static int read_items(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, const char *name,
+                      size_t n, bool *bools, int64_t *pages)
 {
     uint32_t array = 0; /* set when rc is 0 */
     int rc = hf3fs_meta__answer_array(c, doc, name, n, &array);
     uint32_t item = rc == 0 ? hf3fs_meta__json_first(doc, array) : HF3FS_META__JSON_NONE;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        uint8_t type = doc->nodes[item].type;
-        if (type != HF3FS_META__JSON_TRUE && type != HF3FS_META__JSON_FALSE)
-            return hf3fs_meta__set_error(c, HF3FS_META_EPROTO,
-                                         "answer \"%s\"[%zu] is not a boolean", name, i);
-        out[i] = type == HF3FS_META__JSON_TRUE;
+        rc = bools ? answer_bool(c, doc, item, name, i, &bools[i])
+                   : hf3fs_meta__answer_page(c, doc, item, true, name, i, &pages[i]);
         item = hf3fs_meta__json_next(doc, array, item);
     }
     return rc;
 }
 
+int hf3fs_meta__read_bools(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, const char *name,
+                           size_t n, bool *out)
+{
+    return read_items(c, doc, name, n, out, NULL);
+}
+
 int hf3fs_meta__read_pages(hf3fs_meta_client *c, const hf3fs_meta__json_doc *doc, const char *name,
                            size_t n, int64_t *out)
 {
-    uint32_t array = 0; /* set when rc is 0 */
-    int rc = hf3fs_meta__answer_array(c, doc, name, n, &array);
-    uint32_t item = rc == 0 ? hf3fs_meta__json_first(doc, array) : HF3FS_META__JSON_NONE;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        rc = hf3fs_meta__answer_page(c, doc, item, true, name, i, &out[i]);
-        item = hf3fs_meta__json_next(doc, array, item);
-    }
-    return rc;
+    return read_items(c, doc, name, n, NULL, out);
 }

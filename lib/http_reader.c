@@ -80,44 +80,54 @@ static int parse_status_line(hf3fs_meta__http_reader *r, const char *s, size_t l
     return 0;
 }
 
+/* The next item of the comma-separated list v[0..len) from *at on, without
+ * the blanks around it: tok[0..*tlen); false when none is left. */
+static bool list_next(const char *v, size_t len, size_t *at, const char **tok, size_t *tlen)
+{
+    size_t i = *at;
+    while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+        i++;
+    if (i >= len)
+        return false;
+    size_t start = i;
+    while (i < len && v[i] != ',')
+        i++;
+    size_t end = i;
+    while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+        end--;
+    *at = i;
+    *tok = v + start;
+    *tlen = end - start;
+    return true;
+}
+
+/* Is tok[0..tlen) word (any case)? */
+static bool token_is(const char *tok, size_t tlen, const char *word)
+{
+    return tlen == strlen(word) && strncasecmp(tok, word, tlen) == 0;
+}
+
 /* Does the comma-separated list value[0..len-1] contain token (any case)? */
 static bool list_has(const char *value, size_t len, const char *token)
 {
-    size_t tlen = strlen(token), i = 0;
-    while (i < len) {
-        while (i < len && (value[i] == ' ' || value[i] == '\t' || value[i] == ','))
-            i++;
-        size_t start = i;
-        while (i < len && value[i] != ',')
-            i++;
-        size_t end = i;
-        while (end > start && (value[end - 1] == ' ' || value[end - 1] == '\t'))
-            end--;
-        if (end - start == tlen && strncasecmp(value + start, token, tlen) == 0)
+    size_t at = 0, tlen;
+    const char *tok;
+    while (list_next(value, len, &at, &tok, &tlen))
+        if (token_is(tok, tlen, token))
             return true;
-    }
     return false;
 }
 
 static int parse_transfer_encoding(hf3fs_meta__http_reader *r, const char *v, size_t len)
 {
     /* Only chunked and identity are supported; chunked must come last. */
-    size_t i = 0;
+    size_t at = 0, tlen;
+    const char *tok;
     bool last_chunked = false;
-    while (i < len) {
-        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        if (i >= len)
-            break;
-        size_t start = i;
-        while (i < len && v[i] != ',')
-            i++;
-        size_t end = i;
-        while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
-            end--;
-        if (end - start == 7 && strncasecmp(v + start, "chunked", 7) == 0)
+    while (list_next(v, len, &at, &tok, &tlen)) {
+        if (token_is(tok, tlen, "chunked"))
             last_chunked = true;
-        else if (end - start == 8 && strncasecmp(v + start, "identity", 8) == 0)
+        else if (token_is(tok, tlen, "identity"))
             last_chunked = false;
         else
             return fail(r, HF3FS_META_EPROTO, "unsupported transfer coding");

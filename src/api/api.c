@@ -398,21 +398,6 @@ static int check_key(api__req *req, const json_node *key, const char *field, siz
     return 0;
 }
 
-int api__decode_keys(api__req *req, const json_node *list, const char *field, hf_slice **keys)
-{
-    if (check_count(req, list, field) != 0)
-        return -1;
-    hf_slice *out = json_doc_alloc(req->doc, list->len * sizeof *out);
-    for (size_t i = 0; i < list->len; i++) {
-        const json_node *key = &list->u.items[i];
-        if (check_key(req, key, field, i, "") != 0)
-            return -1;
-        out[i] = json_slice(key);
-    }
-    *keys = out;
-    return 0;
-}
-
 /* A [key, prefix_key] pair; prefix_key may be a string or null. */
 static int check_key_pair(api__req *req, const json_node *pair, const char *field, size_t i)
 {
@@ -434,18 +419,21 @@ static int check_key_pair(api__req *req, const json_node *pair, const char *fiel
     return 0;
 }
 
-int api__decode_key_items(api__req *req, const json_node *list, const char *field, hf_slice **keys)
+/* The keys of list: each a key string, or with pairs also a [key,
+ * prefix_key] pair (its key taken). */
+static int decode_keys(api__req *req, const json_node *list, const char *field, bool pairs,
+                       hf_slice **keys)
 {
     if (check_count(req, list, field) != 0)
         return -1;
     hf_slice *out = json_doc_alloc(req->doc, list->len * sizeof *out);
     for (size_t i = 0; i < list->len; i++) {
         const json_node *item = &list->u.items[i];
-        if (item->type == JSON_ARRAY) {
+        if (pairs && item->type == JSON_ARRAY) {
             if (check_key_pair(req, item, field, i) != 0)
                 return -1;
             item = &item->u.items[0];
-        } else if (item->type != JSON_STRING) {
+        } else if (pairs && item->type != JSON_STRING) {
             api__fail(req, 400,
                       "'%s[%zu]' must be a key string or a [key, prefix_key] pair, got %s", field,
                       i, json_type_name(item));
@@ -457,6 +445,16 @@ int api__decode_key_items(api__req *req, const json_node *list, const char *fiel
     }
     *keys = out;
     return 0;
+}
+
+int api__decode_keys(api__req *req, const json_node *list, const char *field, hf_slice **keys)
+{
+    return decode_keys(req, list, field, false, keys);
+}
+
+int api__decode_key_items(api__req *req, const json_node *list, const char *field, hf_slice **keys)
+{
+    return decode_keys(req, list, field, true, keys);
 }
 
 int api__decode_route_keys(api__req *req, const json_node *list, hf_slice **keys)

@@ -57,12 +57,14 @@ typedef struct wal_file_header {
     uint32_t salt;     /* XORed into every record checksum of the file */
 } wal_file_header;
 
+/* The format's codes stand in the WAL range after the WAL_E* ones (wal.h):
+ * headers -351..-354, framing -361..-362, decoding -371..-372. */
 enum {
     WAL_HDR_OK = 0,
-    WAL_HDR_SHORT = -1,       /* fewer than WAL_HEADER_SIZE bytes */
-    WAL_HDR_BAD_MAGIC = -2,   /* not one of our files */
-    WAL_HDR_BAD_VERSION = -3, /* ours, of a format this build does not read */
-    WAL_HDR_BAD_CRC = -4,     /* damaged */
+    WAL_HDR_SHORT = -351,       /* fewer than WAL_HEADER_SIZE bytes */
+    WAL_HDR_BAD_MAGIC = -352,   /* not one of our files */
+    WAL_HDR_BAD_VERSION = -353, /* ours, of a format this build does not read */
+    WAL_HDR_BAD_CRC = -354,     /* damaged */
 };
 
 void wal__header_encode(const wal_file_header *h, uint8_t out[WAL_HEADER_SIZE]);
@@ -73,8 +75,8 @@ int wal__header_decode(const uint8_t *p, size_t len, wal_file_header *h);
 
 enum {
     WAL_FRAME_OK = 0,
-    WAL_FRAME_SHORT = -1, /* the record runs past the end of the bytes given */
-    WAL_FRAME_BAD = -2,   /* impossible length or checksum mismatch */
+    WAL_FRAME_SHORT = -361, /* the record runs past the end of the bytes given */
+    WAL_FRAME_BAD = -362,   /* impossible length or checksum mismatch */
 };
 
 /* Frame the record at data[0..avail-1]: *rec_len = its whole size, *body its
@@ -146,9 +148,9 @@ void wal__enc_end(wal_encoder *e);
 
 enum {
     WAL_DEC_OK = 0,
-    WAL_DEC_END = 1,        /* the END record of a snapshot */
-    WAL_DEC_MALFORMED = -1, /* the body does not parse (unknown type, bad fields) */
-    WAL_DEC_REFUSED = -2,   /* it parses but does not fit (unknown pool, event refused) */
+    WAL_DEC_END = 1,          /* the END record of a snapshot */
+    WAL_DEC_MALFORMED = -371, /* the body does not parse (unknown type, bad fields) */
+    WAL_DEC_REFUSED = -372,   /* it parses but does not fit (unknown pool, event refused) */
 };
 
 typedef struct wal_decoder {

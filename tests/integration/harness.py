@@ -328,13 +328,17 @@ class Server:
     def raw(self, timeout=None):
         return RawConn(self.port, timeout)
 
-    def check(self):
-        """GET /v1/check must answer 200 {"ok": true} (needs --debug-api)."""
+    def get_once(self, path):
+        """GET path on a connection of its own, closed after the answer."""
         c = Client(self.port)
         try:
-            r = c.get("/v1/check")
+            return c.get(path)
         finally:
             c.close()
+
+    def check(self):
+        """GET /v1/check must answer 200 {"ok": true} (needs --debug-api)."""
+        r = self.get_once("/v1/check")
         body = r.json_or_none()
         if r.status != 200 or not isinstance(body, dict) or body.get("ok") is not True:
             raise AssertionError("invariant checker failed: GET /v1/check -> %s %r"
@@ -342,11 +346,7 @@ class Server:
 
     def stats(self):
         """{(namespace, rank): pool stats dict} from GET /v1/stats."""
-        c = Client(self.port)
-        try:
-            r = c.get("/v1/stats")
-        finally:
-            c.close()
+        r = self.get_once("/v1/stats")
         expect_status(r, 200)
         body = r.json()
         assert isinstance(body, dict) and isinstance(body.get("pools"), list), \
@@ -392,13 +392,9 @@ class TokenFile:
         return False
 
 
-class Response:
-    def __init__(self, method, path, status, headers, body):
-        self.method = method
-        self.path = path
-        self.status = status
-        self.headers = headers  # a list of (name, value)
-        self.body = body
+class _Answer:
+    """What Response and RawResponse share: headers as a list of (name,
+    value), a body, and _said() naming the answer in a failure."""
 
     def header(self, name):
         name = name.lower()
@@ -411,14 +407,25 @@ class Response:
         try:
             return json.loads(self.body)
         except ValueError:
-            raise AssertionError("%s %s -> %s: body is not JSON: %r"
-                                 % (self.method, self.path, self.status, self.body[:500]))
+            raise AssertionError("%s: body is not JSON: %r" % (self._said(), self.body[:500]))
 
     def json_or_none(self):
         try:
             return json.loads(self.body)
         except ValueError:
             return None
+
+
+class Response(_Answer):
+    def __init__(self, method, path, status, headers, body):
+        self.method = method
+        self.path = path
+        self.status = status
+        self.headers = headers  # a list of (name, value)
+        self.body = body
+
+    def _said(self):
+        return "%s %s -> %s" % (self.method, self.path, self.status)
 
     def __repr__(self):
         return "%s %s -> %s %r" % (self.method, self.path, self.status, self.body[:500])
@@ -464,7 +471,7 @@ class Client:
         self.conn.close()
 
 
-class RawResponse:
+class RawResponse(_Answer):
     def __init__(self, version, status, reason, headers, body):
         self.version = version
         self.status = status
@@ -472,24 +479,8 @@ class RawResponse:
         self.headers = headers
         self.body = body
 
-    def header(self, name):
-        name = name.lower()
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
-
-    def json(self):
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            raise AssertionError("status %s: body is not JSON: %r" % (self.status, self.body[:500]))
-
-    def json_or_none(self):
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            return None
+    def _said(self):
+        return "status %s" % self.status
 
     def __repr__(self):
         return "%s %s %r" % (self.version, self.status, self.body[:500])
@@ -817,22 +808,30 @@ def v_confirm(c, rank, confirmations, release=None):
     expect_no_body(c.post("/keys/confirm_write", body), 204)
 
 
-def v_exists(c, keys):
-    body = expect_json(c.post("/keys/batch_exists", {"keys": keys}), 200)
-    got = body.get("exists")
-    expect_true(isinstance(got, list) and len(got) == len(keys)
-                and all(type(x) is bool for x in got),
-                "batch_exists: one bool per key expected: %r" % (body,))
+# What a read answers for each key, and its name in a failure.
+A_BOOL = ("one bool", lambda x: type(x) is bool)
+A_PAGE = ("one page or null", lambda x: x is None or type(x) is int)
+AN_ENTRY = ("one entry", lambda x: True)
+
+
+def per_key(r, field, keys, answer):
+    """The list `field` of a 200 answer r: one item per key, each an answer
+    (A_BOOL, A_PAGE, AN_ENTRY)."""
+    body = expect_json(r, 200)
+    got = body.get(field)
+    what, fits = answer
+    expect_true(isinstance(got, list) and len(got) == len(keys) and all(fits(x) for x in got),
+                "%s: %s per key expected: %r" % (r.path.rsplit("/", 1)[-1], what, body))
     return got
+
+
+def v_exists(c, keys):
+    return per_key(c.post("/keys/batch_exists", {"keys": keys}), "exists", keys, A_BOOL)
 
 
 def v_locations(c, rank, keys):
-    body = expect_json(c.post("/keys/get_locations", {"rank": rank, "keys": keys}), 200)
-    got = body.get("locations")
-    expect_true(isinstance(got, list) and len(got) == len(keys)
-                and all(x is None or type(x) is int for x in got),
-                "get_locations: one page or null per key expected: %r" % (body,))
-    return got
+    r = c.post("/keys/get_locations", {"rank": rank, "keys": keys})
+    return per_key(r, "locations", keys, A_PAGE)
 
 
 def s_init(c, rank, num_pages, ns=None):
@@ -844,12 +843,8 @@ def s_alloc(c, rank, keys, ns=None):
     """SGLang reserve_and_allocate_page_indices; returns [(existed, page)]."""
     pairs = [[k, ""] if isinstance(k, str) else k for k in keys]
     r = c.post("/%d/reserve_and_allocate_page_indices" % rank, _ns_body({"keys": pairs}, ns))
-    body = expect_json(r, 200)
-    got = body.get("indices")
-    expect_true(isinstance(got, list) and len(got) == len(keys),
-                "reserve_and_allocate_page_indices: one entry per key expected: %r" % (body,))
     out = []
-    for item in got:
+    for item in per_key(r, "indices", keys, AN_ENTRY):
         expect_true(isinstance(item, list) and len(item) == 2 and type(item[0]) is bool
                     and type(item[1]) is int,
                     "reserve_and_allocate_page_indices item should be [bool, page]: %r" % (item,))
@@ -867,22 +862,14 @@ def s_confirm(c, rank, confirmations=None, release=None, ns=None):
 
 
 def s_exists(c, rank, keys, ns=None):
-    body = expect_json(c.post("/%d/exists" % rank, _ns_body({"keys": keys}, ns)), 200)
-    got = body.get("exists")
-    expect_true(isinstance(got, list) and len(got) == len(keys)
-                and all(type(x) is bool for x in got),
-                "exists: one bool per key expected: %r" % (body,))
-    return got
+    r = c.post("/%d/exists" % rank, _ns_body({"keys": keys}, ns))
+    return per_key(r, "exists", keys, A_BOOL)
 
 
 def s_pages(c, rank, keys, ns=None):
     """SGLang get_page_indices: page or None per key."""
-    body = expect_json(c.post("/%d/get_page_indices" % rank, _ns_body({"keys": keys}, ns)), 200)
-    got = body.get("indices")
-    expect_true(isinstance(got, list) and len(got) == len(keys)
-                and all(x is None or type(x) is int for x in got),
-                "get_page_indices: one page or null per key expected: %r" % (body,))
-    return got
+    r = c.post("/%d/get_page_indices" % rank, _ns_body({"keys": keys}, ns))
+    return per_key(r, "indices", keys, A_PAGE)
 
 
 def s_delete(c, rank, keys, ns=None):

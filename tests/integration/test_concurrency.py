@@ -41,6 +41,28 @@ class Recorder:
             self.requests += 1
             self.statuses[status] = self.statuses.get(status, 0) + 1
 
+    def expect_none(self):
+        expect_true(not self.errors, "%d problems during the run (%d requests):\n  %s"
+                    % (len(self.errors), self.requests, "\n  ".join(self.errors[:20])))
+
+
+def busy_server(lease):
+    """Clock eviction, 4 threads, read and write leases and the release
+    grace of `lease` seconds."""
+    return Server("--eviction", "clock", "--read-lease", lease, "--release-grace", lease,
+                  "--write-lease", lease, "--threads", "4")
+
+
+def run_threads(threads, stop, seconds):
+    """Start threads, stop them after seconds; each must end."""
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30 * harness.SLOWDOWN)
+        expect_true(not t.is_alive(), "a client thread hung (no answer within the timeout)")
+
 
 def call(rec, c, path, body):
     """POST; record; return the parsed JSON (or None for 204). Any transport
@@ -80,122 +102,118 @@ def check_distinct(rec, what, keys, pages):
         seen[p] = k
 
 
-def vllm_worker(port, rec, seed, stop):
+def answer_list(rec, c, path, body, field, n):
+    """The list `field` (n items) of the answer to POST path, or None: no
+    JSON answer (call() recorded why) or a wrong one (recorded here)."""
+    got = call(rec, c, path, body)
+    if got is None:
+        return None
+    items = got.get(field)
+    if not isinstance(items, list) or len(items) != n:
+        rec.error("%s answer %r for %r" % (path, got, body))
+        return None
+    return items
+
+
+def read_pages(rec, c, path, body, field, keys, num_pages, what):
+    """A read of a page (or null) per key: in range, no page for two keys."""
+    pages = answer_list(rec, c, path, body, field, len(keys))
+    if pages is not None:
+        check_pages_in_range(rec, path, pages, num_pages, allow_none=True)
+        check_distinct(rec, what, keys, pages)
+
+
+def run_client(port, rec, seed, stop, step):
+    """step(rec, c, rnd) over one connection until stop; an exception ends
+    the client (call() has recorded it)."""
     rnd = random.Random(seed)
     c = harness.Client(port)
     try:
         while not stop.is_set():
-            rank = rnd.choice([0, 1])
-            n = KV_PAGES[rank]
-            keys = rnd.sample(KEYS, rnd.randint(1, 4))
-            if rnd.random() < 0.2:
-                keys.append(keys[0])                         # a repeated key
-            body = call(rec, c, "/keys/batch_allocate",
-                        {"rank": rank, "keys": [[k, ""] for k in keys]})
-            if body is None:
-                continue
-            results = body.get("results")
-            if not isinstance(results, list) or len(results) != len(keys) \
-                    or [x[0] for x in results] != keys:
-                rec.error("batch_allocate answer %r for %r" % (body, keys))
-                continue
-            pages = [x[1] for x in results]
-            check_pages_in_range(rec, "batch_allocate", pages, n)
-            check_distinct(rec, "batch_allocate rank %d" % rank, keys, pages)
-            got = {}
-            for k, p in zip(keys, pages):
-                if p >= 0:
-                    got[k] = p
-            confirm = []
-            release = []
-            for k, p in got.items():
-                if rnd.random() < 0.75:
-                    confirm.append([k, p])
-                else:
-                    release.append(p)
-            if rnd.random() < 0.1 and len(confirm) >= 2:         # a wrong pair: refused
-                confirm[0] = [confirm[1][0], confirm[0][1]]
-                release.append(confirm[0][1])
-            call(rec, c, "/keys/confirm_write",
-                 {"rank": rank, "confirmations": confirm, "pages_to_release": release})
-            probe = rnd.sample(KEYS, 5)
-            body = call(rec, c, "/keys/batch_exists", {"keys": probe})
-            if body is not None and (not isinstance(body.get("exists"), list)
-                                     or len(body["exists"]) != 5):
-                rec.error("batch_exists answer %r" % (body,))
-            body = call(rec, c, "/keys/get_locations", {"rank": rank, "keys": probe})
-            if body is not None:
-                locs = body.get("locations")
-                if not isinstance(locs, list) or len(locs) != 5:
-                    rec.error("get_locations answer %r" % (body,))
-                else:
-                    check_pages_in_range(rec, "get_locations", locs, n, allow_none=True)
-                    check_distinct(rec, "get_locations rank %d" % rank, probe, locs)
-            if rnd.random() < 0.1:
-                # cross-dialect delete in namespace kv: makes keys incomplete
-                call(rec, c, "/%d/delete_keys" % rank, {"keys": rnd.sample(KEYS, 2)})
+            step(rec, c, rnd)
     except Exception:  # noqa: BLE001 - recorded in call()
         pass
     finally:
         c.close()
 
 
-def sglang_worker(port, rec, seed, stop):
-    rnd = random.Random(seed)
-    c = harness.Client(port)
-    try:
-        while not stop.is_set():
-            rank = rnd.choice([0, 1])
-            n = SG_PAGES[rank]
-            ns = {"namespace": "sg"}
-            keys = rnd.sample(KEYS, rnd.randint(1, 5))
-            if rnd.random() < 0.2:
-                keys.append(keys[-1])
-            body = call(rec, c, "/%d/reserve_and_allocate_page_indices" % rank,
-                        dict(ns, keys=[[k, ""] for k in keys]))
-            if body is None:
-                continue
-            idx = body.get("indices")
-            if not isinstance(idx, list) or len(idx) != len(keys):
-                rec.error("reserve answer %r for %r" % (body, keys))
-                continue
-            pages = [x[1] for x in idx]
-            check_pages_in_range(rec, "reserve", pages, n)
-            check_distinct(rec, "reserve sg/%d" % rank, keys, pages)
-            confirm = []
-            release = []
-            done = set()
-            for k, (existed, p) in zip(keys, idx):
-                if p < 0 or existed or (k, p) in done:
-                    continue
-                done.add((k, p))
-                if rnd.random() < 0.7:
-                    confirm.append([k, p])
-                else:
-                    release.append(p)
-            call(rec, c, "/%d/confirm_write" % rank,
-                 dict(ns, written_keys_to_confirm=confirm, pages_to_release=release))
-            probe = rnd.sample(KEYS, 5)
-            body = call(rec, c, "/%d/exists" % rank, dict(ns, keys=probe))
-            if body is not None and len(body.get("exists", [])) != 5:
-                rec.error("exists answer %r" % (body,))
-            body = call(rec, c, "/%d/get_page_indices" % rank, dict(ns, keys=probe))
-            if body is not None:
-                got = body.get("indices")
-                if not isinstance(got, list) or len(got) != 5:
-                    rec.error("get_page_indices answer %r" % (body,))
-                else:
-                    check_pages_in_range(rec, "get_page_indices", got, n, allow_none=True)
-                    check_distinct(rec, "get_page_indices sg/%d" % rank, probe, got)
-            x = rnd.random()
-            if x < 0.15:
-                call(rec, c, "/%d/delete_keys" % rank, dict(ns, keys=rnd.sample(KEYS, 3)))
-            elif x < 0.17 and rank == 1:
-                call(rec, c, "/1/clear", ns)
-    except Exception:  # noqa: BLE001 - recorded in call()
-        pass
-    finally:
-        c.close()
+def vllm_step(rec, c, rnd):
+    rank = rnd.choice([0, 1])
+    n = KV_PAGES[rank]
+    keys = rnd.sample(KEYS, rnd.randint(1, 4))
+    if rnd.random() < 0.2:
+        keys.append(keys[0])                         # a repeated key
+    results = answer_list(rec, c, "/keys/batch_allocate",
+                          {"rank": rank, "keys": [[k, ""] for k in keys]}, "results", len(keys))
+    if results is None:
+        return
+    if [x[0] for x in results] != keys:
+        rec.error("batch_allocate answer %r for %r" % (results, keys))
+        return
+    pages = [x[1] for x in results]
+    check_pages_in_range(rec, "batch_allocate", pages, n)
+    check_distinct(rec, "batch_allocate rank %d" % rank, keys, pages)
+    got = {}
+    for k, p in zip(keys, pages):
+        if p >= 0:
+            got[k] = p
+    confirm = []
+    release = []
+    for k, p in got.items():
+        if rnd.random() < 0.75:
+            confirm.append([k, p])
+        else:
+            release.append(p)
+    if rnd.random() < 0.1 and len(confirm) >= 2:         # a wrong pair: refused
+        confirm[0] = [confirm[1][0], confirm[0][1]]
+        release.append(confirm[0][1])
+    call(rec, c, "/keys/confirm_write",
+         {"rank": rank, "confirmations": confirm, "pages_to_release": release})
+    probe = rnd.sample(KEYS, 5)
+    answer_list(rec, c, "/keys/batch_exists", {"keys": probe}, "exists", 5)
+    read_pages(rec, c, "/keys/get_locations", {"rank": rank, "keys": probe}, "locations", probe,
+               n, "get_locations rank %d" % rank)
+    if rnd.random() < 0.1:
+        # cross-dialect delete in namespace kv: makes keys incomplete
+        call(rec, c, "/%d/delete_keys" % rank, {"keys": rnd.sample(KEYS, 2)})
+
+
+def sglang_step(rec, c, rnd):
+    rank = rnd.choice([0, 1])
+    n = SG_PAGES[rank]
+    ns = {"namespace": "sg"}
+    keys = rnd.sample(KEYS, rnd.randint(1, 5))
+    if rnd.random() < 0.2:
+        keys.append(keys[-1])
+    idx = answer_list(rec, c, "/%d/reserve_and_allocate_page_indices" % rank,
+                      dict(ns, keys=[[k, ""] for k in keys]), "indices", len(keys))
+    if idx is None:
+        return
+    pages = [x[1] for x in idx]
+    check_pages_in_range(rec, "reserve", pages, n)
+    check_distinct(rec, "reserve sg/%d" % rank, keys, pages)
+    confirm = []
+    release = []
+    done = set()
+    for k, (existed, p) in zip(keys, idx):
+        if p < 0 or existed or (k, p) in done:
+            continue
+        done.add((k, p))
+        if rnd.random() < 0.7:
+            confirm.append([k, p])
+        else:
+            release.append(p)
+    call(rec, c, "/%d/confirm_write" % rank,
+         dict(ns, written_keys_to_confirm=confirm, pages_to_release=release))
+    probe = rnd.sample(KEYS, 5)
+    answer_list(rec, c, "/%d/exists" % rank, dict(ns, keys=probe), "exists", 5)
+    read_pages(rec, c, "/%d/get_page_indices" % rank, dict(ns, keys=probe), "indices", probe, n,
+               "get_page_indices sg/%d" % rank)
+    x = rnd.random()
+    if x < 0.15:
+        call(rec, c, "/%d/delete_keys" % rank, dict(ns, keys=rnd.sample(KEYS, 3)))
+    elif x < 0.17 and rank == 1:
+        call(rec, c, "/1/clear", ns)
 
 
 def checker(srv, rec, stop):
@@ -250,9 +268,7 @@ def final_pool_checks(srv, c):
 
 
 def test_concurrent_clients_of_both_dialects_never_break_page_ownership():
-    with Server("--eviction", "clock", "--read-lease", "0.2", "--release-grace", "0.2",
-                "--write-lease", "0.2",
-                "--threads", "4") as srv:
+    with busy_server("0.2") as srv:
         c = srv.client()
         for rank, n in KV_PAGES.items():
             v_init(c, rank, n)
@@ -262,20 +278,12 @@ def test_concurrent_clients_of_both_dialects_never_break_page_ownership():
         stop = threading.Event()
         threads = []
         for i in range(THREADS_PER_DIALECT):
-            threads.append(threading.Thread(target=vllm_worker, args=(srv.port, rec, 100 + i, stop)))
-            threads.append(threading.Thread(target=sglang_worker,
-                                            args=(srv.port, rec, 200 + i, stop)))
-        check_thread = threading.Thread(target=checker, args=(srv, rec, stop))
-        for t in threads:
-            t.start()
-        check_thread.start()
-        time.sleep(DURATION)
-        stop.set()
-        for t in threads + [check_thread]:
-            t.join(timeout=30 * harness.SLOWDOWN)
-            expect_true(not t.is_alive(), "a client thread hung (no answer within the timeout)")
-        expect_true(not rec.errors, "%d problems during the run (%d requests):\n  %s"
-                    % (len(rec.errors), rec.requests, "\n  ".join(rec.errors[:20])))
+            for seed, step in ((100 + i, vllm_step), (200 + i, sglang_step)):
+                threads.append(threading.Thread(target=run_client,
+                                                args=(srv.port, rec, seed, stop, step)))
+        threads.append(threading.Thread(target=checker, args=(srv, rec, stop)))
+        run_threads(threads, stop, DURATION)
+        rec.expect_none()
         expect_true(rec.requests > 200, "too few requests made: %d" % rec.requests)
         expect_true(getattr(rec, "checks", 0) >= 1, "the invariant checker never ran")
         srv.check()
@@ -293,9 +301,7 @@ def test_concurrent_clients_of_both_dialects_never_break_page_ownership():
 def test_concurrent_clear_and_reinitialize_never_crash_or_corrupt():
     # /clear forgets every pool while other threads are using them; requests
     # that arrive in between get 404 (not initialized), never a 5xx or a crash
-    with Server("--eviction", "clock", "--read-lease", "0.1", "--release-grace", "0.1",
-                "--write-lease", "0.1",
-                "--threads", "4") as srv:
+    with busy_server("0.1") as srv:
         c = srv.client()
         for rank, n in KV_PAGES.items():
             v_init(c, rank, n)
@@ -350,15 +356,8 @@ def test_concurrent_clear_and_reinitialize_never_crash_or_corrupt():
                 cl.close()
         threads = [threading.Thread(target=worker, args=(300 + i,)) for i in range(6)]
         threads.append(threading.Thread(target=clearer))
-        for t in threads:
-            t.start()
-        time.sleep(DURATION * 0.6)
-        stop.set()
-        for t in threads:
-            t.join(timeout=30 * harness.SLOWDOWN)
-            expect_true(not t.is_alive(), "a client thread hung")
-        expect_true(not rec.errors, "%d problems (%d requests):\n  %s"
-                    % (len(rec.errors), rec.requests, "\n  ".join(rec.errors[:20])))
+        run_threads(threads, stop, DURATION * 0.6)
+        rec.expect_none()
         expect_true(rec.statuses.get(404, 0) > 0 and rec.statuses.get(200, 0) > 0,
                     "the run should see both served and cleared pools: %r" % rec.statuses)
         srv.check()

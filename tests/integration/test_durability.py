@@ -30,11 +30,20 @@ class DataDir:
     def start(self, *flags, env=None):
         return Server("--data-dir", self.path, *flags, persistence=False, env=env).start()
 
+    def serve(self, *flags, env=None):
+        """start(), and a client of the server: (server, client)."""
+        srv = self.start(*flags, env=env)
+        return srv, srv.client()
+
     def files(self):
         return sorted(os.listdir(self.path))
 
     def segments(self):
         return [f for f in self.files() if f.endswith(".wal")]
+
+    def last_segment(self):
+        """The path of the newest log segment."""
+        return os.path.join(self.path, self.segments()[-1])
 
     def remove(self):
         shutil.rmtree(self.root, ignore_errors=True)
@@ -53,6 +62,17 @@ def kill9(srv):
     srv.proc.wait()
     srv._reap()
     srv._cleanup_dir()
+
+
+def own_each(c, n):
+    """Keys k0..k<n-1> of rank 0 each allocated and confirmed by requests of
+    their own (records of their own); {key: page}."""
+    owned = {}
+    for i in range(n):
+        key = "k%d" % i
+        owned[key] = s_alloc(c, 0, [key])[0][1]
+        s_confirm(c, 0, [(key, owned[key])])
+    return owned
 
 
 def run_server_expecting_exit(data_dir, *flags, timeout=10 * SLOW):
@@ -82,8 +102,7 @@ def snapshot_of(srv):
 
 def check_round_trip(restart):
     with DataDir() as d:
-        srv = d.start("--read-lease", "0.3")
-        c = srv.client()
+        srv, c = d.serve("--read-lease", "0.3")
         v_init(c, 0, 16)
         v_init(c, 1, 16)
         vpages = {}
@@ -150,8 +169,7 @@ def test_pages_read_before_kill_9_are_not_handed_out_within_the_read_lease_and_a
     def scenario(lease):
         with DataDir() as d:
             flags = ("--read-lease", "%.3f" % lease)
-            srv = d.start(*flags)
-            c = srv.client()
+            srv, c = d.serve(*flags)
             s_init(c, 0, 2)
             got = s_alloc(c, 0, ["a", "b"])
             pages = [got[0][1], got[1][1]]
@@ -159,8 +177,7 @@ def test_pages_read_before_kill_9_are_not_handed_out_within_the_read_lease_and_a
             expect_eq(s_exists(c, 0, ["a", "b"]), [True, True], "exists")  # workers read a, b
             kill9(srv)  # the read leases were in memory only
             w = harness.LeaseWindow(lease)
-            srv = d.start(*flags)
-            c = srv.client()
+            srv, c = d.serve(*flags)
             during = s_alloc(c, 0, ["c"])
             w.fits()
             # every owned page is read-leased for one lease after recovery
@@ -176,8 +193,7 @@ def test_pages_read_before_kill_9_are_not_handed_out_within_the_read_lease_and_a
 
 def test_a_read_only_load_writes_nothing_to_the_log():
     with DataDir() as d:
-        srv = d.start()
-        c = srv.client()
+        srv, c = d.serve()
         keys = ["%032x" % i for i in range(128)]  # vLLM's keys: MD5 hex
         for rank in (0, 1):
             v_init(c, rank, 256)
@@ -205,22 +221,19 @@ def test_a_read_only_load_writes_nothing_to_the_log():
 def test_reservation_deadlines_are_wall_clock_so_a_restart_neither_extends_nor_cuts_them():
     with DataDir() as d:
         flags = ("--reservation-timeout", str(2.0 * SLOW))
-        srv = d.start(*flags)
-        c = srv.client()
+        srv, c = d.serve(*flags)
         s_init(c, 0, 8)
         t0 = time.monotonic()
         early = s_alloc(c, 0, ["early"])[0][1]
         kill9(srv)
-        srv = d.start(*flags)
-        c = srv.client()
+        srv, c = d.serve(*flags)
         late = s_alloc(c, 0, ["late"])[0][1]
         s_confirm(c, 0, [("late", late)])  # within its lease: accepted
         expect_eq(s_pages(c, 0, ["late"]), [late], "a reservation confirmed in time")
         kill9(srv)
         wait_for(lambda: time.monotonic() - t0 > 2.0 * SLOW + 0.3, 10 * SLOW,
                  what="the first reservation's deadline")
-        srv = d.start(*flags)
-        c = srv.client()
+        srv, c = d.serve(*flags)
         s_confirm(c, 0, [("early", early)])  # expired while the server was down: refused
         expect_eq(s_pages(c, 0, ["early", "late"]), [None, late],
                   "an expired reservation stays expired after a restart")
@@ -240,8 +253,7 @@ def check_fault(items):
     with DataDir() as d:
         full = os.path.join(d.root, "disk-full")
         env = disk_fault_env("while-exists=%s,%s" % (full, items))
-        srv = d.start(env=env)
-        c = srv.client()
+        srv, c = d.serve(env=env)
         v_init(c, 0, 64)
         acked = {}
         for i in range(10):
@@ -279,8 +291,7 @@ def check_fault(items):
         v_confirm(c, 0, [("after-repair", page)])
         acked["after-repair"] = page
         kill9(srv)
-        srv = d.start()
-        c = srv.client()
+        srv, c = d.serve()
         names = sorted(acked)
         expect_eq(v_locations(c, 0, names), [acked[k] for k in names],
                   "every acknowledged confirmation after kill -9")
@@ -292,20 +303,14 @@ def test_a_failing_disk_at_kill_9_time_loses_nothing_acknowledged():
     with DataDir() as d:
         full = os.path.join(d.root, "disk-full")
         env = disk_fault_env("while-exists=%s,write-fail-after=0,snapshot-fail" % full)
-        srv = d.start(env=env)
-        c = srv.client()
+        srv, c = d.serve(env=env)
         s_init(c, 0, 32)
-        acked = {}
-        for i in range(8):
-            page = s_alloc(c, 0, ["k%d" % i])[0][1]
-            s_confirm(c, 0, [("k%d" % i, page)])
-            acked["k%d" % i] = page
+        acked = own_each(c, 8)
         open(full, "w").close()
         expect_error(c.post("/0/reserve_and_allocate_page_indices", {"keys": [["z", ""]]}), 507)
         kill9(srv)  # while the log is failed: a restart is the other way to recover
         os.unlink(full)
-        srv = d.start()
-        c = srv.client()
+        srv, c = d.serve()
         names = sorted(acked)
         expect_eq(s_pages(c, 0, names), [acked[k] for k in names], "acknowledged keys")
         srv.check()
@@ -314,13 +319,12 @@ def test_a_failing_disk_at_kill_9_time_loses_nothing_acknowledged():
 
 def test_a_torn_tail_is_cut_and_reported_and_the_server_starts():
     with DataDir() as d:
-        srv = d.start()
-        c = srv.client()
+        srv, c = d.serve()
         s_init(c, 0, 16)
         pages = s_alloc(c, 0, ["a", "b", "c"])
         s_confirm(c, 0, [("a", pages[0][1]), ("b", pages[1][1])])
         kill9(srv)
-        seg = os.path.join(d.path, d.segments()[-1])
+        seg = d.last_segment()
         size = os.path.getsize(seg)
         with open(seg, "r+b") as f:
             f.truncate(size - 3)  # the last record (b's OWN) is torn
@@ -334,14 +338,11 @@ def test_a_torn_tail_is_cut_and_reported_and_the_server_starts():
 
 def test_damage_before_the_tail_stops_the_start_unless_salvage_is_given():
     with DataDir() as d:
-        srv = d.start()
-        c = srv.client()
+        srv, c = d.serve()
         s_init(c, 0, 64)
-        for i in range(20):
-            p = s_alloc(c, 0, ["k%d" % i])[0][1]
-            s_confirm(c, 0, [("k%d" % i, p)])
+        own_each(c, 20)
         kill9(srv)
-        seg = os.path.join(d.path, d.segments()[-1])
+        seg = d.last_segment()
         size = os.path.getsize(seg)
         with open(seg, "r+b") as f:
             f.seek(size // 2)
@@ -380,8 +381,7 @@ def test_a_foreign_data_directory_is_refused_and_left_untouched():
 
 def test_the_start_up_line_names_the_directory_the_snapshot_and_the_records_replayed():
     with DataDir() as d:
-        srv = d.start()
-        c = srv.client()
+        srv, c = d.serve()
         s_init(c, 0, 8)
         kill9(srv)
         srv = d.start()

@@ -6,6 +6,7 @@ completeness across ranks, confirm/release rules, /clear.
 Over Redis with stripes, the tests that count pages or expect page numbers
 use keys of stripe 0 and pools S times as large (harness.in_stripe0)."""
 
+import contextlib
 import json
 import os
 import sys
@@ -41,6 +42,17 @@ def alloc_confirm(c, rank, keys):
 
 def stats_of(srv, rank=0, ns="kv"):
     return srv.stats()[(ns, rank)]
+
+
+@contextlib.contextmanager
+def four_pages(*flags, owned=()):
+    """A server (flags) whose rank-0 pool has four pages in stripe 0 (4 * S
+    in all), the keys of `owned` allocated and confirmed there: (server,
+    client, {key: page})."""
+    with Server(*flags) as srv:
+        c = srv.client()
+        v_init(c, 0, 4 * S)
+        yield srv, c, alloc_confirm(c, 0, list(owned)) if owned else {}
 
 
 # -- initialization ----------------------------------------------------------
@@ -172,9 +184,7 @@ def test_vllm_billion_page_pool_initializes_without_a_per_page_array():
 
 
 def test_vllm_reinitialize_keeps_state_and_size():
-    with Server() as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
+    with four_pages() as (srv, c, _):
         owned = alloc_confirm(c, 0, [A, B])
         reserved = v_alloc(c, 0, [R])[0]
         before = pool_states(srv.stats(), "kv", 0)
@@ -254,9 +264,7 @@ def test_vllm_owned_key_allocated_again_is_a_hit_on_its_page():
 
 
 def test_vllm_reserved_key_allocated_again_gets_another_page():
-    with Server() as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
+    with four_pages() as (srv, c, _):
         p1 = v_alloc(c, 0, [A])[0]
         p2 = v_alloc(c, 0, [A])[0]
         expect_true(p1 >= 0 and p2 >= 0 and p1 != p2, "two reservations: %r %r" % (p1, p2))
@@ -264,9 +272,7 @@ def test_vllm_reserved_key_allocated_again_gets_another_page():
 
 
 def test_vllm_repeated_key_in_one_request_gets_one_page():
-    with Server() as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
+    with four_pages() as (srv, c, _):
         pages = v_alloc(c, 0, [A, B, A, [A, "p"]])
         expect_eq(pages[0], pages[2], "repeated key")
         expect_eq(pages[0], pages[3], "repeated key")
@@ -285,10 +291,7 @@ def test_vllm_repeated_new_key_needs_only_one_free_page():
 
 
 def test_vllm_allocate_is_all_or_nothing_when_pool_too_small_without_eviction():
-    with Server("--eviction", "none") as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
-        owned = alloc_confirm(c, 0, [K1, K2, K3])
+    with four_pages("--eviction", "none", owned=[K1, K2, K3]) as (srv, c, owned):
         pages = v_alloc(c, 0, [K1, N1, N2])
         expect_eq(pages, [owned[K1], -1, -1], "hit keeps its page, new keys all -1")
         p = stats_of(srv)
@@ -300,10 +303,7 @@ def test_vllm_allocate_is_all_or_nothing_when_pool_too_small_without_eviction():
 
 
 def test_vllm_allocate_is_all_or_nothing_when_owned_keys_are_read_leased():
-    with Server("--eviction", "lru") as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
-        owned = alloc_confirm(c, 0, [K1, K2, K3])
+    with four_pages("--eviction", "lru", owned=[K1, K2, K3]) as (srv, c, owned):
         expect_eq(v_exists(c, [K1, K2]), [True, True], "exists")           # read leases
         expect_eq(v_locations(c, 0, [K3]), [owned[K3]], "locations")       # read lease
         pages = v_alloc(c, 0, [N1, N2])
@@ -318,10 +318,7 @@ def test_vllm_allocate_is_all_or_nothing_when_owned_keys_are_read_leased():
 
 
 def test_vllm_allocate_never_evicts_hits_of_the_same_request():
-    with Server("--eviction", "lru") as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
-        owned = alloc_confirm(c, 0, [A, B, C, D])
+    with four_pages("--eviction", "lru", owned=[A, B, C, D]) as (srv, c, owned):
         # a is the least recently used, and a hit of this request: b, c, d can
         # be evicted (3 pages) but four new keys need 4 -> all -1.
         pages = v_alloc(c, 0, [A, N1, N2, N3, N4])
@@ -339,10 +336,7 @@ def test_vllm_allocate_never_evicts_hits_of_the_same_request():
 
 
 def test_vllm_refused_all_or_nothing_allocation_evicts_nothing():
-    with Server("--eviction", "lru") as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
-        owned = alloc_confirm(c, 0, [A, B, C, D])
+    with four_pages("--eviction", "lru", owned=[A, B, C, D]) as (srv, c, owned):
         pages = v_alloc(c, 0, [N1, N2, N3, N4, N5])
         expect_eq(pages, [-1] * 5, "five new keys never fit in four pages")
         expect_eq(v_locations(c, 0, [A, B, C, D]),
@@ -351,10 +345,7 @@ def test_vllm_refused_all_or_nothing_allocation_evicts_nothing():
 
 
 def test_vllm_allocate_evicts_least_recently_used_keys_first():
-    with Server("--eviction", "lru") as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
-        owned = alloc_confirm(c, 0, [A, B, C, D])
+    with four_pages("--eviction", "lru", owned=[A, B, C, D]) as (srv, c, owned):
         v_alloc(c, 0, [A])                        # a hit is a use: b, c, d are now unused since
         pages = v_alloc(c, 0, [N1, N2])
         expect_true(sorted(pages) == sorted([owned[B], owned[C]]),
@@ -366,10 +357,7 @@ def test_vllm_allocate_evicts_least_recently_used_keys_first():
 
 
 def test_vllm_allocate_fits_exactly_the_free_pages():
-    with Server("--eviction", "none") as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
-        owned = alloc_confirm(c, 0, [A, B])
+    with four_pages("--eviction", "none", owned=[A, B]) as (srv, c, owned):
         pages = v_alloc(c, 0, [B, N1, N2])
         expect_eq(pages[0], owned[B], "hit")
         expect_true(len(set(pages)) == 3 and all(0 <= p < 4 * S for p in pages)
@@ -493,9 +481,7 @@ def test_vllm_confirmations_are_applied_before_releases():
 
 
 def test_vllm_confirming_a_second_page_for_an_owned_key_keeps_the_first():
-    with Server() as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
+    with four_pages() as (srv, c, _):
         p1 = v_alloc(c, 0, [A])[0]
         p2 = v_alloc(c, 0, [A])[0]
         expect_true(p1 != p2, "two reservations")
@@ -526,9 +512,7 @@ def test_vllm_reconfirming_an_owned_page_is_a_harmless_noop():
 
 
 def test_vllm_confirm_for_a_page_reserved_for_another_key_is_refused():
-    with Server() as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
+    with four_pages() as (srv, c, _):
         pa, pb = v_alloc(c, 0, [A, B])
         v_confirm(c, 0, [(B, pa)])
         expect_eq(v_locations(c, 0, [A, B]), [None, None], "nobody owns anything")
@@ -566,9 +550,7 @@ def test_vllm_confirm_of_out_of_range_or_free_page_is_refused_and_counted():
 
 
 def test_vllm_clear_forgets_every_pool_and_key():
-    with Server() as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
+    with four_pages() as (srv, c, _):
         v_init(c, 1, 4 * S)
         a0 = alloc_confirm(c, 0, [A])
         alloc_confirm(c, 1, [A])
@@ -621,9 +603,7 @@ def test_vllm_format_errors_have_exact_details():
 def test_vllm_true_false_a_fraction_or_a_string_is_refused_as_a_page_number():
     """A confirmation's page or a page to release of true, false, 1.5 or "3" is a
     400 naming the field, and confirms or releases nothing."""
-    with Server() as srv:
-        c = srv.client()
-        v_init(c, 0, 4 * S)
+    with four_pages() as (srv, c, _):
         pa, pb = v_alloc(c, 0, [A, B])
         harness.expect_page_numbers_refused(c, "/keys/confirm_write", {"rank": 0},
                                             "confirmations", A)

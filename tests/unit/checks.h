@@ -8,6 +8,7 @@
  *   CHECK(cond)          cond holds
  *   CHECK_INT(a, op, b)  a op b, both as int64_t, printed on failure
  *   CHECK_EQ(a, b)       CHECK_INT(a, ==, b)
+ *   CHECK_IN(a, lo, hi)  lo <= a <= hi, as int64_t, printed on failure
  */
 #ifndef HF_TEST_CHECKS_H
 #define HF_TEST_CHECKS_H
@@ -29,5 +30,13 @@
     } while (0)
 
 #define CHECK_EQ(a, b) CHECK_INT(a, ==, b)
+
+#define CHECK_IN(a, lo, hi)                                                                        \
+    do {                                                                                           \
+        int64_t a_ = (int64_t)(a), lo_ = (int64_t)(lo), hi_ = (int64_t)(hi);                       \
+        if (a_ < lo_ || a_ > hi_)                                                                  \
+            TEST_FAIL("%s in [%s, %s]: %" PRId64 " not in [%" PRId64 ", %" PRId64 "]", #a, #lo,    \
+                      #hi, a_, lo_, hi_);                                                          \
+    } while (0)
 
 #endif

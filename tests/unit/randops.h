@@ -6,9 +6,11 @@
  *
  * randops_step() runs one operation drawn from a randops_rng (an xorshift64
  * state, a value: a copy of it draws the same numbers again, so that two
- * cores can be given the same operation) in the proportions of a
- * randops_mix: each test keeps its own mix, and its seed draws the same
- * operations as before the generator was shared. randops_text_state()
+ * cores can be given the same operation) over a randops_space (namespaces,
+ * ranks, keys) in the proportions of a randops_mix: each test keeps its own
+ * mix, and its seed draws the same operations as before the generator was
+ * shared. randops_record() keeps a core's events (with copies of their
+ * strings) in a randops_events. randops_text_state()
  * renders core_walk_state as text, one event a line, so that two states
  * compare with memcmp and print readably when they differ
  * (randops_text_differ).
@@ -70,9 +72,31 @@ static inline void randops_keys(char (*names)[80], hf_slice *keys, int n)
     }
 }
 
-/* The operations, in the order of randops_mix.weight[]: a draw of 100 picks
- * the first whose cumulated weight exceeds it (the weights add up to at most
- * 100; the rest is RANDOPS_CLEAR_ALL). */
+#define RANDOPS_MAX_BATCH 6
+#define RANDOPS_MAX_KEYS 24
+
+/* What one operation is drawn over: a namespace of ns[0, nns), a rank in
+ * [0, ranks), 1 to max_batch (<= RANDOPS_MAX_BATCH) keys of keys[0, nkeys),
+ * the key strings in names[]. */
+typedef struct randops_space {
+    const hf_slice *ns;
+    int nns, ranks, max_batch, nkeys;
+    char names[RANDOPS_MAX_KEYS][80];
+    hf_slice keys[RANDOPS_MAX_KEYS];
+} randops_space;
+
+/* The space of test_replay and test_follow: namespaces "kv" and "other",
+ * ranks 0-2, 1-4 keys a call of the first nkeys of randops_keys. */
+static inline void randops_space_init(randops_space *s, int nkeys)
+{
+    static const hf_slice ns[2] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("other")};
+    *s = (randops_space){.ns = ns, .nns = 2, .ranks = 3, .max_batch = 4, .nkeys = nkeys};
+    randops_keys(s->names, s->keys, nkeys);
+}
+
+/* The operations: a draw of 100 picks the first, in this order, whose
+ * cumulated weight (randops_mix's writes and reads) exceeds it (the weights
+ * add up to at most 100; the rest is RANDOPS_CLEAR_ALL). */
 enum {
     RANDOPS_ALLOCATE, /* then confirm most pages, release some */
     RANDOPS_LOOKUP,
@@ -86,8 +110,6 @@ enum {
     RANDOPS_OPS
 };
 
-#define RANDOPS_MAX_BATCH 6
-
 /* The answers of one step (randops_step's out[]): each key's page (or
  * flag, for the existence reads), then each allocated key's flag, the pages
  * confirm refused and what core_complete_locations returned. */
@@ -98,23 +120,44 @@ enum {
     RANDOPS_OUT_LEN
 };
 
+/* The proportions of the operations. */
 typedef struct randops_mix {
-    const hf_slice *ns; /* namespaces drawn from */
-    int nns;
-    const hf_slice *keys; /* keys drawn from */
-    int nkeys;
-    int ranks;                     /* ranks 0 .. ranks-1 */
-    int max_batch;                 /* keys per call, 1 .. max_batch (<= RANDOPS_MAX_BATCH) */
-    int reinit_one_in;             /* an existing pool initialized again */
-    int pool_pages, pool_span;     /* a new pool's pages: pool_pages + [0, pool_span) */
-    int weight[RANDOPS_CLEAR_ALL]; /* out of 100 */
-    int clear_all_one_in;          /* of the draws left for RANDOPS_CLEAR_ALL */
-    /* Each allocated page: released one in release_one_in, else confirmed
-     * with a wrong page one in wrong_page_one_in (0: never), else left
-     * reserved one in unconfirmed_one_in; and the whole confirm skipped one
-     * in skip_confirm_one_in (0: never). */
-    int release_one_in, wrong_page_one_in, unconfirmed_one_in, skip_confirm_one_in;
+    /* A new pool's pages: pages + [0, span); an existing pool initialized
+     * again one time in reinit_one_in. */
+    struct {
+        int pages, span, reinit_one_in;
+    } pools;
+    /* The weights, out of 100, of the writes and of the reads. */
+    struct {
+        int allocate, delete, pool_clear, pool_expire;
+    } writes;
+    struct {
+        int lookup, exists, complete_exists, complete_locations;
+    } reads;
+    /* One time in how many (0: never): of the draws left for
+     * RANDOPS_CLEAR_ALL, all cleared; each allocated page released, else
+     * confirmed with a wrong page, else left reserved (unconfirmed); the
+     * whole confirmation skipped. */
+    struct {
+        int clear_all, release, wrong_page, unconfirmed, skip_confirm;
+    } one_in;
 } randops_mix;
+
+/* The weight of op in mix: 0 for a write when reads_only. */
+static inline int randops_weight(const randops_mix *mix, int op, bool reads_only)
+{
+    switch (op) {
+    case RANDOPS_LOOKUP: return mix->reads.lookup;
+    case RANDOPS_EXISTS: return mix->reads.exists;
+    case RANDOPS_COMPLETE_EXISTS: return mix->reads.complete_exists;
+    case RANDOPS_COMPLETE_LOCATIONS: return mix->reads.complete_locations;
+    case RANDOPS_ALLOCATE: return reads_only ? 0 : mix->writes.allocate;
+    case RANDOPS_DELETE: return reads_only ? 0 : mix->writes.delete;
+    case RANDOPS_POOL_CLEAR: return reads_only ? 0 : mix->writes.pool_clear;
+    case RANDOPS_POOL_EXPIRE: return reads_only ? 0 : mix->writes.pool_expire;
+    default: return 0;
+    }
+}
 
 /* True one time in n (n == 0: never), drawing a number only for n > 0. */
 static inline bool randops_one_in(randops_rng *rng, int n)
@@ -127,23 +170,18 @@ static inline bool randops_one_in(randops_rng *rng, int n)
  * proportions. */
 static inline int randops_op(const randops_mix *mix, randops_rng *rng, bool reads_only)
 {
-    static const bool read[RANDOPS_CLEAR_ALL] = {[RANDOPS_LOOKUP] = true,
-                                                 [RANDOPS_EXISTS] = true,
-                                                 [RANDOPS_COMPLETE_EXISTS] = true,
-                                                 [RANDOPS_COMPLETE_LOCATIONS] = true};
     int total = 100;
     if (reads_only) {
         total = 0;
         for (int op = 0; op < RANDOPS_CLEAR_ALL; op++)
-            total += read[op] ? mix->weight[op] : 0;
+            total += randops_weight(mix, op, true);
     }
     int draw = randops_pick(rng, total);
     for (int op = 0; op < RANDOPS_CLEAR_ALL; op++) {
-        if (reads_only && !read[op])
-            continue;
-        if (draw < mix->weight[op])
+        int weight = randops_weight(mix, op, reads_only);
+        if (draw < weight)
             return op;
-        draw -= mix->weight[op];
+        draw -= weight;
     }
     return RANDOPS_CLEAR_ALL;
 }
@@ -165,17 +203,17 @@ static inline void randops_allocate(core_pool_t *pool, const randops_mix *mix, r
         out[RANDOPS_OUT_FLAGS + i] = flags[i];
         if (pages[i] < 0)
             continue;
-        if (randops_one_in(rng, mix->release_one_in)) {
+        if (randops_one_in(rng, mix->one_in.release)) {
             release[nrel++] = pages[i];
-        } else if (randops_one_in(rng, mix->wrong_page_one_in)) {
+        } else if (randops_one_in(rng, mix->one_in.wrong_page)) {
             ck[nconf] = batch[i]; /* refused */
             cp[nconf++] = pages[i] + 1;
-        } else if (!randops_one_in(rng, mix->unconfirmed_one_in)) {
+        } else if (!randops_one_in(rng, mix->one_in.unconfirmed)) {
             ck[nconf] = batch[i];
             cp[nconf++] = pages[i];
         }
     }
-    if (!randops_one_in(rng, mix->skip_confirm_one_in))
+    if (!randops_one_in(rng, mix->one_in.skip_confirm))
         core_confirm(pool, ck, cp, nconf, release, nrel, now, &refused);
     out[RANDOPS_OUT_REFUSED] = (int64_t)refused;
 }
@@ -183,27 +221,27 @@ static inline void randops_allocate(core_pool_t *pool, const randops_mix *mix, r
 /* One random operation, as the store would run it; its answers go to out[]
  * (RANDOPS_OUT_LEN numbers, zero where none; NULL: not kept). A pool not
  * there yet is created. */
-static inline void randops_step(core_t *core, const randops_mix *mix, randops_rng *rng, int64_t now,
-                                bool reads_only, int64_t *out)
+static inline void randops_step(core_t *core, const randops_space *space, const randops_mix *mix,
+                                randops_rng *rng, int64_t now, bool reads_only, int64_t *out)
 {
     int64_t ignored[RANDOPS_OUT_LEN];
     if (!out)
         out = ignored;
     memset(out, 0, RANDOPS_OUT_LEN * sizeof *out);
-    hf_slice ns = mix->ns[randops_pick(rng, mix->nns)];
-    uint32_t rank = (uint32_t)randops_pick(rng, mix->ranks);
+    hf_slice ns = space->ns[randops_pick(rng, space->nns)];
+    uint32_t rank = (uint32_t)randops_pick(rng, space->ranks);
     core_pool_t *pool = core_pool_find(core, ns, rank);
-    if (!pool || randops_one_in(rng, mix->reinit_one_in)) {
+    if (!pool || randops_one_in(rng, mix->pools.reinit_one_in)) {
         core_pool_init(core, ns, rank,
-                       (uint64_t)(mix->pool_pages + randops_pick(rng, mix->pool_span)), NULL);
+                       (uint64_t)(mix->pools.pages + randops_pick(rng, mix->pools.span)), NULL);
         return;
     }
     hf_slice batch[RANDOPS_MAX_BATCH];
     int64_t pages[RANDOPS_MAX_BATCH];
     bool flags[RANDOPS_MAX_BATCH];
-    int n = 1 + randops_pick(rng, mix->max_batch);
+    int n = 1 + randops_pick(rng, space->max_batch);
     for (int i = 0; i < n; i++)
-        batch[i] = mix->keys[randops_pick(rng, mix->nkeys)];
+        batch[i] = space->keys[randops_pick(rng, space->nkeys)];
     switch (randops_op(mix, rng, reads_only)) {
     case RANDOPS_ALLOCATE: randops_allocate(pool, mix, rng, batch, n, now, out); break;
     case RANDOPS_LOOKUP:
@@ -229,10 +267,52 @@ static inline void randops_step(core_t *core, const randops_mix *mix, randops_rn
         memcpy(out, pages, (size_t)n * sizeof *pages);
         break;
     default:
-        if (randops_one_in(rng, mix->clear_all_one_in))
+        if (randops_one_in(rng, mix->one_in.clear_all))
             core_clear_all(core);
         break;
     }
+}
+
+/* ------------------------------------------------------ recorded events */
+
+/* An event with copies of its strings (an observer's point into the core). */
+typedef struct randops_event {
+    core_event ev;
+    char *ns;
+    char *key;
+} randops_event;
+
+typedef struct randops_events {
+    randops_event *items;
+    size_t len, cap;
+} randops_events;
+
+/* A core observer: a copy of ev added to the randops_events ctx. */
+static inline void randops_record(void *ctx, const core_event *ev)
+{
+    randops_events *log = ctx;
+    if (log->len == log->cap) {
+        log->cap = log->cap ? log->cap * 2 : 1024;
+        log->items = realloc(log->items, log->cap * sizeof *log->items);
+    }
+    randops_event *r = &log->items[log->len++];
+    r->ev = *ev;
+    r->ns = malloc(ev->ns.len + 1);
+    memcpy(r->ns, ev->ns.ptr, ev->ns.len);
+    r->key = malloc(ev->key.len + 1);
+    memcpy(r->key, ev->key.ptr, ev->key.len);
+    r->ev.ns = (hf_slice){r->ns, ev->ns.len};
+    r->ev.key = (hf_slice){r->key, ev->key.len};
+}
+
+static inline void randops_events_free(randops_events *log)
+{
+    for (size_t i = 0; i < log->len; i++) {
+        free(log->items[i].ns);
+        free(log->items[i].key);
+    }
+    free(log->items);
+    memset(log, 0, sizeof *log);
 }
 
 /* ------------------------------------------------------ state as text */

@@ -48,36 +48,17 @@ static randops_text render(core_t *core)
 }
 
 static const core_config CFG = RANDOPS_CORE_CONFIG;
-static const hf_slice NS[2] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("other")};
-static char names[24][80];
-static hf_slice keys[24];
+static randops_space space;
 static randops_rng rng = {0x2545f4914f6cdd1dull};
 
 /* Every operation, expiries and the completeness reads too; pools of 0-9
  * pages (0: refused); some confirmations name a wrong page (refused), and
  * some allocations are never confirmed nor released. */
-static const randops_mix MIX = {.ns = NS,
-                                .nns = 2,
-                                .keys = keys,
-                                .nkeys = 24,
-                                .ranks = 3,
-                                .max_batch = 4,
-                                .reinit_one_in = 60,
-                                .pool_pages = 0,
-                                .pool_span = 10,
-                                .weight = {[RANDOPS_ALLOCATE] = 30,
-                                           [RANDOPS_LOOKUP] = 20,
-                                           [RANDOPS_EXISTS] = 12,
-                                           [RANDOPS_DELETE] = 10,
-                                           [RANDOPS_POOL_CLEAR] = 2,
-                                           [RANDOPS_POOL_EXPIRE] = 4,
-                                           [RANDOPS_COMPLETE_EXISTS] = 12,
-                                           [RANDOPS_COMPLETE_LOCATIONS] = 9},
-                                .clear_all_one_in = 1,
-                                .release_one_in = 8,
-                                .wrong_page_one_in = 7,
-                                .unconfirmed_one_in = 6,
-                                .skip_confirm_one_in = 3};
+static const randops_mix MIX = {
+    .pools = {.pages = 0, .span = 10, .reinit_one_in = 60},
+    .writes = {.allocate = 30, .delete = 10, .pool_clear = 2, .pool_expire = 4},
+    .reads = {.lookup = 20, .exists = 12, .complete_exists = 12, .complete_locations = 9},
+    .one_in = {.clear_all = 1, .release = 8, .wrong_page = 7, .unconfirmed = 6, .skip_confirm = 3}};
 
 static int pick(int n)
 {
@@ -110,7 +91,7 @@ static void expect_same(core_t *a, core_t *b, int at)
 
 TEST(a_core_fed_its_primarys_events_live_keeps_the_same_state_and_free_stacks)
 {
-    randops_keys(names, keys, 24);
+    randops_space_init(&space, 24);
     core_t *a = core_new(&CFG),
            *b = core_new(&(core_config){
                .reservation_ms = 1, .max_pages = 1000, .max_ranks = 4, .hash_seed = 99});
@@ -127,8 +108,8 @@ TEST(a_core_fed_its_primarys_events_live_keeps_the_same_state_and_free_stacks)
              * same draws: the follower answers as its primary would */
             randops_rng again = rng;
             core_set_observer(a, NULL, NULL);
-            randops_step(a, &MIX, &rng, now, true, out_a);
-            randops_step(b, &MIX, &again, now, true, out_b);
+            randops_step(a, &space, &MIX, &rng, now, true, out_a);
+            randops_step(b, &space, &MIX, &again, now, true, out_b);
             core_set_observer(a, follow, &f);
             for (int i = 0; i < RANDOPS_OUT_LEN; i++)
                 if (out_a[i] != out_b[i])
@@ -136,7 +117,7 @@ TEST(a_core_fed_its_primarys_events_live_keeps_the_same_state_and_free_stacks)
                               (long long)out_a[i], (long long)out_b[i]);
             independent++;
         } else {
-            randops_step(a, &MIX, &rng, now, false, NULL);
+            randops_step(a, &space, &MIX, &rng, now, false, NULL);
         }
         CHECK_EQ(f.refused, 0);
         expect_same(a, b, s);

@@ -94,23 +94,6 @@ static int pick(int n)
     return randops_pick(&rng, n);
 }
 
-static void make_keys(void)
-{
-    for (int i = 0; i < NKEYS; i++) {
-        if (i == 0)
-            memcpy(key_names[i], "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                   64);
-        else if (i == 1)
-            memcpy(key_names[i], "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
-                   64);
-        else if (i == 2)
-            memset(key_names[i], 'L', 70);
-        else
-            snprintf(key_names[i], sizeof key_names[i], "key-%d", i);
-        key_slices[i] = hf_slice_from_cstr(key_names[i]);
-    }
-}
-
 /* ------------------------------------------------------------ the model */
 
 static void m_expire(mpool *p)
@@ -846,7 +829,7 @@ TEST(random_operations_with_another_seed_match_the_reference_model)
 int main(int argc, char **argv)
 {
     TEST_SELECT(argc, argv);
-    make_keys();
+    randops_keys(key_names, key_slices, NKEYS);
     printf("engine under test: %s\n", test_engine_name());
     RUN(random_operations_with_clock_eviction_match_the_reference_model);
     RUN(random_operations_without_eviction_match_the_reference_model);

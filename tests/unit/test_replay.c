@@ -15,70 +15,16 @@
 #include "core/core.h"
 #include "randops.h"
 
-typedef struct rec_event {
-    core_event ev;
-    char *ns;
-    char *key;
-} rec_event;
-
-typedef struct event_log {
-    rec_event *items;
-    size_t len, cap;
-} event_log;
-
-static void log_push(void *ctx, const core_event *ev)
-{
-    event_log *log = ctx;
-    if (log->len == log->cap) {
-        log->cap = log->cap ? log->cap * 2 : 1024;
-        log->items = realloc(log->items, log->cap * sizeof *log->items);
-    }
-    rec_event *r = &log->items[log->len++];
-    r->ev = *ev;
-    r->ns = malloc(ev->ns.len + 1);
-    memcpy(r->ns, ev->ns.ptr, ev->ns.len);
-    r->key = malloc(ev->key.len + 1);
-    memcpy(r->key, ev->key.ptr, ev->key.len);
-    r->ev.ns = (hf_slice){r->ns, ev->ns.len};
-    r->ev.key = (hf_slice){r->key, ev->key.len};
-}
-
-static void log_free(event_log *log)
-{
-    for (size_t i = 0; i < log->len; i++) {
-        free(log->items[i].ns);
-        free(log->items[i].key);
-    }
-    free(log->items);
-    memset(log, 0, sizeof *log);
-}
-
 static const core_config CFG = RANDOPS_CORE_CONFIG;
-static const hf_slice NS[2] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("other")};
-static char names[20][80];
-static hf_slice keys[20];
+static randops_space space;
 static randops_rng rng = {0x853c49e6748fea9bull};
 
 /* Writes above all (allocations, deletes, clears) over small pools, so that
  * the log holds every kind of event. */
-static const randops_mix MIX = {.ns = NS,
-                                .nns = 2,
-                                .keys = keys,
-                                .nkeys = 20,
-                                .ranks = 3,
-                                .max_batch = 4,
-                                .reinit_one_in = 50,
-                                .pool_pages = 1,
-                                .pool_span = 8,
-                                .weight = {[RANDOPS_ALLOCATE] = 30,
-                                           [RANDOPS_LOOKUP] = 25,
-                                           [RANDOPS_EXISTS] = 15,
-                                           [RANDOPS_DELETE] = 10,
-                                           [RANDOPS_POOL_CLEAR] = 2,
-                                           [RANDOPS_COMPLETE_EXISTS] = 16},
-                                .clear_all_one_in = 10,
-                                .release_one_in = 5,
-                                .unconfirmed_one_in = 4};
+static const randops_mix MIX = {.pools = {.pages = 1, .span = 8, .reinit_one_in = 50},
+                                .writes = {.allocate = 30, .delete = 10, .pool_clear = 2},
+                                .reads = {.lookup = 25, .exists = 15, .complete_exists = 16},
+                                .one_in = {.clear_all = 10, .release = 5, .unconfirmed = 4}};
 
 static int pick(int n)
 {
@@ -86,7 +32,7 @@ static int pick(int n)
 }
 
 /* Replay events[from..to) on top of `base` (a list of events, may be NULL). */
-static core_t *replay(const core_event *base, size_t nbase, const event_log *log, size_t from)
+static core_t *replay(const core_event *base, size_t nbase, const randops_events *log, size_t from)
 {
     core_t *copy = core_new(&CFG);
     for (size_t i = 0; i < nbase; i++)
@@ -111,16 +57,16 @@ static void expect_same(const core_t *live, const core_t *copy, const char *what
 
 TEST(replaying_the_event_log_or_a_snapshot_plus_its_tail_rebuilds_the_exact_state)
 {
-    randops_keys(names, keys, 20);
-    event_log log = {0}, snapshot = {0};
+    randops_space_init(&space, 20);
+    randops_events log = {0}, snapshot = {0};
     size_t snapshot_at = 0;
     core_t *live = core_new(&CFG);
-    core_set_observer(live, log_push, &log);
+    core_set_observer(live, randops_record, &log);
     int64_t now = 1000000;
     int checkpoints = 0;
     for (int step = 1; step <= 20000; step++) {
         now += pick(4) ? pick(50) : pick(1000);
-        randops_step(live, &MIX, &rng, now, false, NULL);
+        randops_step(live, &space, &MIX, &rng, now, false, NULL);
         if (step % 500 != 0)
             continue;
         core_t *copy = replay(NULL, 0, &log, 0);
@@ -135,16 +81,16 @@ TEST(replaying_the_event_log_or_a_snapshot_plus_its_tail_rebuilds_the_exact_stat
             expect_same(live, copy, "snapshot plus log tail");
             core_free(copy);
         }
-        log_free(&snapshot);
-        core_walk_state(live, log_push, &snapshot);
+        randops_events_free(&snapshot);
+        core_walk_state(live, randops_record, &snapshot);
         snapshot_at = log.len;
         checkpoints++;
     }
     CHECK_EQ(checkpoints, 40);
     CHECK(log.len > 10000);
     core_free(live);
-    log_free(&log);
-    log_free(&snapshot);
+    randops_events_free(&log);
+    randops_events_free(&snapshot);
 }
 
 TEST(replay_refuses_events_that_do_not_fit_the_state)

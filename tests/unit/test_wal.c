@@ -50,71 +50,45 @@ static int pick(int n)
     return randops_pick(&rng, n);
 }
 
-static char key_names[24][80];
-static hf_slice keys[24];
+static const hf_slice NS[3] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns-b"), HF_SLICE_LIT("")};
+
+/* The first two namespaces, ranks 0-2, batches of up to 6 keys of 24, in
+ * three forms: 64 hex characters (packed), other characters, short hex. */
+static randops_space space = {.ns = NS, .nns = 2, .ranks = 3, .max_batch = 6, .nkeys = 24};
 
 static void make_keys(void)
 {
-    for (int i = 0; i < 24; i++) {
-        if (i % 3 == 0) /* 64 hex characters: packed */
+    for (int i = 0; i < space.nkeys; i++) {
+        char *name = space.names[i];
+        if (i % 3 == 0)
             for (int j = 0; j < 64; j++)
-                key_names[i][j] = "0123456789abcdef"[(i * 7 + j * 13) % 16];
+                name[j] = "0123456789abcdef"[(i * 7 + j * 13) % 16];
         else if (i % 3 == 1)
-            snprintf(key_names[i], sizeof key_names[i], "Key-%d/with:other chars", i);
+            snprintf(name, sizeof space.names[i], "Key-%d/with:other chars", i);
         else
-            snprintf(key_names[i], sizeof key_names[i], "%02x", i * 9); /* short hex */
-        keys[i] = hf_slice_from_cstr(key_names[i]);
+            snprintf(name, sizeof space.names[i], "%02x", i * 9);
+        space.keys[i] = hf_slice_from_cstr(name);
     }
 }
 
-static const hf_slice NS[3] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns-b"), HF_SLICE_LIT("")};
-
-/* The operations as the store would run them, over the first two
- * namespaces, batches of up to 6 keys and pools of 2-11 pages. */
-static const randops_mix MIX = {.ns = NS,
-                                .nns = 2,
-                                .keys = keys,
-                                .nkeys = 24,
-                                .ranks = 3,
-                                .max_batch = 6,
-                                .reinit_one_in = 60,
-                                .pool_pages = 2,
-                                .pool_span = 10,
-                                .weight = {[RANDOPS_ALLOCATE] = 35,
-                                           [RANDOPS_LOOKUP] = 20,
-                                           [RANDOPS_EXISTS] = 10,
-                                           [RANDOPS_DELETE] = 10,
-                                           [RANDOPS_POOL_CLEAR] = 2,
-                                           [RANDOPS_COMPLETE_EXISTS] = 21},
-                                .clear_all_one_in = 8,
-                                .release_one_in = 6,
-                                .unconfirmed_one_in = 5};
+/* The operations as the store would run them, over pools of 2-11 pages. */
+static const randops_mix MIX = {.pools = {.pages = 2, .span = 10, .reinit_one_in = 60},
+                                .writes = {.allocate = 35, .delete = 10, .pool_clear = 2},
+                                .reads = {.lookup = 20, .exists = 10, .complete_exists = 21},
+                                .one_in = {.clear_all = 8, .release = 6, .unconfirmed = 5}};
 
 /* One random operation, as the store would run it. */
 static void random_op(core_t *core, int64_t now)
 {
-    randops_step(core, &MIX, &rng, now, false, NULL);
+    randops_step(core, &space, &MIX, &rng, now, false, NULL);
 }
 
 /* ------------------------------------------------------- codec round trip */
 
-typedef struct event_list {
-    core_event items[64];
-    char keys[64][80];
-    char nss[64][16];
-    int n;
-} event_list;
-
+/* A decoder's callback: the events into a randops_events. */
 static int collect(void *ctx, const core_event *ev)
 {
-    event_list *l = ctx;
-    core_event *e = &l->items[l->n];
-    *e = *ev;
-    memcpy(l->keys[l->n], ev->key.ptr, ev->key.len);
-    memcpy(l->nss[l->n], ev->ns.ptr, ev->ns.len);
-    e->key.ptr = l->keys[l->n];
-    e->ns.ptr = l->nss[l->n];
-    l->n++;
+    randops_record(ctx, ev);
     return 0;
 }
 
@@ -161,7 +135,7 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
     wal_decoder dec;
     wal__dec_init(&dec);
     dec.time_base = enc.time_base;
-    event_list got = {.n = 0};
+    randops_events got = {0};
     size_t off = 0;
     uint64_t records = 0;
     while (off < enc.out.len) {
@@ -180,9 +154,9 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
                  WAL_FRAME_BAD);
     }
     CHECK_EQ(records, nev);
-    CHECK_EQ(got.n, (int)nev);
+    CHECK_EQ(got.len, nev);
     for (size_t i = 0; i < nev; i++) {
-        const core_event *a = &evs[i], *b = &got.items[i];
+        const core_event *a = &evs[i], *b = &got.items[i].ev;
         if (a->type != b->type || !hf_slice_eq(a->ns, b->ns) || a->rank != b->rank ||
             a->page != b->page || !hf_slice_eq(a->key, b->key) || a->deadline != b->deadline)
             TEST_FAIL("event %zu (type %d) did not round-trip", i, a->type);
@@ -194,6 +168,7 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
     size_t before = one.out.len;
     wal__enc_event(&one, &evs[2]);
     CHECK(one.out.len - before < 50);
+    randops_events_free(&got);
     wal__enc_free(&one);
     wal__enc_free(&enc);
     wal__dec_free(&dec);
@@ -662,6 +637,34 @@ static core_t *state_after_records(const char *seg, size_t keep_bytes)
 
 /* ------------------------------------------------------ directory tests */
 
+/* The byte at offset at of path, xor bits. */
+static void flip(const char *path, size_t at, uint8_t bits)
+{
+    int fd = open(path, O_RDWR);
+    uint8_t byte;
+    if (pread(fd, &byte, 1, (off_t)at) != 1)
+        TEST_FAIL("cannot read %s", path);
+    byte ^= bits;
+    if (pwrite(fd, &byte, 1, (off_t)at) != 1)
+        TEST_FAIL("cannot write %s", path);
+    close(fd);
+}
+
+/* A log directory of the tests and its newest segment. */
+typedef struct test_log {
+    char dir[300], seg[600];
+} test_log;
+
+/* A log of ops operations in a new directory named name (build_log);
+ * returns the state it describes. */
+static core_t *new_log(test_log *l, const char *name, int ops)
+{
+    new_dir(l->dir, sizeof l->dir, name);
+    core_t *state = build_log(l->dir, ops);
+    last_segment(l->dir, l->seg, sizeof l->seg);
+    return state;
+}
+
 TEST(a_restart_with_or_without_a_final_snapshot_restores_the_exact_state)
 {
     char dir[300];
@@ -685,25 +688,23 @@ TEST(a_restart_with_or_without_a_final_snapshot_restores_the_exact_state)
 
 TEST(a_torn_tail_at_every_byte_offset_of_the_last_records_is_cut_exactly)
 {
-    char dir[300], work[300], seg[600], wseg[600];
-    new_dir(dir, sizeof dir, "torn");
+    test_log l;
+    char work[300], wseg[600];
+    core_free(new_log(&l, "torn", 300));
     new_dir(work, sizeof work, "torn-work");
-    core_t *full = build_log(dir, 300);
-    core_free(full);
-    last_segment(dir, seg, sizeof seg);
     size_t starts[20000];
-    size_t n = boundaries(seg, starts, 19999);
+    size_t n = boundaries(l.seg, starts, 19999);
     CHECK(n > 12);
     size_t first = starts[n - 8], end = starts[n];
     int cuts = 0;
     for (size_t cut = first; cut < end; cut++) {
-        copy_dir(dir, work);
-        snprintf(wseg, sizeof wseg, "%s/%s", work, seg + strlen(dir) + 1);
+        copy_dir(l.dir, work);
+        snprintf(wseg, sizeof wseg, "%s/%s", work, l.seg + strlen(l.dir) + 1);
         CHECK_EQ(truncate(wseg, (off_t)cut), 0);
         size_t keep = 0; /* the last record boundary at or before cut */
         for (size_t i = 0; i <= n && starts[i] <= cut; i++)
             keep = starts[i];
-        core_t *expected = state_after_records(seg, keep);
+        core_t *expected = state_after_records(l.seg, keep);
         core_t *got = reopen_state(work, NULL);
         expect_same_state(expected, got, "after a torn tail");
         core_free(expected);
@@ -714,16 +715,11 @@ TEST(a_torn_tail_at_every_byte_offset_of_the_last_records_is_cut_exactly)
     CHECK(cuts > 0);
     /* One flipped bit anywhere in the last record: that record is cut. */
     size_t last = starts[n - 1];
-    core_t *expected = state_after_records(seg, last);
+    core_t *expected = state_after_records(l.seg, last);
     for (size_t at = last; at < end; at++) {
-        copy_dir(dir, work);
-        snprintf(wseg, sizeof wseg, "%s/%s", work, seg + strlen(dir) + 1);
-        int fd = open(wseg, O_RDWR);
-        uint8_t byte;
-        CHECK_EQ(pread(fd, &byte, 1, (off_t)at), 1);
-        byte ^= (uint8_t)(1u << (at % 8));
-        CHECK_EQ(pwrite(fd, &byte, 1, (off_t)at), 1);
-        close(fd);
+        copy_dir(l.dir, work);
+        snprintf(wseg, sizeof wseg, "%s/%s", work, l.seg + strlen(l.dir) + 1);
+        flip(wseg, at, (uint8_t)(1u << (at % 8)));
         core_t *got = reopen_state(work, NULL);
         expect_same_state(expected, got, "after a flipped byte in the last record");
         core_free(got);
@@ -731,66 +727,48 @@ TEST(a_torn_tail_at_every_byte_offset_of_the_last_records_is_cut_exactly)
     }
     core_free(expected);
     rm_tree(work);
-    rm_tree(dir);
-}
-
-static void flip(const char *path, size_t at)
-{
-    int fd = open(path, O_RDWR);
-    uint8_t byte;
-    if (pread(fd, &byte, 1, (off_t)at) != 1)
-        TEST_FAIL("cannot read %s", path);
-    byte ^= 0x40;
-    if (pwrite(fd, &byte, 1, (off_t)at) != 1)
-        TEST_FAIL("cannot write %s", path);
-    close(fd);
+    rm_tree(l.dir);
 }
 
 TEST(damage_before_the_tail_is_refused_without_salvage_and_salvaged_with_it)
 {
-    char dir[300], seg[600];
-    new_dir(dir, sizeof dir, "damage");
-    core_t *full = build_log(dir, 400);
-    last_segment(dir, seg, sizeof seg);
+    test_log l;
+    core_t *full = new_log(&l, "damage", 400);
     size_t starts[20000];
-    size_t n = boundaries(seg, starts, 19999);
-    flip(seg, starts[n / 2] + 2);
-    size_t size = file_size(seg);
-    expect_open_refused(dir, WAL_EDAMAGED);
-    CHECK_EQ(file_size(seg), size); /* nothing was cut or changed */
-    CHECK_EQ(count_files(dir, ".wal"), 1);
+    size_t n = boundaries(l.seg, starts, 19999);
+    flip(l.seg, starts[n / 2] + 2, 0x40);
+    size_t size = file_size(l.seg);
+    expect_open_refused(l.dir, WAL_EDAMAGED);
+    CHECK_EQ(file_size(l.seg), size); /* nothing was cut or changed */
+    CHECK_EQ(count_files(l.dir, ".wal"), 1);
 
     wal_options salvage = {.fsync = WAL_FSYNC_ALWAYS, .salvage = true, .quiet = true};
-    core_t *got = reopen_state(dir, &salvage);
+    core_t *got = reopen_state(l.dir, &salvage);
     char err[256];
     CHECK_EQ(core_check(got, err, sizeof err), 0);
-    CHECK_EQ(count_files(dir, ".damaged"), 1);
-    core_t *again = reopen_state(dir, NULL); /* no --salvage needed any more */
+    CHECK_EQ(count_files(l.dir, ".damaged"), 1);
+    core_t *again = reopen_state(l.dir, NULL); /* no --salvage needed any more */
     expect_same_state(got, again, "restart after a salvage");
     core_free(again);
     core_free(got);
     core_free(full);
-    rm_tree(dir);
+    rm_tree(l.dir);
 }
 
 TEST(a_damaged_tail_in_a_segment_that_is_not_the_last_is_refused)
 {
-    char dir[300], seg[600];
-    new_dir(dir, sizeof dir, "older");
-    core_t *state = build_log(dir, 200);
-    last_segment(dir, seg, sizeof seg);
-    core_free(state);
-    state = reopen_state(dir, NULL); /* begins segment 2 */
-    core_free(state);
+    test_log l;
+    core_free(new_log(&l, "older", 200));
+    core_free(reopen_state(l.dir, NULL)); /* begins segment 2 */
     mini m;
-    CHECK_EQ(mini_open(&m, dir, NULL), 0);
+    CHECK_EQ(mini_open(&m, l.dir, NULL), 0);
     int64_t now = 1700000100000;
     CHECK_EQ(mini_work(&m, 50, &now), 0);
     mini_close(&m, false);
-    CHECK(count_files(dir, ".wal") >= 2);
-    CHECK_EQ(truncate(seg, (off_t)(file_size(seg) - 3)), 0);
-    expect_open_refused(dir, WAL_EDAMAGED);
-    rm_tree(dir);
+    CHECK(count_files(l.dir, ".wal") >= 2);
+    CHECK_EQ(truncate(l.seg, (off_t)(file_size(l.seg) - 3)), 0);
+    expect_open_refused(l.dir, WAL_EDAMAGED);
+    rm_tree(l.dir);
 }
 
 TEST(a_background_snapshot_plus_the_log_after_it_equals_the_live_state)
