@@ -156,8 +156,8 @@ const char *cluster_strerror(int err);
 /*
  * Whether the text of a Redis error reply refuses the connection's
  * credentials or rights (NOAUTH, WRONGPASS, NOPERM): what asking again, or
- * asking another node, cannot mend. The one Redis of redis_conn.c judges its
- * SELECT by it too.
+ * asking another node, cannot mend. The one Redis of store/redis/link.c
+ * judges its SELECT by it too.
  */
 static inline bool cluster_error_is_auth(const char *text)
 {

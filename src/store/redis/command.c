@@ -1,8 +1,7 @@
 /*
  * command.c: one command of the Redis engine: its arguments, built in one
- * arena (internal.h, `args`), its call through the link
- * (store/redis_conn.h), and the judgment of its reply into the STORE_* code
- * that the operations answer.
+ * arena (internal.h, `args`), its call through the link (link.h), and the
+ * judgment of its reply into the STORE_* code that the operations answer.
  */
 #include "store/redis/internal.h"
 

@@ -14,8 +14,17 @@
  *   command.c    one command: its arguments, its call, the judgment of its
  *                reply
  *   open.c       store_redis_open and the module check
- * The link (connections, pipelining, the monitor, the handles of the
- * cluster routing) is store/redis_conn.h's; it knows no HF3FS.* command.
+ * The link to Redis, which knows no HF3FS.* command (the operations use
+ * link.h only):
+ *   link.h       what the link promises; its head comment is the
+ *                specification (connections, pipelining, --redis-wait,
+ *                up and down, a Redis Cluster)
+ *   link.c       the URL, open and close, the calls, the monitor of one
+ *                Redis, health and figures
+ *   pipe.c       the pipes: shared, pipelined connections to a node
+ *   route.c      a Redis Cluster: routing handles, the slot map, the fast
+ *                path over the pipes, the cluster's probe and monitor
+ *   link_internal.h  what link.c, pipe.c and route.c share
  */
 #ifndef HF_STORE_REDIS_INTERNAL_H
 #define HF_STORE_REDIS_INTERNAL_H
@@ -27,7 +36,7 @@
 #include <stdint.h>
 
 #include "store/redis/redis.h"
-#include "store/redis_conn.h"
+#include "store/redis/link.h"
 
 typedef struct store_redis {
     store_t base;

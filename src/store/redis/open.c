@@ -1,7 +1,7 @@
 /*
- * open.c: store_redis_open: the link to Redis (store/redis_conn.h) with its
- * probe, MODULE LIST, which must show the module of exactly this front
- * end's version (redis.h).
+ * open.c: store_redis_open: the link to Redis (link.h) with its probe,
+ * MODULE LIST, which must show the module of exactly this front end's
+ * version (redis.h).
  */
 #include "store/redis/internal.h"
 
@@ -34,7 +34,7 @@ static const redisReply *module_field(const redisReply *m, const char *name)
     "`loadmodule /path/to/hf3fs_metad_redis.so` to redis.conf (the .so is built by `make` "        \
     "next to hf3fs-metad)"
 
-/* The probe's checker (redis_conn.h): MODULE LIST shows the module, of
+/* The probe's checker (link.h): MODULE LIST shows the module, of
  * exactly this front end's version. */
 static int module_check(const redisReply *rep, const char *addr, char *err, size_t errlen)
 {

@@ -34,7 +34,7 @@
  * show the module "hf3fsmeta" of exactly HF3FS_MODULE_VERSION: otherwise
  * STORE_ENOMODULE, with a sentence that says how to load it.
  *
- * Faults (store/redis_conn.h). A call that cannot reach Redis is refused
+ * Faults (link.h). A call that cannot reach Redis is refused
  * (STORE_EUNAVAILABLE) at once (Redis known down) or within the command
  * timeout; so is one that Redis refuses before running it (LOADING, BUSY,
  * OOM under maxmemory, READONLY...). A change whose reply was lost after it

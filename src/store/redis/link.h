@@ -1,5 +1,5 @@
 /*
- * redis_conn.h: the Redis engine's connections (store/redis.h), apart from
+ * link.h: the Redis engine's connections (store/redis/redis.h), apart from
  * its operations: a few shared, pipelined connections to one Redis
  * (redis://, unix://) or to each primary of a Redis Cluster
  * (redis-cluster://), there beside a pool of routing handles of
@@ -85,9 +85,13 @@
  * sent, or a read whose answer was lost: nothing changed), or, for a
  * change, STORE_EUNCERTAIN (sent and its answer lost, or fewer replicas
  * than --redis-wait acknowledged it: it may have taken effect).
+ *
+ * The code: link.c (the URL, open and close, the calls, one Redis's
+ * monitor, health and figures), pipe.c (the pipes), route.c (a Redis
+ * Cluster); link_internal.h is what they share.
  */
-#ifndef HF_STORE_REDIS_CONN_H
-#define HF_STORE_REDIS_CONN_H
+#ifndef HF_STORE_REDIS_LINK_H
+#define HF_STORE_REDIS_LINK_H
 
 #include <stdbool.h>
 #include <stddef.h>

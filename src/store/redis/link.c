@@ -1,0 +1,654 @@
+/*
+ * link.c: the link to Redis (link.h): the URL, a connection opened and
+ * probed, up and down, the monitor of one Redis, the calls, health and the
+ * figures (a cluster's own are route.c's), open and close. The pipes are
+ * pipe.c's, the Redis Cluster side route.c's; link_internal.h is what the
+ * three share.
+ */
+#include "store/redis/link_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster/cluster.h"
+#include "util/hostport.h"
+#include "util/log.h"
+#include "util/xalloc.h"
+
+static const uint64_t rtt_bounds_us[RTT_BUCKETS - 1] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 100000, 250000, 1000000,
+};
+
+static struct timeval tv_of_ms(int64_t ms)
+{
+    return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (long)(ms % 1000) * 1000};
+}
+
+/* ---------------------------------------------------------------- URL */
+
+char *link__dup_n(const char *p, size_t n)
+{
+    char *out = hf_xmalloc(n + 1);
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return out;
+}
+
+/* A %-decoded copy of [p, p + n), or NULL if an escape is malformed. */
+static char *pct_decode(const char *p, size_t n)
+{
+    char *out = hf_xmalloc(n + 1);
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != '%') {
+            out[j++] = p[i];
+            continue;
+        }
+        int hi = i + 1 < n ? hf_hex_digit(p[i + 1]) : -1;
+        int lo = i + 2 < n ? hf_hex_digit(p[i + 2]) : -1;
+        if (hi < 0 || lo < 0) {
+            free(out);
+            return NULL;
+        }
+        out[j++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    out[j] = '\0';
+    return out;
+}
+
+static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
+{
+    if (!url || !*url) {
+        snprintf(err, errlen, "--store: empty address");
+        return STORE_ECONFIG;
+    }
+    if (strncmp(url, "unix://", 7) == 0) {
+        const char *path = url + 7;
+        if (path[0] != '/') {
+            snprintf(err, errlen, "--store %s: a unix socket address is unix:///absolute/path",
+                     url);
+            return STORE_ECONFIG;
+        }
+        r->unix_path = link__dup_n(path, strlen(path));
+        return STORE_OK;
+    }
+    bool cluster = strncmp(url, "redis-cluster://", 16) == 0;
+    if (strncmp(url, "redis://", 8) != 0 && !cluster) {
+        snprintf(err, errlen,
+                 "--store %s: expected redis://[user:password@]host:port[/db], "
+                 "redis-cluster://[user:password@]host:port[,host:port...] or "
+                 "unix:///path/redis.sock",
+                 url);
+        return STORE_ECONFIG;
+    }
+    const char *p = url + (cluster ? 16 : 8);
+    const char *at = strrchr(p, '@');
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            if (colon > p)
+                r->user = pct_decode(p, (size_t)(colon - p));
+            r->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
+            if ((colon > p && !r->user) || !r->password) {
+                snprintf(err, errlen, "--store: malformed %%-escape in the user or password");
+                return STORE_ECONFIG;
+            }
+        } else {
+            /* redis://password@host, as redis-cli -u accepts */
+            r->password = pct_decode(p, (size_t)(at - p));
+            if (!r->password) {
+                snprintf(err, errlen, "--store: malformed %%-escape in the password");
+                return STORE_ECONFIG;
+            }
+        }
+        p = at + 1;
+    }
+    if (cluster) {
+        if (!*p || strchr(p, '/')) {
+            snprintf(err, errlen,
+                     "--store %s: a cluster address is "
+                     "redis-cluster://[user:password@]host:port[,host:port...] (no database: "
+                     "a cluster has only 0)",
+                     url);
+            return STORE_ECONFIG;
+        }
+        r->cluster = true;
+        r->seeds = link__dup_n(p, strlen(p));
+        return STORE_OK;
+    }
+    const char *end = p + strcspn(p, "/");
+    hf_hostport hp;
+    int rc = hf_hostport_parse(p, (size_t)(end - p), 0, &hp);
+    if (rc != HF_HOSTPORT_OK) {
+        snprintf(err, errlen, "--store %s: %s", url, hf_hostport_strerror(rc));
+        return STORE_ECONFIG;
+    }
+    r->host = link__dup_n(hp.host, hp.host_len);
+    r->port = hp.port ? hp.port : 6379;
+    if (*end == '/' && end[1]) {
+        char *stop;
+        long db = strtol(end + 1, &stop, 10);
+        if (*stop || db < 0 || db > 1000000) {
+            snprintf(err, errlen, "--store %s: the database must be a number", url);
+            return STORE_ECONFIG;
+        }
+        r->db = (int)db;
+    }
+    return STORE_OK;
+}
+
+/* -------------------------------------------------------- connections */
+
+const char *redis_link_where(const redis_link *r, char *buf, size_t len)
+{
+    if (r->cluster)
+        snprintf(buf, len, "cluster %s", r->seeds);
+    else if (r->unix_path)
+        snprintf(buf, len, "unix:%s", r->unix_path);
+    else
+        snprintf(buf, len, "%s:%d", r->host, r->port);
+    return buf;
+}
+
+bool redis_link_is_cluster(const redis_link *l)
+{
+    return l->cluster;
+}
+
+int redis_link_slot(const void *key, size_t len)
+{
+    return cluster_key_slot(key, len);
+}
+
+/* A new connection to the one Redis (nl NULL or without a host) or to the
+ * cluster node nl: connected, authenticated, db selected (one Redis). NULL
+ * and err. */
+redisContext *link__connect_one(redis_link *r, const node_link *nl, int *code, char *err,
+                                size_t errlen)
+{
+    struct timeval ct = tv_of_ms(r->opt.connect_timeout_ms);
+    bool node = nl && nl->host;
+    redisContext *c = node           ? redisConnectWithTimeout(nl->host, nl->port, ct)
+                      : r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, ct)
+                                     : redisConnectWithTimeout(r->host, r->port, ct);
+    char w[300];
+    if (node)
+        snprintf(w, sizeof w, "%s", nl->addr);
+    else
+        redis_link_where(r, w, sizeof w);
+    if (!c || c->err) {
+        snprintf(err, errlen, "cannot connect to Redis at %s: %s", w,
+                 c ? c->errstr : "out of memory");
+        *code = STORE_EUNREACHABLE;
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv_of_ms(r->opt.command_timeout_ms));
+    redisReply *rep = NULL;
+    if (r->password) {
+        if (r->user)
+            rep = redisCommand(c, "AUTH %s %s", r->user, r->password);
+        else
+            rep = redisCommand(c, "AUTH %s", r->password);
+        if (!rep || rep->type == REDIS_REPLY_ERROR) {
+            bool io = !rep;
+            snprintf(err, errlen, "Redis at %s refused the credentials: %s", w,
+                     io ? c->errstr : rep->str);
+            *code = io ? STORE_EUNREACHABLE : STORE_EAUTH;
+            goto fail;
+        }
+        freeReplyObject(rep);
+        rep = NULL;
+    }
+    if (node) /* a cluster has database 0 only */
+        return c;
+    rep = redisCommand(c, "SELECT %d", r->db);
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        bool io = !rep;
+        const char *why = io ? c->errstr : rep->str;
+        bool auth = !io && cluster_error_is_auth(why);
+        snprintf(err, errlen, "Redis at %s: SELECT %d: %s%s", w, r->db, why,
+                 auth ? " (a password is needed: redis://:PASSWORD@host:port or "
+                        "--redis-password-file)"
+                      : "");
+        *code = io ? STORE_EUNREACHABLE : auth ? STORE_EAUTH : STORE_EUNAVAILABLE;
+        goto fail;
+    }
+    freeReplyObject(rep);
+    return c;
+fail:
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(c);
+    return NULL;
+}
+
+/* The probe on one connection: STORE_OK, or a code and why (err). */
+static int probe_one(redis_link *r, redisContext *c, char *err, size_t errlen)
+{
+    redisReply *rep = redisCommandArgv(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens);
+    char w[300];
+    redis_link_where(r, w, sizeof w);
+    if (!rep) {
+        snprintf(err, errlen, "Redis at %s: %s: %s", w, r->opt.probe_argv[0],
+                 c->errstr[0] ? c->errstr : "I/O error");
+        return STORE_EUNREACHABLE;
+    }
+    int rc = r->opt.probe_check(rep, w, err, errlen);
+    freeReplyObject(rep);
+    return rc;
+}
+
+void link__mark_down(redis_link *r, const char *why)
+{
+    pthread_mutex_lock(&r->lock);
+    if (r->up) {
+        r->up = false;
+        atomic_store(&r->up_flag, false);
+        r->gen++;
+        snprintf(r->reason, sizeof r->reason, "%s", why);
+        log_msg(LOG_WARN, "Redis unavailable: %s; refusing calls until it answers again", why);
+        pthread_cond_signal(&r->wake);
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The monitors' pause (r->lock held): wait_ms, or less if woken. */
+void link__monitor_wait(redis_link *r, int64_t wait_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&r->wake, &r->lock, &until);
+}
+
+/* The monitor of one Redis: probe every second while up, reconnect with
+ * backoff while down (up again once the probe passes). */
+static void *monitor_main(void *arg)
+{
+    redis_link *r = arg;
+    redisContext *ctx = NULL;
+    int64_t backoff_ms = 100;
+    pthread_mutex_lock(&r->lock);
+    while (!r->stopping) {
+        int64_t wait_ms = r->up ? 1000 : backoff_ms;
+        link__monitor_wait(r, wait_ms);
+        if (r->stopping)
+            break;
+        bool was_up = r->up;
+        pthread_mutex_unlock(&r->lock);
+
+        char err[512] = "";
+        int code = 0;
+        bool ok = false;
+        if (!was_up && ctx) { /* a connection from before the failure */
+            redisFree(ctx);
+            ctx = NULL;
+        }
+        if (!ctx)
+            ctx = link__connect_one(r, NULL, &code, err, sizeof err);
+        if (ctx) {
+            ok = probe_one(r, ctx, err, sizeof err) == STORE_OK;
+            if (!ok) {
+                redisFree(ctx);
+                ctx = NULL;
+            }
+        }
+        if (ok) {
+            backoff_ms = 100;
+            if (!was_up) {
+                pthread_mutex_lock(&r->lock);
+                r->up = true;
+                atomic_store(&r->up_flag, true);
+                r->reason[0] = '\0';
+                pthread_mutex_unlock(&r->lock);
+                atomic_fetch_add(&r->reconnects, 1);
+                log_msg(LOG_INFO, "Redis answers again: serving");
+            }
+        } else {
+            if (was_up)
+                link__mark_down(r, err);
+            else if (backoff_ms < 2000)
+                backoff_ms = backoff_ms * 2 > 2000 ? 2000 : backoff_ms * 2;
+            pthread_mutex_lock(&r->lock);
+            if (!r->up)
+                snprintf(r->reason, sizeof r->reason, "%s", err);
+            pthread_mutex_unlock(&r->lock);
+        }
+        pthread_mutex_lock(&r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (ctx)
+        redisFree(ctx);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+int64_t link__wait_ms(const redis_link *r)
+{
+    return r->opt.wait_timeout_ms;
+}
+
+/* A change applied, but fewer replicas than --redis-wait acknowledged it. */
+void link__wait_short(redis_link *r, long long acked)
+{
+    atomic_fetch_add(&r->errors, 1);
+    atomic_fetch_add(&r->unknown, 1);
+    log_msg(LOG_ERROR,
+            "Redis: a change was applied but only %lld of %u replicas "
+            "acknowledged it within the timeout",
+            acked, r->opt.wait_replicas);
+}
+
+void link__count_rtt(redis_link *r, int64_t us)
+{
+    unsigned i = 0;
+    while (i < RTT_BUCKETS - 1 && (uint64_t)us > rtt_bounds_us[i])
+        i++;
+    atomic_fetch_add(&r->rtt_buckets[i], 1);
+    atomic_fetch_add(&r->rtt_sum_us, (uint64_t)us);
+}
+
+void redis_link_count_error(redis_link *l, bool unknown)
+{
+    atomic_fetch_add(&l->errors, 1);
+    if (unknown)
+        atomic_fetch_add(&l->unknown, 1);
+}
+
+void redis_cmds_free(redis_cmd *cmds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (cmds[i].reply)
+            freeReplyObject(cmds[i].reply);
+    free(cmds);
+}
+
+void redis_link_exec(redis_link *l, redis_cmd *cmds, size_t n, bool change)
+{
+    for (size_t i = 0; i < n; i++) {
+        cmds[i].reply = NULL;
+        cmds[i].code = STORE_EUNAVAILABLE;
+    }
+    if (n == 0)
+        return;
+    atomic_fetch_add(&l->calls, n);
+    if (!l->cluster) {
+        link__one_exec(l, cmds, n, change);
+        return;
+    }
+    link__cl_fast_exec(l, cmds, n, change);
+}
+
+redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
+                                   const size_t *argvlen, bool change, size_t *n)
+{
+    if (!l->cluster) {
+        redis_cmd *cmds = hf_xcalloc(1, sizeof *cmds);
+        *cmds = (redis_cmd){.argc = argc, .argv = argv, .argvlen = argvlen, .slot = -1};
+        redis_link_where(l, cmds->addr, sizeof cmds->addr);
+        *n = 1;
+        redis_link_exec(l, cmds, 1, change);
+        return cmds;
+    }
+    *n = 0;
+    conn *c = link__cl_borrow(l);
+    if (!c) {
+        atomic_fetch_add(&l->errors, 1);
+        return hf_xcalloc(1, sizeof(redis_cmd));
+    }
+    redis_cmd *cmds = link__cl_primaries(c, argc, argv, argvlen, n);
+    atomic_fetch_add(&l->calls, *n);
+    link__cl_exec(l, c, cmds, *n, change);
+    link__cl_give_back(l, c);
+    return cmds;
+}
+
+bool redis_link_replicated(redis_link *l, char *why, size_t len)
+{
+    const char *argv[2] = {"INFO", "replication"};
+    size_t lens[2] = {4, 11};
+    size_t n;
+    redis_cmd *cmds = redis_link_on_primaries(l, 2, argv, lens, false, &n);
+    bool all = n > 0;
+    if (!n)
+        snprintf(why, len, "no primary is known");
+    for (size_t i = 0; i < n && all; i++) {
+        const redisReply *rep = cmds[i].reply;
+        const char *f = rep && rep->type == REDIS_REPLY_STRING
+                            ? strstr(rep->str, "connected_slaves:")
+                            : NULL;
+        // NOLINTNEXTLINE(cert-err34-c): a count Redis writes; garbage reads 0, "no replica"
+        if (!f || atoi(f + 17) < 1) {
+            snprintf(why, len, "%s has no connected replica", cmds[i].addr);
+            all = false;
+        }
+    }
+    redis_cmds_free(cmds, n);
+    return all;
+}
+
+void redis_link_set_wait(redis_link *l, unsigned replicas)
+{
+    l->opt.wait_replicas = replicas;
+}
+
+uint32_t redis_link_primaries(redis_link *l)
+{
+    if (!l->cluster)
+        return 1;
+    conn *c = link__cl_borrow(l);
+    if (!c)
+        return 0;
+    uint32_t n = 0;
+    for (size_t i = 0; i < cluster_node_count(c->cl); i++) {
+        cluster_node_stats ns;
+        cluster_get_node_stats(c->cl, i, &ns);
+        if (ns.primary)
+            n++;
+    }
+    link__cl_give_back(l, c);
+    return n;
+}
+
+/* ----------------------------------------------------- health, figures */
+
+int redis_link_health(redis_link *r, char *reason, size_t len)
+{
+    if (atomic_load(&r->up_flag)) {
+        if (len)
+            reason[0] = '\0';
+        return STORE_OK;
+    }
+    pthread_mutex_lock(&r->lock);
+    char w[300];
+    snprintf(reason, len, "Redis at %s is unavailable: %s", redis_link_where(r, w, sizeof w),
+             r->reason[0] ? r->reason : "not reached yet");
+    pthread_mutex_unlock(&r->lock);
+    return STORE_EUNAVAILABLE;
+}
+
+void redis_link_metrics(redis_link *r, const store_emitter *e)
+{
+    bool up = atomic_load(&r->up_flag);
+    uint64_t counts[RTT_BUCKETS];
+    for (unsigned i = 0; i < RTT_BUCKETS; i++)
+        counts[i] = atomic_load(&r->rtt_buckets[i]);
+    uint64_t calls = atomic_load(&r->calls), errors = atomic_load(&r->errors),
+             unknown = atomic_load(&r->unknown), reconnects = atomic_load(&r->reconnects),
+             refused = atomic_load(&r->refused_down);
+    /* Three families, the ones the operators' rules and dashboard use; the
+     * other figures are in /v1/stats. */
+    store_emit_metric(e, "hf3fs_metad_store_up", STORE_METRIC_GAUGE,
+                      "1 while the shared store (Redis) answers, 0 while this front end "
+                      "cannot reach it or it refuses calls (see GET /health).",
+                      store_int(up));
+    store_emit_family(e, "hf3fs_metad_store_round_trip_seconds", STORE_METRIC_HISTOGRAM,
+                      "Time of one round trip to Redis as this front end sees it (one "
+                      "command, or a batch, with its WAIT under --redis-wait).");
+    store_histogram h = {
+        .nbuckets = RTT_BUCKETS,
+        .bounds = rtt_bounds_us,
+        .counts = counts,
+        .sum = atomic_load(&r->rtt_sum_us),
+        .decimals = 6,
+    };
+    store_emit_histogram(e, NULL, 0, &h);
+    store_emit_metric(e, "hf3fs_metad_store_errors_total", STORE_METRIC_COUNTER,
+                      "Store calls that failed: Redis unreachable, down, timed out, refusing "
+                      "the call or answering an error (calls, outcomes unknown and reconnects "
+                      "are in /v1/stats, member store).",
+                      store_int(errors));
+
+    char w[300], reason[512];
+    redis_link_where(r, w, sizeof w);
+    pthread_mutex_lock(&r->lock);
+    snprintf(reason, sizeof reason, "%s", r->reason);
+    pthread_mutex_unlock(&r->lock);
+    store_emit_null(e, "persistence"); /* Redis's own: its appendonly settings */
+    store_emit_object(e, "store");
+    if (r->cluster)
+        store_emit_string(e, "engine", "redis-cluster", 13);
+    else
+        store_emit_string(e, "engine", "redis", 5);
+    store_emit_string(e, "address", w, strlen(w));
+    store_emit_bool(e, "up", up);
+    if (up || !reason[0])
+        store_emit_null(e, "down_because");
+    else
+        store_emit_string(e, "down_because", reason, strlen(reason));
+    store_emit_number(e, "calls", store_int(calls));
+    store_emit_number(e, "errors", store_int(errors));
+    store_emit_number(e, "outcome_unknown", store_int(unknown));
+    store_emit_number(e, "refused_while_down", store_int(refused));
+    store_emit_number(e, "reconnects", store_int(reconnects));
+    store_emit_number(e, "wait_replicas", store_int(r->opt.wait_replicas));
+    store_emit_number(e, "connections", store_int(r->opt.connections ? r->opt.connections : 1));
+    store_emit_number(e, "max_in_flight", store_int(r->opt.max_in_flight));
+    store_emit_number(e, "writes", store_int(atomic_load(&r->writes)));
+    store_emit_number(e, "waited_for_room", store_int(atomic_load(&r->waited_for_room)));
+    store_emit_number(e, "refused_busy", store_int(atomic_load(&r->refused_busy)));
+    if (r->cluster)
+        link__cl_metrics(r, e);
+    store_emit_end(e);
+}
+
+/* ------------------------------------------------------- open, close */
+
+static void link_free(redis_link *r)
+{
+    link__node_free(r->one);
+    for (size_t i = 0; i < r->nnodes; i++)
+        link__node_free(r->nodes[i]);
+    free(r->nodes);
+    pthread_rwlock_destroy(&r->map_lock);
+    while (r->idle) {
+        conn *c = r->idle;
+        r->idle = c->next;
+        if (c->cl) {
+            link__cl_free(c);
+        } else {
+            redisFree(c->ctx);
+            free(c);
+        }
+    }
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->wake);
+    free(r->seeds);
+    free(r->figs);
+    free(r->host);
+    free(r->unix_path);
+    free(r->user);
+    if (r->password) {
+        explicit_bzero(r->password, strlen(r->password));
+        free(r->password);
+    }
+    free(r);
+}
+
+void redis_link_close(redis_link *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->stopping = true;
+    pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    if (r->monitoring)
+        pthread_join(r->monitor, NULL);
+    link_free(r);
+}
+
+int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, size_t errlen)
+{
+    redis_link *r = hf_xcalloc(1, sizeof *r);
+    r->opt = *opt;
+    r->opt.url = NULL;
+    r->opt.password = NULL;
+    for (int i = 0; i < r->opt.probe_argc && i < 4; i++)
+        r->probe_lens[i] = strlen(r->opt.probe_argv[i]);
+    if (!r->opt.max_in_flight)
+        r->opt.max_in_flight = 256;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->wake, NULL);
+    pthread_rwlock_init(&r->map_lock, NULL);
+    memset(r->slot_node, 0xff, sizeof r->slot_node);
+    int rc = parse_url(r, opt->url, err, errlen);
+    if (rc == STORE_OK && opt->password) {
+        free(r->password);
+        r->password = link__dup_n(opt->password, strlen(opt->password));
+    }
+    if (rc == STORE_OK && r->cluster) {
+        r->copt = (cluster_options){
+            .seeds = r->seeds,
+            .user = r->user,
+            .password = r->password,
+            .connect_timeout_ms = (int)r->opt.connect_timeout_ms,
+            .command_timeout_ms = (int)r->opt.command_timeout_ms,
+        };
+        char why[400];
+        conn *cc = link__cl_open(r, &rc, why, sizeof why);
+        if (cc) {
+            rc = link__cl_open_probe(r, cc, why, sizeof why);
+            if (rc == STORE_OK) {
+                link__cl_fold(r, cc);
+                link__cl_map_take(r, cc->cl);
+                cc->next = r->idle;
+                r->idle = cc;
+            } else {
+                link__cl_free(cc);
+            }
+        }
+        if (rc != STORE_OK)
+            snprintf(err, errlen, "Redis Cluster %s: %s", r->seeds, why);
+    } else if (rc == STORE_OK) {
+        r->one = link__node_new(r, NULL, 0, 0, "");
+        redisContext *c = link__connect_one(r, NULL, &rc, err, errlen);
+        if (c) {
+            rc = probe_one(r, c, err, errlen);
+            redisFree(c);
+        }
+    }
+    if (rc != STORE_OK) {
+        link_free(r);
+        return rc;
+    }
+    r->up = true;
+    atomic_store(&r->up_flag, true);
+    r->monitoring = pthread_create(&r->monitor, NULL,
+                                   r->cluster ? link__cl_monitor_main : monitor_main, r) == 0;
+    *out = r;
+    return STORE_OK;
+}

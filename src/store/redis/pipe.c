@@ -1,0 +1,671 @@
+/*
+ * pipe.c: the pipes (link.h "One Redis"): a node's shared, pipelined
+ * connections, the writer and reader roles its callers take on them, the
+ * bound on commands in flight, the one WAIT after a batch of changes, a
+ * connection broken and its callers answered; and the calls of one Redis.
+ */
+#include "store/redis/link_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/resp.h"
+#include "util/xalloc.h"
+
+/* ------------------------------------------------------------ the pipes */
+
+/* One connection, shared by every caller of its pipe. */
+struct pconn {
+    redisContext *ctx; /* its fd (non-blocking) and reply reader; hiredis I/O unused */
+    uint64_t gen;
+    bool broken;  /* failed: its waiters answered; freed once no role holder uses it */
+    bool retired; /* Redis went down and up since it opened: no new caller */
+    bool writing, reading;
+    unsigned users;               /* role holders working outside the lock */
+    waiter *queue, *queue_tail;   /* not written yet */
+    waiter *flight, *flight_tail; /* written, replies awaited, in order */
+    hf_buf wbuf;                  /* the writer's batch */
+};
+
+struct pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t room;
+    node_link *nl;
+    pconn *c;    /* NULL until a caller connects */
+    size_t cmds; /* commands admitted and not answered (the bound) */
+    unsigned room_waiters;
+    atomic_size_t load; /* cmds, read without the lock to choose a pipe */
+};
+
+
+/* Guard on a waiter's sleep: roles are handed on explicitly; this only
+ * bounds what a missed wake-up would cost. */
+#define ROLE_GUARD_US 200000
+
+static void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+{
+    int64_t now = hf_clock_mono_us();
+    if (until_us <= now)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ns = (int64_t)ts.tv_nsec + (until_us - now) * 1000;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+node_link *link__node_new(redis_link *r, const char *host, size_t hostlen, int port,
+                          const char *addr)
+{
+    node_link *nl = hf_xcalloc(1, sizeof *nl);
+    if (host) {
+        nl->host = link__dup_n(host, hostlen);
+        nl->port = port;
+    }
+    snprintf(nl->addr, sizeof nl->addr, "%s", addr);
+    nl->npipes = r->opt.connections ? r->opt.connections : 1;
+    nl->pipes = hf_xcalloc(nl->npipes, sizeof *nl->pipes);
+    for (size_t i = 0; i < nl->npipes; i++) {
+        pthread_mutex_init(&nl->pipes[i].mu, NULL);
+        cond_init_mono(&nl->pipes[i].room);
+        nl->pipes[i].nl = nl;
+    }
+    return nl;
+}
+
+static void pconn_maybe_free(pconn *c)
+{
+    if (!(c->broken || c->retired) || c->users || c->queue || c->flight)
+        return;
+    redisFree(c->ctx);
+    hf_buf_free(&c->wbuf);
+    free(c);
+}
+
+void link__node_free(node_link *nl)
+{
+    if (!nl)
+        return;
+    for (size_t i = 0; i < nl->npipes; i++) {
+        struct pipe *p = &nl->pipes[i];
+        if (p->c) { /* no caller is left: nothing queued, in flight or holding a role */
+            p->c->retired = true;
+            pconn_maybe_free(p->c);
+        }
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->room);
+    }
+    free(nl->pipes);
+    free(nl->host);
+    free(nl);
+}
+
+/* A connection of nl could not be opened or failed: the one Redis is
+ * marked down; a cluster node's commands take the routing handles for a
+ * pause (10 ms, doubling to 1 s) and the slot map is taken anew. */
+static void node_failed(redis_link *r, node_link *nl, const char *why)
+{
+    if (!nl->host) {
+        link__mark_down(r, why);
+        return;
+    }
+    int64_t b = atomic_load(&nl->backoff_ms);
+    b = b ? (b * 2 > 1000 ? 1000 : b * 2) : 10;
+    atomic_store(&nl->backoff_ms, b);
+    int64_t was = atomic_exchange(&nl->down_until_us, hf_clock_mono_us() + b * 1000);
+    atomic_store(&r->map_stale, true);
+    if (!was)
+        log_msg(LOG_WARN,
+                "Redis Cluster node %s: %s; its slots' commands go through the routing "
+                "handles until it answers again",
+                nl->addr, why);
+}
+
+/* Whether calls to nl are refused now: the one Redis marked down, a
+ * cluster node in its pause. */
+bool link__node_refusing(redis_link *r, node_link *nl)
+{
+    if (!nl->host)
+        return !atomic_load(&r->up_flag);
+    int64_t until = atomic_load(&nl->down_until_us);
+    return until && hf_clock_mono_us() < until;
+}
+
+/* A caller's call answered (pipe lock held): its figures, its wake-up, room. */
+static void finish(redis_link *r, struct pipe *p, waiter *w)
+{
+    w->done = true;
+    p->cmds -= w->n;
+    atomic_store(&p->load, p->cmds);
+    link__count_rtt(r, hf_clock_mono_us() - w->t0_us);
+    if (p->room_waiters)
+        pthread_cond_broadcast(&p->room);
+    pthread_cond_signal(&w->cv);
+}
+
+/* A caller's commands on a connection that failed: not sent (nothing
+ * changed) or sent (a change's outcome unknown). Counted as errors where
+ * that is their outcome: a cluster node's others go to a routing handle
+ * (link__cl_fast_exec), which counts them if they fail there. */
+static void fail_waiter(redis_link *r, struct pipe *p, waiter *w, bool sent, const char *why)
+{
+    bool final = !p->nl->host || (w->change && sent);
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->cmds[i].reply) { /* answered, but its WAIT was lost */
+            freeReplyObject(w->cmds[i].reply);
+            w->cmds[i].reply = NULL;
+        }
+        if (final)
+            atomic_fetch_add(&r->errors, 1);
+        if (w->change && sent) {
+            atomic_fetch_add(&r->unknown, 1);
+            log_msg(LOG_ERROR, "Redis: %s after a change was sent: its outcome is unknown", why);
+            w->cmds[i].code = STORE_EUNCERTAIN;
+        }
+    }
+    finish(r, p, w);
+}
+
+static void fail_entry(redis_link *r, struct pipe *p, waiter *w, const char *why)
+{
+    if (!w->is_wait) {
+        fail_waiter(r, p, w, true, why);
+        return;
+    }
+    while (w->covers) { /* those still in flight were failed before it */
+        waiter *x = w->covers;
+        w->covers = x->next_covered;
+        if (!x->done)
+            fail_waiter(r, p, x, true, why);
+    }
+    // NOLINTNEXTLINE(clang-analyzer-unix.Malloc): a WAIT, write_queue's; a caller's is not is_wait
+    free(w);
+}
+
+/* The connection failed (pipe lock held): every command in flight on it
+ * ends as sent, every one queued as not sent; its node is marked failed. */
+static void break_conn(redis_link *r, struct pipe *p, pconn *c, const char *why)
+{
+    if (c->broken)
+        return;
+    c->broken = true;
+    if (p->c == c)
+        p->c = NULL;
+    while (c->flight) {
+        waiter *w = c->flight;
+        c->flight = w->next;
+        fail_entry(r, p, w, why);
+    }
+    c->flight_tail = NULL;
+    while (c->queue) {
+        waiter *w = c->queue;
+        c->queue = w->next;
+        fail_waiter(r, p, w, false, why);
+    }
+    c->queue_tail = NULL;
+    shutdown(c->ctx->fd, SHUT_RDWR); /* a role holder in poll() or send() returns */
+    node_failed(r, p->nl, why);
+    /* freed by the caller, a role holder, once it is done with it */
+}
+
+/* The outcome of a change under --redis-wait once its batch's WAIT answered. */
+static void finish_waited(redis_link *r, struct pipe *p, waiter *w, long long acked)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->cmds[i].reply->type != REDIS_REPLY_ERROR &&
+            acked < (long long)r->opt.wait_replicas) {
+            link__wait_short(r, acked);
+            freeReplyObject(w->cmds[i].reply);
+            w->cmds[i].reply = NULL;
+            w->cmds[i].code = STORE_EUNCERTAIN;
+            continue;
+        }
+        w->cmds[i].code = STORE_OK;
+    }
+    finish(r, p, w);
+}
+
+/* One reply, matched in order to the head of the flight list (pipe lock
+ * held). false: a reply nothing awaited (a protocol fault). */
+static bool dispatch(redis_link *r, struct pipe *p, pconn *c, redisReply *reply)
+{
+    waiter *h = c->flight;
+    if (!h) {
+        freeReplyObject(reply);
+        return false;
+    }
+    if (h->is_wait) {
+        long long acked = reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+        freeReplyObject(reply);
+        c->flight = h->next;
+        while (h->covers) {
+            waiter *x = h->covers;
+            h->covers = x->next_covered;
+            finish_waited(r, p, x, acked);
+        }
+        free(h);
+    } else {
+        h->cmds[h->got++].reply = reply;
+        if (h->got < h->n)
+            return true;
+        c->flight = h->next;
+        if (!h->covered) {
+            for (size_t i = 0; i < h->n; i++)
+                h->cmds[i].code = STORE_OK;
+            finish(r, p, h);
+        }
+    }
+    if (!c->flight)
+        c->flight_tail = NULL;
+    return true;
+}
+
+/* The first caller of entry w (a WAIT's: of the changes it covers) that
+ * sleeps in link__pipe_await, free to take a role; NULL if none. */
+static waiter *parked_of(waiter *w)
+{
+    if (!w->is_wait)
+        return w->parked ? w : NULL;
+    for (waiter *x = w->covers; x; x = x->next_covered)
+        if (x->parked)
+            return x;
+    return NULL;
+}
+
+/* Hand the free roles on (pipe lock held): the first sleeping caller in
+ * flight reads. (The writer empties the queue before it leaves, so the
+ * queue needs nobody.) A caller busy elsewhere (its call's commands on
+ * another node) takes a role when it comes back to this pipe. */
+static void wake_roles(pconn *c)
+{
+    if (c->broken || c->reading)
+        return;
+    for (waiter *w = c->flight; w; w = w->next) {
+        waiter *x = parked_of(w);
+        if (x) {
+            pthread_cond_signal(&x->cv);
+            return;
+        }
+    }
+}
+
+/* The writer (pipe lock held on entry and exit): the whole queue, and one
+ * WAIT after it if it holds a change under --redis-wait, in one send; again
+ * while callers queued more meanwhile. */
+static void write_queue(redis_link *r, struct pipe *p, pconn *c)
+{
+    c->writing = true;
+    c->users++;
+    while (c->queue && !c->broken) {
+        waiter *batch = c->queue;
+        c->queue = c->queue_tail = NULL;
+        waiter *mark = NULL;
+        c->wbuf.len = 0;
+        int64_t until = INT64_MAX;
+        size_t ncmds = 0;
+        for (waiter *w = batch; w; w = w->next) {
+            hf_buf_append(&c->wbuf, w->out.ptr, w->out.len);
+            ncmds += w->n;
+            if (w->until_us < until)
+                until = w->until_us;
+            if (w->change && r->opt.wait_replicas > 0) {
+                if (!mark) {
+                    mark = hf_xcalloc(1, sizeof *mark);
+                    mark->is_wait = true;
+                    mark->until_us = hf_clock_mono_us() + r->opt.command_timeout_ms * 1000 +
+                                     r->opt.wait_timeout_ms * 1000;
+                }
+                w->covered = true;
+                w->next_covered = mark->covers;
+                mark->covers = w;
+            }
+            w->c = c;
+        }
+        if (mark) {
+            char nrep[24], tmo[24];
+            int a = snprintf(nrep, sizeof nrep, "%u", r->opt.wait_replicas);
+            int b = snprintf(tmo, sizeof tmo, "%lld", (long long)link__wait_ms(r));
+            const char *argv[3] = {"WAIT", nrep, tmo};
+            size_t lens[3] = {4, (size_t)a, (size_t)b};
+            hf_resp_command(&c->wbuf, 3, argv, lens);
+        }
+        /* into the flight list before a byte goes out: replies may come at once */
+        waiter *last = batch;
+        while (last->next)
+            last = last->next;
+        if (mark)
+            last->next = mark;
+        if (c->flight_tail)
+            c->flight_tail->next = batch;
+        else
+            c->flight = batch;
+        c->flight_tail = mark ? mark : last;
+        atomic_fetch_add(&r->writes, 1);
+        atomic_fetch_add(&p->nl->sent, ncmds);
+        pthread_mutex_unlock(&p->mu);
+
+        const char *why = NULL;
+        size_t off = 0;
+        int fd = c->ctx->fd;
+        while (off < c->wbuf.len) {
+            ssize_t k = send(fd, c->wbuf.ptr + off, c->wbuf.len - off, MSG_NOSIGNAL);
+            if (k > 0) {
+                off += (size_t)k;
+                continue;
+            }
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                why = strerror(errno);
+                break;
+            }
+            int64_t left_ms = (until - hf_clock_mono_us()) / 1000;
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            if (left_ms <= 0 ||
+                poll(&pf, 1, (int)(left_ms > INT32_MAX ? INT32_MAX : left_ms)) == 0) {
+                why = "Resource temporarily unavailable"; /* hiredis's words for a timeout */
+                break;
+            }
+        }
+
+        pthread_mutex_lock(&p->mu);
+        if (why && !c->broken)
+            break_conn(r, p, c, why);
+    }
+    c->writing = false;
+    c->users--;
+    wake_roles(c);
+    pconn_maybe_free(c);
+}
+/* The reader (pipe lock held on entry and exit): waits for replies until
+ * the earliest deadline in flight, then matches what came to its callers. */
+static void read_replies(redis_link *r, struct pipe *p, pconn *c)
+{
+    c->reading = true;
+    c->users++;
+    int64_t until = INT64_MAX;
+    for (waiter *w = c->flight; w; w = w->next)
+        if (w->until_us < until)
+            until = w->until_us;
+    pthread_mutex_unlock(&p->mu);
+
+    const char *why = NULL;
+    redisReply **got = NULL;
+    size_t ngot = 0, cap = 0;
+    int fd = c->ctx->fd;
+    for (;;) {
+        int64_t left_ms = (until - hf_clock_mono_us() + 999) / 1000;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int pr = left_ms > 0 ? poll(&pf, 1, (int)(left_ms > INT32_MAX ? INT32_MAX : left_ms)) : 0;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr == 0) {
+            why = "Resource temporarily unavailable"; /* a timeout, in hiredis's words */
+            break;
+        }
+        char buf[16384];
+        ssize_t k = read(fd, buf, sizeof buf);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (k <= 0) {
+            why = k == 0 ? "Server closed the connection" : strerror(errno);
+            break;
+        }
+        if (redisReaderFeed(c->ctx->reader, buf, (size_t)k) != REDIS_OK) {
+            why = "Protocol error";
+            break;
+        }
+        void *rep = NULL;
+        while (redisReaderGetReply(c->ctx->reader, &rep) == REDIS_OK && rep) {
+            if (ngot == cap) {
+                cap = cap ? cap * 2 : 16;
+                got = hf_xreallocarray(got, cap, sizeof *got);
+            }
+            got[ngot++] = rep;
+            rep = NULL;
+        }
+        if (c->ctx->reader->err) {
+            why = "Protocol error";
+            break;
+        }
+        if (ngot)
+            break;
+    }
+
+    pthread_mutex_lock(&p->mu);
+    c->reading = false;
+    c->users--;
+    size_t i = 0;
+    for (; i < ngot && !c->broken; i++)
+        if (!dispatch(r, p, c, got[i])) {
+            why = "a reply no command awaited";
+            i++;
+            break;
+        }
+    for (; i < ngot; i++)
+        freeReplyObject(got[i]);
+    free(got);
+    if (why && !c->broken)
+        break_conn(r, p, c, why);
+    wake_roles(c);
+    pconn_maybe_free(c);
+}
+
+/* An idle connection that Redis closed meanwhile reads as readable (EOF). */
+static bool conn_dead(const pconn *c)
+{
+    struct pollfd p = {.fd = c->ctx->fd, .events = POLLIN};
+    return poll(&p, 1, 0) != 0;
+}
+
+/* The pipe's connection for a new call (pipe lock held): the current one,
+ * or a new one instead of one from before Redis went down or one Redis
+ * closed while it sat idle. NULL: the node unreachable (node_failed). */
+static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
+{
+    pconn *c = p->c;
+    if (c && c->gen != gen) {
+        c->retired = true;
+        p->c = NULL;
+        pconn_maybe_free(c);
+        c = NULL;
+    }
+    if (c && !c->users && !c->queue && !c->flight && conn_dead(c)) {
+        c->retired = true;
+        p->c = NULL;
+        pconn_maybe_free(c);
+        c = NULL;
+    }
+    if (c)
+        return c;
+    char err[512];
+    int code;
+    redisContext *ctx = link__connect_one(r, p->nl, &code, err, sizeof err);
+    if (!ctx) {
+        node_failed(r, p->nl, err);
+        return NULL;
+    }
+    if (p->nl->host) {
+        atomic_store(&p->nl->backoff_ms, 0);
+        atomic_store(&p->nl->down_until_us, 0);
+    }
+    int fl = fcntl(ctx->fd, F_GETFL);
+    fcntl(ctx->fd, F_SETFL, fl | O_NONBLOCK);
+    c = hf_xcalloc(1, sizeof *c);
+    c->ctx = ctx;
+    c->gen = gen;
+    p->c = c;
+    return c;
+}
+
+/* The node's pipe with the fewest commands in flight, the next in turn on
+ * a tie. */
+static struct pipe *pick_pipe(node_link *nl)
+{
+    size_t start = atomic_fetch_add(&nl->next_pipe, 1) % nl->npipes, best = start;
+    size_t load = atomic_load(&nl->pipes[start].load);
+    for (size_t k = 1; k < nl->npipes && load; k++) {
+        size_t i = (start + k) % nl->npipes;
+        size_t l = atomic_load(&nl->pipes[i].load);
+        if (l < load) {
+            load = l;
+            best = i;
+        }
+    }
+    return &nl->pipes[best];
+}
+
+/* Admission under the bound (pipe lock held): true once the n commands
+ * fit, false (counted) if the node is refused meanwhile or the deadline
+ * passed first; a cluster node's, false at once when they do not fit. */
+static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *waited)
+{
+    while (p->cmds > 0 && p->cmds + n > r->opt.max_in_flight) {
+        if (p->nl->host) { /* a cluster node's: a routing handle takes them at once */
+            atomic_fetch_add(&r->refused_busy, 1);
+            return false;
+        }
+        if (link__node_refusing(r, p->nl)) {
+            atomic_fetch_add(&r->refused_down, 1);
+            return false;
+        }
+        if (hf_clock_mono_us() >= until) {
+            atomic_fetch_add(&r->refused_busy, 1);
+            return false;
+        }
+        if (!*waited)
+            atomic_fetch_add(&r->waited_for_room, 1);
+        *waited = true;
+        p->room_waiters++;
+        cond_wait_until(&p->room, &p->mu, until);
+        p->room_waiters--;
+    }
+    return true;
+}
+
+/* A caller's n commands as a waiter for its node (not queued yet). */
+void link__waiter_init(redis_link *r, waiter *w, redis_cmd *cmds, size_t n, bool change,
+                       int64_t t0_us)
+{
+    *w = (waiter){.cmds = cmds, .n = n, .change = change, .t0_us = t0_us};
+    w->until_us = t0_us + r->opt.command_timeout_ms * 1000;
+    if (r->opt.wait_replicas > 0) /* a WAIT pipelined ahead may hold it that long */
+        w->until_us += r->opt.wait_timeout_ms * 1000;
+    for (size_t i = 0; i < n; i++)
+        hf_resp_command(&w->out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
+    cond_init_mono(&w->cv);
+}
+
+void link__waiter_free(waiter *w)
+{
+    hf_buf_free(&w->out);
+    pthread_cond_destroy(&w->cv);
+}
+
+/* w's commands queued on a pipe of its node and, if nobody writes there,
+ * written at once (so that a call's commands are out on all their nodes
+ * before it waits for any). false: refused, nothing sent (the commands
+ * keep STORE_EUNAVAILABLE). */
+bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
+{
+    struct pipe *p = pick_pipe(nl);
+    pthread_mutex_lock(&p->mu);
+    bool waited = false;
+    if (!admit(r, p, w->n, w->t0_us + r->opt.command_timeout_ms * 1000, &waited))
+        goto refused;
+    if (!nl->host && (waited || !p->c)) { /* Redis may have gone down: refuse, not reconnect */
+        pthread_mutex_lock(&r->lock);
+        bool up = r->up;
+        gen = r->gen;
+        pthread_mutex_unlock(&r->lock);
+        if (!up) {
+            atomic_fetch_add(&r->refused_down, 1);
+            goto refused;
+        }
+    }
+    pconn *c = pipe_conn(r, p, gen);
+    if (!c)
+        goto refused;
+    p->cmds += w->n;
+    atomic_store(&p->load, p->cmds);
+    w->c = c;
+    w->p = p;
+    if (c->queue_tail)
+        c->queue_tail->next = w;
+    else
+        c->queue = w;
+    c->queue_tail = w;
+    if (!c->writing)
+        write_queue(r, p, c);
+    pthread_mutex_unlock(&p->mu);
+    return true;
+refused:
+    pthread_mutex_unlock(&p->mu);
+    if (!nl->host) /* a cluster node's go to a routing handle */
+        atomic_fetch_add(&r->errors, w->n);
+    return false;
+}
+
+/* Until w is answered: read (or write) when that role is free, else sleep
+ * until handed one or answered. */
+void link__pipe_await(redis_link *r, waiter *w)
+{
+    struct pipe *p = w->p;
+    pthread_mutex_lock(&p->mu);
+    while (!w->done) {
+        pconn *c = w->c; /* not freed while it holds an unanswered waiter */
+        if (!c->broken && !c->writing && c->queue) {
+            write_queue(r, p, c);
+        } else if (!c->broken && !c->reading && c->flight) {
+            read_replies(r, p, c);
+        } else {
+            w->parked = true;
+            cond_wait_until(&w->cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
+            w->parked = false;
+        }
+    }
+    /* done: w->c may be gone (freed by whoever broke it); roles were handed
+     * on by whoever answered this call */
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* One Redis: the n commands queued on a pipe, written with whatever else
+ * is queued there, their replies matched in order. */
+void link__one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
+{
+    pthread_mutex_lock(&r->lock);
+    bool up = r->up;
+    uint64_t gen = r->gen;
+    pthread_mutex_unlock(&r->lock);
+    if (!up) {
+        atomic_fetch_add(&r->refused_down, 1);
+        atomic_fetch_add(&r->errors, n);
+        return;
+    }
+    waiter w;
+    link__waiter_init(r, &w, cmds, n, change, hf_clock_mono_us());
+    if (link__pipe_submit(r, r->one, &w, gen))
+        link__pipe_await(r, &w);
+    link__waiter_free(&w);
+}

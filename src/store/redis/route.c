@@ -1,0 +1,657 @@
+/*
+ * route.c: the link over a Redis Cluster (link.h "A Redis Cluster"): the
+ * pool of routing handles of src/cluster/cluster.h and their figures, the
+ * slot map the pipes are chosen by, the fast path (each command on a pipe
+ * of its slot's primary, what the pipes cannot settle through a handle),
+ * the cluster's probe and monitor.
+ */
+#include "store/redis/link_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/cluster.h"
+#include "util/clock.h"
+#include "util/hostport.h"
+#include "util/log.h"
+#include "util/xalloc.h"
+
+/* ------------------------------------------------------ Redis Cluster */
+
+/* What a handle's nodes did since it was last folded, added to the
+ * link's per-node figures (by address: handles number nodes alike only
+ * by chance); the node's flags and slots as this handle sees them. */
+void link__cl_fold(redis_link *r, conn *c)
+{
+    size_t n = cluster_node_count(c->cl);
+    if (n > c->nseen) {
+        c->seen = hf_xreallocarray(c->seen, n, sizeof *c->seen);
+        memset(c->seen + c->nseen, 0, (n - c->nseen) * sizeof *c->seen);
+        c->nseen = n;
+    }
+    cluster_stats t;
+    cluster_get_stats(c->cl, &t);
+    pthread_mutex_lock(&r->lock);
+    r->cl_refreshes += t.refreshes - c->seen_totals.refreshes;
+    r->cl_refresh_failures += t.refresh_failures - c->seen_totals.refresh_failures;
+    r->cl_rounds += t.rounds - c->seen_totals.rounds;
+    c->seen_totals = t;
+    for (size_t i = 0; i < n; i++) {
+        cluster_node_stats ns;
+        cluster_get_node_stats(c->cl, i, &ns);
+        node_fig *f = NULL;
+        for (size_t j = 0; j < r->nfigs && !f; j++)
+            if (strcmp(r->figs[j].s.addr, ns.addr) == 0)
+                f = &r->figs[j];
+        if (!f) {
+            r->figs = hf_xreallocarray(r->figs, r->nfigs + 1, sizeof *r->figs);
+            f = &r->figs[r->nfigs++];
+            memset(f, 0, sizeof *f);
+            memcpy(f->s.addr, ns.addr, sizeof ns.addr);
+        }
+        const cluster_node_stats *o = &c->seen[i];
+        f->s.requests += ns.requests - o->requests;
+        f->s.moved += ns.moved - o->moved;
+        f->s.ask += ns.ask - o->ask;
+        f->s.retries += ns.retries - o->retries;
+        f->s.errors += ns.errors - o->errors;
+        f->s.connects += ns.connects - o->connects;
+        f->s.primary = ns.primary;
+        f->s.replica = ns.replica;
+        f->s.down = ns.down;
+        f->s.slots = ns.slots;
+        c->seen[i] = ns;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+conn *link__cl_open(redis_link *r, int *code, char *err, size_t errlen)
+{
+    cluster_t *cl;
+    int rc = cluster_open(&r->copt, &cl, err, errlen);
+    if (rc != CLUSTER_OK) {
+        *code = rc == CLUSTER_EAUTH                            ? STORE_EAUTH
+                : rc == CLUSTER_EINVAL || rc == CLUSTER_EPROTO ? STORE_ECONFIG
+                                                               : STORE_EUNREACHABLE;
+        return NULL;
+    }
+    conn *c = hf_xcalloc(1, sizeof *c);
+    c->cl = cl;
+    return c;
+}
+
+void link__cl_free(conn *c)
+{
+    cluster_close(c->cl);
+    free(c->seen);
+    free(c);
+}
+
+conn *link__cl_borrow(redis_link *r)
+{
+    pthread_mutex_lock(&r->lock);
+    conn *c = r->idle;
+    if (c)
+        r->idle = c->next;
+    pthread_mutex_unlock(&r->lock);
+    if (c)
+        return c;
+    char err[512];
+    int code;
+    c = link__cl_open(r, &code, err, sizeof err);
+    if (!c)
+        log_msg(LOG_WARN, "Redis Cluster: %s", err);
+    return c;
+}
+
+void link__cl_give_back(redis_link *r, conn *c)
+{
+    link__cl_fold(r, c);
+    pthread_mutex_lock(&r->lock);
+    c->next = r->idle;
+    r->idle = c;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The primaries of the handle's map, as commands of argv to each (*m). */
+redis_cmd *link__cl_primaries(conn *c, int argc, const char **argv, const size_t *lens, size_t *m)
+{
+    size_t n = cluster_node_count(c->cl);
+    redis_cmd *cmds = hf_xcalloc(n ? n : 1, sizeof *cmds);
+    *m = 0;
+    for (size_t i = 0; i < n; i++) {
+        cluster_node_stats ns;
+        cluster_get_node_stats(c->cl, i, &ns);
+        if (!ns.primary)
+            continue;
+        redis_cmd *d = &cmds[(*m)++];
+        *d = (redis_cmd){.argc = argc,
+                         .argv = argv,
+                         .argvlen = lens,
+                         .slot = -1,
+                         .node = (int)i,
+                         .code = STORE_EUNAVAILABLE};
+        snprintf(d->addr, sizeof d->addr, "%s", ns.addr);
+    }
+    return cmds;
+}
+
+/* After a redirected batch: WAIT on every primary (the changes ran on the
+ * nodes the redirects named, maybe not where their WAITs went). */
+static bool cl_wait_all(redis_link *r, conn *c)
+{
+    atomic_fetch_add(&r->cl_rewaits, 1);
+    char wn[16], wt[24];
+    snprintf(wn, sizeof wn, "%u", r->opt.wait_replicas);
+    snprintf(wt, sizeof wt, "%lld", (long long)link__wait_ms(r));
+    const char *argv[3] = {"WAIT", wn, wt};
+    size_t lens[3] = {4, strlen(wn), strlen(wt)};
+    size_t m;
+    redis_cmd *p = link__cl_primaries(c, 3, argv, lens, &m);
+    cluster_cmd *cmds = hf_xcalloc(m ? m : 1, sizeof *cmds);
+    for (size_t i = 0; i < m; i++)
+        cmds[i] = (cluster_cmd){.argc = 3,
+                                .argv = argv,
+                                .argvlen = lens,
+                                .slot = -1,
+                                .node = p[i].node,
+                                .flags = CLUSTER_CMD_IDEMPOTENT};
+    cluster_exec(c->cl, cmds, m);
+    bool ok = true;
+    for (size_t i = 0; i < m; i++) {
+        if (!cmds[i].reply || cmds[i].reply->type != REDIS_REPLY_INTEGER ||
+            cmds[i].reply->integer < (long long)r->opt.wait_replicas)
+            ok = false;
+        if (cmds[i].reply)
+            freeReplyObject(cmds[i].reply);
+    }
+    free(cmds);
+    free(p);
+    return ok;
+}
+
+/*
+ * Run n commands at once on the handle c (one round trip per node, the
+ * nodes in parallel), each to the node of its slot (or its node). For a
+ * change under --redis-wait each command is followed by a WAIT in the same
+ * round trip on its node; when the batch was redirected or retried, its
+ * WAITs may have gone elsewhere than its commands, so a WAIT then goes to
+ * every primary.
+ */
+void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool change)
+{
+    bool wait = change && r->opt.wait_replicas > 0;
+    char wn[16], wt[24];
+    snprintf(wn, sizeof wn, "%u", r->opt.wait_replicas);
+    snprintf(wt, sizeof wt, "%lld", (long long)link__wait_ms(r));
+    const char *wargv[3] = {"WAIT", wn, wt};
+    size_t wlens[3] = {4, strlen(wn), strlen(wt)};
+    cluster_cmd *batch = hf_xcalloc(2 * (n ? n : 1), sizeof *batch);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        batch[m++] = (cluster_cmd){.argc = cmds[i].argc,
+                                   .argv = cmds[i].argv,
+                                   .argvlen = cmds[i].argvlen,
+                                   .slot = cmds[i].slot,
+                                   .node = cmds[i].node,
+                                   .flags = change ? 0 : CLUSTER_CMD_IDEMPOTENT};
+        if (wait)
+            batch[m++] = (cluster_cmd){.argc = 3,
+                                       .argv = wargv,
+                                       .argvlen = wlens,
+                                       .slot = cmds[i].slot,
+                                       .node = cmds[i].node,
+                                       .flags = CLUSTER_CMD_IDEMPOTENT};
+    }
+    cluster_stats before, after;
+    cluster_get_stats(c->cl, &before);
+    int64_t t0 = hf_clock_mono_us();
+    cluster_exec(c->cl, batch, m);
+    link__count_rtt(r, hf_clock_mono_us() - t0);
+    cluster_get_stats(c->cl, &after);
+    bool redirected = after.rounds - before.rounds > 1;
+    bool rewait = false;
+    m = 0;
+    for (size_t i = 0; i < n; i++) {
+        cluster_cmd *b = &batch[m++];
+        cluster_cmd *w = wait ? &batch[m++] : NULL;
+        long long acked = -1;
+        if (w && w->reply) {
+            if (w->reply->type == REDIS_REPLY_INTEGER)
+                acked = w->reply->integer;
+            freeReplyObject(w->reply);
+        }
+        if (!b->reply) {
+            bool sent = b->error == CLUSTER_ETIMEOUT || b->error == CLUSTER_ECONN;
+            atomic_fetch_add(&r->errors, 1);
+            cmds[i].code = change && sent ? STORE_EUNCERTAIN : STORE_EUNAVAILABLE;
+            if (cmds[i].code == STORE_EUNCERTAIN) {
+                atomic_fetch_add(&r->unknown, 1);
+                log_msg(LOG_ERROR,
+                        "Redis Cluster: %s after a change was sent: its outcome "
+                        "is unknown",
+                        cluster_last_error(c->cl));
+            } else {
+                log_msg(LOG_WARN, "Redis Cluster: %s (%s)", cluster_strerror(b->error),
+                        cluster_last_error(c->cl));
+            }
+            continue;
+        }
+        if (wait && !redirected && b->reply->type != REDIS_REPLY_ERROR &&
+            acked < (long long)r->opt.wait_replicas) {
+            link__wait_short(r, acked);
+            freeReplyObject(b->reply);
+            cmds[i].code = STORE_EUNCERTAIN;
+            continue;
+        }
+        if (wait && redirected)
+            rewait = true;
+        cmds[i].reply = b->reply;
+        cmds[i].code = STORE_OK;
+    }
+    if (rewait && !cl_wait_all(r, c)) {
+        for (size_t i = 0; i < n; i++)
+            if (cmds[i].reply && cmds[i].reply->type != REDIS_REPLY_ERROR) {
+                link__wait_short(r, -1);
+                freeReplyObject(cmds[i].reply);
+                cmds[i].reply = NULL;
+                cmds[i].code = STORE_EUNCERTAIN;
+            }
+    }
+    free(batch);
+}
+
+/* The node_link of a primary's address, added at first sight (map_lock
+ * held for writing); NO_NODE if the address does not parse. */
+static uint16_t node_index(redis_link *r, const char *addr)
+{
+    for (size_t i = 0; i < r->nnodes; i++)
+        if (strcmp(r->nodes[i]->addr, addr) == 0)
+            return (uint16_t)i;
+    hf_hostport hp;
+    if (r->nnodes >= NO_NODE ||
+        hf_hostport_parse(addr, strlen(addr), HF_HOSTPORT_NEED_PORT | HF_HOSTPORT_BARE_V6, &hp) !=
+            HF_HOSTPORT_OK)
+        return NO_NODE;
+    r->nodes = hf_xreallocarray(r->nodes, r->nnodes + 1, sizeof *r->nodes);
+    r->nodes[r->nnodes] = link__node_new(r, hp.host, hp.host_len, hp.port, addr);
+    return (uint16_t)r->nnodes++;
+}
+
+/* A routing handle's slot map, taken for the pipes: each slot to the
+ * node_link of its primary. */
+void link__cl_map_take(redis_link *r, cluster_t *cl)
+{
+    size_t n = cluster_node_count(cl);
+    uint16_t *of = hf_xcalloc(n ? n : 1, sizeof *of);
+    pthread_rwlock_wrlock(&r->map_lock);
+    for (size_t i = 0; i < n; i++) {
+        cluster_node_stats ns;
+        cluster_get_node_stats(cl, i, &ns);
+        of[i] = ns.primary ? node_index(r, ns.addr) : NO_NODE;
+    }
+    pthread_rwlock_unlock(&r->map_lock);
+    uint16_t *map = hf_xmalloc(sizeof r->slot_node);
+    for (int s = 0; s < CLUSTER_SLOTS; s++) {
+        int k = cluster_slot_node(cl, s);
+        map[s] = k < 0 || (size_t)k >= n ? NO_NODE : of[k];
+    }
+    pthread_rwlock_wrlock(&r->map_lock);
+    memcpy(r->slot_node, map, sizeof r->slot_node);
+    r->map_us = hf_clock_mono_us();
+    atomic_store(&r->map_stale, false);
+    pthread_rwlock_unlock(&r->map_lock);
+    free(map);
+    free(of);
+}
+
+/* A reply that says the command ran nowhere and a routing handle should
+ * carry it (redirected, or to be retried); counts the node's redirects. */
+static bool for_the_handles(node_link *nl, const redisReply *rep)
+{
+    if (!rep || rep->type != REDIS_REPLY_ERROR)
+        return false;
+    if (strncmp(rep->str, "MOVED ", 6) == 0) {
+        atomic_fetch_add(&nl->moved, 1);
+        return true;
+    }
+    if (strncmp(rep->str, "ASK ", 4) == 0) {
+        atomic_fetch_add(&nl->ask, 1);
+        return true;
+    }
+    return strncmp(rep->str, "TRYAGAIN", 8) == 0 || strncmp(rep->str, "CLUSTERDOWN", 11) == 0 ||
+           strncmp(rep->str, "LOADING", 7) == 0;
+}
+
+/* The commands of cmds marked in slow, through a routing handle (link__cl_exec);
+ * the map taken anew from it when stale. */
+static void cl_slow_exec(redis_link *r, redis_cmd *cmds, const bool *slow, size_t m, size_t n,
+                         bool change)
+{
+    redis_cmd *sub = hf_xcalloc(m, sizeof *sub);
+    for (size_t i = 0, k = 0; i < n; i++)
+        if (slow[i])
+            sub[k++] = (redis_cmd){.argc = cmds[i].argc,
+                                   .argv = cmds[i].argv,
+                                   .argvlen = cmds[i].argvlen,
+                                   .slot = cmds[i].slot,
+                                   .node = cmds[i].node,
+                                   .code = STORE_EUNAVAILABLE};
+    atomic_fetch_add(&r->cl_by_handles, m);
+    conn *c = link__cl_borrow(r);
+    if (c) {
+        link__cl_exec(r, c, sub, m, change);
+        pthread_rwlock_rdlock(&r->map_lock);
+        bool take = atomic_load(&r->map_stale) && hf_clock_mono_us() - r->map_us > 10000;
+        pthread_rwlock_unlock(&r->map_lock);
+        if (take)
+            link__cl_map_take(r, c->cl);
+        link__cl_give_back(r, c);
+    } else {
+        atomic_fetch_add(&r->errors, m);
+    }
+    for (size_t i = 0, k = 0; i < n; i++)
+        if (slow[i]) {
+            cmds[i].reply = sub[k].reply;
+            cmds[i].code = sub[k].code;
+            k++;
+        }
+    free(sub);
+}
+
+/*
+ * Over a cluster (link.h "A Redis Cluster"): each command on a pipe
+ * of the primary that the map gives its slot, every node's share written
+ * before any reply is awaited, so that the nodes work at once and the
+ * calls of every thread share writes and reads. A routing handle carries
+ * what the pipes cannot settle: a command whose slot has no primary in
+ * the map or whose node is in its pause; one refused or not sent; a read
+ * whose answer was lost; one redirected (MOVED, ASK) or told to retry
+ * (TRYAGAIN, CLUSTERDOWN, LOADING), which ran nowhere. A change sent and
+ * not answered is STORE_EUNCERTAIN here, as in link__cl_exec.
+ */
+void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
+{
+    node_link **gn = hf_xmalloc(n * sizeof *gn); /* the nodes, one group each */
+    size_t *gc = hf_xcalloc(n + 1, sizeof *gc);  /* commands per group, then offsets */
+    size_t *gof = hf_xmalloc(n * sizeof *gof);   /* each command's group, or n: slow */
+    bool *slow = hf_xcalloc(n, sizeof *slow);
+    size_t g = 0, nslow = 0;
+    pthread_rwlock_rdlock(&r->map_lock);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t k = cmds[i].slot >= 0 && cmds[i].slot < CLUSTER_SLOTS ? r->slot_node[cmds[i].slot]
+                                                                       : NO_NODE;
+        node_link *nl = k == NO_NODE ? NULL : r->nodes[k];
+        if (!nl || link__node_refusing(r, nl)) {
+            gof[i] = n;
+            continue;
+        }
+        size_t j = 0;
+        while (j < g && gn[j] != nl)
+            j++;
+        if (j == g)
+            gn[g++] = nl;
+        gof[i] = j;
+        gc[j]++;
+    }
+    pthread_rwlock_unlock(&r->map_lock);
+
+    /* each group's commands side by side in sub, from gc[j] on */
+    redis_cmd *sub = hf_xmalloc((n ? n : 1) * sizeof *sub);
+    size_t *idx = hf_xmalloc((n ? n : 1) * sizeof *idx);
+    for (size_t j = 0, off = 0; j <= g; j++) {
+        size_t c = gc[j];
+        gc[j] = off;
+        off += c;
+    }
+    size_t *fill = hf_xmalloc((g ? g : 1) * sizeof *fill);
+    memcpy(fill, gc, (g ? g : 1) * sizeof *fill);
+    for (size_t i = 0; i < n; i++) {
+        if (gof[i] == n)
+            continue;
+        size_t k = fill[gof[i]]++;
+        idx[k] = i;
+        sub[k] = (redis_cmd){.argc = cmds[i].argc,
+                             .argv = cmds[i].argv,
+                             .argvlen = cmds[i].argvlen,
+                             .slot = cmds[i].slot,
+                             .node = cmds[i].node,
+                             .code = STORE_EUNAVAILABLE};
+    }
+    waiter *ws = hf_xmalloc((g ? g : 1) * sizeof *ws);
+    bool *queued = hf_xmalloc((g ? g : 1) * sizeof *queued);
+    int64_t t0 = hf_clock_mono_us();
+    for (size_t j = 0; j < g; j++) {
+        link__waiter_init(r, &ws[j], sub + gc[j], gc[j + 1] - gc[j], change, t0);
+        queued[j] = link__pipe_submit(r, gn[j], &ws[j], 0);
+    }
+    for (size_t j = 0; j < g; j++) {
+        if (queued[j])
+            link__pipe_await(r, &ws[j]);
+        link__waiter_free(&ws[j]);
+    }
+    size_t settled = 0;
+    for (size_t j = 0; j < g; j++)
+        for (size_t k = gc[j]; k < gc[j + 1]; k++) {
+            redis_cmd *d = &sub[k];
+            size_t i = idx[k];
+            if (d->code == STORE_EUNAVAILABLE || for_the_handles(gn[j], d->reply)) {
+                if (d->reply)
+                    freeReplyObject(d->reply);
+                if (d->code != STORE_EUNAVAILABLE) /* redirected: the map is behind */
+                    atomic_store(&r->map_stale, true);
+                slow[i] = true;
+                continue;
+            }
+            cmds[i].reply = d->reply;
+            cmds[i].code = d->code;
+            settled++;
+        }
+    for (size_t i = 0; i < n; i++)
+        if (gof[i] == n)
+            slow[i] = true;
+    for (size_t i = 0; i < n; i++)
+        nslow += slow[i];
+    atomic_fetch_add(&r->cl_pipelined, settled);
+    if (nslow)
+        cl_slow_exec(r, cmds, slow, nslow, n, change);
+    free(queued);
+    free(ws);
+    free(fill);
+    free(idx);
+    free(sub);
+    free(slow);
+    free(gof);
+    free(gc);
+    free(gn);
+}
+
+/* The probe on every primary of the handle's map, outside the figures:
+ * the commands with their replies (*m of them; redis_cmds_free). */
+static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m)
+{
+    redis_cmd *cmds = link__cl_primaries(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens, m);
+    cluster_cmd *batch = hf_xcalloc(*m ? *m : 1, sizeof *batch);
+    for (size_t i = 0; i < *m; i++)
+        batch[i] = (cluster_cmd){.argc = cmds[i].argc,
+                                 .argv = cmds[i].argv,
+                                 .argvlen = cmds[i].argvlen,
+                                 .slot = -1,
+                                 .node = cmds[i].node,
+                                 .flags = CLUSTER_CMD_IDEMPOTENT};
+    cluster_exec(c->cl, batch, *m);
+    for (size_t i = 0; i < *m; i++) {
+        cmds[i].reply = batch[i].reply;
+        cmds[i].code = batch[i].reply ? STORE_OK : STORE_EUNAVAILABLE;
+    }
+    free(batch);
+    return cmds;
+}
+
+/* The monitor's look at the cluster: every primary passes the probe and
+ * every slot has a primary. true, or false with why. */
+static bool cl_probe(redis_link *r, conn *c, char *err, size_t errlen)
+{
+    size_t m;
+    redis_cmd *cmds = cl_probe_all(r, c, &m);
+    bool ok = true;
+    for (size_t i = 0; i < m && ok; i++) {
+        if (!cmds[i].reply) {
+            snprintf(err, errlen, "node %s: %s", cmds[i].addr, cluster_last_error(c->cl));
+            ok = false;
+        } else if (r->opt.probe_check(cmds[i].reply, cmds[i].addr, err, errlen) != STORE_OK) {
+            ok = false;
+        }
+    }
+    redis_cmds_free(cmds, m);
+    int uncovered = -1;
+    for (int s = 0; s < CLUSTER_SLOTS && uncovered < 0; s++)
+        if (cluster_slot_node(c->cl, s) < 0)
+            uncovered = s;
+    if (ok && uncovered >= 0) {
+        snprintf(err, errlen, "slot %d is served by no primary", uncovered);
+        ok = false;
+    }
+    link__cl_fold(r, c);
+    return ok;
+}
+
+/* Over a cluster the monitor only tells (health, store_up): every second
+ * while all is well, every 200 ms while not; calls never wait for it. */
+void *link__cl_monitor_main(void *arg)
+{
+    redis_link *r = arg;
+    conn *m = NULL;
+    pthread_mutex_lock(&r->lock);
+    while (!r->stopping) {
+        int64_t pause_ms = r->up ? 1000 : 200;
+        link__monitor_wait(r, pause_ms);
+        if (r->stopping)
+            break;
+        pthread_mutex_unlock(&r->lock);
+        char err[512] = "";
+        int code;
+        if (!m)
+            m = link__cl_open(r, &code, err, sizeof err);
+        bool ok = m && cl_probe(r, m, err, sizeof err);
+        if (m)
+            link__cl_map_take(r, m->cl);
+        pthread_mutex_lock(&r->lock);
+        if (ok && !r->up) {
+            r->reason[0] = '\0';
+            log_msg(LOG_INFO, "Redis Cluster: every slot served, every primary answers");
+        } else if (!ok) {
+            if (r->up)
+                log_msg(LOG_WARN, "Redis Cluster degraded: %s", err);
+            snprintf(r->reason, sizeof r->reason, "%s", err);
+        }
+        if (ok != r->up)
+            atomic_fetch_add(&r->reconnects, ok);
+        r->up = ok;
+        atomic_store(&r->up_flag, ok);
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (m)
+        link__cl_free(m);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ figures */
+
+void link__cl_metrics(redis_link *r, const store_emitter *e)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->nfigs;
+    node_fig *figs = hf_xreallocarray(NULL, n ? n : 1, sizeof *figs);
+    if (n)
+        memcpy(figs, r->figs, n * sizeof *figs);
+    uint64_t refreshes = r->cl_refreshes, failures = r->cl_refresh_failures, rounds = r->cl_rounds;
+    pthread_mutex_unlock(&r->lock);
+    const store_metric_type counter = STORE_METRIC_COUNTER, gauge = STORE_METRIC_GAUGE;
+    store_emit_metric(e, "hf3fs_metad_store_cluster_nodes", gauge,
+                      "Redis Cluster nodes known to this front end (primaries and replicas, "
+                      "also those that left the map).",
+                      store_int(n));
+    store_emit_metric(e, "hf3fs_metad_store_cluster_map_refreshes_total", counter,
+                      "Redis Cluster slot maps loaded (CLUSTER SLOTS), by every routing handle.",
+                      store_int(refreshes));
+    store_emit_family(e, "hf3fs_metad_store_cluster_node_slots", gauge,
+                      "Slots a Redis Cluster node serves in the latest map seen (0: a replica "
+                      "or a node that left).");
+    for (size_t i = 0; i < n; i++) {
+        store_label l = {"node", figs[i].s.addr};
+        store_emit_sample(e, &l, 1, store_int(figs[i].s.slots));
+    }
+    store_emit_family(e, "hf3fs_metad_store_cluster_redirects_total", counter,
+                      "MOVED and ASK answers of a Redis Cluster node (kind moved or ask).");
+    for (size_t i = 0; i < n; i++) {
+        store_label l[2] = {{"node", figs[i].s.addr}, {"kind", "moved"}};
+        store_emit_sample(e, l, 2, store_int(figs[i].s.moved));
+        l[1].value = "ask";
+        store_emit_sample(e, l, 2, store_int(figs[i].s.ask));
+    }
+    store_emit_family(e, "hf3fs_metad_store_cluster_node_errors_total", counter,
+                      "Connections to a Redis Cluster node refused, broken or timed out.");
+    for (size_t i = 0; i < n; i++) {
+        store_label l = {"node", figs[i].s.addr};
+        store_emit_sample(e, &l, 1, store_int(figs[i].s.errors));
+    }
+
+    store_emit_object(e, "cluster");
+    store_emit_number(e, "nodes_known", store_int(n));
+    store_emit_number(e, "map_refreshes", store_int(refreshes));
+    store_emit_number(e, "map_refresh_failures", store_int(failures));
+    store_emit_number(e, "rounds", store_int(rounds));
+    store_emit_number(e, "waits_on_every_primary", store_int(atomic_load(&r->cl_rewaits)));
+    store_emit_number(e, "commands_pipelined", store_int(atomic_load(&r->cl_pipelined)));
+    store_emit_number(e, "commands_by_routing_handles", store_int(atomic_load(&r->cl_by_handles)));
+    store_emit_object(e, "nodes");
+    for (size_t i = 0; i < n; i++) {
+        const cluster_node_stats *s = &figs[i].s;
+        store_emit_object(e, s->addr);
+        store_emit_string(e, "role",
+                          s->primary   ? "primary"
+                          : s->replica ? "replica"
+                                       : "none",
+                          s->primary   ? 7
+                          : s->replica ? 7
+                                       : 4);
+        store_emit_bool(e, "down", s->down);
+        store_emit_number(e, "slots", store_int(s->slots));
+        store_emit_number(e, "requests", store_int(s->requests));
+        store_emit_number(e, "moved", store_int(s->moved));
+        store_emit_number(e, "ask", store_int(s->ask));
+        store_emit_number(e, "retries", store_int(s->retries));
+        store_emit_number(e, "errors", store_int(s->errors));
+        store_emit_number(e, "connects", store_int(s->connects));
+        store_emit_end(e);
+    }
+    store_emit_end(e);
+    store_emit_end(e);
+    free(figs);
+}
+
+/* --------------------------------------------------------------- open */
+
+/* Over a cluster at open: the probe on every primary of the first handle. */
+int link__cl_open_probe(redis_link *r, conn *c, char *err, size_t errlen)
+{
+    size_t m;
+    redis_cmd *cmds = cl_probe_all(r, c, &m);
+    int rc = m ? STORE_OK : STORE_EUNAVAILABLE;
+    if (!m)
+        snprintf(err, errlen, "no primary serves a slot");
+    for (size_t i = 0; i < m && rc == STORE_OK; i++) {
+        if (!cmds[i].reply) {
+            snprintf(err, errlen, "node %s: %s", cmds[i].addr, cluster_last_error(c->cl));
+            rc = STORE_EUNREACHABLE;
+        } else {
+            rc = r->opt.probe_check(cmds[i].reply, cmds[i].addr, err, errlen);
+        }
+    }
+    redis_cmds_free(cmds, m);
+    return rc;
+}
