@@ -430,8 +430,8 @@ bool redis_link_replicated(redis_link *l, char *why, size_t len)
         const char *f = rep && rep->type == REDIS_REPLY_STRING
                             ? strstr(rep->str, "connected_slaves:")
                             : NULL;
-        // NOLINTNEXTLINE(cert-err34-c): a count Redis writes; garbage reads 0, "no replica"
-        if (!f || atoi(f + 17) < 1) {
+        /* a count Redis writes; anything else reads as "no replica" */
+        if (!f || strtol(f + 17, NULL, 10) < 1) {
             snprintf(why, len, "%s has no connected replica", cmds[i].addr);
             all = false;
         }
