@@ -206,6 +206,13 @@ class Server:
             for flag in ("--redis-timeout", "--redis-connect-timeout"):
                 if self._engine_run and not any(f.startswith(flag) for f in self.flags):
                     args += [flag, str(ENGINE_REDIS_TIMEOUT_S)]
+            # the shared cluster has a replica per primary, so the default
+            # would WAIT for one after every change: the suites run again
+            # over it test the state and the routes, at the speed of the
+            # primaries (WAIT and its default: test_redis, test_cluster_engine)
+            if (self._engine_run and ENGINE == "redis-cluster"
+                    and not any(f.startswith("--redis-wait") for f in self.flags)):
+                args += ["--redis-wait", "0"]
             args += self.flags
             self.args = args
             self._stderr_path = os.path.join(self.workdir, "stderr")

@@ -18,6 +18,9 @@ promotion -> first success.
 
 A primary starved of CPU (SIGSTOP for a moment) under load: no 500.
 
+Without --redis-wait, a front end over primaries that each have a replica
+waits for one; concurrent requests share each primary's pipelined connections.
+
 Pages read on a primary just before it dies are kept by its promoted replica
 for one read lease (read leases are volatile: the replica never saw them).
 
@@ -165,6 +168,24 @@ def wait_until_serving(srv, seconds=30):
             c = srv.client(timeout=5)
         time.sleep(0.05)
     raise AssertionError("the front end did not serve again within %ss" % seconds)
+
+
+def test_without_redis_wait_a_front_end_waits_for_one_replica_as_every_primary_has_one():
+    rc = cluster()
+    rc.wait_ok()
+    redis_cluster.flush(rc)
+    with Server("--redis-timeout", "1", store="redis-cluster://" + rc.seeds()) as srv:
+        store = srv.client().get("/v1/stats").json()["server"]["store"]
+        expect_eq(store["wait_replicas"], 1, "the default over primaries that each have a replica")
+        expect_true("redis-wait 1 (the default): every primary has a connected replica"
+                    in srv.stderr(), srv.stderr())
+        init_pool(srv)
+        load = Load(srv, seed=7)
+        load.start()
+        time.sleep(0.5)
+        load.finish()
+        expect_true(len(load.acked) > 0, "changes acknowledged under the default WAIT")
+        verify(srv, load.acked)
 
 
 def _clients(rc, port):

@@ -357,11 +357,11 @@ def test_redis_wait_defaults_to_one_where_every_primary_has_a_replica_and_says_w
     with RedisServer() as primary, RedisServer(extra=[]) as replica:
         with Server(store=primary.url) as srv:  # no replica: acknowledged by the primary
             expect_eq(wait_of(srv), 0, "redis-wait without a replica")
-            expect_true("redis-wait 0 (the default): %s:%d has no connected replica"
+            expect_true("redis-wait 0 (the default): %s:%d has no connected replica in sync"
                         % ("127.0.0.1", primary.port) in srv.stderr(), srv.stderr())
         replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
-        wait_for(lambda: b"master_link_status:up" in replica.cmd("INFO", "replication"),
-                 10 * harness.SLOWDOWN, what="replica in sync")
+        wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
+                 10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
         with Server("--redis-wait-timeout", str(5 * harness.SLOWDOWN),
                     store=primary.url) as srv:
             expect_eq(wait_of(srv), 1, "redis-wait with a replica")

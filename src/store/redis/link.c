@@ -427,12 +427,10 @@ bool redis_link_replicated(redis_link *l, char *why, size_t len)
         snprintf(why, len, "no primary is known");
     for (size_t i = 0; i < n && all; i++) {
         const redisReply *rep = cmds[i].reply;
-        const char *f = rep && rep->type == REDIS_REPLY_STRING
-                            ? strstr(rep->str, "connected_slaves:")
-                            : NULL;
-        /* a count Redis writes; anything else reads as "no replica" */
-        if (!f || strtol(f + 17, NULL, 10) < 1) {
-            snprintf(why, len, "%s has no connected replica", cmds[i].addr);
+        /* a replica line "slaveN:ip=...,state=online,..." once its first
+         * sync is done: before, a WAIT would not count it */
+        if (!rep || rep->type != REDIS_REPLY_STRING || !strstr(rep->str, ",state=online,")) {
+            snprintf(why, len, "%s has no connected replica in sync", cmds[i].addr);
             all = false;
         }
     }

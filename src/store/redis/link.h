@@ -166,8 +166,9 @@ redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
 /* Free the replies of n commands, then the array. */
 void redis_cmds_free(redis_cmd *cmds, size_t n);
 
-/* Whether every primary (the one Redis) has at least one connected
- * replica now (INFO replication); if not, why names one that has none. */
+/* Whether every primary (the one Redis) has at least one connected replica
+ * in sync now (INFO replication: state=online); if not, why names one that
+ * has none. */
 bool redis_link_replicated(redis_link *l, char *why, size_t len);
 /* --redis-wait chosen after open, before any call (opt.wait_replicas). */
 void redis_link_set_wait(redis_link *l, unsigned replicas);
