@@ -155,8 +155,11 @@ class Server:
     """One hf3fs-metad process. Use as a context manager, or start()/stop()."""
 
     def __init__(self, *flags, debug_api=True, persistence=True, port=None, store=None,
-                 env=None, default_stripes=False):
+                 env=None, default_stripes=False, default_wait=False):
         self.flags = [str(f) for f in flags]
+        # over a cluster: --redis-wait 0 unless given, or default_wait (the
+        # store's own choice: 1 when every primary has a replica)
+        self.default_wait = default_wait
         # over Redis: --stripes HF3FS_TEST_STRIPES if set (STRIPES), unless
         # default_stripes (the store's own choice, whatever the variable says)
         self.default_stripes = default_stripes
@@ -206,11 +209,12 @@ class Server:
             for flag in ("--redis-timeout", "--redis-connect-timeout"):
                 if self._engine_run and not any(f.startswith(flag) for f in self.flags):
                     args += [flag, str(ENGINE_REDIS_TIMEOUT_S)]
-            # the shared cluster has a replica per primary, so the default
-            # would WAIT for one after every change: the suites run again
-            # over it test the state and the routes, at the speed of the
-            # primaries (WAIT and its default: test_redis, test_cluster_engine)
-            if (self._engine_run and ENGINE == "redis-cluster"
+            # the test clusters have a replica per primary, so the default
+            # would WAIT for one after every change: the suites test the
+            # state and the routes at the speed of the primaries (WAIT and
+            # its default: test_redis, test_cluster_engine)
+            if (self.store and self.store.startswith("redis-cluster://")
+                    and not self.default_wait
                     and not any(f.startswith("--redis-wait") for f in self.flags)):
                 args += ["--redis-wait", "0"]
             args += self.flags

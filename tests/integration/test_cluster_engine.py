@@ -174,7 +174,8 @@ def test_without_redis_wait_a_front_end_waits_for_one_replica_as_every_primary_h
     rc = cluster()
     rc.wait_ok()
     redis_cluster.flush(rc)
-    with Server("--redis-timeout", "1", store="redis-cluster://" + rc.seeds()) as srv:
+    with Server("--redis-timeout", "1", store="redis-cluster://" + rc.seeds(),
+                default_wait=True) as srv:
         store = srv.client().get("/v1/stats").json()["server"]["store"]
         expect_eq(store["wait_replicas"], 1, "the default over primaries that each have a replica")
         expect_true("redis-wait 1 (the default): every primary has a connected replica"

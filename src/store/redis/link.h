@@ -14,15 +14,19 @@
  * the order the commands went out (RESP), so they are matched to the
  * callers by position in the connection's flight list. There is no I/O
  * thread: the callers themselves take two roles. Whoever finds the queue
- * non-empty and nobody writing becomes the writer: it moves the whole queue
- * into the flight list and sends it in one write (concurrent calls go out
- * together), then looks again. Whoever finds commands in flight and nobody
- * reading becomes the reader: it waits for the socket until the earliest
- * deadline in flight, hands each reply to its caller (waking it), and
- * leaves the role to the first caller still waiting for one. A lone call
- * thus writes and reads its own commands on its own thread, with no
- * hand-off; under load one write and one read serve many calls. A caller
- * whose answers are in returns; roles are handed on by whoever leaves one.
+ * non-empty, nobody writing and nothing in flight becomes the writer: it
+ * moves the whole queue into the flight list and sends it in one write.
+ * While that batch is in flight, new calls queue behind it; whoever finds
+ * commands in flight and nobody reading becomes the reader: it waits for
+ * the socket until the earliest deadline in flight, hands each reply to its
+ * caller (waking it), and, once the batch's last reply is in, writes what
+ * queued meanwhile as the next batch; else it leaves the role to the first
+ * caller still waiting for one. So a batch holds what arrived during the
+ * last one's round trip: a lone call writes and reads its own commands on
+ * its own thread at once, with no hand-off, and under load the batches grow
+ * with it (Redis reads many commands per system call, and one write and one
+ * read serve many calls). A caller whose answers are in returns; roles are
+ * handed on by whoever leaves one.
  *
  * Each call has a deadline, its start plus --redis-timeout (plus
  * --redis-wait-timeout under --redis-wait, since a WAIT ahead of it on the

@@ -293,12 +293,27 @@ static waiter *parked_of(waiter *w)
     return NULL;
 }
 
+/* Whether the queue may be written now: nobody writes and nothing is in
+ * flight. While a batch is in flight, calls queue behind it, and whoever
+ * takes its last reply writes them as the next batch (link.h "One Redis"). */
+static bool may_write(const pconn *c)
+{
+    return !c->broken && !c->writing && c->queue && !c->flight;
+}
+
 /* Hand the free roles on (pipe lock held): the first sleeping caller in
- * flight reads. (The writer empties the queue before it leaves, so the
- * queue needs nobody.) A caller busy elsewhere (its call's commands on
- * another node) takes a role when it comes back to this pipe. */
+ * the queue writes, or in flight reads. A caller busy elsewhere (its call's
+ * commands on another node) takes a role when it comes back to this pipe. */
 static void wake_roles(pconn *c)
 {
+    if (may_write(c)) {
+        for (waiter *w = c->queue; w; w = w->next)
+            if (w->parked) {
+                pthread_cond_signal(&w->cv);
+                return;
+            }
+        return;
+    }
     if (c->broken || c->reading)
         return;
     for (waiter *w = c->flight; w; w = w->next) {
@@ -310,14 +325,15 @@ static void wake_roles(pconn *c)
     }
 }
 
-/* The writer (pipe lock held on entry and exit): the whole queue, and one
- * WAIT after it if it holds a change under --redis-wait, in one send; again
- * while callers queued more meanwhile. */
+/* The writer (pipe lock held on entry and exit; may_write): the whole
+ * queue, and one WAIT after it if it holds a change under --redis-wait, in
+ * one send; again if its replies are all in and callers queued more
+ * meanwhile. */
 static void write_queue(redis_link *r, struct pipe *p, pconn *c)
 {
     c->writing = true;
     c->users++;
-    while (c->queue && !c->broken) {
+    while (c->queue && !c->broken && !c->flight) {
         waiter *batch = c->queue;
         c->queue = c->queue_tail = NULL;
         waiter *mark = NULL;
@@ -468,6 +484,10 @@ static void read_replies(redis_link *r, struct pipe *p, pconn *c)
     free(got);
     if (why && !c->broken)
         break_conn(r, p, c, why);
+    if (may_write(c)) { /* the batch is answered: the calls queued behind it go */
+        write_queue(r, p, c);
+        return;
+    }
     wake_roles(c);
     pconn_maybe_free(c);
 }
@@ -616,7 +636,7 @@ bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
     else
         c->queue = w;
     c->queue_tail = w;
-    if (!c->writing)
+    if (may_write(c))
         write_queue(r, p, c);
     pthread_mutex_unlock(&p->mu);
     return true;
@@ -635,7 +655,7 @@ void link__pipe_await(redis_link *r, waiter *w)
     pthread_mutex_lock(&p->mu);
     while (!w->done) {
         pconn *c = w->c; /* not freed while it holds an unanswered waiter */
-        if (!c->broken && !c->writing && c->queue) {
+        if (may_write(c)) {
             write_queue(r, p, c);
         } else if (!c->broken && !c->reading && c->flight) {
             read_replies(r, p, c);
