@@ -22,6 +22,7 @@
 #include "util/log.h"
 #include "util/resp.h"
 #include "util/xalloc.h"
+#include "util/hf_assert.h"
 
 /* ------------------------------------------------------------ the pipes */
 
@@ -155,6 +156,7 @@ bool link__node_refusing(redis_link *r, node_link *nl)
 /* A caller's call answered (pipe lock held): its figures, its wake-up, room. */
 static void finish(redis_link *r, struct pipe *p, waiter *w)
 {
+    HF_ASSERT(!w->done && !w->is_wait && p->cmds >= w->n);
     w->done = true;
     p->cmds -= w->n;
     atomic_store(&p->load, p->cmds);
@@ -224,6 +226,7 @@ static void break_conn(redis_link *r, struct pipe *p, pconn *c, const char *why)
         fail_waiter(r, p, w, false, why);
     }
     c->queue_tail = NULL;
+    HF_ASSERT(!c->flight && !c->queue && p->c != c);
     shutdown(c->ctx->fd, SHUT_RDWR); /* a role holder in poll() or send() returns */
     node_failed(r, p->nl, why);
     /* freed by the caller, a role holder, once it is done with it */
@@ -266,6 +269,7 @@ static bool dispatch(redis_link *r, struct pipe *p, pconn *c, redisReply *reply)
         }
         free(h);
     } else {
+        HF_ASSERT(h->got < h->n && !h->done);
         h->cmds[h->got++].reply = reply;
         if (h->got < h->n)
             return true;
@@ -331,6 +335,7 @@ static void wake_roles(pconn *c)
  * meanwhile. */
 static void write_queue(redis_link *r, struct pipe *p, pconn *c)
 {
+    HF_ASSERT(may_write(c) && !c->reading);
     c->writing = true;
     c->users++;
     while (c->queue && !c->broken && !c->flight) {
@@ -377,6 +382,7 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
         else
             c->flight = batch;
         c->flight_tail = mark ? mark : last;
+        HF_ASSERT(c->flight && !c->queue && !c->flight_tail->next);
         atomic_fetch_add(&r->writes, 1);
         atomic_fetch_add(&p->nl->sent, ncmds);
         pthread_mutex_unlock(&p->mu);
@@ -418,6 +424,7 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
  * the earliest deadline in flight, then matches what came to its callers. */
 static void read_replies(redis_link *r, struct pipe *p, pconn *c)
 {
+    HF_ASSERT(!c->broken && !c->reading && c->flight);
     c->reading = true;
     c->users++;
     int64_t until = INT64_MAX;

@@ -18,6 +18,7 @@
 #include "util/hostport.h"
 #include "util/log.h"
 #include "util/xalloc.h"
+#include "util/hf_assert.h"
 
 /* ------------------------------------------------------ Redis Cluster */
 
@@ -455,6 +456,7 @@ void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
             slow[i] = true;
     for (size_t i = 0; i < n; i++)
         nslow += slow[i];
+    HF_ASSERT(settled + nslow == n); /* each command settled once, here or by a handle */
     atomic_fetch_add(&r->cl_pipelined, settled);
     if (nslow)
         cl_slow_exec(r, cmds, slow, nslow, n, change);

@@ -119,10 +119,13 @@
 #include "util/fmt.h"
 #include "util/log.h"
 #include "util/xalloc.h"
+#include "util/hf_assert.h"
 #include "wire/wire.h"
 
 layout *redis__layout_new(hf_slice ns, uint32_t count, uint32_t placement)
 {
+    HF_ASSERT(count >= 1 && count <= WIRE_MAX_STRIPES &&
+              (placement == WIRE_PLACE_WINDOW || placement == WIRE_PLACE_SPREAD));
     layout *L = hf_xcalloc(1, sizeof *L);
     L->ns = hf_xmalloc(ns.len + 1);
     if (ns.len)
@@ -339,6 +342,7 @@ void redis__batch_init(batch *b, size_t cap)
 /* CMD key now cfg for stripe i of L: the next command of b. */
 args *redis__batch_add(store_redis *r, batch *b, const char *cmd, const layout *L, uint32_t i)
 {
+    HF_ASSERT(i < L->count);
     args *a = &b->as[b->m];
     b->stripe[b->m++] = i;
     redis__args_cmd_key(a, cmd, L->key[i], L->keylen[i], L->slot[i]);
