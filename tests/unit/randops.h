@@ -53,21 +53,22 @@ static inline int randops_pick(randops_rng *rng, int n)
     return (int)(randops_next(rng) % (uint64_t)n);
 }
 
-/* n keys into names[] and keys[]: the first three long (64 'a', 64 hex
- * digits, 70 'Z': the packed and the long encodings of a key), then "k3",
- * "k4", ... */
+/* n keys into names[] and keys[]: the first three long (two of 64 hex
+ * digits, 70 'L': the packed and the long encodings of a key), then
+ * "key-3", "key-4", ... */
 static inline void randops_keys(char (*names)[80], hf_slice *keys, int n)
 {
     for (int i = 0; i < n; i++) {
         if (i == 0)
-            memset(names[i], 'a', 64);
+            memcpy(names[i], "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                   64);
         else if (i == 1)
-            memcpy(names[i], "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+            memcpy(names[i], "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
                    64);
         else if (i == 2)
-            memset(names[i], 'Z', 70);
+            memset(names[i], 'L', 70);
         else
-            snprintf(names[i], sizeof names[i], "k%d", i);
+            snprintf(names[i], sizeof names[i], "key-%d", i);
         keys[i] = hf_slice_from_cstr(names[i]);
     }
 }
