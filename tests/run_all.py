@@ -85,7 +85,7 @@ TSAN_ABUSE = ["trickling", "stalled", "max_connections", "flood", "oversized", "
               "pipelined", "vanishing_mid_request", "sigint", "lower_limits"]
 # test_redis.py's tests of the server at work (its start-up refusals, one
 # of them over a cluster, run no thread but main's).
-TSAN_REDIS = ["under_load", "stopped", "frozen", "front_end", "redis_wait", "starved",
+TSAN_REDIS = ["under_load", "stopped", "frozen", "front_end", "redis_wait_ack", "starved",
               "share_the_flag", "in_flight_bound"]
 TSAN_SUITES = [("test_concurrency", None, []), ("test_abuse", None, TSAN_ABUSE),
                ("test_load", None, []), ("test_redis", None, TSAN_REDIS),
