@@ -610,6 +610,21 @@ static bool reply_is(const redisReply *r, const char *prefix)
     return r->len >= n && memcmp(r->str, prefix, n) == 0 && (r->len == n || r->str[n] == ' ');
 }
 
+cluster_reply_kind cluster_reply_kind_of(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ERROR)
+        return CLUSTER_REPLY_ANSWER;
+    if (reply_is(r, "MOVED"))
+        return CLUSTER_REPLY_MOVED;
+    if (reply_is(r, "ASK"))
+        return CLUSTER_REPLY_ASK;
+    if (reply_is(r, "TRYAGAIN") || reply_is(r, "LOADING"))
+        return CLUSTER_REPLY_BUSY;
+    if (reply_is(r, "CLUSTERDOWN"))
+        return CLUSTER_REPLY_DOWN;
+    return CLUSTER_REPLY_ANSWER;
+}
+
 /* "MOVED|ASK <slot> <host>:<port>" -> the target node (interned); -1 if bad.
  * An empty host means the host of the node that answered. */
 static int redirect_target(cluster_t *c, size_t from, const redisReply *r)
@@ -678,11 +693,12 @@ static bool request_settle(cluster_t *c, request *rq, cluster_cmd *cmd, bool *tr
     case OUT_REPLY: break;
     }
     redisReply *r = rq->reply;
-    if (raw || r->type != REDIS_REPLY_ERROR) {
+    cluster_reply_kind kind = raw ? CLUSTER_REPLY_ANSWER : cluster_reply_kind_of(r);
+    if (kind == CLUSTER_REPLY_ANSWER) { /* an answer, if an error one */
         request_finish(rq, cmd, CLUSTER_OK);
         return false;
     }
-    bool moved = reply_is(r, "MOVED"), ask = reply_is(r, "ASK");
+    bool moved = kind == CLUSTER_REPLY_MOVED, ask = kind == CLUSTER_REPLY_ASK;
     if (moved || ask) {
         *trouble = true;
         if (moved)
@@ -712,18 +728,13 @@ static bool request_settle(cluster_t *c, request *rq, cluster_cmd *cmd, bool *tr
         rq->node = target;
         return false;
     }
-    bool busy = reply_is(r, "TRYAGAIN") || reply_is(r, "LOADING");
-    if (busy || reply_is(r, "CLUSTERDOWN")) {
-        *trouble = true;
-        nd->retries++;
-        rq->error = busy ? CLUSTER_ETRYAGAIN : CLUSTER_EDOWN;
-        set_error(c, "%s: %.*s", nd->addr, (int)r->len, r->str);
-        freeReplyObject(r);
-        rq->reply = NULL;
-        return true;
-    }
-    request_finish(rq, cmd, CLUSTER_OK); /* an answer, if an error one */
-    return false;
+    *trouble = true; /* TRYAGAIN, LOADING or CLUSTERDOWN: again after a pause */
+    nd->retries++;
+    rq->error = kind == CLUSTER_REPLY_BUSY ? CLUSTER_ETRYAGAIN : CLUSTER_EDOWN;
+    set_error(c, "%s: %.*s", nd->addr, (int)r->len, r->str);
+    freeReplyObject(r);
+    rq->reply = NULL;
+    return true;
 }
 
 /* Point the request at the node that serves its slot, unless an ASK

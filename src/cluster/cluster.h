@@ -151,6 +151,21 @@ int cluster_exec(cluster_t *c, cluster_cmd *cmds, size_t n);
 redisReply *cluster_command(cluster_t *c, const void *key, size_t keylen, int argc,
                             const char **argv, const size_t *argvlen, int *error);
 
+/*
+ * What a reply says of its command ("Redirects and retries" above): an
+ * answer (any reply but the errors below), or, from its error's first word,
+ * MOVED, ASK, TRYAGAIN or LOADING (busy: ask again), CLUSTERDOWN. Every
+ * kind but CLUSTER_REPLY_ANSWER means the command ran nowhere.
+ */
+typedef enum cluster_reply_kind {
+    CLUSTER_REPLY_ANSWER = 0,
+    CLUSTER_REPLY_MOVED,
+    CLUSTER_REPLY_ASK,
+    CLUSTER_REPLY_BUSY,
+    CLUSTER_REPLY_DOWN,
+} cluster_reply_kind;
+cluster_reply_kind cluster_reply_kind_of(const redisReply *r);
+
 const char *cluster_strerror(int err);
 
 /*

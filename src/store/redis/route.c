@@ -309,22 +309,16 @@ void link__cl_map_take(redis_link *r, cluster_t *cl)
     free(of);
 }
 
-/* A reply that says the command ran nowhere and a routing handle should
- * carry it (redirected, or to be retried); counts the node's redirects. */
+/* A reply that says the command ran nowhere (cluster_reply_kind_of), so a
+ * routing handle should carry it; counts the node's redirects. */
 static bool for_the_handles(node_link *nl, const redisReply *rep)
 {
-    if (!rep || rep->type != REDIS_REPLY_ERROR)
-        return false;
-    if (strncmp(rep->str, "MOVED ", 6) == 0) {
+    cluster_reply_kind kind = cluster_reply_kind_of(rep);
+    if (kind == CLUSTER_REPLY_MOVED)
         atomic_fetch_add(&nl->moved, 1);
-        return true;
-    }
-    if (strncmp(rep->str, "ASK ", 4) == 0) {
+    else if (kind == CLUSTER_REPLY_ASK)
         atomic_fetch_add(&nl->ask, 1);
-        return true;
-    }
-    return strncmp(rep->str, "TRYAGAIN", 8) == 0 || strncmp(rep->str, "CLUSTERDOWN", 11) == 0 ||
-           strncmp(rep->str, "LOADING", 7) == 0;
+    return kind != CLUSTER_REPLY_ANSWER;
 }
 
 /* The commands of cmds marked in slow, through a routing handle (link__cl_exec);
@@ -374,47 +368,53 @@ static void cl_slow_exec(redis_link *r, redis_cmd *cmds, const bool *slow, size_
  * (TRYAGAIN, CLUSTERDOWN, LOADING), which ran nowhere. A change sent and
  * not answered is STORE_EUNCERTAIN here, as in link__cl_exec.
  */
+/* The commands of one call that go to one node's pipes. */
+typedef struct group {
+    node_link *nl;
+    size_t start, n; /* its commands: sub[start .. start + n) */
+    waiter w;
+    bool queued;
+} group;
+
 void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
 {
-    node_link **gn = hf_xmalloc(n * sizeof *gn); /* the nodes, one group each */
-    size_t *gc = hf_xcalloc(n + 1, sizeof *gc);  /* commands per group, then offsets */
-    size_t *gof = hf_xmalloc(n * sizeof *gof);   /* each command's group, or n: slow */
+    group *gs = hf_xcalloc(n, sizeof *gs); /* at most one group per command */
+    redis_cmd *sub = hf_xmalloc(n * sizeof *sub);
+    size_t *at = hf_xmalloc(n * sizeof *at); /* cmds[i]'s group */
     bool *slow = hf_xcalloc(n, sizeof *slow);
-    size_t g = 0, nslow = 0;
+    size_t g = 0;
     pthread_rwlock_rdlock(&r->map_lock);
     for (size_t i = 0; i < n; i++) {
         uint16_t k = cmds[i].slot >= 0 && cmds[i].slot < CLUSTER_SLOTS ? r->slot_node[cmds[i].slot]
                                                                        : NO_NODE;
         node_link *nl = k == NO_NODE ? NULL : r->nodes[k];
         if (!nl || link__node_refusing(r, nl)) {
-            gof[i] = n;
+            slow[i] = true;
             continue;
         }
         size_t j = 0;
-        while (j < g && gn[j] != nl)
+        while (j < g && gs[j].nl != nl)
             j++;
         if (j == g)
-            gn[g++] = nl;
-        gof[i] = j;
-        gc[j]++;
+            gs[g++].nl = nl;
+        at[i] = j;
+        gs[j].n++;
     }
     pthread_rwlock_unlock(&r->map_lock);
 
-    /* each group's commands side by side in sub, from gc[j] on */
-    redis_cmd *sub = hf_xmalloc((n ? n : 1) * sizeof *sub);
-    size_t *idx = hf_xmalloc((n ? n : 1) * sizeof *idx);
-    for (size_t j = 0, off = 0; j <= g; j++) {
-        size_t c = gc[j];
-        gc[j] = off;
-        off += c;
+    /* each group's commands side by side in sub, back[k] the command of sub[k] */
+    for (size_t j = 0, off = 0; j < g; j++) {
+        gs[j].start = off;
+        off += gs[j].n;
+        gs[j].n = 0;
     }
-    size_t *fill = hf_xmalloc((g ? g : 1) * sizeof *fill);
-    memcpy(fill, gc, (g ? g : 1) * sizeof *fill);
+    size_t *back = hf_xmalloc(n * sizeof *back);
     for (size_t i = 0; i < n; i++) {
-        if (gof[i] == n)
+        if (slow[i])
             continue;
-        size_t k = fill[gof[i]]++;
-        idx[k] = i;
+        group *gr = &gs[at[i]];
+        size_t k = gr->start + gr->n++;
+        back[k] = i;
         sub[k] = (redis_cmd){.argc = cmds[i].argc,
                              .argv = cmds[i].argv,
                              .argvlen = cmds[i].argvlen,
@@ -422,24 +422,20 @@ void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
                              .node = cmds[i].node,
                              .code = STORE_EUNAVAILABLE};
     }
-    waiter *ws = hf_xmalloc((g ? g : 1) * sizeof *ws);
-    bool *queued = hf_xmalloc((g ? g : 1) * sizeof *queued);
     int64_t t0 = hf_clock_mono_us();
     for (size_t j = 0; j < g; j++) {
-        link__waiter_init(r, &ws[j], sub + gc[j], gc[j + 1] - gc[j], change, t0);
-        queued[j] = link__pipe_submit(r, gn[j], &ws[j], 0);
+        link__waiter_init(r, &gs[j].w, sub + gs[j].start, gs[j].n, change, t0);
+        gs[j].queued = link__pipe_submit(r, gs[j].nl, &gs[j].w, 0);
     }
+    size_t settled = 0, nslow = 0;
     for (size_t j = 0; j < g; j++) {
-        if (queued[j])
-            link__pipe_await(r, &ws[j]);
-        link__waiter_free(&ws[j]);
-    }
-    size_t settled = 0;
-    for (size_t j = 0; j < g; j++)
-        for (size_t k = gc[j]; k < gc[j + 1]; k++) {
+        if (gs[j].queued)
+            link__pipe_await(r, &gs[j].w);
+        link__waiter_free(&gs[j].w);
+        for (size_t k = gs[j].start; k < gs[j].start + gs[j].n; k++) {
             redis_cmd *d = &sub[k];
-            size_t i = idx[k];
-            if (d->code == STORE_EUNAVAILABLE || for_the_handles(gn[j], d->reply)) {
+            size_t i = back[k];
+            if (d->code == STORE_EUNAVAILABLE || for_the_handles(gs[j].nl, d->reply)) {
                 if (d->reply)
                     freeReplyObject(d->reply);
                 if (d->code != STORE_EUNAVAILABLE) /* redirected: the map is behind */
@@ -451,24 +447,18 @@ void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
             cmds[i].code = d->code;
             settled++;
         }
-    for (size_t i = 0; i < n; i++)
-        if (gof[i] == n)
-            slow[i] = true;
+    }
     for (size_t i = 0; i < n; i++)
         nslow += slow[i];
     HF_ASSERT(settled + nslow == n); /* each command settled once, here or by a handle */
     atomic_fetch_add(&r->cl_pipelined, settled);
     if (nslow)
         cl_slow_exec(r, cmds, slow, nslow, n, change);
-    free(queued);
-    free(ws);
-    free(fill);
-    free(idx);
-    free(sub);
+    free(back);
     free(slow);
-    free(gof);
-    free(gc);
-    free(gn);
+    free(at);
+    free(sub);
+    free(gs);
 }
 
 /* The probe on every primary of the handle's map, outside the figures:
