@@ -239,8 +239,7 @@ static int arg_stripe_opt(RedisModuleString **argv, int argc, int i, wire_stripe
         rm_StringToLongLong(argv[i], &count) != REDISMODULE_OK ||
         rm_StringToLongLong(argv[i + 1], &index) != REDISMODULE_OK ||
         (argc == i + 3 && rm_StringToLongLong(argv[i + 2], &placement) != REDISMODULE_OK) ||
-        count < 1 || count > WIRE_MAX_STRIPES || index < 0 || index >= count ||
-        (placement != WIRE_PLACE_WINDOW && placement != WIRE_PLACE_SPREAD))
+        !wire_stripe_valid(count, index, placement))
         return -1;
     *st = (wire_stripe){(uint32_t)count, (uint32_t)index, (uint32_t)placement};
     return 0;
@@ -413,8 +412,7 @@ static void *type_rdb_load(RedisModuleIO *io, int encver)
         uint64_t count = rm_LoadUnsigned(io), index = rm_LoadUnsigned(io);
         uint64_t placement = encver >= 3 ? rm_LoadUnsigned(io) : WIRE_PLACE_WINDOW;
         st = (wire_stripe){(uint32_t)count, (uint32_t)index, (uint32_t)placement};
-        if (count < 1 || count > WIRE_MAX_STRIPES || index >= count ||
-            (placement != WIRE_PLACE_WINDOW && placement != WIRE_PLACE_SPREAD)) {
+        if (!wire_stripe_valid((int64_t)count, (int64_t)index, (int64_t)placement)) {
             rm_LogIOError(io, "warning",
                           "hf3fsmeta: a saved value names stripe %" PRIu64 " of %" PRIu64
                           " (placement %" PRIu64 ")",

@@ -180,9 +180,8 @@ static int read_stripe(const char *p, size_t len, size_t pos, wire_stripe *st)
         return -1;
     const char *comma = memchr(p + pos, ',', len - pos);
     if (cfg_field(p, len, &pos, !comma, &index) != 0 ||
-        (comma && cfg_field(p, len, &pos, true, &placement) != 0) || count < 1 ||
-        count > WIRE_MAX_STRIPES || index < 0 || index >= count ||
-        (placement != WIRE_PLACE_WINDOW && placement != WIRE_PLACE_SPREAD))
+        (comma && cfg_field(p, len, &pos, true, &placement) != 0) ||
+        !wire_stripe_valid(count, index, placement))
         return -1;
     *st = (wire_stripe){(uint32_t)count, (uint32_t)index, (uint32_t)placement};
     return 0;

@@ -24,6 +24,7 @@
 #ifndef HF_WIRE_H
 #define HF_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -94,6 +95,18 @@ typedef struct wire_stripe {
  * records it, the anchor answers it with S (HF3FS.STRIPES).
  */
 enum { WIRE_PLACE_WINDOW = 0, WIRE_PLACE_SPREAD = 1 };
+/* A placement this version knows; (count, index, placement) naming a stripe:
+ * 1 <= count <= WIRE_MAX_STRIPES, 0 <= index < count, a known placement.
+ * The one check of every decoder (cfg, APPLY/REBUILD, RDB, HF3FS.STRIPES). */
+static inline bool wire_placement_known(int64_t placement)
+{
+    return placement == WIRE_PLACE_WINDOW || placement == WIRE_PLACE_SPREAD;
+}
+static inline bool wire_stripe_valid(int64_t count, int64_t index, int64_t placement)
+{
+    return count >= 1 && count <= WIRE_MAX_STRIPES && index >= 0 && index < count &&
+           wire_placement_known(placement);
+}
 
 /* The key-to-stripe hash: FNV-1a 64 of the key's bytes, then MurmurHash3's
  * 64-bit finalizer; a key's stripe is (hash >> 32) * S >> 32. */

@@ -124,8 +124,7 @@
 
 layout *redis__layout_new(hf_slice ns, uint32_t count, uint32_t placement)
 {
-    HF_ASSERT(count >= 1 && count <= WIRE_MAX_STRIPES &&
-              (placement == WIRE_PLACE_WINDOW || placement == WIRE_PLACE_SPREAD));
+    HF_ASSERT(wire_stripe_valid(count, 0, placement));
     layout *L = hf_xcalloc(1, sizeof *L);
     L->ns = hf_xmalloc(ns.len + 1);
     if (ns.len)
@@ -233,8 +232,7 @@ static int ask_stripes(store_redis *r, hf_slice ns, uint32_t *count, uint32_t *p
                                                                                : NULL;
     const redisReply *p = c ? rep->element[1] : NULL;
     if (!c || c->type != REDIS_REPLY_INTEGER || c->integer < 0 || c->integer > WIRE_MAX_STRIPES ||
-        p->type != REDIS_REPLY_INTEGER ||
-        (p->integer != WIRE_PLACE_WINDOW && p->integer != WIRE_PLACE_SPREAD))
+        p->type != REDIS_REPLY_INTEGER || !wire_placement_known(p->integer))
         return redis__malformed(r, rep, "HF3FS.STRIPES");
     *count = (uint32_t)c->integer;
     *placement = (uint32_t)p->integer;
