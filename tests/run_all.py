@@ -25,10 +25,16 @@ Most suites sleep (leases, timeouts, servers starting), so the runner keeps
 them, the order below). Each job's output goes to a log file under
 BUILD/test-logs/ and is printed only when the job fails. The last line is
 "suites: N passed, N failed"; the exit status is 0 only if every job passed.
+
+A job still running after JOB_LIMIT seconds ($HF3FS_TEST_JOB_LIMIT) is
+stopped and fails, its log ending with where each of its processes stood:
+gdb's backtraces of the native ones, faulthandler's of the Python ones. A
+hang then costs minutes and names itself, instead of the CI's whole hour.
 """
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,12 +107,18 @@ TSAN_ENV = {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:second_deadlock_stack=1
 CLUSTER_JOBS = 3
 CLUSTER_SCRIPTS = ("test_redis_cluster.py", "test_cluster_engine.py")
 
+# The most seconds a job may run (the longest, the bench smoke run, takes
+# under 5 minutes here with the others beside it).
+JOB_LIMIT = float(os.environ.get("HF3FS_TEST_JOB_LIMIT", "480"))
+
 
 class Job:
     def __init__(self, name, argv, env=None, weight=0):
         self.name = name
         self.argv = argv
-        self.env = dict(os.environ, **(env or {}))
+        # PYTHONFAULTHANDLER: a Python suite prints its threads' tracebacks
+        # on SIGABRT (what a job over its time limit is sent).
+        self.env = dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
         self.weight = weight  # order without measured times: higher first
         self.proc = None
         self.log = None
@@ -115,6 +127,7 @@ class Job:
         self.seconds = 0.0
         self.rc = None
         self.cpu = 0.0
+        self.hung = False
         self.cluster = (self.env.get("HF3FS_TEST_ENGINE") == "redis-cluster"
                         or os.path.basename(argv[-1]) in CLUSTER_SCRIPTS)
 
@@ -288,8 +301,66 @@ def finish(job):
         pass
 
 
+def group_members(pgid):
+    """(pid, command name) of each process in process group pgid."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid:  # state ppid pgrp ...
+            found.append((int(d), name))
+    return found
+
+
+def stop_hung(job):
+    """A job over JOB_LIMIT: where each of its processes stands, into its
+    log (gdb's backtraces of the project's own programs, then SIGABRT to the Python
+    ones, whose faulthandler prints every thread's traceback), then the
+    whole group killed."""
+    job.hung = True
+    members = group_members(job.proc.pid)
+    job.log.write(("\n==== over the %.0f s limit: stopped; its processes: %s\n"
+                   % (JOB_LIMIT, " ".join("%d:%s" % m for m in members))).encode())
+    job.log.flush()
+    gdb = shutil.which("gdb")
+    for pid, name in members:
+        try:  # ours only (the server, a unit test, the bench's load), not redis-server's
+            ours = os.path.realpath("/proc/%d/exe" % pid).startswith(ROOT + os.sep)
+        except OSError:
+            ours = False
+        if ours and gdb:
+            job.log.write(("==== backtraces of %d (%s)\n" % (pid, name)).encode())
+            job.log.flush()
+            try:
+                subprocess.run([gdb, "-p", str(pid), "-batch", "-nx",
+                                "-ex", "thread apply all bt"], stdout=job.log,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+    for pid, name in members:
+        if name.startswith("python"):
+            try:
+                os.kill(pid, signal.SIGABRT)
+            except OSError:
+                pass
+    time.sleep(2)
+    try:
+        os.killpg(job.proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def report(job, out):
     status = "PASS" if job.rc == 0 else "FAIL (exit %d)" % job.rc
+    if job.hung:
+        status = "FAIL (over its %.0f s limit, exit %d)" % (JOB_LIMIT, job.rc)
     out.write("%-4s %-44s %6.1f s (cpu %5.1f s)\n"
               % (status.split()[0], job.name, job.seconds, job.cpu))
     if job.rc != 0:
@@ -380,7 +451,14 @@ def main(argv):
                 pending.remove(job)
                 start(job, log_dir)
                 running.append(job)
-            pid, status, rusage = os.wait4(-1, 0)
+            pid, status, rusage = os.wait4(-1, os.WNOHANG)
+            if pid == 0:
+                now = time.monotonic()
+                for job in running:
+                    if not job.hung and now - job.started > JOB_LIMIT:
+                        stop_hung(job)
+                time.sleep(0.05)
+                continue
             for job in running:
                 if job.proc.pid == pid:
                     job.proc.returncode = os.waitstatus_to_exitcode(status)
