@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "util/clock.h"
@@ -54,28 +53,6 @@ struct pipe {
  * bounds what a missed wake-up would cost. */
 #define ROLE_GUARD_US 200000
 
-static void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
-{
-    int64_t now = hf_clock_mono_us();
-    if (until_us <= now)
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t ns = (int64_t)ts.tv_nsec + (until_us - now) * 1000;
-    ts.tv_sec += (time_t)(ns / 1000000000);
-    ts.tv_nsec = (long)(ns % 1000000000);
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
-static void cond_init_mono(pthread_cond_t *cv)
-{
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &a);
-    pthread_condattr_destroy(&a);
-}
-
 node_link *link__node_new(redis_link *r, const char *host, size_t hostlen, int port,
                           const char *addr)
 {
@@ -89,7 +66,7 @@ node_link *link__node_new(redis_link *r, const char *host, size_t hostlen, int p
     nl->pipes = hf_xcalloc(nl->npipes, sizeof *nl->pipes);
     for (size_t i = 0; i < nl->npipes; i++) {
         pthread_mutex_init(&nl->pipes[i].mu, NULL);
-        cond_init_mono(&nl->pipes[i].room);
+        link__cond_init_mono(&nl->pipes[i].room);
         nl->pipes[i].nl = nl;
     }
     return nl;
@@ -585,7 +562,7 @@ static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *
             atomic_fetch_add(&r->waited_for_room, 1);
         *waited = true;
         p->room_waiters++;
-        cond_wait_until(&p->room, &p->mu, until);
+        link__cond_wait_until(&p->room, &p->mu, until);
         p->room_waiters--;
     }
     return true;
@@ -601,7 +578,7 @@ void link__waiter_init(redis_link *r, waiter *w, redis_cmd *cmds, size_t n, bool
         w->until_us += r->opt.wait_timeout_ms * 1000;
     for (size_t i = 0; i < n; i++)
         hf_resp_command(&w->out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
-    cond_init_mono(&w->cv);
+    link__cond_init_mono(&w->cv);
 }
 
 void link__waiter_free(waiter *w)
@@ -668,7 +645,7 @@ void link__pipe_await(redis_link *r, waiter *w)
             read_replies(r, p, c);
         } else {
             w->parked = true;
-            cond_wait_until(&w->cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
+            link__cond_wait_until(&w->cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
             w->parked = false;
         }
     }
