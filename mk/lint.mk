@@ -9,6 +9,10 @@
 #   layers       tests/check-layers.sh: no include of src/ points up (nothing
 #                below the api includes api, http or server; the module no
 #                store; the core only itself and util)
+#   clocks       no wait in src/ ends on the wall clock, which steps: a file
+#                that waits on a condition variable until a deadline sets
+#                CLOCK_MONOTONIC on it, and only util/clock.c (and log.c, for
+#                the time a line is written) read CLOCK_REALTIME (util/clock.h)
 #
 # A deliberate exception is marked where it stands: // NOLINT(check) for
 # clang-tidy, // cppcheck-suppress id for cppcheck, each with why. Every
@@ -37,13 +41,14 @@ CPPCHECK_FLAGS := --enable=warning,portability,performance --std=c11 --inline-su
                   --suppress=missingIncludeSystem \
                   --template='{file}:{line}: cppcheck-{id}: {message}'
 
-.PHONY: lint lint-tidy lint-cppcheck lint-layers
+.PHONY: lint lint-tidy lint-cppcheck lint-layers lint-clocks
 
 lint:
 	@status=0; \
 	$(MAKE) --no-print-directory lint-tidy || status=1; \
 	$(MAKE) --no-print-directory lint-cppcheck || status=1; \
 	$(MAKE) --no-print-directory lint-layers || status=1; \
+	$(MAKE) --no-print-directory lint-clocks || status=1; \
 	if [ $$status -ne 0 ]; then echo "lint: findings above"; fi; exit $$status
 
 lint-tidy:
@@ -65,3 +70,16 @@ lint-cppcheck:
 
 lint-layers:
 	@./tests/check-layers.sh src
+
+lint-clocks:
+	@status=0; \
+	for f in $$(grep -rl 'pthread_cond_timedwait' src); do \
+	    grep -q 'pthread_condattr_setclock([^,]*, *CLOCK_MONOTONIC)' $$f || { status=1; \
+	    echo "$$f: pthread_cond_timedwait on a condition variable without CLOCK_MONOTONIC"; }; \
+	done; \
+	for f in $$(grep -rlw 'CLOCK_REALTIME' src); do \
+	    case $$f in src/util/clock.[ch]|src/util/log.c) ;; \
+	    *) status=1; echo "$$f: reads CLOCK_REALTIME (util/clock.h says which clock for what)";; \
+	    esac; \
+	done; \
+	exit $$status
