@@ -433,6 +433,7 @@ def main(argv):
     for j in jobs:
         j.env["TMPDIR"] = tmp
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     out = sys.stdout
     out.write("running %d suites of %s, %d at once (logs in %s)\n"
               % (len(jobs), " ".join(builds), jobs_at_once, log_dir))
@@ -468,6 +469,12 @@ def main(argv):
                     report(job, out)
                     break
     except KeyboardInterrupt:
+        # Interrupted (^C, or SIGTERM from a CI's own time limit): which jobs
+        # were still running, then none left behind.
+        now = time.monotonic()
+        out.write("interrupted; still running: %s\n"
+                  % ", ".join("%s (%.0f s)" % (j.name, now - j.started) for j in running))
+        out.flush()
         for job in running:
             try:
                 os.killpg(job.proc.pid, signal.SIGKILL)
