@@ -1006,6 +1006,26 @@ class _Tally:
             self.report(True, name, " (%.2fs)" % (time.monotonic() - t0))
 
 
+# How long the end of a script waits for the threads its tests started (a
+# thread that loops until a test tells it to stop loops forever if the test
+# failed first); those still running then fail the script, which exits
+# without them.
+THREADS_GRACE_S = 10.0 * SLOWDOWN
+
+
+def _threads_left(grace_s):
+    """The tests' threads still running after waiting up to grace_s for them."""
+    deadline = time.monotonic() + grace_s
+    left = []
+    for t in threading.enumerate():
+        if t is threading.main_thread() or t.daemon:
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            left.append(t)
+    return left
+
+
 def main(namespace, first=None):
     """Run every test_* function of the module in definition order (or only
     those whose names contain one of argv[1:]); print PASS/FAIL/SKIP per test
@@ -1029,10 +1049,20 @@ def main(namespace, first=None):
     for name, fn in tests:
         tally.run(name, fn)
     _kill_leftovers()
+    left = _threads_left(THREADS_GRACE_S)
+    if left:
+        tally.report(False, "threads-left", ": %d thread(s) of the tests still running %.0f s "
+                     "after the last test (a test that failed before it stopped its load?): %s"
+                     % (len(left), THREADS_GRACE_S, ", ".join(t.name for t in left)))
     print("# %s (%s engine): %.1f s" % (os.path.basename(sys.argv[0]), ENGINE,
                                         time.monotonic() - t_all))
     line = "%d passed, %d failed" % (tally.passed, tally.failed)
     if tally.skipped:
         line += ", %d skipped" % tally.skipped
-    print(line)
-    sys.exit(0 if tally.failed == 0 and tally.passed > 0 else 1)
+    print(line, flush=True)
+    code = 0 if tally.failed == 0 and tally.passed > 0 else 1
+    if left:
+        # Python would join them at exit, forever if they loop: end here
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -302,12 +302,14 @@ def run_load(srv, seconds, clients, pages, abandon=0.0, clear_rate=0.0002, monit
     t0 = time.monotonic()
     for t in threads:
         t.start()
-    while time.monotonic() - t0 < seconds:
-        time.sleep(min(1.0, max(0.0, seconds - (time.monotonic() - t0))))
-        expect_true(srv.alive(), "the server died under load")
-        if monitor:
-            monitor(tally, time.monotonic() - t0)
-    stop.set()
+    try:
+        while time.monotonic() - t0 < seconds:
+            time.sleep(min(1.0, max(0.0, seconds - (time.monotonic() - t0))))
+            expect_true(srv.alive(), "the server died under load")
+            if monitor:
+                monitor(tally, time.monotonic() - t0)
+    finally:
+        stop.set()  # whatever failed above, the clients end
     for t in threads:
         t.join(60)
     took = time.monotonic() - t0

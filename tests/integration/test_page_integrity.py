@@ -252,37 +252,39 @@ def run_engines(srv_holder, seconds, restart_at=None, extra_flags=(), restarter=
     workers = [kind(files, base_of(seed), stop, seed) for seed, kind in enumerate(kinds)]
     for w in workers:
         w.start()
-    t0 = time.monotonic()
-    side, side_errors = None, []
-    if meanwhile:
-        def side_run():
-            try:
-                meanwhile()
-            except BaseException as e:  # noqa: B902 - raised below
-                side_errors.append(e)
-        side = threading.Thread(target=side_run, daemon=True)
-        side.start()
-    if restart_at is not None:
-        time.sleep(restart_at)
-        # pool counters start again at 0 after a restart: keep the first half's
-        files.evictions_before_restart = sum(p["evictions"]
-                                             for p in srv_holder[0].stats().values())
-        if restarter:
-            restarter()
-        else:
-            srv_holder[0] = restart(srv_holder[0], extra_flags)
-    time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
-    # A loaded machine does less in those seconds: go on until the run has
-    # exercised what check_run requires (or for four times as long).
-    limit = t0 + 4 * seconds * harness.SLOWDOWN
-    while not exercised(files, srv_holder[0]) and time.monotonic() < limit:
-        time.sleep(0.25)
-    if side:
-        side.join(timeout=60 * harness.SLOWDOWN)
-        expect_true(not side.is_alive(), "meanwhile() did not end")
-        if side_errors:
-            raise side_errors[0]
-    stop.set()
+    try:
+        t0 = time.monotonic()
+        side, side_errors = None, []
+        if meanwhile:
+            def side_run():
+                try:
+                    meanwhile()
+                except BaseException as e:  # noqa: B902 - raised below
+                    side_errors.append(e)
+            side = threading.Thread(target=side_run, daemon=True)
+            side.start()
+        if restart_at is not None:
+            time.sleep(restart_at)
+            # pool counters start again at 0 after a restart: keep the first half's
+            files.evictions_before_restart = sum(p["evictions"]
+                                                 for p in srv_holder[0].stats().values())
+            if restarter:
+                restarter()
+            else:
+                srv_holder[0] = restart(srv_holder[0], extra_flags)
+        time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+        # A loaded machine does less in those seconds: go on until the run has
+        # exercised what check_run requires (or for four times as long).
+        limit = t0 + 4 * seconds * harness.SLOWDOWN
+        while not exercised(files, srv_holder[0]) and time.monotonic() < limit:
+            time.sleep(0.25)
+        if side:
+            side.join(timeout=60 * harness.SLOWDOWN)
+            expect_true(not side.is_alive(), "meanwhile() did not end")
+            if side_errors:
+                raise side_errors[0]
+    finally:
+        stop.set()  # whatever failed above, the workers end
     for w in workers:
         w.join(timeout=60 * harness.SLOWDOWN)
         expect_true(not w.is_alive(), "a worker hung (no timeout, like the stock clients)")

@@ -251,23 +251,24 @@ def test_redis_killed_under_load_keeps_every_acknowledged_confirmation():
                    for t in range(6)]
         for t in threads:
             t.start()
-        for _ in range(3):
-            time.sleep(0.7 * harness.SLOWDOWN)
-            with lock:
-                before = len(acked)
-            r.kill9()
-            time.sleep(0.3)
-            r.start()
-            wait_for(lambda: a.client().get("/health").status == 200, 10 * harness.SLOWDOWN,
-                     what="front end a healthy again")
-            wait_for(lambda: b.client().get("/health").status == 200, 10 * harness.SLOWDOWN,
-                     what="front end b healthy again")
-            time.sleep(0.3)
-            with lock:
-                expect_true(len(acked) > before, "load goes on after Redis came back")
-        stop.set()
-        for t in threads:
-            t.join(30)
+        try:
+            for _ in range(3):
+                time.sleep(0.7 * harness.SLOWDOWN)
+                with lock:
+                    before = len(acked)
+                r.kill9()
+                time.sleep(0.3)
+                r.start()
+                wait_for(lambda: a.client().get("/health").status == 200,
+                         10 * harness.SLOWDOWN, what="front end a healthy again")
+                wait_for(lambda: b.client().get("/health").status == 200,
+                         10 * harness.SLOWDOWN, what="front end b healthy again")
+                wait_for(lambda: len(acked) > before, 10 * harness.SLOWDOWN,
+                         what="load going on after Redis came back")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(30)
         keys = sorted(acked)
         expect_true(len(keys) > 100, "acknowledged confirmations: %d" % len(keys))
         cb = b.client()
