@@ -972,6 +972,24 @@ class Skip(Exception):
     counted apart, never a failure."""
 
 
+# What ended a thread of a test with an exception (an assertion in a load
+# thread ends only that thread): the test it happened during fails.
+_thread_errors = []
+_thread_errors_lock = threading.Lock()
+_default_excepthook = threading.excepthook
+
+
+def _thread_excepthook(args):
+    if not issubclass(args.exc_type, SystemExit):
+        with _thread_errors_lock:
+            _thread_errors.append("%s: %s: %s" % (args.thread.name if args.thread else "a thread",
+                                                  args.exc_type.__name__, args.exc_value))
+    _default_excepthook(args)
+
+
+threading.excepthook = _thread_excepthook
+
+
 class _Tally:
     """PASS/FAIL/SKIP lines as results come, and the counts for the summary."""
 
@@ -987,8 +1005,15 @@ class _Tally:
 
     def run(self, name, fn):
         t0 = time.monotonic()
+        with _thread_errors_lock:
+            seen = len(_thread_errors)
         try:
             fn()
+            with _thread_errors_lock:
+                new = _thread_errors[seen:]
+            if new:
+                raise AssertionError("an exception ended %d thread(s) of the test: %s"
+                                     % (len(new), " | ".join(new[:3])))
         except Skip as s:
             self.skipped += 1
             print("SKIP %s: %s" % (name, s), flush=True)
