@@ -40,6 +40,7 @@ binary path contains "asan", else 1).
 """
 
 import atexit
+import contextlib
 import http.client
 import json
 import os
@@ -754,6 +755,21 @@ def with_lease(scenario, seconds, tries=4):
             sys.stderr.write("# %s; again with a %.2f s lease\n" % (e, seconds * 2))
             seconds *= 2
     raise AssertionError("the steps never fit inside a lease, up to %.2f s" % (seconds / 2))
+
+
+@contextlib.contextmanager
+def running(threads, stop, join_s):
+    """Start threads that run until stop is set; at the end of the block,
+    whatever ended it (an assertion included), set stop and join each for
+    up to join_s seconds."""
+    for t in threads:
+        t.start()
+    try:
+        yield threads
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(join_s)
 
 
 def wait_for(predicate, timeout, interval=0.05, what="condition"):

@@ -190,12 +190,8 @@ def test_workers_split_across_two_front_ends_never_share_a_page():
         threads = [threading.Thread(target=_worker, args=([a.port, b.port], rank % 2, stop,
                                                           errors, acked, rank))
                    for rank in range(8)]
-        for t in threads:
-            t.start()
-        time.sleep(3 * harness.SLOWDOWN)
-        stop.set()
-        for t in threads:
-            t.join(30)
+        with harness.running(threads, stop, 30):
+            time.sleep(3 * harness.SLOWDOWN)
         expect_eq(errors, [], "errors of the workers")
         expect_true(len(acked) > 50, "workers made progress: %d batches" % len(acked))
         a.check()
@@ -249,9 +245,7 @@ def test_redis_killed_under_load_keeps_every_acknowledged_confirmation():
 
         threads = [threading.Thread(target=load, args=(t, (a.port, b.port)[t % 2]))
                    for t in range(6)]
-        for t in threads:
-            t.start()
-        try:
+        with harness.running(threads, stop, 30):
             for _ in range(3):
                 time.sleep(0.7 * harness.SLOWDOWN)
                 with lock:
@@ -265,10 +259,6 @@ def test_redis_killed_under_load_keeps_every_acknowledged_confirmation():
                          10 * harness.SLOWDOWN, what="front end b healthy again")
                 wait_for(lambda: len(acked) > before, 10 * harness.SLOWDOWN,
                          what="load going on after Redis came back")
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(30)
         expect_eq(errors, [], "confirmations answered other than 204, 503 or 507")
         keys = sorted(acked)
         expect_true(len(keys) > 100, "acknowledged confirmations: %d" % len(keys))
@@ -431,22 +421,18 @@ def test_redis_starved_for_a_moment_under_load_answers_no_500():
         stop, lock, statuses = threading.Event(), threading.Lock(), {}
         threads = [threading.Thread(target=_mixed_load, args=(srv.port, stop, statuses, lock, t))
                    for t in range(8)]
-        for t in threads:
-            t.start()
-        try:
-            for _ in range(2):
-                time.sleep(1.0 * harness.SLOWDOWN)
-                os.kill(r.proc.pid, signal.SIGSTOP)
-                time.sleep(1.5)
+        with harness.running(threads, stop, 60):
+            try:
+                for _ in range(2):
+                    time.sleep(1.0 * harness.SLOWDOWN)
+                    os.kill(r.proc.pid, signal.SIGSTOP)
+                    time.sleep(1.5)
+                    os.kill(r.proc.pid, signal.SIGCONT)
+                    wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
+                             what="/health 200 once Redis runs again")
+                time.sleep(0.5)
+            finally:
                 os.kill(r.proc.pid, signal.SIGCONT)
-                wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
-                         what="/health 200 once Redis runs again")
-            time.sleep(0.5)
-        finally:
-            os.kill(r.proc.pid, signal.SIGCONT)
-            stop.set()
-            for t in threads:
-                t.join(60)
         print("# statuses under starvation: %r" % sorted(statuses.items()), flush=True)
         unexpected = {s: n for s, n in statuses.items() if s not in (200, 204, 404, 503, 507)}
         expect_eq(unexpected, {}, "statuses other than 200/204/404/503/507")
@@ -485,18 +471,12 @@ def test_many_concurrent_requests_share_the_flag_s_connections_to_redis():
                 cc.close()
 
         threads = [threading.Thread(target=reader) for _ in range(24)]
-        for t in threads:
-            t.start()
         counts = []
-        try:
+        with harness.running(threads, stop, 60):
             deadline = time.monotonic() + 3.0 * harness.SLOWDOWN
             while time.monotonic() < deadline:
                 counts.append(_client_count(r))
                 time.sleep(0.05)
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(60)
         store = c.get("/v1/stats").json()["server"]["store"]
         print("# clients of Redis seen under load: %r; requests %d, calls %d, writes %d"
               % (sorted(set(counts)), done[0], store["calls"], store["writes"]), flush=True)
