@@ -50,6 +50,27 @@ uint64_t hf_clock_mono_coarse_s(void)
     return (uint64_t)read_clock(CLOCK_MONOTONIC_COARSE).tv_sec;
 }
 
+void hf_cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+void hf_cond_wait_until_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+{
+    struct timespec ts = read_clock(CLOCK_MONOTONIC);
+    int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    if (until_us <= now)
+        return;
+    int64_t ns = (int64_t)ts.tv_nsec + (until_us - now) * 1000;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static int64_t wall_us(void *ctx)
 {
     (void)ctx;

@@ -11,6 +11,7 @@
 #ifndef HF_UTIL_CLOCK_H
 #define HF_UTIL_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 /* Milliseconds since the Unix epoch. */
@@ -34,5 +35,13 @@ int64_t hf_clock_mono_us(void);
 int64_t hf_clock_mono_ms(void);
 /* Whole seconds from the coarse monotonic clock (cheap; for idle timeouts). */
 uint64_t hf_clock_mono_coarse_s(void);
+
+/* Condition variables whose timed waits run on CLOCK_MONOTONIC, so that a
+ * step of the wall clock moves no wait's end: every timed wait in src/ is
+ * one of these (`make lint` checks). */
+void hf_cond_init_mono(pthread_cond_t *cv);
+/* Wait on cv (mu held) until hf_clock_mono_us() reaches until_us, or a
+ * wake-up; at once if it has already. */
+void hf_cond_wait_until_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
 
 #endif

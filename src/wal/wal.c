@@ -193,7 +193,6 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "util/clock.h"
@@ -211,17 +210,6 @@
 #define KEEPER_TICK_MS 100
 
 /* ------------------------------------------------------------- helpers */
-
-static void deadline_after(struct timespec *ts, int64_t ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (ms % 1000) * 1000000;
-    if (ts->tv_nsec >= 1000000000) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000;
-    }
-}
 
 uint32_t wal__new_salt(void)
 {
@@ -601,12 +589,7 @@ static bool gather_more(wal_t *w)
         w->gather_since_us = 0;
         return false;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t ns = ts.tv_nsec + (limit - now) * 1000;
-    ts.tv_sec += ns / 1000000000;
-    ts.tv_nsec = ns % 1000000000;
-    pthread_cond_timedwait(&w->writer_cv, &w->mu, &ts);
+    hf_cond_wait_until_us(&w->writer_cv, &w->mu, limit);
     return true;
 }
 
@@ -688,9 +671,8 @@ static void *writer_main(void *arg)
         if (w->pending.len == 0 && !w->rotate.pending && !timed && !asked) {
             if (w->stop)
                 break;
-            struct timespec ts;
-            deadline_after(&ts, unsynced ? 1000 - (now - w->last_sync_ms) : 1000);
-            pthread_cond_timedwait(&w->writer_cv, &w->mu, &ts);
+            int64_t wait_ms = unsynced ? 1000 - (now - w->last_sync_ms) : 1000;
+            hf_cond_wait_until_us(&w->writer_cv, &w->mu, hf_clock_mono_us() + wait_ms * 1000);
             continue;
         }
         if (asked && gather_more(w))
@@ -995,9 +977,7 @@ static void *keeper_main(void *arg)
                 pthread_mutex_lock(&w->mu);
                 continue;
             }
-            struct timespec ts;
-            deadline_after(&ts, 10);
-            pthread_cond_timedwait(&w->keeper_cv, &w->mu, &ts);
+            hf_cond_wait_until_us(&w->keeper_cv, &w->mu, hf_clock_mono_us() + 10 * 1000);
             continue;
         }
         bool repair = w->failed && !w->repairing && now >= w->next_repair_ms;
@@ -1007,9 +987,7 @@ static void *keeper_main(void *arg)
             pthread_mutex_lock(&w->mu);
             continue;
         }
-        struct timespec ts;
-        deadline_after(&ts, KEEPER_TICK_MS);
-        pthread_cond_timedwait(&w->keeper_cv, &w->mu, &ts);
+        hf_cond_wait_until_us(&w->keeper_cv, &w->mu, hf_clock_mono_us() + KEEPER_TICK_MS * 1000);
     }
     pid_t child = w->child;
     pthread_mutex_unlock(&w->mu);
@@ -1056,13 +1034,9 @@ int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t *
     w->host = *host;
     w->dir_fd = w->lock_fd = w->seg_fd = -1;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->writer_cv, &attr);
-    pthread_cond_init(&w->durable_cv, &attr);
-    pthread_cond_init(&w->keeper_cv, &attr);
-    pthread_condattr_destroy(&attr);
+    hf_cond_init_mono(&w->writer_cv);
+    hf_cond_init_mono(&w->durable_cv);
+    hf_cond_init_mono(&w->keeper_cv);
     wal__enc_init(&w->enc, hf_clock_wall_ms());
     w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
     w->gather_target = 1;

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cluster/cluster.h"
 #include "util/clock.h"
@@ -260,34 +259,10 @@ void link__mark_down(redis_link *r, const char *why)
     pthread_mutex_unlock(&r->lock);
 }
 
-/* A condition variable on CLOCK_MONOTONIC: a wall-clock step moves no
- * wait's end (util/clock.h: monotonic for durations and timeouts). */
-void link__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
-{
-    int64_t now = hf_clock_mono_us();
-    if (until_us <= now)
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t ns = (int64_t)ts.tv_nsec + (until_us - now) * 1000;
-    ts.tv_sec += (time_t)(ns / 1000000000);
-    ts.tv_nsec = (long)(ns % 1000000000);
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
-void link__cond_init_mono(pthread_cond_t *cv)
-{
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &a);
-    pthread_condattr_destroy(&a);
-}
-
 /* The monitors' pause (r->lock held): wait_ms, or less if woken. */
 void link__monitor_wait(redis_link *r, int64_t wait_ms)
 {
-    link__cond_wait_until(&r->wake, &r->lock, hf_clock_mono_us() + wait_ms * 1000);
+    hf_cond_wait_until_us(&r->wake, &r->lock, hf_clock_mono_us() + wait_ms * 1000);
 }
 
 /* The monitor of one Redis: probe every second while up, reconnect with
@@ -617,7 +592,7 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
     if (!r->opt.max_in_flight)
         r->opt.max_in_flight = 256;
     pthread_mutex_init(&r->lock, NULL);
-    link__cond_init_mono(&r->wake);
+    hf_cond_init_mono(&r->wake);
     pthread_rwlock_init(&r->map_lock, NULL);
     memset(r->slot_node, 0xff, sizeof r->slot_node);
     int rc = parse_url(r, opt->url, err, errlen);

@@ -152,10 +152,6 @@ redisContext *link__connect_one(redis_link *r, const node_link *nl, int *code, c
 void link__mark_down(redis_link *r, const char *why);
 /* The monitors' pause (r->lock held): wait_ms, or less if woken. */
 void link__monitor_wait(redis_link *r, int64_t wait_ms);
-/* Condition variables on CLOCK_MONOTONIC, and a wait on one until a
- * reading of hf_clock_mono_us (or a wake-up). */
-void link__cond_init_mono(pthread_cond_t *cv);
-void link__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
 /* --redis-wait-timeout, the WAIT's argument. */
 int64_t link__wait_ms(const redis_link *r);
 /* A change applied, but fewer replicas than --redis-wait acknowledged it. */

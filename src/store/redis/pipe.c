@@ -66,7 +66,7 @@ node_link *link__node_new(redis_link *r, const char *host, size_t hostlen, int p
     nl->pipes = hf_xcalloc(nl->npipes, sizeof *nl->pipes);
     for (size_t i = 0; i < nl->npipes; i++) {
         pthread_mutex_init(&nl->pipes[i].mu, NULL);
-        link__cond_init_mono(&nl->pipes[i].room);
+        hf_cond_init_mono(&nl->pipes[i].room);
         nl->pipes[i].nl = nl;
     }
     return nl;
@@ -562,7 +562,7 @@ static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *
             atomic_fetch_add(&r->waited_for_room, 1);
         *waited = true;
         p->room_waiters++;
-        link__cond_wait_until(&p->room, &p->mu, until);
+        hf_cond_wait_until_us(&p->room, &p->mu, until);
         p->room_waiters--;
     }
     return true;
@@ -578,7 +578,7 @@ void link__waiter_init(redis_link *r, waiter *w, redis_cmd *cmds, size_t n, bool
         w->until_us += r->opt.wait_timeout_ms * 1000;
     for (size_t i = 0; i < n; i++)
         hf_resp_command(&w->out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
-    link__cond_init_mono(&w->cv);
+    hf_cond_init_mono(&w->cv);
 }
 
 void link__waiter_free(waiter *w)
@@ -645,7 +645,7 @@ void link__pipe_await(redis_link *r, waiter *w)
             read_replies(r, p, c);
         } else {
             w->parked = true;
-            link__cond_wait_until(&w->cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
+            hf_cond_wait_until_us(&w->cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
             w->parked = false;
         }
     }
