@@ -300,18 +300,12 @@ def run_load(srv, seconds, clients, pages, abandon=0.0, clear_rate=0.0002, monit
     watcher = OwnershipWatcher(srv, stop)
     threads.append(watcher)
     t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    try:
+    with harness.running(threads, stop, 60):
         while time.monotonic() - t0 < seconds:
             time.sleep(min(1.0, max(0.0, seconds - (time.monotonic() - t0))))
             expect_true(srv.alive(), "the server died under load")
             if monitor:
                 monitor(tally, time.monotonic() - t0)
-    finally:
-        stop.set()  # whatever failed above, the clients end
-    for t in threads:
-        t.join(60)
     took = time.monotonic() - t0
     lat = sorted(tally.latencies) or [0.0]
     ms = [1000 * lat[len(lat) // 2], 1000 * lat[int(len(lat) * 0.99)], 1000 * lat[-1]]

@@ -234,15 +234,9 @@ def test_every_acknowledged_confirmation_survives_kill9_from_the_aof_only():
         Ns(r, "kv").init(0, 1_000_000, 0)
         stop, acked = threading.Event(), [[], []]
         threads = [threading.Thread(target=_load, args=(r, stop, acked[i], i)) for i in range(2)]
-        for t in threads:
-            t.start()
-        try:
+        with harness.running(threads, stop, 30 * SLOW):
             wait_for(lambda: len(acked[0]) + len(acked[1]) > 2000, 30 * SLOW, what="load running")
             r.kill9()
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(30 * SLOW)
         aof = b"".join(open(f, "rb").read() for f in glob.glob(os.path.join(r.dir, "*", "*.aof")))
         expect_true(b"HF3FS.APPLY" in aof, "the AOF holds effects")
         expect_true(b"HF3FS.ALLOC" not in aof and b"HF3FS.CONFIRM" not in aof,
