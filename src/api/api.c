@@ -33,6 +33,7 @@
 #include "api/auth.h"
 #include "api/metrics.h"
 #include "util/clock.h"
+#include "util/fiber.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -623,8 +624,9 @@ int api__init_pool(api__req *req, hf_slice ns, uint64_t num_pages, bool *created
     if (quota == TENANT_NO_QUOTA)
         return store->ops->init_pool(store, sns, req->rank, num_pages, created, existing);
     /* One at a time, so that two initializes cannot pass the quota together
-     * (within this process: docs/operations.md). */
-    pthread_mutex_lock(&req->api->quota_lock);
+     * (within this process: docs/operations.md). Held across store calls,
+     * which may park a fiber (util/fiber.h). */
+    hf_fiber_lock(&req->api->quota_lock);
     quota_count q = {.ns = ns, .rank = req->rank};
     int err = api__pools(req, count_pages, &q);
     if (err == STORE_OK && !q.exists && (num_pages > quota || q.pages > quota - num_pages)) {

@@ -91,6 +91,7 @@
 
 #include "util/buf.h"
 #include "util/clock.h"
+#include "util/fiber.h"
 #include "util/log.h"
 #include "util/fmt.h"
 #include "util/hf_assert.h"
@@ -108,7 +109,12 @@
 
 typedef struct loop loop;
 
+/* A conn's first member: tells it from a fiber's fd wait in an epoll event
+ * (util/fiber.h). */
+#define CONN_TAG 0x434f4e4eu
+
 typedef struct conn {
+    uint32_t tag;
     loop *loop;
     int fd;
     struct conn *prev, *next; /* the loop's list, least recently active first */
@@ -146,6 +152,14 @@ typedef struct conn {
     bool lingering; /* out sent, our side shut down, reading to drop */
     bool peer_done; /* the client ended its side: close once out is sent */
     api_response resp;
+
+    /* with fibers: a request's answer waits on its fiber (parked). Until it
+     * ends, no input is parsed and nothing is sent; an event on the socket
+     * takes it out of the epoll set (unwatched) until then; a close (doomed)
+     * waits for it too. */
+    bool busy;
+    bool unwatched;
+    bool doomed;
 } conn;
 
 struct loop {
@@ -166,6 +180,7 @@ struct loop {
     uint64_t swept_s;
     time_t date_at;
     char date[40];
+    hf_sched *sched; /* with fibers: the requests parked on this loop */
     char readbuf[READ_CHUNK];
 };
 
@@ -267,11 +282,23 @@ static void touch(conn *c)
 
 static void watch(conn *c, uint32_t events)
 {
-    if (events == c->events)
+    if (events == c->events && !c->unwatched)
         return;
     struct epoll_event ev = {.events = events, .data.ptr = c};
-    if (epoll_ctl(c->loop->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+    if (epoll_ctl(c->loop->epfd, c->unwatched ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c->fd, &ev) == 0) {
         c->events = events;
+        c->unwatched = false;
+    }
+}
+
+/* Out of the epoll set while its request is parked (see conn.busy). */
+static void unwatch(conn *c)
+{
+    if (c->unwatched)
+        return;
+    epoll_ctl(c->loop->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    c->unwatched = true;
+    c->events = 0;
 }
 
 /* A connection given to lp is gone: the counts and /metrics. */
@@ -286,6 +313,11 @@ static void conn_close(conn *c)
 {
     loop *lp = c->loop;
     HF_ASSERT(on_loop_thread(lp)); /* a conn is its loop's alone */
+    if (c->busy) { /* its fiber holds it: closed when the fiber ends */
+        c->doomed = true;
+        unwatch(c);
+        return;
+    }
     HF_ASSERT(c->out_sent <= c->out.len && (c->pending != NULL) == (c->pending_len > 0));
     /* A conn whose answer was queued in this batch can still be closed by a
      * later read of the same batch (the client reset the connection): it
@@ -303,7 +335,8 @@ static void conn_close(conn *c)
      * log's snapshot child holds copies of every descriptor from its fork
      * until it closes them. Meanwhile the socket's events would still come,
      * carrying this conn's pointer after it is freed. */
-    epoll_ctl(lp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    if (!c->unwatched)
+        epoll_ctl(lp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     api_response_free(&c->resp);
     hf_buf_free(&c->url);
@@ -500,28 +533,63 @@ static hf_slice decoded_path(conn *c)
     return (hf_slice){url, n};
 }
 
-static void answer_request(conn *c)
+static void queue_flush(conn *c)
+{
+    if (!c->flush_queued) { /* sent after the batch: see loop_run */
+        c->flush_queued = true;
+        c->flush_next = c->loop->flush_head;
+        c->loop->flush_head = c;
+    }
+}
+
+/* The api's answer to the request parsed. */
+static void answer_api(conn *c)
 {
     http_server *server = c->loop->server;
+    const http_parser *p = &c->parser;
+    bool keep_alive_10 = !c->closing && p->http_minor == 0;
+    hf_slice path = decoded_path(c);
+    api_handle(server->api, http_method_str((enum http_method)p->method), path,
+               c->has_auth ? c->auth.ptr : NULL, c->body.ptr, c->body.len, &c->resp);
+    const api_response *r = &c->resp;
+    queue_answer(c, r->status, r->content_type, r->www_authenticate, r->body.ptr, r->body.len,
+                 p->method != HTTP_HEAD, keep_alive_10);
+    if (server->config.access_log)
+        log_access(c, r->status, r->status == 204 ? 0 : r->body.len, r->tenant);
+    api_response_trim(&c->resp);
+    hf_buf_reset(&c->body, BODY_KEEP);
+}
+
+/* answer_api on a fiber: if it parked, the conn is busy until this ends. */
+static void answer_on_fiber(void *arg)
+{
+    conn *c = arg;
+    answer_api(c);
+    if (c->busy) { /* it parked: the loop moved on, and takes the conn up again */
+        c->busy = false;
+        if (c->doomed)
+            conn_close(c);
+        else
+            queue_flush(c);
+    }
+}
+
+static void answer_request(conn *c)
+{
     http_parser *p = &c->parser;
     if (!http_should_keep_alive(p))
         c->closing = true;
-    bool keep_alive_10 = !c->closing && p->http_minor == 0;
-    bool head = p->method == HTTP_HEAD;
     if (c->too_large) {
         queue_refusal(c, 413, NULL);
     } else if (p->http_minor == 1 && !c->has_host) {
         queue_refusal(c, 400, "Bad request: an HTTP/1.1 request needs a Host header");
+    } else if (c->loop->sched) {
+        if (!hf_sched_spawn(c->loop->sched, answer_on_fiber, c))
+            c->busy = true;
+        return;
     } else {
-        hf_slice path = decoded_path(c);
-        api_handle(server->api, http_method_str((enum http_method)p->method), path,
-                   c->has_auth ? c->auth.ptr : NULL, c->body.ptr, c->body.len, &c->resp);
-        const api_response *r = &c->resp;
-        queue_answer(c, r->status, r->content_type, r->www_authenticate, r->body.ptr, r->body.len,
-                     !head, keep_alive_10);
-        if (server->config.access_log)
-            log_access(c, r->status, r->status == 204 ? 0 : r->body.len, r->tenant);
-        api_response_trim(&c->resp);
+        answer_api(c);
+        return;
     }
     hf_buf_reset(&c->body, BODY_KEEP);
 }
@@ -734,7 +802,7 @@ static bool feed(conn *c, const char *data, size_t len)
             if (c->complete) {
                 c->complete = false;
                 answer_request(c);
-                if (!c->closing && len > 0 && c->out.len - c->out_sent > OUT_HIGH) {
+                if (!c->closing && len > 0 && (c->busy || c->out.len - c->out_sent > OUT_HIGH)) {
                     HF_ASSERT(!c->pending); /* held input is fed before more is read */
                     c->pending = hf_xmalloc(len);
                     memcpy(c->pending, data, len);
@@ -774,6 +842,8 @@ static bool feed(conn *c, const char *data, size_t len)
 static bool flush(conn *c)
 {
     HF_ASSERT(on_loop_thread(c->loop));
+    if (c->busy)
+        return true; /* its answers go in order, after the parked one's */
     HF_ASSERT(c->out_sent <= c->out.len && (!c->lingering || c->closing));
     while (c->out_sent < c->out.len) {
         ssize_t n = send(c->fd, c->out.ptr + c->out_sent, c->out.len - c->out_sent, MSG_NOSIGNAL);
@@ -848,14 +918,10 @@ static void on_readable(conn *c)
             conn_close(c);
             return;
         }
-        if ((size_t)n < sizeof lp->readbuf || c->pending || c->closing)
+        if ((size_t)n < sizeof lp->readbuf || c->pending || c->closing || c->busy)
             break;
     }
-    if (!c->flush_queued) { /* sent after the batch: see loop_run */
-        c->flush_queued = true;
-        c->flush_next = lp->flush_head;
-        lp->flush_head = c;
-    }
+    queue_flush(c);
 }
 
 /* ---- accepting ---- */
@@ -868,6 +934,7 @@ static void conn_open(loop *lp, int fd)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     conn *c = hf_xcalloc(1, sizeof *c);
+    c->tag = CONN_TAG;
     c->loop = lp;
     c->fd = fd;
     http_parser_init(&c->parser, HTTP_REQUEST);
@@ -997,14 +1064,29 @@ static void sweep(loop *lp, uint64_t now)
  * (conn_close), so no pointer of the batch, of a later batch or of the send
  * list is to a freed conn.
  */
+static void wake_loop(void *arg)
+{
+    loop *lp = arg;
+    uint64_t one = 1;
+    if (write(lp->wake_fd, &one, sizeof one) < 0)
+        log_msg(LOG_WARN, "http: cannot wake an event loop: %s", strerror(errno));
+}
+
 static void *loop_run(void *arg)
 {
     loop *lp = arg;
     lp->owner = pthread_self();
     http_server *server = lp->server;
+    if (server->config.fibers)
+        lp->sched = hf_sched_new(lp->epfd, wake_loop, lp);
     struct epoll_event events[MAX_EVENTS];
-    while (!atomic_load(&server->stopping)) {
-        int n = epoll_wait(lp->epfd, events, MAX_EVENTS, lp->head ? 1000 : -1);
+    /* once stopping, until the requests parked on fibers have ended (each
+     * within its store's timeouts) */
+    while (!atomic_load(&server->stopping) || (lp->sched && hf_sched_live(lp->sched))) {
+        int timeout = lp->head ? 1000 : -1;
+        if (lp->sched)
+            timeout = hf_sched_timeout_ms(lp->sched, timeout);
+        int n = epoll_wait(lp->epfd, events, MAX_EVENTS, timeout);
         for (int i = 0; i < n; i++) {
             void *ptr = events[i].data.ptr;
             if (ptr == server) {
@@ -1014,14 +1096,20 @@ static void *loop_run(void *arg)
                 if (read(lp->wake_fd, &v, sizeof v) < 0) { /* the flag says why */
                 }
                 take_inbox(lp);
+            } else if (lp->sched && hf_sched_event(lp->sched, ptr)) {
+                /* a parked fiber's descriptor is ready: it runs below */
             } else {
                 conn *c = ptr;
-                if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                if (c->busy)
+                    unwatch(c); /* its fiber's end takes it up again */
+                else if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
                     on_readable(c);
                 else if (events[i].events & EPOLLOUT)
                     flush(c);
             }
         }
+        if (lp->sched)
+            hf_sched_run_ready(lp->sched);
         while (lp->flush_head) {
             conn *c = lp->flush_head;
             lp->flush_head = c->flush_next;
@@ -1041,6 +1129,8 @@ static void *loop_run(void *arg)
         conn_close(c);
     }
     HF_ASSERT(!lp->head && !lp->tail && lp->listed == 0);
+    hf_sched_free(lp->sched);
+    lp->sched = NULL;
     return NULL;
 }
 

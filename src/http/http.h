@@ -38,6 +38,9 @@ typedef struct http_config {
     size_t max_body_bytes;
     size_t max_header_bytes; /* request line + headers, per connection */
     bool access_log;         /* one log line per answer (see http.c) */
+    /* each request on a fiber of its loop (util/fiber.h): a request that
+     * waits on its store parks, and the loop serves others meanwhile */
+    bool fibers;
 } http_config;
 
 typedef struct http_server http_server;

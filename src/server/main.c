@@ -233,7 +233,7 @@ static void usage(FILE *out)
         "  --host ADDR                 address to listen on (default 127.0.0.1)\n"
         "  --port N                    TCP port, 0 picks a free one (default 18000)\n"
         "  --threads N                 HTTP event-loop threads (default: one per CPU; at\n"
-        "                              least 16 with --store or --fsync always; at most\n"
+        "                              least 16 with --fsync always; at most\n"
         "                              --max-connections)\n"
         "  --max-connections N         open connections at most (default 1024)\n"
         "  --idle-timeout SECONDS      close a connection idle this long, 0 never (default 60)\n"
@@ -536,10 +536,7 @@ static void parse_options(int argc, char **argv, server_options *o)
         /* Under fsync always a change holds its thread until its group
          * sync: the threads bound the group (bench/durability.py, 16
          * clients on 2 CPUs: 2 threads 614 cycles/s, 16 threads 2757). */
-        if (!o->in_memory && o->fsync == WAL_FSYNC_ALWAYS && o->threads < 16)
-            o->threads = 16;
-        /* The same with Redis: a call holds its thread for a round trip. */
-        if (o->store && o->threads < 16)
+        if (!o->store && !o->in_memory && o->fsync == WAL_FSYNC_ALWAYS && o->threads < 16)
             o->threads = 16;
     }
     resolve_persistence_path(o);
@@ -623,6 +620,8 @@ static http_config http_config_from(const server_options *o)
         .max_body_bytes = (size_t)o->max_body_bytes,
         .max_header_bytes = (size_t)o->max_header_bytes,
         .access_log = o->access_log,
+        /* a Redis call parks its request's fiber for the round trip */
+        .fibers = o->store != NULL,
     };
 }
 

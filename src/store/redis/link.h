@@ -26,7 +26,11 @@
  * its own thread at once, with no hand-off, and under load the batches grow
  * with it (Redis reads many commands per system call, and one write and one
  * read serve many calls). A caller whose answers are in returns; roles are
- * handed on by whoever leaves one.
+ * handed on by whoever leaves one. A caller on a fiber (the server's
+ * requests: util/fiber.h) parks where a thread would sleep: waiting for its
+ * replies, for a role, for room, and the reader's wait for the socket,
+ * which is then its loop's epoll; its loop serves other requests meanwhile,
+ * whose commands join the next batch.
  *
  * Each call has a deadline, its start plus --redis-timeout (plus
  * --redis-wait-timeout under --redis-wait, since a WAIT ahead of it on the

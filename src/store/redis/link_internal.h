@@ -28,6 +28,7 @@
 #include "cluster/cluster.h"
 #include "store/redis/link.h"
 #include "util/buf.h"
+#include "util/fiber.h"
 
 /* The round trip histogram: its buckets (their bounds are link.c's). */
 #define RTT_BUCKETS 13
@@ -131,7 +132,7 @@ struct waiter {
     int64_t t0_us;    /* when the call began (round trip figures) */
     int64_t until_us; /* its deadline: past it, the connection is broken */
     hf_buf out;       /* its commands in RESP, formatted before it queues */
-    pthread_cond_t cv;
+    hf_park park;     /* its caller's sleep: a thread's, or a fiber's (util/fiber.h) */
     waiter *next;         /* in its connection's queue or flight list */
     waiter *covers;       /* is_wait: the changes it covers */
     waiter *next_covered; /* in a WAIT's covers */

@@ -140,7 +140,7 @@ static void finish(redis_link *r, struct pipe *p, waiter *w)
     link__count_rtt(r, hf_clock_mono_us() - w->t0_us);
     if (p->room_waiters)
         pthread_cond_broadcast(&p->room);
-    pthread_cond_signal(&w->cv);
+    hf_park_wake(&w->park);
 }
 
 /* A caller's commands on a connection that failed: not sent (nothing
@@ -290,7 +290,7 @@ static void wake_roles(pconn *c)
     if (may_write(c)) {
         for (waiter *w = c->queue; w; w = w->next)
             if (w->parked) {
-                pthread_cond_signal(&w->cv);
+                hf_park_wake(&w->park);
                 return;
             }
         return;
@@ -300,7 +300,7 @@ static void wake_roles(pconn *c)
     for (waiter *w = c->flight; w; w = w->next) {
         waiter *x = parked_of(w);
         if (x) {
-            pthread_cond_signal(&x->cv);
+            hf_park_wake(&x->park);
             return;
         }
     }
@@ -379,10 +379,7 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
                 why = strerror(errno);
                 break;
             }
-            int64_t left_ms = (until - hf_clock_mono_us()) / 1000;
-            struct pollfd pf = {.fd = fd, .events = POLLOUT};
-            if (left_ms <= 0 ||
-                poll(&pf, 1, (int)(left_ms > INT32_MAX ? INT32_MAX : left_ms)) == 0) {
+            if (hf_clock_mono_us() >= until || hf_wait_fd(fd, POLLOUT, until) == 0) {
                 why = "Resource temporarily unavailable"; /* hiredis's words for a timeout */
                 break;
             }
@@ -415,11 +412,7 @@ static void read_replies(redis_link *r, struct pipe *p, pconn *c)
     size_t ngot = 0, cap = 0;
     int fd = c->ctx->fd;
     for (;;) {
-        int64_t left_ms = (until - hf_clock_mono_us() + 999) / 1000;
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int pr = left_ms > 0 ? poll(&pf, 1, (int)(left_ms > INT32_MAX ? INT32_MAX : left_ms)) : 0;
-        if (pr < 0 && errno == EINTR)
-            continue;
+        int pr = hf_clock_mono_us() < until ? hf_wait_fd(fd, POLLIN, until) : 0;
         if (pr == 0) {
             why = "Resource temporarily unavailable"; /* a timeout, in hiredis's words */
             break;
@@ -562,7 +555,15 @@ static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *
             atomic_fetch_add(&r->waited_for_room, 1);
         *waited = true;
         p->room_waiters++;
-        hf_cond_wait_until_us(&p->room, &p->mu, until);
+        if (hf_fiber_active()) { /* parks, looking again every millisecond */
+            hf_park k;
+            hf_park_init(&k);
+            int64_t soon = hf_clock_mono_us() + 1000;
+            hf_park_wait(&k, &p->mu, until < soon ? until : soon);
+            hf_park_destroy(&k);
+        } else {
+            hf_cond_wait_until_us(&p->room, &p->mu, until);
+        }
         p->room_waiters--;
     }
     return true;
@@ -578,13 +579,13 @@ void link__waiter_init(redis_link *r, waiter *w, redis_cmd *cmds, size_t n, bool
         w->until_us += r->opt.wait_timeout_ms * 1000;
     for (size_t i = 0; i < n; i++)
         hf_resp_command(&w->out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
-    hf_cond_init_mono(&w->cv);
+    hf_park_init(&w->park);
 }
 
 void link__waiter_free(waiter *w)
 {
     hf_buf_free(&w->out);
-    pthread_cond_destroy(&w->cv);
+    hf_park_destroy(&w->park);
 }
 
 /* w's commands queued on a pipe of its node and, if nobody writes there,
@@ -645,7 +646,7 @@ void link__pipe_await(redis_link *r, waiter *w)
             read_replies(r, p, c);
         } else {
             w->parked = true;
-            hf_cond_wait_until_us(&w->cv, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
+            hf_park_wait(&w->park, &p->mu, hf_clock_mono_us() + ROLE_GUARD_US);
             w->parked = false;
         }
     }

@@ -1,0 +1,475 @@
+/*
+ * fiber.c: fibers on ucontext, their scheduler, and the waits that park
+ * them (fiber.h).
+ *
+ * A fiber's state is under its scheduler's mutex, because another thread
+ * may wake it (hf_park_wake from a thread that read its Redis reply):
+ *   RUNNING  on the loop's thread now (spawned or resumed)
+ *   PARKED   switched out, waiting for a wake, its fd or its deadline
+ *   READY    on the ready list, to be resumed by hf_sched_run_ready
+ *   IDLE     returned from its function; kept for the next spawn
+ * Only the loop's thread switches: a wake from another thread puts the
+ * fiber on the ready list and wakes the loop (the owner's wake hook).
+ *
+ * An fd wait arms the descriptor in the loop's epoll set with EPOLLONESHOT
+ * and the fiber itself as data.ptr (its first member is a tag that tells it
+ * from the loop's own pointers): the event readies the fiber and disarms
+ * the descriptor; a deadline that passes first removes it from the set.
+ */
+#include "util/fiber.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/hf_assert.h"
+#include "util/xalloc.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define FIBER_ASAN 1
+#else
+#define FIBER_ASAN 0
+#endif
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define FIBER_TSAN 1
+#else
+#define FIBER_TSAN 0
+#endif
+
+/* A fiber's stack: the request's handler, the store's calls, a 16 KiB read
+ * buffer; the sanitizers' frames are larger. A guard page below it. */
+#define STACK_BYTES (FIBER_ASAN || FIBER_TSAN ? 1024u * 1024 : 256u * 1024)
+#define KEEP_IDLE 64 /* idle fibers kept for the next spawns; more are freed */
+#define FIBER_TAG 0x46494245u
+
+enum fiber_state { F_IDLE, F_RUNNING, F_PARKED, F_READY };
+
+struct hf_fiber {
+    uint32_t tag; /* first: an epoll event's data.ptr is the fiber */
+    hf_sched *s;
+    ucontext_t ctx;
+    char *map; /* the mapping: guard page, then the stack */
+    size_t map_size;
+    void (*fn)(void *arg);
+    void *arg;
+    enum fiber_state state; /* under s->mu */
+    int64_t until_us;       /* PARKED: its deadline (INT64_MAX: none) */
+    int wait_fd;            /* armed in the loop's epoll set, or -1 */
+    bool fd_ready;
+    size_t alive_at;   /* index in s->alive */
+    hf_fiber *next;    /* on the ready list or the idle list */
+    void *asan_fake;   /* AddressSanitizer's fake stack, saved across a switch */
+    void *tsan_fiber;  /* ThreadSanitizer's context */
+};
+
+struct hf_sched {
+    int epfd;
+    void (*wake)(void *ctx);
+    void *wake_ctx;
+    pthread_mutex_t mu;
+    hf_fiber *ready, *ready_tail; /* under mu */
+    hf_fiber **alive;             /* started and not returned (the loop's thread) */
+    size_t nalive, cap;
+    hf_fiber *idle;
+    size_t nidle;
+    ucontext_t main;
+    const void *main_bottom; /* the loop's stack, for AddressSanitizer */
+    size_t main_size;
+    void *main_fake;
+    void *tsan_main;
+};
+
+static _Thread_local hf_fiber *tls_current;
+static _Thread_local hf_sched *tls_sched;
+
+bool hf_fiber_active(void)
+{
+    return tls_current != NULL;
+}
+
+/* ---- switching ---- */
+
+/* On a fiber's stack, just switched to from the loop. */
+static void arrived(hf_fiber *f, void *fake)
+{
+#if FIBER_ASAN
+    __sanitizer_finish_switch_fiber(fake, &f->s->main_bottom, &f->s->main_size);
+#else
+    (void)f;
+    (void)fake;
+#endif
+}
+
+/* From the fiber f back to its loop; returns when f is resumed. */
+static void to_loop(hf_fiber *f)
+{
+    hf_sched *s = f->s;
+#if FIBER_ASAN
+    __sanitizer_start_switch_fiber(&f->asan_fake, s->main_bottom, s->main_size);
+#endif
+#if FIBER_TSAN
+    __tsan_switch_to_fiber(s->tsan_main, 0);
+#endif
+    swapcontext(&f->ctx, &s->main);
+    arrived(f, f->asan_fake);
+}
+
+/* From the loop to f, until it parks or returns. */
+static void to_fiber(hf_sched *s, hf_fiber *f)
+{
+    HF_ASSERT(!tls_current && tls_sched == s);
+    tls_current = f;
+#if FIBER_ASAN
+    __sanitizer_start_switch_fiber(&s->main_fake, f->map + sysconf(_SC_PAGESIZE),
+                                   f->map_size - (size_t)sysconf(_SC_PAGESIZE));
+#endif
+#if FIBER_TSAN
+    __tsan_switch_to_fiber(f->tsan_fiber, 0);
+#endif
+    swapcontext(&s->main, &f->ctx);
+#if FIBER_ASAN
+    __sanitizer_finish_switch_fiber(s->main_fake, NULL, NULL);
+#endif
+    tls_current = NULL;
+}
+
+/* A fiber's life: each spawn's function, then idle until the next. */
+static void fiber_main(void)
+{
+    hf_fiber *f = tls_current;
+    arrived(f, NULL);
+    for (;;) {
+        f->fn(f->arg);
+        pthread_mutex_lock(&f->s->mu);
+        f->state = F_IDLE;
+        pthread_mutex_unlock(&f->s->mu);
+        to_loop(f);
+    }
+}
+
+static hf_fiber *fiber_new(hf_sched *s)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    hf_fiber *f = hf_xcalloc(1, sizeof *f);
+    f->tag = FIBER_TAG;
+    f->s = s;
+    f->wait_fd = -1;
+    f->map_size = STACK_BYTES + page;
+    f->map = mmap(NULL, f->map_size, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (f->map == MAP_FAILED) {
+        fprintf(stderr, "hf3fs-metad: fatal: out of memory mapping a fiber's stack of %zu bytes\n",
+                f->map_size);
+        abort();
+    }
+    mprotect(f->map, page, PROT_NONE);
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = f->map + page;
+    f->ctx.uc_stack.ss_size = STACK_BYTES;
+    f->ctx.uc_link = NULL;
+    makecontext(&f->ctx, fiber_main, 0);
+#if FIBER_TSAN
+    f->tsan_fiber = __tsan_create_fiber(0);
+#endif
+    return f;
+}
+
+static void fiber_free(hf_fiber *f)
+{
+#if FIBER_TSAN
+    __tsan_destroy_fiber(f->tsan_fiber);
+#endif
+    munmap(f->map, f->map_size);
+    free(f);
+}
+
+/* ---- the scheduler ---- */
+
+hf_sched *hf_sched_new(int epfd, void (*wake)(void *ctx), void *ctx)
+{
+    hf_sched *s = hf_xcalloc(1, sizeof *s);
+    s->epfd = epfd;
+    s->wake = wake;
+    s->wake_ctx = ctx;
+    pthread_mutex_init(&s->mu, NULL);
+#if FIBER_TSAN
+    s->tsan_main = __tsan_get_current_fiber();
+#endif
+    tls_sched = s;
+    return s;
+}
+
+void hf_sched_free(hf_sched *s)
+{
+    if (!s)
+        return;
+    HF_ASSERT(s->nalive == 0 && !s->ready);
+    while (s->idle) {
+        hf_fiber *f = s->idle;
+        s->idle = f->next;
+        fiber_free(f);
+    }
+    free(s->alive);
+    pthread_mutex_destroy(&s->mu);
+    if (tls_sched == s)
+        tls_sched = NULL;
+    free(s);
+}
+
+size_t hf_sched_live(const hf_sched *s)
+{
+    return s->nalive;
+}
+
+/* After a switch back to the loop: f parked, or returned (then idle). */
+static void settle(hf_sched *s, hf_fiber *f)
+{
+    pthread_mutex_lock(&s->mu);
+    bool returned = f->state == F_IDLE;
+    pthread_mutex_unlock(&s->mu);
+    if (!returned)
+        return;
+    HF_ASSERT(s->alive[f->alive_at] == f);
+    s->alive[f->alive_at] = s->alive[--s->nalive];
+    s->alive[f->alive_at]->alive_at = f->alive_at;
+    if (s->nidle >= KEEP_IDLE) {
+        fiber_free(f);
+        return;
+    }
+    f->next = s->idle;
+    s->idle = f;
+    s->nidle++;
+}
+
+bool hf_sched_spawn(hf_sched *s, void (*fn)(void *arg), void *arg)
+{
+    HF_ASSERT(!tls_current);
+    hf_fiber *f = s->idle;
+    if (f) {
+        s->idle = f->next;
+        s->nidle--;
+    } else {
+        f = fiber_new(s);
+    }
+    f->fn = fn;
+    f->arg = arg;
+    f->state = F_RUNNING;
+    f->next = NULL;
+    s->alive = hf_grow(s->alive, &s->cap, s->nalive + 1, sizeof *s->alive);
+    f->alive_at = s->nalive;
+    s->alive[s->nalive++] = f;
+    to_fiber(s, f);
+    bool returned = f->state == F_IDLE; /* read before settle may free it */
+    settle(s, f);
+    return returned;
+}
+
+/* f runnable (s->mu held): true if it was parked, and is queued now. */
+static bool make_ready(hf_sched *s, hf_fiber *f)
+{
+    if (f->state != F_PARKED)
+        return false;
+    f->state = F_READY;
+    f->next = NULL;
+    if (s->ready_tail)
+        s->ready_tail->next = f;
+    else
+        s->ready = f;
+    s->ready_tail = f;
+    return true;
+}
+
+bool hf_sched_event(hf_sched *s, void *ptr)
+{
+    hf_fiber *f = ptr;
+    if (!f || f->tag != FIBER_TAG || f->s != s)
+        return false;
+    pthread_mutex_lock(&s->mu);
+    if (f->state == F_PARKED && f->wait_fd >= 0) { /* else a stale event: ignored */
+        f->fd_ready = true;
+        make_ready(s, f);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+void hf_sched_run_ready(hf_sched *s)
+{
+    HF_ASSERT(!tls_current && tls_sched == s);
+    for (;;) {
+        int64_t now = hf_clock_mono_us();
+        pthread_mutex_lock(&s->mu);
+        for (size_t i = 0; i < s->nalive; i++) {
+            hf_fiber *f = s->alive[i];
+            if (f->state == F_PARKED && f->until_us <= now)
+                make_ready(s, f);
+        }
+        hf_fiber *list = s->ready;
+        s->ready = s->ready_tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (!list)
+            return;
+        while (list) {
+            hf_fiber *f = list;
+            list = f->next;
+            pthread_mutex_lock(&s->mu);
+            f->state = F_RUNNING;
+            pthread_mutex_unlock(&s->mu);
+            to_fiber(s, f);
+            settle(s, f);
+        }
+    }
+}
+
+int hf_sched_timeout_ms(const hf_sched *s, int dflt)
+{
+    int64_t until = INT64_MAX;
+    for (size_t i = 0; i < s->nalive; i++)
+        if (s->alive[i]->until_us < until)
+            until = s->alive[i]->until_us;
+    if (until == INT64_MAX)
+        return dflt;
+    int64_t left = (until - hf_clock_mono_us() + 999) / 1000;
+    if (left < 0)
+        left = 0;
+    if (dflt >= 0 && left > dflt)
+        return dflt;
+    return left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+/* ---- waiting ---- */
+
+/* The running fiber leaves until readied (mu, if any, released meanwhile;
+ * the caller takes it again). */
+static void park(hf_fiber *f, int64_t until_us, pthread_mutex_t *mu)
+{
+    hf_sched *s = f->s;
+    pthread_mutex_lock(&s->mu);
+    f->state = F_PARKED;
+    f->until_us = until_us;
+    pthread_mutex_unlock(&s->mu);
+    if (mu)
+        pthread_mutex_unlock(mu);
+    to_loop(f);
+    f->until_us = INT64_MAX;
+}
+
+void hf_park_init(hf_park *k)
+{
+    hf_cond_init_mono(&k->cv);
+    k->fiber = NULL;
+}
+
+void hf_park_destroy(hf_park *k)
+{
+    pthread_cond_destroy(&k->cv);
+}
+
+void hf_park_wait(hf_park *k, pthread_mutex_t *mu, int64_t until_us)
+{
+    hf_fiber *f = tls_current;
+    if (!f) {
+        hf_cond_wait_until_us(&k->cv, mu, until_us);
+        return;
+    }
+    k->fiber = f;
+    park(f, until_us, mu);
+    pthread_mutex_lock(mu);
+    if (k->fiber == f)
+        k->fiber = NULL;
+}
+
+void hf_park_wake(hf_park *k)
+{
+    hf_fiber *f = k->fiber;
+    if (!f) {
+        pthread_cond_signal(&k->cv);
+        return;
+    }
+    k->fiber = NULL;
+    hf_sched *s = f->s;
+    pthread_mutex_lock(&s->mu);
+    bool was_empty = s->ready == NULL;
+    bool queued = make_ready(s, f);
+    pthread_mutex_unlock(&s->mu);
+    if (queued && was_empty && tls_sched != s)
+        s->wake(s->wake_ctx);
+}
+
+void hf_fiber_lock(pthread_mutex_t *mu)
+{
+    hf_fiber *f = tls_current;
+    if (!f) {
+        pthread_mutex_lock(mu);
+        return;
+    }
+    while (pthread_mutex_trylock(mu) != 0)
+        park(f, hf_clock_mono_us() + 1000, NULL);
+}
+
+static int poll_until(int fd, short events, int64_t until_us)
+{
+    for (;;) {
+        int64_t left_ms = (until_us - hf_clock_mono_us() + 999) / 1000;
+        struct pollfd pf = {.fd = fd, .events = events};
+        int r = poll(&pf, 1, left_ms <= 0 ? 0 : left_ms > INT32_MAX ? INT32_MAX : (int)left_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r;
+    }
+}
+
+/* Whether another fiber of s waits on fd now. */
+static bool fd_taken(const hf_sched *s, int fd)
+{
+    for (size_t i = 0; i < s->nalive; i++)
+        if (s->alive[i]->wait_fd == fd)
+            return true;
+    return false;
+}
+
+int hf_wait_fd(int fd, short events, int64_t until_us)
+{
+    hf_fiber *f = tls_current;
+    if (!f)
+        return poll_until(fd, events, until_us);
+    hf_sched *s = f->s;
+    struct epoll_event ev = {.events = EPOLLONESHOT, .data.ptr = f};
+    if (events & POLLIN)
+        ev.events |= EPOLLIN;
+    if (events & POLLOUT)
+        ev.events |= EPOLLOUT;
+    bool armed = !fd_taken(s, fd);
+    if (armed && epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
+        armed = errno == ENOENT && epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+    if (!armed) {
+        /* another fiber of this loop waits on fd (a reader and a writer of
+         * one connection), or epoll refused it: look every millisecond */
+        for (;;) {
+            int r = poll_until(fd, events, 0);
+            if (r != 0)
+                return r;
+            int64_t now = hf_clock_mono_us();
+            if (now >= until_us)
+                return 0;
+            park(f, until_us < now + 1000 ? until_us : now + 1000, NULL);
+        }
+    }
+    f->wait_fd = fd;
+    f->fd_ready = false;
+    park(f, until_us, NULL);
+    f->wait_fd = -1;
+    if (f->fd_ready)
+        return 1;
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL); /* the deadline came first */
+    return poll_until(fd, events, 0);
+}

@@ -1,0 +1,98 @@
+/*
+ * fiber.h: fibers, so that an event loop serves many requests that wait on
+ * a remote store at once, on one thread, without a thread per wait.
+ *
+ * Why. A request to the Redis engine waits a round trip for its replies.
+ * On a thread of its own, each such wait is a sleep and a wake-up of that
+ * thread (a futex, a task switch), and a front end can only have as many
+ * requests waiting as it has threads. On a fiber, the loop runs the request
+ * until it must wait, switches back to its events, and resumes the request
+ * when its replies are in: the loop's thread never sleeps while it has
+ * input, many requests' commands go to Redis in one write, and their
+ * replies come back in one read.
+ *
+ * The scheduler (hf_sched) belongs to one thread, an event loop, and is
+ * driven by it: hf_sched_spawn runs a function on a fiber at once, until it
+ * returns or parks; the loop arms fd waits in its own epoll set (the
+ * events whose data.ptr hf_sched_event recognizes), sleeps at most
+ * hf_sched_timeout_ms, and runs hf_sched_run_ready after every batch of
+ * events. A fiber never moves to another thread.
+ *
+ * Waiting (any code, on a fiber or not):
+ *   - hf_park_wait / hf_park_wake: a condition variable for one waiter.
+ *     On a fiber the waiter parks (its thread goes on with other work);
+ *     elsewhere it sleeps on the condition variable. The waker must hold
+ *     the same mutex as the waiter; it may run on any thread.
+ *   - hf_wait_fd: poll() one descriptor, or park the fiber on the loop's
+ *     epoll until the descriptor is ready.
+ * A fiber must hold no lock when it parks other than the mutex it hands to
+ * hf_park_wait (which is released meanwhile), and nothing run on an event
+ * loop's thread may block the thread on something only another fiber of
+ * the same loop can do: that fiber would never run again.
+ *
+ * Sanitizers: the switches are announced to AddressSanitizer and
+ * ThreadSanitizer (their fiber interfaces), so that each fiber's stack is
+ * its own for them.
+ */
+#ifndef HF_UTIL_FIBER_H
+#define HF_UTIL_FIBER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct hf_sched hf_sched;
+typedef struct hf_fiber hf_fiber;
+
+/* A scheduler for the calling thread's loop: fd waits are armed in epfd;
+ * wake(ctx) is called (from any thread) when another thread makes a fiber
+ * runnable, to wake the loop out of epoll_wait. */
+hf_sched *hf_sched_new(int epfd, void (*wake)(void *ctx), void *ctx);
+/* No fiber may be alive (hf_sched_live() == 0). */
+void hf_sched_free(hf_sched *s);
+
+/* Run fn(arg) on a fiber now. true: it returned; false: it parked, and
+ * will go on in a later hf_sched_run_ready. Called on the loop's thread,
+ * never from a fiber. */
+bool hf_sched_spawn(hf_sched *s, void (*fn)(void *arg), void *arg);
+/* Whether an epoll event's data.ptr is one of s's fd waits; if so, it is
+ * taken (its fiber becomes runnable). */
+bool hf_sched_event(hf_sched *s, void *ptr);
+/* Run every runnable fiber: those whose fd is ready, whose park was woken,
+ * whose deadline passed; again until none is left. */
+void hf_sched_run_ready(hf_sched *s);
+/* How long the loop may sleep: the time to the earliest deadline of a
+ * parked fiber in milliseconds (rounded up), at most dflt (-1: no bound). */
+int hf_sched_timeout_ms(const hf_sched *s, int dflt);
+/* Fibers started and not returned yet. */
+size_t hf_sched_live(const hf_sched *s);
+
+/* Whether the caller runs on a fiber. */
+bool hf_fiber_active(void);
+
+/* A condition variable for one waiter (see above). */
+typedef struct hf_park {
+    pthread_cond_t cv; /* a thread's sleep (CLOCK_MONOTONIC) */
+    hf_fiber *fiber;   /* the fiber parked on it, if any (under the waiter's mutex) */
+} hf_park;
+
+void hf_park_init(hf_park *k);
+void hf_park_destroy(hf_park *k);
+/* mu held: release it and wait until woken or until hf_clock_mono_us()
+ * reaches until_us (or spuriously), then hold it again. */
+void hf_park_wait(hf_park *k, pthread_mutex_t *mu, int64_t until_us);
+/* mu held (the waiter's): wake the waiter, if any. */
+void hf_park_wake(hf_park *k);
+
+/* pthread_mutex_lock, for a mutex held across waits that may park (on a
+ * fiber, a holder parked on the same thread would never let it go): on a
+ * fiber, it parks and tries again every millisecond. */
+void hf_fiber_lock(pthread_mutex_t *mu);
+
+/* Wait until fd is ready for events (POLLIN and/or POLLOUT) or until_us
+ * (monotonic) passes. > 0: ready (or hung up, or failed: the next read or
+ * write says which); 0: the deadline passed; < 0: poll() failed (errno). */
+int hf_wait_fd(int fd, short events, int64_t until_us);
+
+#endif

@@ -1,0 +1,446 @@
+/*
+ * test_fiber.c: fibers and their scheduler (util/fiber.h), driven as an
+ * HTTP loop drives them: an epoll set, a wake descriptor, spawn, events,
+ * run_ready. Real threads wake fibers from outside; real sockets are
+ * waited on. The deadlines are tens of milliseconds at most.
+ */
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "util/clock.h"
+#include "util/fiber.h"
+
+/* ---- a loop: an epoll set with a wake descriptor ---- */
+
+typedef struct test_loop {
+    int epfd, wake_fd;
+    int wakes; /* the wake hook's calls */
+    hf_sched *s;
+} test_loop;
+
+static void on_wake(void *ctx)
+{
+    test_loop *l = ctx;
+    __atomic_add_fetch(&l->wakes, 1, __ATOMIC_SEQ_CST);
+    uint64_t one = 1;
+    if (write(l->wake_fd, &one, sizeof one) != sizeof one)
+        abort();
+}
+
+static void loop_open(test_loop *l)
+{
+    l->epfd = epoll_create1(0);
+    l->wake_fd = eventfd(0, EFD_NONBLOCK);
+    l->wakes = 0;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = l};
+    CHECK_EQ(epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wake_fd, &ev), 0);
+    l->s = hf_sched_new(l->epfd, on_wake, l);
+}
+
+static void loop_close(test_loop *l)
+{
+    hf_sched_free(l->s);
+    close(l->epfd);
+    close(l->wake_fd);
+}
+
+/* One pass of the loop: wait (at most the scheduler's timeout, bounded by
+ * max_ms), take the events, run what is runnable. The number of events. */
+static int loop_once(test_loop *l, int max_ms)
+{
+    struct epoll_event evs[8];
+    int n = epoll_wait(l->epfd, evs, 8, hf_sched_timeout_ms(l->s, max_ms));
+    for (int i = 0; i < n; i++) {
+        if (evs[i].data.ptr == l) {
+            uint64_t v;
+            if (read(l->wake_fd, &v, sizeof v) < 0) {
+            }
+        } else if (!hf_sched_event(l->s, evs[i].data.ptr)) {
+            abort(); /* nothing else is in the set */
+        }
+    }
+    hf_sched_run_ready(l->s);
+    return n;
+}
+
+/* Runs the loop until no fiber is alive, for at most 5 s. */
+static void loop_drain(test_loop *l)
+{
+    int64_t until = hf_clock_mono_us() + 5000000;
+    while (hf_sched_live(l->s) > 0 && hf_clock_mono_us() < until)
+        loop_once(l, 100);
+    CHECK_EQ(hf_sched_live(l->s), 0);
+}
+
+/* ---- what the fibers do ---- */
+
+typedef struct shared {
+    pthread_mutex_t mu;
+    hf_park park;
+    bool flag;
+    int order[8];
+    int norder;
+} shared;
+
+static void shared_init(shared *sh)
+{
+    pthread_mutex_init(&sh->mu, NULL);
+    hf_park_init(&sh->park);
+    sh->flag = false;
+    sh->norder = 0;
+}
+
+static void shared_free(shared *sh)
+{
+    hf_park_destroy(&sh->park);
+    pthread_mutex_destroy(&sh->mu);
+}
+
+static void note(shared *sh, int what)
+{
+    sh->order[sh->norder++] = what;
+}
+
+/* Waits for the flag (as a pipe's caller waits for its replies). */
+static void wait_for_flag(void *arg)
+{
+    shared *sh = arg;
+    note(sh, 1);
+    pthread_mutex_lock(&sh->mu);
+    while (!sh->flag)
+        hf_park_wait(&sh->park, &sh->mu, hf_clock_mono_us() + 5000000);
+    pthread_mutex_unlock(&sh->mu);
+    note(sh, 3);
+}
+
+static void set_flag(void *arg)
+{
+    shared *sh = arg;
+    pthread_mutex_lock(&sh->mu);
+    sh->flag = true;
+    hf_park_wake(&sh->park);
+    pthread_mutex_unlock(&sh->mu);
+    note(sh, 2);
+}
+
+static void just_note(void *arg)
+{
+    note(arg, hf_fiber_active() ? 7 : -7);
+}
+
+TEST(fiber_that_never_waits_returns_at_spawn_on_a_fiber)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    CHECK_EQ(hf_fiber_active(), false);
+    CHECK_EQ(hf_sched_spawn(l.s, just_note, &sh), true);
+    CHECK_EQ(hf_sched_live(l.s), 0);
+    CHECK_EQ(sh.norder, 1);
+    CHECK_EQ(sh.order[0], 7); /* it ran on a fiber */
+    CHECK_EQ(hf_fiber_active(), false);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
+TEST(parked_fiber_goes_on_when_another_fiber_of_its_loop_wakes_it)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    CHECK_EQ(hf_sched_spawn(l.s, wait_for_flag, &sh), false); /* parked */
+    CHECK_EQ(hf_sched_live(l.s), 1);
+    CHECK_EQ(hf_sched_spawn(l.s, set_flag, &sh), true);
+    CHECK_EQ(l.wakes, 0); /* the same thread: no wake-up of the loop */
+    hf_sched_run_ready(l.s);
+    CHECK_EQ(hf_sched_live(l.s), 0);
+    CHECK_EQ(sh.norder, 3);
+    CHECK_EQ(sh.order[0], 1);
+    CHECK_EQ(sh.order[1], 2);
+    CHECK_EQ(sh.order[2], 3);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
+static void *set_flag_later(void *arg)
+{
+    usleep(20000);
+    shared *sh = arg;
+    pthread_mutex_lock(&sh->mu);
+    sh->flag = true;
+    hf_park_wake(&sh->park);
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
+}
+
+TEST(parked_fiber_woken_from_another_thread_wakes_its_loop_and_goes_on)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    CHECK_EQ(hf_sched_spawn(l.s, wait_for_flag, &sh), false);
+    pthread_t t;
+    pthread_create(&t, NULL, set_flag_later, &sh);
+    /* the loop sleeps in epoll_wait without a bound of its own: only the
+     * wake hook ends the sleep before the fiber's 5 s deadline */
+    int64_t t0 = hf_clock_mono_us();
+    loop_drain(&l);
+    pthread_join(t, NULL);
+    CHECK_INT(hf_clock_mono_us() - t0, <, 2000000);
+    CHECK_EQ(l.wakes, 1);
+    CHECK_EQ(sh.norder, 2);
+    CHECK_EQ(sh.order[1], 3);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
+static void park_until_deadline(void *arg)
+{
+    shared *sh = arg;
+    pthread_mutex_lock(&sh->mu);
+    hf_park_wait(&sh->park, &sh->mu, hf_clock_mono_us() + 30000);
+    pthread_mutex_unlock(&sh->mu);
+    note(sh, 9);
+}
+
+TEST(park_deadline_bounds_the_loop_sleep_and_resumes_the_fiber)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    int64_t t0 = hf_clock_mono_us();
+    CHECK_EQ(hf_sched_spawn(l.s, park_until_deadline, &sh), false);
+    int ms = hf_sched_timeout_ms(l.s, -1);
+    CHECK_IN(ms, 1, 30);
+    CHECK_EQ(hf_sched_timeout_ms(l.s, 5), 5); /* the loop's own bound when sooner */
+    loop_drain(&l);
+    CHECK_INT(hf_clock_mono_us() - t0, >=, 30000);
+    CHECK_EQ(sh.norder, 1);
+    CHECK_EQ(sh.order[0], 9);
+    CHECK_EQ(l.wakes, 0);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
+/* ---- fd waits ---- */
+
+typedef struct fd_job {
+    int fd;
+    int64_t until_us;
+    int result;
+    bool done;
+} fd_job;
+
+static void wait_readable(void *arg)
+{
+    fd_job *j = arg;
+    j->result = hf_wait_fd(j->fd, POLLIN, j->until_us);
+    j->done = true;
+}
+
+TEST(fd_wait_parks_the_fiber_until_the_socket_is_readable)
+{
+    test_loop l;
+    loop_open(&l);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    fd_job j = {.fd = sv[0], .until_us = hf_clock_mono_us() + 5000000};
+    CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &j), false);
+    CHECK_EQ(loop_once(&l, 10), 0); /* nothing to read: still parked */
+    CHECK_EQ(j.done, false);
+    CHECK_EQ(write(sv[1], "x", 1), 1);
+    CHECK_EQ(loop_once(&l, 1000), 1); /* the socket's event, taken by the scheduler */
+    CHECK_EQ(j.done, true);
+    CHECK_INT(j.result, >, 0);
+    /* a second wait on the same socket (armed again, not added twice) */
+    char c;
+    CHECK_EQ(read(sv[0], &c, 1), 1);
+    j.done = false;
+    CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &j), false);
+    CHECK_EQ(write(sv[1], "y", 1), 1);
+    loop_drain(&l);
+    CHECK_INT(j.result, >, 0);
+    close(sv[0]);
+    close(sv[1]);
+    loop_close(&l);
+}
+
+TEST(fd_wait_past_its_deadline_returns_0_and_leaves_the_epoll_set)
+{
+    test_loop l;
+    loop_open(&l);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    fd_job j = {.fd = sv[0], .until_us = hf_clock_mono_us() + 20000};
+    CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &j), false);
+    loop_drain(&l);
+    CHECK_EQ(j.result, 0);
+    CHECK_EQ(write(sv[1], "x", 1), 1);
+    struct epoll_event ev;
+    CHECK_EQ(epoll_wait(l.epfd, &ev, 1, 20), 0); /* no stale event for the ended wait */
+    close(sv[0]);
+    close(sv[1]);
+    loop_close(&l);
+}
+
+TEST(fd_wait_off_a_fiber_polls)
+{
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    CHECK_EQ(hf_wait_fd(sv[0], POLLIN, hf_clock_mono_us() + 10000), 0);
+    CHECK_EQ(write(sv[1], "x", 1), 1);
+    CHECK_EQ(hf_wait_fd(sv[0], POLLIN, hf_clock_mono_us() + 10000), 1);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* ---- off a fiber; locks; many at once ---- */
+
+TEST(park_off_a_fiber_sleeps_on_its_condition_variable_until_woken)
+{
+    shared sh;
+    shared_init(&sh);
+    pthread_t t;
+    pthread_create(&t, NULL, set_flag_later, &sh);
+    int64_t t0 = hf_clock_mono_us();
+    pthread_mutex_lock(&sh.mu);
+    while (!sh.flag)
+        hf_park_wait(&sh.park, &sh.mu, hf_clock_mono_us() + 5000000);
+    pthread_mutex_unlock(&sh.mu);
+    pthread_join(t, NULL);
+    CHECK_INT(hf_clock_mono_us() - t0, <, 2000000);
+    shared_free(&sh);
+}
+
+typedef struct lock_job {
+    pthread_mutex_t *held;
+    shared *sh;
+    int id;
+} lock_job;
+
+/* Takes the mutex, then parks holding it until the deadline. */
+static void lock_and_park(void *arg)
+{
+    lock_job *j = arg;
+    hf_fiber_lock(j->held);
+    note(j->sh, j->id);
+    pthread_mutex_lock(&j->sh->mu);
+    hf_park_wait(&j->sh->park, &j->sh->mu, hf_clock_mono_us() + 20000);
+    pthread_mutex_unlock(&j->sh->mu);
+    note(j->sh, j->id + 10);
+    pthread_mutex_unlock(j->held);
+}
+
+static void lock_then_note(void *arg)
+{
+    lock_job *j = arg;
+    hf_fiber_lock(j->held);
+    note(j->sh, j->id);
+    pthread_mutex_unlock(j->held);
+}
+
+TEST(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER;
+    lock_job a = {&held, &sh, 1}, b = {&held, &sh, 2};
+    CHECK_EQ(hf_sched_spawn(l.s, lock_and_park, &a), false);
+    CHECK_EQ(hf_sched_spawn(l.s, lock_then_note, &b), false); /* would block the thread */
+    loop_drain(&l);
+    CHECK_EQ(sh.norder, 3);
+    CHECK_EQ(sh.order[0], 1);
+    CHECK_EQ(sh.order[1], 11);
+    CHECK_EQ(sh.order[2], 2);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
+#define MANY 200
+
+typedef struct many_job {
+    pthread_mutex_t *mu;
+    hf_park park;
+    bool go;
+    int id;
+    int seen; /* the id read back from the fiber's own stack after parking */
+} many_job;
+
+static void park_with_locals(void *arg)
+{
+    many_job *j = arg;
+    volatile int mine[64];
+    for (int i = 0; i < 64; i++)
+        mine[i] = j->id * 64 + i;
+    pthread_mutex_lock(j->mu);
+    while (!j->go)
+        hf_park_wait(&j->park, j->mu, hf_clock_mono_us() + 5000000);
+    pthread_mutex_unlock(j->mu);
+    int ok = 1;
+    for (int i = 0; i < 64; i++)
+        ok &= mine[i] == j->id * 64 + i;
+    j->seen = ok ? j->id : -1;
+}
+
+TEST(many_fibers_parked_at_once_resume_in_any_order_with_their_own_stacks)
+{
+    test_loop l;
+    loop_open(&l);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    many_job *jobs = calloc(MANY, sizeof *jobs);
+    for (int i = 0; i < MANY; i++) {
+        jobs[i] = (many_job){.mu = &mu, .id = i, .seen = -2};
+        hf_park_init(&jobs[i].park);
+        CHECK_EQ(hf_sched_spawn(l.s, park_with_locals, &jobs[i]), false);
+    }
+    CHECK_EQ(hf_sched_live(l.s), MANY);
+    for (int i = MANY - 1; i >= 0; i -= 2) { /* the odd ones, last first */
+        pthread_mutex_lock(&mu);
+        jobs[i].go = true;
+        hf_park_wake(&jobs[i].park);
+        pthread_mutex_unlock(&mu);
+    }
+    hf_sched_run_ready(l.s);
+    CHECK_EQ(hf_sched_live(l.s), MANY / 2);
+    for (int i = 0; i < MANY; i += 2) {
+        pthread_mutex_lock(&mu);
+        jobs[i].go = true;
+        hf_park_wake(&jobs[i].park);
+        pthread_mutex_unlock(&mu);
+    }
+    loop_drain(&l);
+    for (int i = 0; i < MANY; i++) {
+        CHECK_EQ(jobs[i].seen, i);
+        hf_park_destroy(&jobs[i].park);
+    }
+    free(jobs);
+    loop_close(&l);
+}
+
+int main(int argc, char **argv)
+{
+    TEST_SELECT(argc, argv);
+    RUN(fiber_that_never_waits_returns_at_spawn_on_a_fiber);
+    RUN(parked_fiber_goes_on_when_another_fiber_of_its_loop_wakes_it);
+    RUN(parked_fiber_woken_from_another_thread_wakes_its_loop_and_goes_on);
+    RUN(park_deadline_bounds_the_loop_sleep_and_resumes_the_fiber);
+    RUN(fd_wait_parks_the_fiber_until_the_socket_is_readable);
+    RUN(fd_wait_past_its_deadline_returns_0_and_leaves_the_epoll_set);
+    RUN(fd_wait_off_a_fiber_polls);
+    RUN(park_off_a_fiber_sleeps_on_its_condition_variable_until_woken);
+    RUN(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex);
+    RUN(many_fibers_parked_at_once_resume_in_any_order_with_their_own_stacks);
+    return TEST_SUMMARY();
+}
