@@ -11,6 +11,12 @@
  * Only the loop's thread switches: a wake from another thread puts the
  * fiber on the ready list and wakes the loop (the owner's wake hook).
  *
+ * The switch: on x86-64 a few instructions of our own (hf__fiber_switch:
+ * the callee-saved registers, the SSE and x87 control words, the stack
+ * pointer), since glibc's swapcontext also saves the signal mask, a system
+ * call per switch (measured: 11% of a front end's time under load);
+ * elsewhere swapcontext. Fibers never change the signal mask.
+ *
  * An fd wait arms the descriptor in the loop's epoll set with EPOLLONESHOT
  * and the fiber itself as data.ptr (its first member is a tag that tells it
  * from the loop's own pointers): the event readies the fiber and disarms
@@ -53,10 +59,52 @@
 
 enum fiber_state { F_IDLE, F_RUNNING, F_PARKED, F_READY };
 
+#if defined(__x86_64__)
+#define FIBER_ASM 1
+/* Saves the caller's registers on its stack and its stack pointer in
+ * *save, then goes on with the stack at load (as saved by an earlier call,
+ * or as fiber_new lays out a new one). */
+void hf__fiber_switch(void **save, void *load);
+__asm__(".text\n"
+        ".globl hf__fiber_switch\n"
+        ".type hf__fiber_switch,@function\n"
+        "hf__fiber_switch:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    subq $8, %rsp\n"
+        "    stmxcsr (%rsp)\n"
+        "    fnstcw 4(%rsp)\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    ldmxcsr (%rsp)\n"
+        "    fldcw 4(%rsp)\n"
+        "    addq $8, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size hf__fiber_switch, .-hf__fiber_switch\n"
+        ".section .note.GNU-stack,\"\",@progbits\n"
+        ".text\n");
+typedef void *fiber_ctx; /* the saved stack pointer */
+#define SWITCH(save, load) hf__fiber_switch((save), *(load))
+#else
+#define FIBER_ASM 0
+typedef ucontext_t fiber_ctx;
+#define SWITCH(save, load) swapcontext((save), (load))
+#endif
+
 struct hf_fiber {
     uint32_t tag; /* first: an epoll event's data.ptr is the fiber */
     hf_sched *s;
-    ucontext_t ctx;
+    fiber_ctx ctx;
     char *map; /* the mapping: guard page, then the stack */
     size_t map_size;
     void (*fn)(void *arg);
@@ -81,7 +129,7 @@ struct hf_sched {
     size_t nalive, cap;
     hf_fiber *idle;
     size_t nidle;
-    ucontext_t main;
+    fiber_ctx main;
     const void *main_bottom; /* the loop's stack, for AddressSanitizer */
     size_t main_size;
     void *main_fake;
@@ -119,7 +167,7 @@ static void to_loop(hf_fiber *f)
 #if FIBER_TSAN
     __tsan_switch_to_fiber(s->tsan_main, 0);
 #endif
-    swapcontext(&f->ctx, &s->main);
+    SWITCH(&f->ctx, &s->main);
     arrived(f, f->asan_fake);
 }
 
@@ -135,7 +183,7 @@ static void to_fiber(hf_sched *s, hf_fiber *f)
 #if FIBER_TSAN
     __tsan_switch_to_fiber(f->tsan_fiber, 0);
 #endif
-    swapcontext(&s->main, &f->ctx);
+    SWITCH(&s->main, &f->ctx);
 #if FIBER_ASAN
     __sanitizer_finish_switch_fiber(s->main_fake, NULL, NULL);
 #endif
@@ -172,11 +220,27 @@ static hf_fiber *fiber_new(hf_sched *s)
         abort();
     }
     mprotect(f->map, page, PROT_NONE);
+#if FIBER_ASM
+    /* What hf__fiber_switch pops, from the stack pointer up: the control
+     * words (MXCSR and x87 at their defaults), r15..r12, rbx, rbp (zero),
+     * the address it returns to (fiber_main), and a zero return address
+     * for fiber_main (which never returns), so that it starts with the
+     * stack as a call leaves it (16-byte aligned plus 8). */
+    uint64_t *top = (uint64_t *)(void *)(f->map + f->map_size);
+    uint64_t *sp = top - 9;
+    sp[0] = 0x1F80u | ((uint64_t)0x037Fu << 32);
+    for (int i = 1; i <= 6; i++)
+        sp[i] = 0;
+    sp[7] = (uint64_t)(uintptr_t)fiber_main;
+    sp[8] = 0;
+    f->ctx = sp;
+#else
     getcontext(&f->ctx);
     f->ctx.uc_stack.ss_sp = f->map + page;
     f->ctx.uc_stack.ss_size = STACK_BYTES;
     f->ctx.uc_link = NULL;
     makecontext(&f->ctx, fiber_main, 0);
+#endif
 #if FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
