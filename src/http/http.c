@@ -19,6 +19,15 @@
  * the log's sync: that is why persistent servers run many loops, and why
  * connections must be spread over them for their waits to share a sync).
  *
+ * With fibers (config.fibers: over Redis), api_handle runs on a fiber of
+ * the loop (util/fiber.h). One that parks (waiting for Redis) leaves its
+ * conn busy: the loop goes on with other conns and the fibers' fd waits,
+ * and the conn parses and sends nothing until the fiber ends and queues
+ * its answer (the rest of its input is held in pending meanwhile). An
+ * event on a busy conn's socket takes it out of the epoll set until then;
+ * a close waits for the fiber. A stopping loop closes its conns, then
+ * lets its parked requests end (each within the store's timeouts).
+ *
  * A connection (conn) holds: the parser's state, the request being read
  * (path, the two headers we use, the body), and the answers not sent yet
  * (out). Bytes are read into the loop's buffer and parsed at once; the
@@ -313,7 +322,7 @@ static void conn_close(conn *c)
 {
     loop *lp = c->loop;
     HF_ASSERT(on_loop_thread(lp)); /* a conn is its loop's alone */
-    if (c->busy) { /* its fiber holds it: closed when the fiber ends */
+    if (c->busy) {                 /* its fiber holds it: closed when the fiber ends */
         c->doomed = true;
         unwatch(c);
         return;
@@ -1080,9 +1089,7 @@ static void *loop_run(void *arg)
     if (server->config.fibers)
         lp->sched = hf_sched_new(lp->epfd, wake_loop, lp);
     struct epoll_event events[MAX_EVENTS];
-    /* once stopping, until the requests parked on fibers have ended (each
-     * within its store's timeouts) */
-    while (!atomic_load(&server->stopping) || (lp->sched && hf_sched_live(lp->sched))) {
+    while (!atomic_load(&server->stopping)) {
         int timeout = lp->head ? 1000 : -1;
         if (lp->sched)
             timeout = hf_sched_timeout_ms(lp->sched, timeout);
@@ -1127,6 +1134,23 @@ static void *loop_run(void *arg)
     for (conn *c = lp->head, *next; c; c = next) {
         next = c->next;
         conn_close(c);
+    }
+    /* A busy conn is closed when its request's fiber ends, each within
+     * its store's timeouts: until then only the fibers' events are taken
+     * (every conn has left the epoll set; the listening socket leaves it). */
+    if (lp->sched && hf_sched_live(lp->sched) > 0) {
+        epoll_ctl(lp->epfd, EPOLL_CTL_DEL, server->listen_fd, NULL);
+        while (hf_sched_live(lp->sched) > 0) {
+            int n = epoll_wait(lp->epfd, events, MAX_EVENTS, hf_sched_timeout_ms(lp->sched, 100));
+            for (int i = 0; i < n; i++) {
+                uint64_t v;
+                if (events[i].data.ptr != lp)
+                    hf_sched_event(lp->sched, events[i].data.ptr);
+                else if (read(lp->wake_fd, &v, sizeof v) < 0) { /* the flag says why */
+                }
+            }
+            hf_sched_run_ready(lp->sched);
+        }
     }
     HF_ASSERT(!lp->head && !lp->tail && lp->listed == 0);
     hf_sched_free(lp->sched);

@@ -19,7 +19,8 @@
  *     max_connections are open at once (further ones are accepted and
  *     closed at once).
  * Threads: `threads` event loops (epoll), each serving its share of the
- * connections; a request runs to completion on its loop's thread.
+ * connections; a request runs to completion on its loop's thread (with
+ * fibers, on a fiber of it, parked while it waits on the store).
  */
 #ifndef HF_HTTP_H
 #define HF_HTTP_H

@@ -301,7 +301,7 @@ static void usage(FILE *out)
         "                              primary has a connected replica at start, else 0)\n"
         "  --redis-wait-timeout SECS   how long WAIT waits for them (default 1)\n"
         "  --redis-connections N       connections to Redis (to each primary of a cluster),\n"
-        "                              shared by every thread: the commands of concurrent\n"
+        "                              shared by every request: the commands of concurrent\n"
         "                              requests go out together (1-64, default 1)\n"
         "  --redis-max-in-flight N     commands queued or awaiting Redis per connection; past\n"
         "                              it a request waits, then answers 503 (default 256)\n"

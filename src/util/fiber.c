@@ -113,10 +113,10 @@ struct hf_fiber {
     int64_t until_us;       /* PARKED: its deadline (INT64_MAX: none) */
     int wait_fd;            /* armed in the loop's epoll set, or -1 */
     bool fd_ready;
-    size_t alive_at;   /* index in s->alive */
-    hf_fiber *next;    /* on the ready list or the idle list */
-    void *asan_fake;   /* AddressSanitizer's fake stack, saved across a switch */
-    void *tsan_fiber;  /* ThreadSanitizer's context */
+    size_t alive_at;  /* index in s->alive */
+    hf_fiber *next;   /* on the ready list or the idle list */
+    void *asan_fake;  /* AddressSanitizer's fake stack, saved across a switch */
+    void *tsan_fiber; /* ThreadSanitizer's context */
 };
 
 struct hf_sched {

@@ -18,7 +18,11 @@
 - the pipelined link: many concurrent requests share --redis-connections
   connections (CLIENT LIST), their commands written together; past
   --redis-max-in-flight a request waits, and answers 503 while Redis is
-  frozen; service comes back by itself.
+  frozen; service comes back by itself;
+- requests on fibers (each parks while it waits for Redis): pipelined
+  requests on one connection are answered in order; a client that hangs up
+  while its request waits, and a server stopped while requests wait, lose
+  nothing and hang nothing.
 """
 
 import os
@@ -30,8 +34,8 @@ import threading
 import time
 
 import harness
-from harness import (Server, expect_eq, expect_error, expect_json, expect_true, s_alloc,
-                     s_confirm, s_init, s_pages, v_alloc, v_confirm, v_exists, v_init,
+from harness import (Server, expect_eq, expect_error, expect_json, expect_true, raw_request,
+                     s_alloc, s_confirm, s_init, s_pages, v_alloc, v_confirm, v_exists, v_init,
                      v_locations, wait_for)
 from redis_server import RedisServer
 
@@ -526,6 +530,90 @@ def test_in_flight_bound_answers_503_while_redis_is_frozen_and_recovers():
                     "requests waited past the bound: %r" % store["waited_for_room"])
         expect_eq(v_exists(c, ["a"]), [False], "service back")
         expect_eq(v_alloc(c, 0, ["a"])[0] >= 0, True, "changes served again")
+
+
+# -- requests on fibers -----------------------------------------------------
+
+def test_pipelined_requests_that_each_wait_for_redis_are_answered_in_order():
+    """Twelve requests in one write on one connection: each parks its fiber
+    for Redis, the next is parsed only once its answer is queued."""
+    import json
+    with RedisServer() as r, Server(store=r.url) as srv:
+        c = srv.client()
+        v_init(c, 0, 64)
+        v_init(c, 1, 64)
+        keys = ["p%02d" % i for i in range(6)]
+        reqs = [raw_request("POST", "/keys/batch_allocate", {"rank": 0, "keys": keys}),
+                raw_request("POST", "/keys/confirm_write",
+                            {"rank": 0, "confirmations": [[k, i] for i, k in enumerate(keys)]}),
+                raw_request("POST", "/keys/batch_exists", {"keys": keys})]
+        for i, k in enumerate(keys):
+            reqs.append(raw_request("POST", "/keys/batch_allocate", {"rank": 1, "keys": [k]}))
+        reqs.append(raw_request("POST", "/keys/get_locations", {"rank": 0, "keys": keys[::-1]}))
+        reqs.append(raw_request("GET", "/health"))
+        with srv.raw() as raw:
+            raw.send(b"".join(reqs))
+            answers = [raw.read_response() for _ in reqs]
+        bodies = [json.loads(a.body) if a.body else None for a in answers]
+        expect_eq([a.status for a in answers], [200, 204, 200] + [200] * 6 + [200, 200])
+        expect_eq(bodies[0], {"rank": 0, "results": [[k, i] for i, k in enumerate(keys)]})
+        expect_eq(bodies[2], {"exists": [False] * 6}, "rank 1 has none yet: not complete")
+        for i, k in enumerate(keys):
+            expect_eq(bodies[3 + i]["results"][0][0], k, "answer %d in its request's place" % i)
+        expect_eq(bodies[9], {"locations": [None] * 6})
+        expect_eq(bodies[10]["status"], "ok")
+        srv.check()
+
+
+def test_a_client_gone_while_its_request_waits_for_redis_costs_nothing_else():
+    """Redis frozen: a request parks; its client hangs up; Redis answers
+    again: the server serves on, and the connection is counted closed."""
+    with RedisServer() as r, Server("--redis-timeout", "1", store=r.url) as srv:
+        c = srv.client()
+        v_init(c, 0, 8)
+        os.kill(r.proc.pid, signal.SIGSTOP)
+        try:
+            raw = srv.raw()
+            raw.send(raw_request("POST", "/keys/batch_exists", {"keys": ["a"]}))
+            time.sleep(0.2)  # parked on its fiber now
+            raw.close()
+            time.sleep(0.2)
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
+        wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
+                 what="/health 200 once Redis answers again")
+        expect_eq(v_alloc(c, 0, ["a"])[0] >= 0, True, "served on")
+
+        def open_connections():
+            for line in c.get("/metrics").body.decode().splitlines():
+                if line.startswith("hf3fs_metad_connections_open "):
+                    return float(line.split()[1])
+            return None
+        wait_for(lambda: open_connections() == 1, 10 * harness.SLOWDOWN,
+                 what="only the test's own connection open")
+
+
+def test_a_server_stopped_while_requests_wait_for_redis_exits_cleanly_within_the_timeout():
+    with RedisServer() as r:
+        srv = Server("--redis-timeout", "1", store=r.url)
+        srv.start()
+        raws = []
+        try:
+            v_init(srv.client(), 0, 8)
+            os.kill(r.proc.pid, signal.SIGSTOP)
+            for i in range(4):
+                raw = srv.raw()
+                raw.send(raw_request("POST", "/keys/batch_allocate", {"rank": 0, "keys": ["k%d" % i]}))
+                raws.append(raw)
+            time.sleep(0.2)  # parked on their fibers now
+            t0 = time.monotonic()
+            srv.stop()  # SIGTERM: exit status 0, or it raises
+            took = time.monotonic() - t0
+            expect_true(took < 5.0 * harness.SLOWDOWN, "stopped in %.2f s" % took)
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
+            for raw in raws:
+                raw.close()
 
 
 if __name__ == "__main__":

@@ -59,8 +59,7 @@ static int loop_once(test_loop *l, int max_ms)
     for (int i = 0; i < n; i++) {
         if (evs[i].data.ptr == l) {
             uint64_t v;
-            if (read(l->wake_fd, &v, sizeof v) < 0) {
-            }
+            if (read(l->wake_fd, &v, sizeof v) < 0) {}
         } else if (!hf_sched_event(l->s, evs[i].data.ptr)) {
             abort(); /* nothing else is in the set */
         }

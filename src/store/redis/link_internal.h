@@ -127,12 +127,12 @@ struct waiter {
     bool covered; /* a change whose outcome waits for its batch's WAIT */
     bool is_wait;
     bool done;
-    bool parked;      /* its caller sleeps in link__pipe_await, free to take a role */
-    size_t got;       /* replies received */
-    int64_t t0_us;    /* when the call began (round trip figures) */
-    int64_t until_us; /* its deadline: past it, the connection is broken */
-    hf_buf out;       /* its commands in RESP, formatted before it queues */
-    hf_park park;     /* its caller's sleep: a thread's, or a fiber's (util/fiber.h) */
+    bool parked;          /* its caller sleeps in link__pipe_await, free to take a role */
+    size_t got;           /* replies received */
+    int64_t t0_us;        /* when the call began (round trip figures) */
+    int64_t until_us;     /* its deadline: past it, the connection is broken */
+    hf_buf out;           /* its commands in RESP, formatted before it queues */
+    hf_park park;         /* its caller's sleep: a thread's, or a fiber's (util/fiber.h) */
     waiter *next;         /* in its connection's queue or flight list */
     waiter *covers;       /* is_wait: the changes it covers */
     waiter *next_covered; /* in a WAIT's covers */
