@@ -294,24 +294,26 @@ size_t hf_sched_live(const hf_sched *s)
     return s->nalive;
 }
 
-/* After a switch back to the loop: f parked, or returned (then idle). */
-static void settle(hf_sched *s, hf_fiber *f)
+/* After a switch back to the loop: f parked, or returned (then idle, or
+ * freed). Whether it returned. */
+static bool settle(hf_sched *s, hf_fiber *f)
 {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->mu); /* another thread may be readying it */
     bool returned = f->state == F_IDLE;
     pthread_mutex_unlock(&s->mu);
     if (!returned)
-        return;
+        return false;
     HF_ASSERT(s->alive[f->alive_at] == f);
     s->alive[f->alive_at] = s->alive[--s->nalive];
     s->alive[f->alive_at]->alive_at = f->alive_at;
     if (s->nidle >= KEEP_IDLE) {
         fiber_free(f);
-        return;
+        return true;
     }
     f->next = s->idle;
     s->idle = f;
     s->nidle++;
+    return true;
 }
 
 bool hf_sched_spawn(hf_sched *s, void (*fn)(void *arg), void *arg)
@@ -326,15 +328,15 @@ bool hf_sched_spawn(hf_sched *s, void (*fn)(void *arg), void *arg)
     }
     f->fn = fn;
     f->arg = arg;
+    pthread_mutex_lock(&s->mu);
     f->state = F_RUNNING;
     f->next = NULL;
+    pthread_mutex_unlock(&s->mu);
     s->alive = hf_grow(s->alive, &s->cap, s->nalive + 1, sizeof *s->alive);
     f->alive_at = s->nalive;
     s->alive[s->nalive++] = f;
     to_fiber(s, f);
-    bool returned = f->state == F_IDLE; /* read before settle may free it */
-    settle(s, f);
-    return returned;
+    return settle(s, f);
 }
 
 /* f runnable (s->mu held): true if it was parked, and is queued now. */
@@ -389,7 +391,7 @@ void hf_sched_run_ready(hf_sched *s)
             f->state = F_RUNNING;
             pthread_mutex_unlock(&s->mu);
             to_fiber(s, f);
-            settle(s, f);
+            (void)settle(s, f);
         }
     }
 }
