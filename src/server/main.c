@@ -38,6 +38,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "api/api.h"
@@ -232,8 +233,8 @@ static void usage(FILE *out)
         "\n"
         "  --host ADDR                 address to listen on (default 127.0.0.1)\n"
         "  --port N                    TCP port, 0 picks a free one (default 18000)\n"
-        "  --threads N                 HTTP event-loop threads (default: one per CPU; at\n"
-        "                              least 16 with --fsync always; at most\n"
+        "  --threads N                 HTTP event-loop threads (default: one per CPU it may\n"
+        "                              run on; at least 16 with --fsync always; at most\n"
         "                              --max-connections)\n"
         "  --max-connections N         open connections at most (default 1024)\n"
         "  --idle-timeout SECONDS      close a connection idle this long, 0 never (default 60)\n"
@@ -531,7 +532,11 @@ static void parse_options(int argc, char **argv, server_options *o)
         exit(EXIT_USAGE);
     }
     if (o->threads == 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        /* the CPUs this process may run on (taskset, cgroup cpusets), not
+         * every CPU online: a loop more than the CPUs only adds switches */
+        cpu_set_t set;
+        long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                 : sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (uint64_t)cpus;
         /* Under fsync always a change holds its thread until its group
          * sync: the threads bound the group (bench/durability.py, 16
