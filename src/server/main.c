@@ -536,7 +536,7 @@ static void parse_options(int argc, char **argv, server_options *o)
          * every CPU online: a loop more than the CPUs only adds switches */
         cpu_set_t set;
         long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                 : sysconf(_SC_NPROCESSORS_ONLN);
+                                                                : sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (uint64_t)cpus;
         /* Under fsync always a change holds its thread until its group
          * sync: the threads bound the group (bench/durability.py, 16

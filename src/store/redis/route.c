@@ -562,6 +562,17 @@ void link__cl_metrics(redis_link *r, const store_emitter *e)
         memcpy(figs, r->figs, n * sizeof *figs);
     uint64_t refreshes = r->cl_refreshes, failures = r->cl_refresh_failures, rounds = r->cl_rounds;
     pthread_mutex_unlock(&r->lock);
+    /* the pipes' part of each node's figures: the commands they wrote and
+     * the redirects they met (whose commands a routing handle then carried) */
+    pthread_rwlock_rdlock(&r->map_lock);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < r->nnodes; j++)
+            if (strcmp(r->nodes[j]->addr, figs[i].s.addr) == 0) {
+                figs[i].s.requests += atomic_load(&r->nodes[j]->sent);
+                figs[i].s.moved += atomic_load(&r->nodes[j]->moved);
+                figs[i].s.ask += atomic_load(&r->nodes[j]->ask);
+            }
+    pthread_rwlock_unlock(&r->map_lock);
     const store_metric_type counter = STORE_METRIC_COUNTER, gauge = STORE_METRIC_GAUGE;
     store_emit_metric(e, "hf3fs_metad_store_cluster_nodes", gauge,
                       "Redis Cluster nodes known to this front end (primaries and replicas, "
