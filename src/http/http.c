@@ -1053,7 +1053,9 @@ static void sweep(loop *lp, uint64_t now)
     conn *c = lp->head;
     while (c && now - c->active_s >= first) {
         conn *next = c->next;
-        if (c->lingering || (idle && now - c->active_s >= idle))
+        /* a busy conn is not idle: its request runs (within the store's
+         * timeouts), and its answer resets the clock */
+        if (!c->busy && (c->lingering || (idle && now - c->active_s >= idle)))
             conn_close(c);
         c = next;
     }

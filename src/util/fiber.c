@@ -396,8 +396,13 @@ void hf_sched_run_ready(hf_sched *s)
     }
 }
 
-int hf_sched_timeout_ms(const hf_sched *s, int dflt)
+int hf_sched_timeout_ms(hf_sched *s, int dflt)
 {
+    pthread_mutex_lock(&s->mu);
+    bool ready = s->ready != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (ready)
+        return 0;
     int64_t until = INT64_MAX;
     for (size_t i = 0; i < s->nalive; i++)
         if (s->alive[i]->until_us < until)

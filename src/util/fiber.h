@@ -62,9 +62,11 @@ bool hf_sched_event(hf_sched *s, void *ptr);
 /* Run every runnable fiber: those whose fd is ready, whose park was woken,
  * whose deadline passed; again until none is left. */
 void hf_sched_run_ready(hf_sched *s);
-/* How long the loop may sleep: the time to the earliest deadline of a
- * parked fiber in milliseconds (rounded up), at most dflt (-1: no bound). */
-int hf_sched_timeout_ms(const hf_sched *s, int dflt);
+/* How long the loop may sleep: 0 if a fiber is runnable already (woken by
+ * another fiber of the loop since the last hf_sched_run_ready), else the
+ * time to the earliest deadline of a parked fiber in milliseconds (rounded
+ * up), at most dflt (-1: no bound). */
+int hf_sched_timeout_ms(hf_sched *s, int dflt);
 /* Fibers started and not returned yet. */
 size_t hf_sched_live(const hf_sched *s);
 

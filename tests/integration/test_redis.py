@@ -593,6 +593,25 @@ def test_a_client_gone_while_its_request_waits_for_redis_costs_nothing_else():
                  what="only the test's own connection open")
 
 
+def test_a_request_waiting_for_redis_longer_than_the_idle_timeout_still_gets_its_answer():
+    """--idle-timeout 1 and Redis frozen for the 2.5 s of --redis-timeout:
+    the connection is busy, not idle; its answer (503) comes."""
+    with RedisServer() as r, Server("--idle-timeout", "1", "--redis-timeout", "2.5",
+                                    store=r.url) as srv:
+        v_init(srv.client(), 0, 8)
+        os.kill(r.proc.pid, signal.SIGSTOP)
+        try:
+            with srv.raw(timeout=10 * harness.SLOWDOWN) as raw:
+                t0 = time.monotonic()
+                raw.send(raw_request("POST", "/keys/batch_exists", {"keys": ["a"]}))
+                resp = raw.read_response()
+                took = time.monotonic() - t0
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
+        expect_eq(resp.status, 503, "answered, not cut: %r" % resp)
+        expect_true(took >= 2.0, "it waited for Redis (%.2f s), past the idle timeout" % took)
+
+
 def test_a_server_stopped_while_requests_wait_for_redis_exits_cleanly_within_the_timeout():
     with RedisServer() as r:
         srv = Server("--redis-timeout", "1", store=r.url)

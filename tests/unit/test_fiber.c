@@ -169,6 +169,26 @@ TEST(parked_fiber_goes_on_when_another_fiber_of_its_loop_wakes_it)
     loop_close(&l);
 }
 
+TEST(fiber_woken_by_a_fiber_spawned_after_run_ready_keeps_the_loop_awake)
+{
+    /* as a loop's flush pass spawns a request after its run_ready: the
+     * wake-up it makes is on the ready list, and the loop must not sleep */
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    CHECK_EQ(hf_sched_spawn(l.s, wait_for_flag, &sh), false);
+    hf_sched_run_ready(l.s);
+    CHECK_EQ(hf_sched_spawn(l.s, set_flag, &sh), true);
+    CHECK_EQ(hf_sched_timeout_ms(l.s, 1000), 0);
+    CHECK_EQ(hf_sched_timeout_ms(l.s, -1), 0);
+    loop_once(&l, 1000);
+    CHECK_EQ(hf_sched_live(l.s), 0);
+    CHECK_EQ(sh.order[2], 3);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
 static void *set_flag_later(void *arg)
 {
     usleep(20000);
@@ -433,6 +453,7 @@ int main(int argc, char **argv)
     TEST_SELECT(argc, argv);
     RUN(fiber_that_never_waits_returns_at_spawn_on_a_fiber);
     RUN(parked_fiber_goes_on_when_another_fiber_of_its_loop_wakes_it);
+    RUN(fiber_woken_by_a_fiber_spawned_after_run_ready_keeps_the_loop_awake);
     RUN(parked_fiber_woken_from_another_thread_wakes_its_loop_and_goes_on);
     RUN(park_deadline_bounds_the_loop_sleep_and_resumes_the_fiber);
     RUN(fd_wait_parks_the_fiber_until_the_socket_is_readable);
