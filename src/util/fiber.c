@@ -487,6 +487,48 @@ void hf_fiber_lock(pthread_mutex_t *mu)
         park(f, hf_clock_mono_us() + 1000, NULL);
 }
 
+typedef struct offload_job {
+    void (*fn)(void *arg);
+    void *arg;
+    pthread_mutex_t mu;
+    hf_park park;
+    bool done;
+} offload_job;
+
+static void *offload_main(void *p)
+{
+    offload_job *j = p;
+    j->fn(j->arg);
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    hf_park_wake(&j->park);
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+void hf_fiber_offload(void (*fn)(void *arg), void *arg)
+{
+    if (!tls_current) {
+        fn(arg);
+        return;
+    }
+    offload_job j = {.fn = fn, .arg = arg};
+    pthread_mutex_init(&j.mu, NULL);
+    hf_park_init(&j.park);
+    pthread_t t;
+    if (pthread_create(&t, NULL, offload_main, &j) != 0) {
+        fn(arg); /* no thread to be had: here, blocking the loop */
+    } else {
+        pthread_mutex_lock(&j.mu);
+        while (!j.done)
+            hf_park_wait(&j.park, &j.mu, hf_clock_mono_us() + 1000000);
+        pthread_mutex_unlock(&j.mu);
+        pthread_join(t, NULL); /* it is past its last use of j: at once */
+    }
+    hf_park_destroy(&j.park);
+    pthread_mutex_destroy(&j.mu);
+}
+
 static int poll_until(int fd, short events, int64_t until_us)
 {
     for (;;) {

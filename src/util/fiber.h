@@ -92,6 +92,12 @@ void hf_park_wake(hf_park *k);
  * fiber, it parks and tries again every millisecond. */
 void hf_fiber_lock(pthread_mutex_t *mu);
 
+/* Run fn(arg), which may block its thread (blocking I/O of a library, a
+ * sleep): on a fiber, on a thread of its own while the fiber parks, so
+ * that its loop serves others meanwhile (the thread costs tens of
+ * microseconds: for slow paths only); elsewhere, here. */
+void hf_fiber_offload(void (*fn)(void *arg), void *arg);
+
 /* Wait until fd is ready for events (POLLIN and/or POLLOUT) or until_us
  * (monotonic) passes. > 0: ready (or hung up, or failed: the next read or
  * write says which); 0: the deadline passed; < 0: poll() failed (errno). */

@@ -387,6 +387,49 @@ TEST(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex)
     loop_close(&l);
 }
 
+typedef struct offload_job {
+    pthread_t ran_on;
+    int64_t took_us;
+} offload_job;
+
+static void block_20ms(void *arg)
+{
+    offload_job *j = arg;
+    j->ran_on = pthread_self();
+    usleep(20000);
+}
+
+static void offload_then_note(void *arg)
+{
+    shared *sh = arg;
+    offload_job j = {0};
+    int64_t t0 = hf_clock_mono_us();
+    hf_fiber_offload(block_20ms, &j);
+    j.took_us = hf_clock_mono_us() - t0;
+    note(sh, pthread_equal(j.ran_on, pthread_self()) ? -1 : 1);
+    note(sh, j.took_us >= 20000 ? 1 : -1);
+}
+
+TEST(offloaded_blocking_call_runs_on_another_thread_while_the_loop_serves_others)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    CHECK_EQ(hf_sched_spawn(l.s, offload_then_note, &sh), false); /* parked, not blocked */
+    CHECK_EQ(hf_sched_spawn(l.s, just_note, &sh), true);          /* the loop goes on */
+    CHECK_EQ(sh.order[0], 7);
+    loop_drain(&l);
+    CHECK_EQ(sh.norder, 3);
+    CHECK_EQ(sh.order[1], 1); /* on a thread of its own */
+    CHECK_EQ(sh.order[2], 1); /* and the fiber waited for it */
+    offload_job j = {0};
+    hf_fiber_offload(block_20ms, &j); /* off a fiber: here */
+    CHECK_EQ(pthread_equal(j.ran_on, pthread_self()) != 0, true);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
 #define MANY 200
 
 typedef struct many_job {
@@ -461,6 +504,7 @@ int main(int argc, char **argv)
     RUN(fd_wait_off_a_fiber_polls);
     RUN(park_off_a_fiber_sleeps_on_its_condition_variable_until_woken);
     RUN(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex);
+    RUN(offloaded_blocking_call_runs_on_another_thread_while_the_loop_serves_others);
     RUN(many_fibers_parked_at_once_resume_in_any_order_with_their_own_stacks);
     return TEST_SUMMARY();
 }

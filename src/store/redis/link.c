@@ -384,6 +384,34 @@ void redis_link_exec(redis_link *l, redis_cmd *cmds, size_t n, bool change)
     link__cl_fast_exec(l, cmds, n, change);
 }
 
+typedef struct on_primaries_job {
+    redis_link *l;
+    int argc;
+    const char **argv;
+    const size_t *argvlen;
+    bool change;
+    size_t *n;
+    redis_cmd *cmds;
+} on_primaries_job;
+
+/* Over a cluster, through a routing handle, whose I/O blocks: off the
+ * loop (hf_fiber_offload). */
+static void on_primaries(void *arg)
+{
+    on_primaries_job *j = arg;
+    *j->n = 0;
+    conn *c = link__cl_borrow(j->l);
+    if (!c) {
+        atomic_fetch_add(&j->l->errors, 1);
+        j->cmds = hf_xcalloc(1, sizeof(redis_cmd));
+        return;
+    }
+    j->cmds = link__cl_primaries(c, j->argc, j->argv, j->argvlen, j->n);
+    atomic_fetch_add(&j->l->calls, *j->n);
+    link__cl_exec(j->l, c, j->cmds, *j->n, j->change);
+    link__cl_give_back(j->l, c);
+}
+
 redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
                                    const size_t *argvlen, bool change, size_t *n)
 {
@@ -395,17 +423,9 @@ redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
         redis_link_exec(l, cmds, 1, change);
         return cmds;
     }
-    *n = 0;
-    conn *c = link__cl_borrow(l);
-    if (!c) {
-        atomic_fetch_add(&l->errors, 1);
-        return hf_xcalloc(1, sizeof(redis_cmd));
-    }
-    redis_cmd *cmds = link__cl_primaries(c, argc, argv, argvlen, n);
-    atomic_fetch_add(&l->calls, *n);
-    link__cl_exec(l, c, cmds, *n, change);
-    link__cl_give_back(l, c);
-    return cmds;
+    on_primaries_job j = {l, argc, argv, argvlen, change, n, NULL};
+    hf_fiber_offload(on_primaries, &j);
+    return j.cmds;
 }
 
 bool redis_link_replicated(redis_link *l, char *why, size_t len)

@@ -30,11 +30,12 @@
  * requests: util/fiber.h) parks where a thread would sleep: waiting for its
  * replies, for a role, for room, and the reader's wait for the socket,
  * which is then its loop's epoll; its loop serves other requests meanwhile,
- * whose commands join the next batch. The slow paths still block the
- * loop's thread: opening a connection (at most --redis-connect-timeout)
- * and a routing handle's round trips (over a cluster); the loop's other
- * requests wait meanwhile, and so do the callers of a pipe whose reader is
- * one of them.
+ * whose commands join the next batch. A routing handle's round trips
+ * (over a cluster: redirects, retries, failovers, the commands to every
+ * primary), whose I/O blocks, run on a thread of their own meanwhile
+ * (hf_fiber_offload). Opening a pipe's connection still blocks its loop's
+ * thread (at most --redis-connect-timeout): the loop's other requests wait
+ * meanwhile, and so do the callers of a pipe whose reader is one of them.
  *
  * Each call has a deadline, its start plus --redis-timeout (plus
  * --redis-wait-timeout under --redis-wait, since a WAIT ahead of it on the

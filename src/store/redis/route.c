@@ -321,6 +321,33 @@ static bool for_the_handles(node_link *nl, const redisReply *rep)
     return kind != CLUSTER_REPLY_ANSWER;
 }
 
+typedef struct slow_job {
+    redis_link *r;
+    redis_cmd *sub;
+    size_t m;
+    bool change;
+} slow_job;
+
+/* sub through a routing handle, the map taken anew from it when stale. Its
+ * I/O blocks (and over a failover retries and waits): off the loop. */
+static void slow_on_handle(void *arg)
+{
+    slow_job *j = arg;
+    redis_link *r = j->r;
+    conn *c = link__cl_borrow(r);
+    if (c) {
+        link__cl_exec(r, c, j->sub, j->m, j->change);
+        pthread_rwlock_rdlock(&r->map_lock);
+        bool take = atomic_load(&r->map_stale) && hf_clock_mono_us() - r->map_us > 10000;
+        pthread_rwlock_unlock(&r->map_lock);
+        if (take)
+            link__cl_map_take(r, c->cl);
+        link__cl_give_back(r, c);
+    } else {
+        atomic_fetch_add(&r->errors, j->m);
+    }
+}
+
 /* The commands of cmds marked in slow, through a routing handle (link__cl_exec);
  * the map taken anew from it when stale. */
 static void cl_slow_exec(redis_link *r, redis_cmd *cmds, const bool *slow, size_t m, size_t n,
@@ -336,18 +363,8 @@ static void cl_slow_exec(redis_link *r, redis_cmd *cmds, const bool *slow, size_
                                    .node = cmds[i].node,
                                    .code = STORE_EUNAVAILABLE};
     atomic_fetch_add(&r->cl_by_handles, m);
-    conn *c = link__cl_borrow(r);
-    if (c) {
-        link__cl_exec(r, c, sub, m, change);
-        pthread_rwlock_rdlock(&r->map_lock);
-        bool take = atomic_load(&r->map_stale) && hf_clock_mono_us() - r->map_us > 10000;
-        pthread_rwlock_unlock(&r->map_lock);
-        if (take)
-            link__cl_map_take(r, c->cl);
-        link__cl_give_back(r, c);
-    } else {
-        atomic_fetch_add(&r->errors, m);
-    }
+    slow_job job = {r, sub, m, change};
+    hf_fiber_offload(slow_on_handle, &job);
     for (size_t i = 0, k = 0; i < n; i++)
         if (slow[i]) {
             cmds[i].reply = sub[k].reply;
