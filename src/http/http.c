@@ -981,6 +981,15 @@ static void take_inbox(loop *lp)
     free(fds);
 }
 
+/* Wake lp out of epoll_wait (from any thread): its inbox, its fibers, a stop. */
+static void wake_loop(void *arg)
+{
+    loop *lp = arg;
+    uint64_t one = 1;
+    if (write(lp->wake_fd, &one, sizeof one) < 0)
+        log_msg(LOG_WARN, "http: cannot wake an event loop: %s", strerror(errno));
+}
+
 /*
  * A new connection goes to the loop with the fewest (this one on a tie), so
  * that requests that wait (for the log's sync, under --fsync always) wait
@@ -1007,9 +1016,7 @@ static void give(loop *lp, int fd)
     best->inbox = hf_grow(best->inbox, &best->inbox_cap, best->inbox_len + 1, sizeof *best->inbox);
     best->inbox[best->inbox_len++] = fd;
     pthread_mutex_unlock(&best->inbox_lock);
-    uint64_t one = 1;
-    if (write(best->wake_fd, &one, sizeof one) < 0)
-        log_msg(LOG_WARN, "http: cannot wake an event loop: %s", strerror(errno));
+    wake_loop(best);
 }
 
 static void on_acceptable(loop *lp)
@@ -1075,14 +1082,6 @@ static void sweep(loop *lp, uint64_t now)
  * (conn_close), so no pointer of the batch, of a later batch or of the send
  * list is to a freed conn.
  */
-static void wake_loop(void *arg)
-{
-    loop *lp = arg;
-    uint64_t one = 1;
-    if (write(lp->wake_fd, &one, sizeof one) < 0)
-        log_msg(LOG_WARN, "http: cannot wake an event loop: %s", strerror(errno));
-}
-
 static void *loop_run(void *arg)
 {
     loop *lp = arg;
@@ -1310,11 +1309,8 @@ void http_stop(http_server *server)
     if (!server)
         return;
     atomic_store(&server->stopping, true);
-    for (unsigned i = 0; i < server->nloops; i++) {
-        uint64_t one = 1;
-        if (write(server->loops[i].wake_fd, &one, sizeof one) < 0)
-            log_msg(LOG_WARN, "http: cannot wake an event loop: %s", strerror(errno));
-    }
+    for (unsigned i = 0; i < server->nloops; i++)
+        wake_loop(&server->loops[i]);
     for (unsigned i = 0; i < server->nloops; i++)
         if (server->loops[i].started)
             pthread_join(server->loops[i].thread, NULL);

@@ -476,6 +476,25 @@ void hf_park_wake(hf_park *k)
         s->wake(s->wake_ctx);
 }
 
+/* The running fiber parks until until_us or for a millisecond, whichever
+ * is sooner: for waits nothing wakes a fiber from, looked at again. */
+static void nap(hf_fiber *f, int64_t until_us, pthread_mutex_t *mu)
+{
+    int64_t soon = hf_clock_mono_us() + 1000;
+    park(f, until_us < soon ? until_us : soon, mu);
+}
+
+void hf_cond_wait_or_park(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+{
+    hf_fiber *f = tls_current;
+    if (!f) {
+        hf_cond_wait_until_us(cv, mu, until_us);
+        return;
+    }
+    nap(f, until_us, mu);
+    pthread_mutex_lock(mu);
+}
+
 void hf_fiber_lock(pthread_mutex_t *mu)
 {
     hf_fiber *f = tls_current;
@@ -484,7 +503,7 @@ void hf_fiber_lock(pthread_mutex_t *mu)
         return;
     }
     while (pthread_mutex_trylock(mu) != 0)
-        park(f, hf_clock_mono_us() + 1000, NULL);
+        nap(f, INT64_MAX, NULL);
 }
 
 typedef struct offload_job {
@@ -571,10 +590,9 @@ int hf_wait_fd(int fd, short events, int64_t until_us)
             int r = poll_until(fd, events, 0);
             if (r != 0)
                 return r;
-            int64_t now = hf_clock_mono_us();
-            if (now >= until_us)
+            if (hf_clock_mono_us() >= until_us)
                 return 0;
-            park(f, until_us < now + 1000 ? until_us : now + 1000, NULL);
+            nap(f, until_us, NULL);
         }
     }
     f->wait_fd = fd;

@@ -87,6 +87,12 @@ void hf_park_wait(hf_park *k, pthread_mutex_t *mu, int64_t until_us);
 /* mu held (the waiter's): wake the waiter, if any. */
 void hf_park_wake(hf_park *k);
 
+/* hf_cond_wait_until_us(cv, mu, until_us) for a condition variable with
+ * many waiters (broadcast), which cannot wake a fiber: on a fiber, it
+ * parks until until_us or for a millisecond, whichever is sooner (mu
+ * released meanwhile), for the caller to look again. */
+void hf_cond_wait_or_park(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
+
 /* pthread_mutex_lock, for a mutex held across waits that may park (on a
  * fiber, a holder parked on the same thread would never let it go): on a
  * fiber, it parks and tries again every millisecond. */

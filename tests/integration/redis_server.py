@@ -24,8 +24,10 @@ runs with the ASan runtime preloaded (module_env()). The cluster's nodes
 """
 
 import atexit
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -312,6 +314,16 @@ class RedisServer:
     def kill9(self):
         self._conn = None
         kill(self.proc)
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """Redis gets no CPU (SIGSTOP) inside the block, and again after it,
+        whatever ends it (SIGCONT)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield self
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self):
         self._conn = None

@@ -311,8 +311,7 @@ def test_redis_frozen_answers_within_the_command_timeout_never_a_retried_status(
     with RedisServer() as r, Server("--redis-timeout", "0.5", store=r.url) as srv:
         c = srv.client()
         v_init(c, 0, 8)
-        os.kill(r.proc.pid, signal.SIGSTOP)
-        try:
+        with r.frozen():
             t0 = time.monotonic()
             resp = c.post("/keys/batch_allocate", {"rank": 0, "keys": ["a"]})
             took = time.monotonic() - t0
@@ -322,8 +321,6 @@ def test_redis_frozen_answers_within_the_command_timeout_never_a_retried_status(
             t0 = time.monotonic()
             expect_error(c.post("/keys/batch_exists", {"keys": ["a"]}), 503)
             expect_true(time.monotonic() - t0 < 1.0 * harness.SLOWDOWN, "503 at once once down")
-        finally:
-            os.kill(r.proc.pid, signal.SIGCONT)
         wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
                  what="/health 200 once Redis answers again")
         pages = v_alloc(c, 0, ["a", "b"])
@@ -510,15 +507,12 @@ def test_in_flight_bound_answers_503_while_redis_is_frozen_and_recovers():
                 statuses.append((status, time.monotonic() - t0))
             cc.close()
 
-        os.kill(r.proc.pid, signal.SIGSTOP)
-        try:
+        with r.frozen():
             threads = [threading.Thread(target=read) for _ in range(6)]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join(60)
-        finally:
-            os.kill(r.proc.pid, signal.SIGCONT)
         print("# statuses and seconds while frozen: %r" % statuses, flush=True)
         expect_eq(sorted(s for s, _ in statuses), [503] * 6, "reads while Redis is frozen")
         expect_true(max(t for _, t in statuses) < 3.0 * harness.SLOWDOWN,
@@ -571,15 +565,12 @@ def test_a_client_gone_while_its_request_waits_for_redis_costs_nothing_else():
     with RedisServer() as r, Server("--redis-timeout", "1", store=r.url) as srv:
         c = srv.client()
         v_init(c, 0, 8)
-        os.kill(r.proc.pid, signal.SIGSTOP)
-        try:
+        with r.frozen():
             raw = srv.raw()
             raw.send(raw_request("POST", "/keys/batch_exists", {"keys": ["a"]}))
             time.sleep(0.2)  # parked on its fiber now
             raw.close()
             time.sleep(0.2)
-        finally:
-            os.kill(r.proc.pid, signal.SIGCONT)
         wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
                  what="/health 200 once Redis answers again")
         expect_eq(v_alloc(c, 0, ["a"])[0] >= 0, True, "served on")
@@ -599,15 +590,12 @@ def test_a_request_waiting_for_redis_longer_than_the_idle_timeout_still_gets_its
     with RedisServer() as r, Server("--idle-timeout", "1", "--redis-timeout", "2.5",
                                     store=r.url) as srv:
         v_init(srv.client(), 0, 8)
-        os.kill(r.proc.pid, signal.SIGSTOP)
-        try:
+        with r.frozen():
             with srv.raw(timeout=10 * harness.SLOWDOWN) as raw:
                 t0 = time.monotonic()
                 raw.send(raw_request("POST", "/keys/batch_exists", {"keys": ["a"]}))
                 resp = raw.read_response()
                 took = time.monotonic() - t0
-        finally:
-            os.kill(r.proc.pid, signal.SIGCONT)
         expect_eq(resp.status, 503, "answered, not cut: %r" % resp)
         expect_true(took >= 2.0, "it waited for Redis (%.2f s), past the idle timeout" % took)
 
@@ -619,18 +607,18 @@ def test_a_server_stopped_while_requests_wait_for_redis_exits_cleanly_within_the
         raws = []
         try:
             v_init(srv.client(), 0, 8)
-            os.kill(r.proc.pid, signal.SIGSTOP)
-            for i in range(4):
-                raw = srv.raw()
-                raw.send(raw_request("POST", "/keys/batch_allocate", {"rank": 0, "keys": ["k%d" % i]}))
-                raws.append(raw)
-            time.sleep(0.2)  # parked on their fibers now
-            t0 = time.monotonic()
-            srv.stop()  # SIGTERM: exit status 0, or it raises
-            took = time.monotonic() - t0
+            with r.frozen():
+                for i in range(4):
+                    raw = srv.raw()
+                    raw.send(raw_request("POST", "/keys/batch_allocate",
+                                         {"rank": 0, "keys": ["k%d" % i]}))
+                    raws.append(raw)
+                time.sleep(0.2)  # parked on their fibers now
+                t0 = time.monotonic()
+                srv.stop()  # SIGTERM: exit status 0, or it raises
+                took = time.monotonic() - t0
             expect_true(took < 5.0 * harness.SLOWDOWN, "stopped in %.2f s" % took)
         finally:
-            os.kill(r.proc.pid, signal.SIGCONT)
             for raw in raws:
                 raw.close()
 

@@ -555,15 +555,7 @@ static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *
             atomic_fetch_add(&r->waited_for_room, 1);
         *waited = true;
         p->room_waiters++;
-        if (hf_fiber_active()) { /* parks, looking again every millisecond */
-            hf_park k;
-            hf_park_init(&k);
-            int64_t soon = hf_clock_mono_us() + 1000;
-            hf_park_wait(&k, &p->mu, until < soon ? until : soon);
-            hf_park_destroy(&k);
-        } else {
-            hf_cond_wait_until_us(&p->room, &p->mu, until);
-        }
+        hf_cond_wait_or_park(&p->room, &p->mu, until);
         p->room_waiters--;
     }
     return true;
