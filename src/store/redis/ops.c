@@ -25,6 +25,10 @@
 #include "util/xalloc.h"
 #include "wire/wire.h"
 
+/* How many times init_pool creates a namespace that a clear takes away
+ * before its stripes are made, before it refuses (STORE_EUNAVAILABLE). */
+#define INIT_TRIES 4
+
 /* A bulk string of exactly len bytes. */
 static bool is_bulk(const redisReply *e, size_t len)
 {
@@ -90,28 +94,31 @@ static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pag
         return STORE_EINVAL;
     init_call c = {rank, num_pages, false, 0, 1};
     int rc = redis__run_striped(r, ns, init_fn, &c);
-    if (rc == NO_NAMESPACE) {
-        /* A new namespace: its anchor first, which records our count (or
-         * tells the count another front end gave it meanwhile), then the
-         * other stripes. */
+    bool made = false;
+    /* A new namespace: its anchor first, which records our count (or tells
+     * the count another front end gave it meanwhile), then the other
+     * stripes. A clear between the two (another client's) takes the anchor
+     * away again: begin anew, a few times, before refusing. */
+    for (int tries = 0; rc == NO_NAMESPACE && tries < INIT_TRIES; tries++) {
         uint32_t guess = redis__stripes_for(r, num_pages);
         layout *mine = redis__layout_new(ns, guess,
                                          guess > 1 ? WIRE_PLACE_SPREAD : WIRE_PLACE_WINDOW);
         rc = init_on(r, mine, &c, 0, 1, true);
         redis__layouts_free(mine);
-        bool made = rc == STORE_OK && c.created;
-        if (made)
+        if (rc == STORE_OK && c.created) {
+            made = true;
             log_msg(LOG_INFO,
                     "namespace '%.*s' created with %" PRIu32 " stripe(s) (%s) by rank %" PRIu32
                     "'s pool of %" PRIu64 " pages",
                     (int)(ns.len > 100 ? 100 : ns.len), ns.ptr, guess,
                     r->stripes ? "--stripes" : "by pool size", rank, num_pages);
+        }
         if (rc == RESTRIPE || rc == STORE_OK)
             rc = redis__run_striped(r, ns, init_fn, &c);
-        c.created = c.created || made;
-        if (rc == NO_NAMESPACE) /* cleared meanwhile */
-            rc = STORE_EUNAVAILABLE;
     }
+    c.created = c.created || made;
+    if (rc == NO_NAMESPACE) /* cleared again at every try */
+        rc = STORE_EUNAVAILABLE;
     if (rc != STORE_OK)
         return rc;
     if (c.created && num_pages < c.stripes)

@@ -82,8 +82,8 @@
  *   anchor alone under that guess: the anchor is created with it, or, made
  *   meanwhile by another front end, keeps its own count (-ESTRIPES). If it
  *   answered either way, INIT runs over every stripe through run_striped,
- *   on the anchor's word; no anchor by then (a clear meanwhile) is
- *   STORE_EUNAVAILABLE.
+ *   on the anchor's word. No anchor by then (a clear meanwhile) begins
+ *   anew; INIT_TRIES times so, STORE_EUNAVAILABLE.
  *
  * ALL OR NOTHING ACROSS STRIPES (ops.c, alloc_fn)
  *   Each stripe allocates its keys in the call's mode (a malformed answer
