@@ -22,7 +22,8 @@
 - requests on fibers (each parks while it waits for Redis): pipelined
   requests on one connection are answered in order; a client that hangs up
   while its request waits, and a server stopped while requests wait, lose
-  nothing and hang nothing.
+  nothing and hang nothing; a connection opened to a frozen Redis parks its
+  request, and the loop serves others meanwhile.
 """
 
 import os
@@ -598,6 +599,42 @@ def test_a_request_waiting_for_redis_longer_than_the_idle_timeout_still_gets_its
                 took = time.monotonic() - t0
         expect_eq(resp.status, 503, "answered, not cut: %r" % resp)
         expect_true(took >= 2.0, "it waited for Redis (%.2f s), past the idle timeout" % took)
+
+
+def test_a_connection_opened_to_a_frozen_redis_parks_its_request_not_the_loop():
+    """One loop (--threads 1). Redis drops the front end's connections and
+    freezes: the next call opens a new one, whose SELECT waits out
+    --redis-timeout. Meanwhile GET /health, served by the same loop, is
+    answered, seconds before that call gives up: opening a connection parks
+    the request that needs it, not the loop (a slow or dead node delays
+    only the commands that go to it)."""
+    timeout = 3 * harness.SLOWDOWN
+    with RedisServer() as r, Server("--threads", "1", "--redis-timeout", str(timeout),
+                                    store=r.url) as srv:
+        v_init(srv.client(), 0, 8)
+        c = r.connect()
+        c.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        c.close()
+        with r.frozen():
+            with srv.raw(timeout=5 * timeout) as waiting:
+                waiting.send(raw_request("POST", "/keys/batch_exists", {"keys": ["a"]}))
+                answered = {}
+
+                def wait_answer():
+                    answered["resp"] = waiting.read_response()
+                    answered["at"] = time.monotonic()
+                t = threading.Thread(target=wait_answer)
+                t.start()
+                time.sleep(0.3)  # the call is opening its connection by now
+                health = srv.get_once("/health")
+                health_at = time.monotonic()
+                t.join()
+        expect_true(health.status in (200, 503), "/health answered: %r" % (health,))
+        expect_eq(answered["resp"].status, 503, "the call itself, refused once Redis timed out")
+        ahead = answered["at"] - health_at
+        expect_true(ahead > timeout / 3, "/health was answered %.2f s before the call that "
+                    "opens a connection to the frozen Redis gave up (%.1f s of --redis-timeout):"
+                    " that call held the loop" % (ahead, timeout))
 
 
 def test_a_server_stopped_while_requests_wait_for_redis_exits_cleanly_within_the_timeout():

@@ -33,9 +33,10 @@
  * whose commands join the next batch. A routing handle's round trips
  * (over a cluster: redirects, retries, failovers, the commands to every
  * primary), whose I/O blocks, run on a thread of their own meanwhile
- * (hf_fiber_offload). Opening a pipe's connection still blocks its loop's
- * thread (at most --redis-connect-timeout): the loop's other requests wait
- * meanwhile, and so do the callers of a pipe whose reader is one of them.
+ * (hf_fiber_offload), and so does opening a pipe's connection (connect,
+ * AUTH, SELECT): one caller opens it, without the pipe's lock, and the
+ * callers that come meanwhile wait for its outcome. So a slow or dead node
+ * delays only the calls that go to it.
  *
  * Each call has a deadline, its start plus --redis-timeout (plus
  * --redis-wait-timeout under --redis-wait, since a WAIT ahead of it on the

@@ -42,10 +42,12 @@ struct pipe {
     pthread_mutex_t mu;
     pthread_cond_t room;
     node_link *nl;
-    pconn *c;    /* NULL until a caller connects */
-    size_t cmds; /* commands admitted and not answered (the bound) */
-    unsigned room_waiters;
-    atomic_size_t load; /* cmds, read without the lock to choose a pipe */
+    pconn *c;              /* NULL until a caller connects */
+    size_t cmds;           /* commands admitted and not answered (the bound) */
+    unsigned room_waiters; /* callers waiting on room: for room, or for an opening */
+    bool opening;          /* a caller opens c, without the lock */
+    uint64_t openings;     /* openings ended, to tell a waiter its own has */
+    atomic_size_t load;    /* cmds, read without the lock to choose a pipe */
 };
 
 
@@ -476,9 +478,29 @@ static bool conn_dead(const pconn *c)
     return poll(&p, 1, 0) != 0;
 }
 
-/* The pipe's connection for a new call (pipe lock held): the current one,
- * or a new one instead of one from before Redis went down or one Redis
- * closed while it sat idle. NULL: the node unreachable (node_failed). */
+/* A new connection, opened on a thread of its own when the caller is a
+ * fiber (hf_fiber_offload): connecting, AUTH and SELECT block for up to
+ * their timeouts. */
+typedef struct open_job {
+    redis_link *r;
+    node_link *nl;
+    redisContext *ctx;
+    char err[512];
+} open_job;
+
+static void open_on(void *arg)
+{
+    open_job *j = arg;
+    int code;
+    j->ctx = link__connect_one(j->r, j->nl, &code, j->err, sizeof j->err);
+}
+
+/* The pipe's connection for a new call (pipe lock held; released while
+ * one is opened): the current one, or a new one instead of one from before
+ * Redis went down or one Redis closed while it sat idle. One caller opens
+ * it, without the lock, while its loop serves others; the callers that
+ * come meanwhile wait for that opening and take its outcome. NULL: the
+ * node unreachable (node_failed). */
 static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
 {
     pconn *c = p->c;
@@ -496,22 +518,39 @@ static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
     }
     if (c)
         return c;
-    char err[512];
-    int code;
-    redisContext *ctx = link__connect_one(r, p->nl, &code, err, sizeof err);
-    if (!ctx) {
-        node_failed(r, p->nl, err);
+    if (p->opening) {
+        uint64_t seen = p->openings;
+        int64_t until = hf_clock_mono_us() +
+                        (r->opt.connect_timeout_ms + 2 * r->opt.command_timeout_ms) * 1000;
+        p->room_waiters++;
+        while (p->openings == seen && hf_clock_mono_us() < until)
+            hf_cond_wait_or_park(&p->room, &p->mu, until);
+        p->room_waiters--;
+        return p->openings != seen ? p->c : NULL;
+    }
+    p->opening = true;
+    pthread_mutex_unlock(&p->mu);
+    open_job j = {.r = r, .nl = p->nl};
+    hf_fiber_offload(open_on, &j);
+    pthread_mutex_lock(&p->mu);
+    p->opening = false;
+    p->openings++;
+    if (p->room_waiters)
+        pthread_cond_broadcast(&p->room);
+    if (!j.ctx) {
+        node_failed(r, p->nl, j.err);
         return NULL;
     }
     if (p->nl->host) {
         atomic_store(&p->nl->backoff_ms, 0);
         atomic_store(&p->nl->down_until_us, 0);
     }
-    int fl = fcntl(ctx->fd, F_GETFL);
-    fcntl(ctx->fd, F_SETFL, fl | O_NONBLOCK);
+    int fl = fcntl(j.ctx->fd, F_GETFL);
+    fcntl(j.ctx->fd, F_SETFL, fl | O_NONBLOCK);
     c = hf_xcalloc(1, sizeof *c);
-    c->ctx = ctx;
+    c->ctx = j.ctx;
     c->gen = gen;
+    HF_ASSERT(!p->c); /* nobody else opens one meanwhile */
     p->c = c;
     return c;
 }
