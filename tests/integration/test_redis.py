@@ -17,8 +17,9 @@
   flag, 1 where every primary has a connected replica at start, else 0;
 - the pipelined link: many concurrent requests share --redis-connections
   connections (CLIENT LIST), their commands written together; past
-  --redis-max-in-flight a request waits, and answers 503 while Redis is
-  frozen; service comes back by itself;
+  --redis-max-in-flight a request waits (requests waiting for a connection
+  to open count too), and answers 503 while Redis is frozen; service comes
+  back by itself;
 - requests on fibers (each parks while it waits for Redis): pipelined
   requests on one connection are answered in order; a client that hangs up
   while its request waits, and a server stopped while requests wait, lose
@@ -494,11 +495,29 @@ def test_many_concurrent_requests_share_the_flag_s_connections_to_redis():
 
 
 def test_in_flight_bound_answers_503_while_redis_is_frozen_and_recovers():
+    frozen_reads_past_the_bound(drop_connections=False)
+
+
+def test_in_flight_bound_holds_while_a_connection_opens_to_a_frozen_redis():
+    """The requests that wait for a connection being opened count against
+    the bound: past it they wait for room, as on an open connection."""
+    frozen_reads_past_the_bound(drop_connections=True)
+
+
+def frozen_reads_past_the_bound(drop_connections):
+    """Six reads under --redis-max-in-flight 1 while Redis is frozen (its
+    connections to the front end dropped first if drop_connections): each
+    answers 503 within the command timeout, one at least waited for room,
+    and service comes back once Redis does."""
     with RedisServer() as r, Server("--redis-timeout", "1", "--redis-max-in-flight", "1",
                                     store=r.url) as srv:
         c = srv.client()
         v_init(c, 0, 8)
         statuses, lock = [], threading.Lock()
+        if drop_connections:
+            rc = r.connect()
+            rc.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            rc.close()
 
         def read():
             cc = harness.Client(srv.port, timeout=30 * harness.SLOWDOWN)

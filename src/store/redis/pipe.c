@@ -640,11 +640,16 @@ bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
             goto refused;
         }
     }
-    pconn *c = pipe_conn(r, p, gen);
-    if (!c)
-        goto refused;
-    p->cmds += w->n;
+    p->cmds += w->n; /* admitted: counted before pipe_conn may let the lock go */
     atomic_store(&p->load, p->cmds);
+    pconn *c = pipe_conn(r, p, gen);
+    if (!c) {
+        p->cmds -= w->n;
+        atomic_store(&p->load, p->cmds);
+        if (p->room_waiters)
+            pthread_cond_broadcast(&p->room);
+        goto refused;
+    }
     w->c = c;
     w->p = p;
     if (c->queue_tail)
@@ -670,7 +675,10 @@ void link__pipe_await(redis_link *r, waiter *w)
     struct pipe *p = w->p;
     pthread_mutex_lock(&p->mu);
     while (!w->done) {
-        pconn *c = w->c; /* not freed while it holds an unanswered waiter */
+        /* not freed while it holds an unanswered waiter (pconn_maybe_free:
+         * nothing queued or in flight on it), which w is */
+        pconn *c = w->c;
+        // NOLINTNEXTLINE(clang-analyzer-unix.Malloc): c holds w, unanswered (above)
         if (may_write(c)) {
             write_queue(r, p, c);
         } else if (!c->broken && !c->reading && c->flight) {
