@@ -3,7 +3,8 @@
 a Redis Cluster of 3 primaries, with the front ends a fleet runs.
 
     bench/fleet_bench.py [--primaries 3] [--keys 60000] [--ranks 2] [--pages 131072]
-                         [--seconds 5] [--runs 3] [--smoke]
+                         [--seconds 5] [--runs 3] [--front-cpu 1] [--rows WORD,...]
+                         [--smoke]
 
 Setups, all up at once, each loaded with --keys complete 32-hex keys (vLLM's
 MD5) on --ranks ranks of pools of --pages pages in namespace kv:
@@ -39,7 +40,11 @@ connections):
 and the issue's targets beside them. Every process shares this machine's
 cores (the load generators on CPU 0, every server on CPU 1, as bench/run
 does): the figures to read are the CPU per request and the ratios of the
-same run, not the absolute rates.
+same run, not the absolute rates. --front-cpu 0 puts the front ends on CPU
+0 with the load generators, leaving CPU 1 to the redis-servers (a fleet's
+front ends run on the inference nodes, not beside Redis). --rows: only the
+rows whose name holds one of the words (e.g. 64c/r); the summary lines of
+rows not run are left out.
 
 --smoke: one run of 1 s, 2,000 keys, one and two front ends at 16
 connections only (tests/integration/test_bench_smoke.py checks that the
@@ -60,6 +65,7 @@ from redis_cluster import RedisCluster  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
 
 KEYCHARS = "32"  # vLLM's MD5 hex
+FRONT_CPU = 1  # the front ends' CPU (--front-cpu)
 
 
 def pin_pid(pid):
@@ -79,7 +85,7 @@ class Setup:
             log = open(os.path.join(tmp, "metad-%s-%d.log" % (name, i)), "w")
             args = [SERVER] + list(store_args) + list(flags[i] if flags else ()) + [
                 "--host", "127.0.0.1", "--port", str(port), "--log-level", "warn"]
-            self.procs.append(subprocess.Popen(pin(1) + args, stdout=log, stderr=log))
+            self.procs.append(subprocess.Popen(pin(FRONT_CPU) + args, stdout=log, stderr=log))
             wait_port(port, self.procs[-1])
             self.ports.append(port)
 
@@ -152,8 +158,12 @@ def main():
     ap.add_argument("--pages", type=int, default=131072)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--front-cpu", type=int, choices=(0, 1), default=1)
+    ap.add_argument("--rows", default="")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
+    global FRONT_CPU
+    FRONT_CPU = a.front_cpu
     conn_counts = (16, 64)
     if a.smoke:
         a.keys, a.seconds, a.runs, conn_counts = 2000, 1, 1, (16,)
@@ -204,14 +214,20 @@ def main():
 
         print("Fleet: one Redis against %d primaries (values per primary: %s; stripes of kv: "
               "%d), %d complete keys on %d ranks, pools of %d pages, %d run(s) of %d s per "
-              "row, alternating; load generators on CPU 0, every server on CPU 1 (of %d)"
+              "row, alternating; load generators on CPU 0, redis-servers on CPU 1, front ends "
+              "on CPU %d (of %d)"
               % (a.primaries, "/".join(map(str, values)), sum(values), a.keys, a.ranks, a.pages,
-                 a.runs, a.seconds, NCPU))
+                 a.runs, a.seconds, FRONT_CPU, NCPU))
+        if a.rows:
+            rows = [r for r in rows if any(w in r[0] for w in a.rows.split(","))]
         runs = {r[0]: [] for r in rows}
         for _ in range(a.runs):
             for rid, name, kind, first, fronts, conns in rows:
                 runs[rid].append(measure(setups[name], kind, first, fronts, conns, a, bodies))
         med = {rid: median_row(rs) for rid, rs in runs.items()}
+
+        def ran(*rids):
+            return all(rid in med for rid in rids)
         print()
         print("| # | rate | p50 ms | Redis CPU per request/pair, per node (us) | all nodes (us) |")
         print("|---|---|---|---|---|")
@@ -228,21 +244,28 @@ def main():
               "connections, total <= 1.4:" % a.primaries)
         for fronts in (1, 2):
             for conns in conn_counts:
-                o = med["one/%dfe/%dc/r" % (fronts, conns)]["cpu_us"][0]
-                c = med["cluster/%dfe/%dc/r" % (fronts, conns)]["cpu_us"]
+                one_id, cl_id = ("%s/%dfe/%dc/r" % (n, fronts, conns) for n in ("one", "cluster"))
+                if not ran(one_id, cl_id):
+                    continue
+                o = med[one_id]["cpu_us"][0]
+                c = med[cl_id]["cpu_us"]
                 print("  %d front end(s), %d connections: capacity %.2fx, total %.2fx"
                       % (fronts, conns, o / (max(c) or 1), sum(c) / (o or 1)))
         print("One front end over one Redis against the embedded engine, reads (target >= 0.6):")
         for conns in conn_counts:
+            if not ran("one/1fe/%dc/r" % conns, "embedded/1fe/%dc/r" % conns):
+                continue
             o = med["one/1fe/%dc/r" % conns]["rate"]
             e = med["embedded/1fe/%dc/r" % conns]["rate"]
             print("  %d connections: %.0f / %.0f requests/s = %.2fx" % (conns, o, e, o / (e or 1)))
-        w0, w1 = med["wait0/1fe/16c/w"]["rate"], med["wait1/1fe/16c/w"]["rate"]
-        print("--redis-wait 1 against 0 (one replica), allocate 128 + confirm: %.0f / %.0f "
-              "pairs/s = %.2fx (target >= 0.9)" % (w1, w0, w1 / (w0 or 1)))
-        print("p50 of a 128-key read at 1 connection: embedded %.2f ms, one Redis %.2f ms, "
-              "cluster %.2f ms" % tuple(med["%s/1fe/1c/r" % n]["p50_us"] / 1000
-                                       for n in ("embedded", "one", "cluster")))
+        if ran("wait0/1fe/16c/w", "wait1/1fe/16c/w"):
+            w0, w1 = med["wait0/1fe/16c/w"]["rate"], med["wait1/1fe/16c/w"]["rate"]
+            print("--redis-wait 1 against 0 (one replica), allocate 128 + confirm: %.0f / %.0f "
+                  "pairs/s = %.2fx (target >= 0.9)" % (w1, w0, w1 / (w0 or 1)))
+        if ran(*("%s/1fe/1c/r" % n for n in ("embedded", "one", "cluster"))):
+            print("p50 of a 128-key read at 1 connection: embedded %.2f ms, one Redis %.2f ms, "
+                  "cluster %.2f ms" % tuple(med["%s/1fe/1c/r" % n]["p50_us"] / 1000
+                                           for n in ("embedded", "one", "cluster")))
     finally:
         for s in setups.values():
             s.close()

@@ -7,21 +7,22 @@ cluster when its commands arrive D deep, without a front end beside them.
 The setups of bench/fleet_bench.py (one Redis; a cluster of 3 primaries at
 the default stripes; 60,000 complete 32-hex keys on 2 ranks, pools of
 131,072 pages), each loaded through a front end. Then, with MONITOR on
-every redis-server, 64 reads of 128 random loaded keys go through each
-front end: the HF3FS.CEXISTS commands it sent (one per stripe: 128 keys to
-one Redis, about 43 to each primary) are captured exactly. The front ends
-stop, and the captured commands are replayed straight into their
-redis-servers in pipelines of D commands (one write, then every reply),
---commands per redis-server: to one Redis alone, to each primary alone,
-and to the three primaries at once. Printed per depth and run: each
-redis-server's CPU per command (user + system, /proc/PID/stat) and the
-capacity and total of bench/fleet_bench.py (one Redis's CPU per read over
-the busiest primary's; all primaries' over one Redis's), alone and at once.
-Every redis-server runs on CPU 1, the replaying client on CPU 0.
+every redis-server, 256 reads of 128 random loaded keys (as many as
+fleet_bench's bodies) go through each front end: the HF3FS.CEXISTS
+commands it sent (one per stripe: 128 keys to one Redis, about 43 to each
+primary) are captured exactly. The front ends stop, and the captured
+commands are replayed straight into their redis-servers, every one in turn,
+in pipelines of D commands (one write, then every reply), --commands per
+redis-server: to one Redis alone, to each primary alone, and to the three
+primaries at once. Printed per depth and run: each redis-server's CPU per
+command (user + system, /proc/PID/stat) and the capacity and total of
+bench/fleet_bench.py (one Redis's CPU per read over the busiest primary's;
+all primaries' over one Redis's), alone and at once. Every redis-server
+runs on CPU 1, the replaying client on CPU 0.
 
 A front end reaches a depth of about 25 commands per write under 64
 connections (its /v1/stats: calls over writes); this separates what Redis
-costs at a depth from what a front end sharing Redis's CPU adds.
+costs at a depth from what the front end's way of sending adds.
 """
 
 import argparse
@@ -40,6 +41,7 @@ from benchlib import cpu_seconds, pin  # noqa: E402
 from redis_cluster import RedisCluster  # noqa: E402
 from redis_server import Resp, RedisServer  # noqa: E402
 
+READS = 256  # captured, as many as the bodies of bench/fleet_bench.py
 ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b'"': b'"', b"\\": b"\\", b"a": b"\a",
            b"b": b"\b"}
 
@@ -102,9 +104,9 @@ def capture(ports, front_port, bodies):
 
 def replay(port, cmds, depth, total, done, i):
     conn = Resp(port=port, timeout=60)
-    batch = cmds[:depth]
     sent = 0
-    while sent < total:
+    while sent < total:  # through every captured command in turn, depth at a time
+        batch = [cmds[(sent + i) % len(cmds)] for i in range(depth)]
         for reply in conn.pipeline(batch):
             if isinstance(reply, Exception):
                 raise reply
@@ -136,7 +138,7 @@ def main():
     if pin(0):
         os.sched_setaffinity(0, {0})
     tmp = tempfile.mkdtemp(prefix="hf3fs-replay-")
-    out = subprocess.run([fb.LOADGEN, "bodies", "exists", str(a.keys), "64", "128"],
+    out = subprocess.run([fb.LOADGEN, "bodies", "exists", str(a.keys), str(READS), "128"],
                          capture_output=True, check=True,
                          env=dict(os.environ, KEYCHARS=fb.KEYCHARS)).stdout.decode()
     bodies = [line.split("\t", 1)[1].encode() for line in out.splitlines()]
