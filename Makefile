@@ -36,7 +36,7 @@ TEST_DEPS  := python3 python3-requests python3-yaml curl prometheus clang libcla
               redis-server redis-tools clang-tidy clang-format cppcheck valgrind
 
 SERVER_MAIN := src/server/main.c
-MODULE_MAIN := src/module/module.c
+MODULE_MAIN := $(wildcard src/module/*.c)
 # src/FOLDER/*.c and, for an engine in a folder of its own, src/FOLDER/ENGINE/*.c
 LIB_SRC     := $(filter-out $(SERVER_MAIN) $(MODULE_MAIN),$(wildcard src/*/*.c src/*/*/*.c))
 LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)

@@ -1,6 +1,6 @@
 # mk/module.mk: the Redis module, $(BUILD)/hf3fs_metad_redis.so (docs/redis-module.md).
 #
-# src/module/module.c with src/core, src/wire/wire.c (the encodings it shares
+# src/module/*.c with src/core, src/wire/wire.c (the encodings it shares
 # with the Redis engine) and src/util/xalloc.c, buf.c and steady.c (the
 # clock of its deadlines),
 # compiled again position-independent with hidden visibility into
