@@ -19,11 +19,6 @@
 /* ---- commands: shared parts ---- */
 
 
-static void observe(void *ctx, const core_event *ev)
-{
-    wire_event_append(ctx, ev);
-}
-
 /* Open argv[1] (mode: READ for reads, CHANGE for changes). 0, or -1 after
  * replying WRONGTYPE. */
 int cmd_open_mode(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv, int mode)
@@ -55,7 +50,7 @@ void cmd_observe(cmd *c)
      * brings HF3FS.APPLY, which propagates itself verbatim */
     HF_ASSERT(!(rm_GetContextFlags(c->ctx) & REDISMODULE_CTX_FLAGS_REPLICATED));
     HF_ASSERT(c->events.len == 0);
-    core_set_observer(c->v->core, observe, &c->events);
+    core_set_observer(c->v->core, collect_event, &c->events);
 }
 
 /* Stop observing; propagate the events, if any, as HF3FS.APPLY; free the

@@ -45,6 +45,9 @@ hf_slice value_ns(const hf_value *v);
 core_config default_config(void);
 hf_value *value_new(hf_slice ns, const core_config *cfg, wire_stripe st);
 void value_free(void *p);
+/* ev appended to the hf_buf ctx (wire_event_append): the core's observer
+ * while a command runs, and its walk of a value's state. */
+void collect_event(void *ctx, const core_event *ev);
 /* A value rebuilt from its serialized fields (see module.c's head); NULL
  * with why in err if they do not hold together. */
 hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev, size_t evlen,

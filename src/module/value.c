@@ -104,7 +104,7 @@ static void put_u32(hf_buf *b, uint32_t x)
     hf_buf_append(b, c, 4);
 }
 
-static void collect_event(void *ctx, const core_event *ev)
+void collect_event(void *ctx, const core_event *ev)
 {
     wire_event_append(ctx, ev);
 }

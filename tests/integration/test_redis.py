@@ -515,9 +515,7 @@ def frozen_reads_past_the_bound(drop_connections):
         v_init(c, 0, 8)
         statuses, lock = [], threading.Lock()
         if drop_connections:
-            rc = r.connect()
-            rc.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-            rc.close()
+            r.drop_clients()
 
         def read():
             cc = harness.Client(srv.port, timeout=30 * harness.SLOWDOWN)
@@ -631,9 +629,7 @@ def test_a_connection_opened_to_a_frozen_redis_parks_its_request_not_the_loop():
     with RedisServer() as r, Server("--threads", "1", "--redis-timeout", str(timeout),
                                     store=r.url) as srv:
         v_init(srv.client(), 0, 8)
-        c = r.connect()
-        c.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-        c.close()
+        r.drop_clients()
         with r.frozen():
             with srv.raw(timeout=5 * timeout) as waiting:
                 waiting.send(raw_request("POST", "/keys/batch_exists", {"keys": ["a"]}))

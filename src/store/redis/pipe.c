@@ -132,16 +132,24 @@ bool link__node_refusing(redis_link *r, node_link *nl)
     return until && hf_clock_mono_us() < until;
 }
 
+/* n admitted commands answered or withdrawn (pipe lock held): room under
+ * the bound for the callers waiting for it. */
+static void give_back(struct pipe *p, size_t n)
+{
+    HF_ASSERT(p->cmds >= n);
+    p->cmds -= n;
+    atomic_store(&p->load, p->cmds);
+    if (p->room_waiters)
+        pthread_cond_broadcast(&p->room);
+}
+
 /* A caller's call answered (pipe lock held): its figures, its wake-up, room. */
 static void finish(redis_link *r, struct pipe *p, waiter *w)
 {
-    HF_ASSERT(!w->done && !w->is_wait && p->cmds >= w->n);
+    HF_ASSERT(!w->done && !w->is_wait);
     w->done = true;
-    p->cmds -= w->n;
-    atomic_store(&p->load, p->cmds);
     link__count_rtt(r, hf_clock_mono_us() - w->t0_us);
-    if (p->room_waiters)
-        pthread_cond_broadcast(&p->room);
+    give_back(p, w->n);
     hf_park_wake(&w->park);
 }
 
@@ -644,10 +652,7 @@ bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
     atomic_store(&p->load, p->cmds);
     pconn *c = pipe_conn(r, p, gen);
     if (!c) {
-        p->cmds -= w->n;
-        atomic_store(&p->load, p->cmds);
-        if (p->room_waiters)
-            pthread_cond_broadcast(&p->room);
+        give_back(p, w->n);
         goto refused;
     }
     w->c = c;
