@@ -17,8 +17,11 @@ redis-server: to one Redis alone, to each primary alone, and to the three
 primaries at once. Printed per depth and run: each redis-server's CPU per
 command (user + system, /proc/PID/stat) and the capacity and total of
 bench/fleet_bench.py (one Redis's CPU per read over the busiest primary's;
-all primaries' over one Redis's), alone and at once. Every redis-server
-runs on CPU 1, the replaying client on CPU 0.
+all primaries' over one Redis's), alone and at once; then the same run's
+time inside the command (INFO commandstats: usec per call of
+hf3fs.cexists, the module's work and Redis's call around it), the rest
+being Redis's reading, parsing, replying and event loop. Every
+redis-server runs on CPU 1, the replaying client on CPU 0.
 
 A front end reaches a depth of about 25 commands per write under 64
 connections (its /v1/stats: calls over writes); this separates what Redis
@@ -115,7 +118,22 @@ def replay(port, cmds, depth, total, done, i):
     done[i] = sent
 
 
+def cexists_usec(port):
+    """(calls, usec) of hf3fs.cexists so far on the redis-server at port."""
+    conn = Resp(port=port)
+    info = conn.cmd("INFO", "commandstats").decode()
+    conn.close()
+    for line in info.splitlines():
+        if line.startswith("cmdstat_hf3fs.cexists:"):
+            f = dict(x.split("=", 1) for x in line.split(":", 1)[1].split(","))
+            return int(f["calls"]), int(f["usec"])
+    return 0, 0
+
+
 def cpu_per_command(ports, pids, cmdsets, depth, total):
+    """Each redis-server's (CPU, time inside HF3FS.CEXISTS) per command (us)
+    while cmdsets[i] is replayed to ports[i], depth at a time."""
+    u0 = [cexists_usec(p) for p in ports]
     c0 = [cpu_seconds(p) for p in pids]
     done = [0] * len(ports)
     threads = [threading.Thread(target=replay, args=(p, c, depth, total, done, i))
@@ -125,7 +143,9 @@ def cpu_per_command(ports, pids, cmdsets, depth, total):
     for t in threads:
         t.join()
     c1 = [cpu_seconds(p) for p in pids]
-    return [1e6 * (y - x) / n for x, y, n in zip(c0, c1, done)]
+    u1 = [cexists_usec(p) for p in ports]
+    return [(1e6 * (y - x) / n, (b[1] - a[1]) / max(1, b[0] - a[0]))
+            for x, y, n, a, b in zip(c0, c1, done, u0, u1)]
 
 
 def main():
@@ -161,19 +181,24 @@ def main():
               % (len(one_cmds), "/".join(str(len(c)) for c in cl_cmds), a.commands))
         print()
         print("| depth | one Redis | primaries alone | primaries at once "
-              "| capacity alone / at once | total alone / at once |")
-        print("|---|---|---|---|---|---|")
+              "| capacity alone / at once | total alone / at once "
+              "| inside the command: one Redis | alone | at once |")
+        print("|---|---|---|---|---|---|---|---|---|")
+
+        def us(xs):
+            return " / ".join("%.1f" % x for x in xs)
         for depth in [int(d) for d in a.depths.split(",")]:
             for _ in range(a.runs):
-                r1 = cpu_per_command([one.port], [one.proc.pid], [one_cmds], depth, a.commands)[0]
+                r1, in1 = cpu_per_command([one.port], [one.proc.pid], [one_cmds], depth,
+                                          a.commands)[0]
                 alone = [cpu_per_command([p], [pid], [c], depth, a.commands)[0]
                          for p, pid, c in zip(ports, pids, cl_cmds)]
                 once = cpu_per_command(ports, pids, cl_cmds, depth, a.commands)
-                print("| %d | %.1f | %s | %s | %.2fx / %.2fx | %.2fx / %.2fx |"
-                      % (depth, r1, " / ".join("%.1f" % x for x in alone),
-                         " / ".join("%.1f" % x for x in once), r1 / max(alone), r1 / max(once),
-                         sum(alone) / r1, sum(once) / r1))
-
+                ca, co = [x[0] for x in alone], [x[0] for x in once]
+                print("| %d | %.1f | %s | %s | %.2fx / %.2fx | %.2fx / %.2fx | %.1f | %s | %s |"
+                      % (depth, r1, us(ca), us(co), r1 / max(ca), r1 / max(co),
+                         sum(ca) / r1, sum(co) / r1, in1, us(x[1] for x in alone),
+                         us(x[1] for x in once)))
 
 if __name__ == "__main__":
     main()
