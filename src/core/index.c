@@ -20,10 +20,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
-
+#include "util/hex.h"
 #include "util/xalloc.h"
 
 /* ---------------------------------------------------------------- keys */
@@ -66,75 +63,6 @@ static uint32_t hash_bytes(uint64_t seed, const uint8_t *p, size_t len)
     return (uint32_t)mum(h ^ k2, seed ^ k1 ^ len);
 }
 
-/*
- * Pack 64 lowercase hex characters into 32 bytes; 0 if raw is not such a key.
- * This runs for every key of every request. Without a branch per character
- * (digits and letters alternate at random in a hash: a branch would be
- * mispredicted half the time): with SSE2 (every x86-64), 16 characters per
- * step; elsewhere 8 at a time in a 64-bit word (SWAR).
- */
-#ifdef __SSE2__
-/* 16 characters -> 8 16-bit lanes, each the byte of one character pair;
- * lanes of characters that are not lowercase hex set in *bad. */
-static inline __m128i hex16(const char *raw, __m128i *bad)
-{
-    __m128i c = _mm_loadu_si128((const __m128i *)(const void *)raw);
-    /* signed compares: bytes >= 0x80 are negative, in neither range */
-    __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8('0' - 1)),
-                                  _mm_cmplt_epi8(c, _mm_set1_epi8('9' + 1)));
-    __m128i letter = _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8('a' - 1)),
-                                   _mm_cmplt_epi8(c, _mm_set1_epi8('f' + 1)));
-    *bad = _mm_or_si128(*bad, _mm_andnot_si128(_mm_or_si128(digit, letter), _mm_set1_epi8(-1)));
-    /* value: low nibble, +9 for letters */
-    __m128i v = _mm_add_epi8(_mm_and_si128(c, _mm_set1_epi8(0x0f)),
-                             _mm_and_si128(letter, _mm_set1_epi8(9)));
-    /* per 16-bit lane: first character (low byte) is the high nibble */
-    return _mm_or_si128(_mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x00ff)), 4),
-                        _mm_srli_epi16(v, 8));
-}
-
-static int pack_hex64(const char *raw, uint8_t out[32])
-{
-    __m128i bad = _mm_setzero_si128();
-    __m128i a = hex16(raw, &bad), b = hex16(raw + 16, &bad);
-    __m128i c = hex16(raw + 32, &bad), d = hex16(raw + 48, &bad);
-    /* every lane is <= 0xff: unsigned saturation packs it exactly */
-    _mm_storeu_si128((__m128i *)(void *)out, _mm_packus_epi16(a, b));
-    _mm_storeu_si128((__m128i *)(void *)(out + 16), _mm_packus_epi16(c, d));
-    return _mm_movemask_epi8(bad) == 0;
-}
-#else
-#define ONES 0x0101010101010101ull
-#define HIGHS 0x8080808080808080ull
-
-/* High bit of each byte lane set where the (7-bit) byte is >= k. */
-static inline uint64_t lanes_at_least(uint64_t w, unsigned k)
-{
-    return (w + (0x80u - k) * ONES) & HIGHS;
-}
-
-static int pack_hex64(const char *raw, uint8_t out[32])
-{
-    uint64_t bad = 0;
-    for (int i = 0; i < 8; i++) {
-        uint64_t w;
-        memcpy(&w, raw + 8 * i, 8); /* byte j of w is character 8i + j */
-        uint64_t digit = lanes_at_least(w, '0') & ~lanes_at_least(w, '9' + 1);
-        uint64_t letter = lanes_at_least(w, 'a') & ~lanes_at_least(w, 'f' + 1);
-        bad |= (w & HIGHS) | ((digit | letter) ^ HIGHS);
-        /* value of each character: low nibble, +9 for letters (bit 6 set) */
-        uint64_t v = (w & 0x0f * ONES) + 9 * ((w >> 6) & ONES);
-        /* byte pairs (high nibble first) -> one byte in each 16-bit lane */
-        v = ((v & 0x000f000f000f000full) << 4) | ((v >> 8) & 0x000f000f000f000full);
-        v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
-        v = (v | (v >> 16)) & 0x00000000ffffffffull;
-        uint32_t packed = (uint32_t)v;
-        memcpy(out + 4 * i, &packed, 4);
-    }
-    return bad == 0;
-}
-#endif
-
 void core__key_encode(const core_t *core, hf_slice raw, core_key *out)
 {
     const uint8_t *canon;
@@ -148,7 +76,7 @@ void core__key_encode(const core_t *core, hf_slice raw, core_key *out)
         memcpy(out->bytes, raw.ptr, raw.len);
         canon = out->bytes;
         canon_len = raw.len;
-    } else if (raw.len == 64 && pack_hex64(raw.ptr, out->bytes)) {
+    } else if (raw.len == 64 && hf_hex_pack(raw.ptr, 64, out->bytes)) {
         out->kind = CORE_KEY_HEX64;
         canon = out->bytes;
         canon_len = 32;
@@ -216,17 +144,12 @@ int core__keyst_eq(const core_keyst *st, uint8_t kind, const core_key *key)
     return diff == 0;
 }
 
-static const char hex_digits[] = "0123456789abcdef";
-
 hf_slice core__keyst_text(const core_keyst *st, uint8_t kind, char buf[64])
 {
     if (kind == CORE_KEY_EXT)
         return (hf_slice){st->ext.ptr, st->ext.len};
     if (kind == CORE_KEY_HEX64) {
-        for (int i = 0; i < 32; i++) {
-            buf[2 * i] = hex_digits[st->bytes[i] >> 4];
-            buf[2 * i + 1] = hex_digits[st->bytes[i] & 15];
-        }
+        hf_hex_unpack(st->bytes, 32, buf);
         return (hf_slice){buf, 64};
     }
     return (hf_slice){(const char *)st->bytes, kind};

@@ -182,7 +182,9 @@ static int arg_cfg(cmd *c, RedisModuleString *a, int64_t now, core_config *out, 
     return 0;
 }
 
-/* A key list: *keys (hf_xfree it) and *n. Empty keys are refused. */
+/* A key list of either form (wire.h): *keys (hf_xfree it; a packed
+ * list's text follows the slices in the same block) and *n. Empty keys are
+ * refused. */
 static int arg_keys(RedisModuleCtx *ctx, RedisModuleString *a, hf_slice **keys, size_t *n)
 {
     size_t len;
@@ -192,8 +194,9 @@ static int arg_keys(RedisModuleCtx *ctx, RedisModuleString *a, hf_slice **keys, 
         rm_ReplyWithError(ctx, "ERR malformed key list");
         return -1;
     }
-    hf_slice *k = hf_xmalloc((size_t)(count ? count : 1) * sizeof *k);
-    wire_keys_decode(p, len, k);
+    size_t slices = (size_t)(count ? count : 1) * sizeof(hf_slice);
+    hf_slice *k = hf_xmalloc(slices + wire_keys_text_len(p, len));
+    wire_keys_decode(p, len, k, (char *)k + slices);
     for (int64_t i = 0; i < count; i++)
         if (k[i].len == 0) {
             hf_xfree(k);
@@ -700,7 +703,7 @@ void run_namespaces(cmd *c)
     scan_list l;
     scan_values(c->ctx, &l);
     hf_slice *ns = hf_xmalloc((l.n ? l.n : 1) * sizeof *ns);
-    wire_keys_decode((const char *)l.nss.ptr, l.nss.len, ns);
+    wire_keys_decode((const char *)l.nss.ptr, l.nss.len, ns, NULL); /* general */
     rm_ReplyWithArray(c->ctx, (long)l.n);
     for (size_t i = 0; i < l.n; i++)
         rm_ReplyWithStringBuffer(c->ctx, ns[i].len ? ns[i].ptr : "", ns[i].len);
@@ -716,7 +719,7 @@ void run_clearall(cmd *c)
     scan_list l;
     scan_values(ctx, &l);
     hf_slice *names = hf_xmalloc((l.n ? l.n : 1) * sizeof *names);
-    wire_keys_decode((const char *)l.names.ptr, l.names.len, names);
+    wire_keys_decode((const char *)l.names.ptr, l.names.len, names, NULL); /* general */
     long long deleted = 0;
     for (size_t i = 0; i < l.n; i++) {
         RedisModuleString *name = rm_CreateString(ctx, names[i].ptr, names[i].len);
@@ -734,4 +737,3 @@ void run_clearall(cmd *c)
     hf_buf_free(&l.nss);
     rm_ReplyWithLongLong(ctx, deleted);
 }
-

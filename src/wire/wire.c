@@ -7,6 +7,8 @@
 
 #include "util/bytes.h"
 #include "util/hash.h"
+#include "util/hex.h"
+#include "util/hf_assert.h"
 #include "util/slot.h"
 #include "util/xalloc.h"
 
@@ -36,16 +38,51 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap)
     return need;
 }
 
-size_t wire_keys_len(const hf_slice *keys, size_t n)
+/* The packed form's head: FF FF FF FF, then W. */
+#define PACKED_HEAD 5
+
+static bool packed_head(const char *p, size_t len, unsigned *w)
 {
+    if (len < PACKED_HEAD || memcmp(p, "\xff\xff\xff\xff", 4) != 0)
+        return false;
+    *w = (unsigned char)p[4];
+    return true;
+}
+
+unsigned wire_keys_width(const hf_slice *keys, size_t n)
+{
+    if (n == 0 || (keys[0].len != 32 && keys[0].len != 64))
+        return 0;
+    size_t chars = keys[0].len;
+    uint8_t tmp[32];
+    for (size_t i = 0; i < n; i++)
+        if (keys[i].len != chars || !hf_hex_pack(keys[i].ptr, chars, tmp))
+            return 0;
+    return (unsigned)chars / 2;
+}
+
+size_t wire_keys_len(const hf_slice *keys, size_t n, unsigned w)
+{
+    if (w)
+        return PACKED_HEAD + n * w;
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += 4 + keys[i].len;
     return total;
 }
 
-void wire_keys_put(char *out, const hf_slice *keys, size_t n)
+void wire_keys_put(char *out, const hf_slice *keys, size_t n, unsigned w)
 {
+    if (w) {
+        memcpy(out, "\xff\xff\xff\xff", 4);
+        out[4] = (char)w;
+        out += PACKED_HEAD;
+        for (size_t i = 0; i < n; i++, out += w) {
+            bool hex = hf_hex_pack(keys[i].ptr, 2 * w, (uint8_t *)out);
+            HF_ASSERT(hex && keys[i].len == 2 * w); /* wire_keys_width said so */
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         hf_put_le32(out, (uint32_t)keys[i].len);
         if (keys[i].len)
@@ -56,15 +93,20 @@ void wire_keys_put(char *out, const hf_slice *keys, size_t n)
 
 void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n)
 {
-    size_t total = wire_keys_len(keys, n);
+    size_t total = wire_keys_len(keys, n, 0);
     if (!hf_buf_reserve(b, total))
         return;
-    wire_keys_put(b->ptr + b->len, keys, n);
+    wire_keys_put(b->ptr + b->len, keys, n, 0);
     b->len += total;
 }
 
 int64_t wire_keys_count(const char *p, size_t len)
 {
+    unsigned w;
+    if (packed_head(p, len, &w))
+        return (w == 16 || w == 32) && (len - PACKED_HEAD) % w == 0
+                   ? (int64_t)((len - PACKED_HEAD) / w)
+                   : -1;
     int64_t n = 0;
     size_t pos = 0;
     while (pos < len) {
@@ -80,8 +122,22 @@ int64_t wire_keys_count(const char *p, size_t len)
     return n;
 }
 
-void wire_keys_decode(const char *p, size_t len, hf_slice *out)
+size_t wire_keys_text_len(const char *p, size_t len)
 {
+    unsigned w;
+    return packed_head(p, len, &w) ? 2 * (len - PACKED_HEAD) : 0;
+}
+
+void wire_keys_decode(const char *p, size_t len, hf_slice *out, char *text)
+{
+    unsigned w;
+    if (packed_head(p, len, &w)) {
+        size_t n = (len - PACKED_HEAD) / w;
+        hf_hex_unpack((const uint8_t *)p + PACKED_HEAD, n * w, text);
+        for (size_t i = 0; i < n; i++)
+            out[i] = (hf_slice){text + 2 * w * i, 2 * w};
+        return;
+    }
     size_t pos = 0, i = 0;
     while (pos < len) {
         uint32_t klen = hf_get_le32(p + pos);

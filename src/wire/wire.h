@@ -35,7 +35,7 @@
 #define HF3FS_MODULE_NAME "hf3fsmeta"
 /* Bumped whenever a command, an argument or a reply changes meaning: a
  * front end talks only to a module of exactly its version. */
-#define HF3FS_MODULE_VERSION 4 /* 4: stripes record their placement (HF3FS.STRIPES answers it) */
+#define HF3FS_MODULE_VERSION 5 /* 5: packed key lists (4: stripes record their placement) */
 /* The data type's name (exactly 9 characters) and its serialized form's
  * version; rdb_load keeps reading every older version. */
 #define HF3FS_TYPE_NAME "hf3fsmeta"
@@ -47,15 +47,36 @@
 size_t wire_value_key(hf_slice ns, char *out, size_t cap);
 #define WIRE_VALUE_KEY_LEN(nslen) (8 + 2 * (nslen) + ((nslen) == 0))
 
-/* Key lists. */
+/*
+ * Key lists (the keys argument of the commands), in one of two forms:
+ *   general  per key: its length (le32), then its bytes;
+ *   packed   FF FF FF FF, then W (one byte, 16 or 32), then W bytes per
+ *            key: keys of 2W lowercase hex characters (vLLM's MD5 digests,
+ *            SGLang's SHA-256 ones) two characters a byte, the first in
+ *            the high nibble (util/hex.h).
+ * No general list begins as a packed one: its first key would be 4 GiB
+ * long. A packed list is 16 bytes a key where the general one is 36 (68
+ * for 64 characters), and Redis pays for what it reads by the byte.
+ */
+/* The packed form's W for these keys: 16 or 32 if every key of a
+ * non-empty list is 2W lowercase hex characters, else 0 (general). */
+unsigned wire_keys_width(const hf_slice *keys, size_t n);
+/* The list's bytes in the form of width w (0: general), and the list
+ * written at out (wire_keys_len bytes). */
+size_t wire_keys_len(const hf_slice *keys, size_t n, unsigned w);
+void wire_keys_put(char *out, const hf_slice *keys, size_t n, unsigned w);
+/* The general form, appended. */
 void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n);
-/* The list's bytes, and the list written at out (wire_keys_len bytes). */
-size_t wire_keys_len(const hf_slice *keys, size_t n);
-void wire_keys_put(char *out, const hf_slice *keys, size_t n);
-/* How many keys p[0..len) holds, or -1 if it is not a well-formed key list. */
+/* How many keys p[0..len) holds, or -1 if it is not a well-formed key list
+ * of either form. */
 int64_t wire_keys_count(const char *p, size_t len);
-/* Fill out[0..count) from a list wire_keys_count accepted (slices point into p). */
-void wire_keys_decode(const char *p, size_t len, hf_slice *out);
+/* The bytes of key text a list wire_keys_count accepted unpacks to: 0 for
+ * the general form, 2W a key for the packed one. */
+size_t wire_keys_text_len(const char *p, size_t len);
+/* Fill out[0..count) from a list wire_keys_count accepted: slices into p,
+ * or for a packed list into text (wire_keys_text_len bytes), where its
+ * keys' characters are written. */
+void wire_keys_decode(const char *p, size_t len, hf_slice *out, char *text);
 
 /* Page lists. */
 void wire_i64_append(hf_buf *b, const int64_t *v, size_t n);

@@ -51,6 +51,14 @@ def kl(keys):
     return b"".join(out)
 
 
+def pkl(keys):
+    """The packed form of a key list whose keys are all 32 or all 64
+    lowercase hex characters (wire.h): FF FF FF FF, the width, the bytes."""
+    width = len(keys[0]) // 2
+    assert all(len(k) == 2 * width for k in keys) and width in (16, 32)
+    return b"\xff\xff\xff\xff" + bytes([width]) + b"".join(bytes.fromhex(k) for k in keys)
+
+
 def pl(pages):
     """A page list argument: int64 little-endian per page."""
     return struct.pack("<%dq" % len(pages), *pages)
@@ -662,6 +670,43 @@ def test_malformed_arguments_answer_errors():
         expect_eq(r.cmd("HF3FS.CLEARALL"), 1)
         expect_eq(r.cmd("EXISTS", k), 0)
         expect_eq(r.cmd("GET", "plain"), b"x")
+
+
+def test_a_packed_key_list_names_the_same_keys_as_its_general_form():
+    """Front ends send hex digests packed (half the bytes); keys written in
+    one form are the same keys read, located and deleted in the other."""
+    rng = random.Random(11)
+    with server() as r:
+        ns = Ns(r, "kv")
+        ns.init(0, 64)
+        ns.init(1, 64)
+        md5 = ["".join(rng.choice("0123456789abcdef") for _ in range(32)) for _ in range(6)]
+        sha = ["".join(rng.choice("0123456789abcdef") for _ in range(64)) for _ in range(6)]
+        k = ns.key
+        for keys in (md5, sha):
+            mine = keys[:4]  # written in the general form, on both ranks
+            for rank in (0, 1):
+                pages, _ = ns.alloc(rank, mine)
+                expect_eq(ns.confirm(rank, list(zip(mine, pages))), 0)
+            # read in the packed form: the same answers as the general one
+            expect_eq(flags_of(r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, pkl(keys))),
+                      ns.exists(0, keys))
+            expect_eq(flags_of(r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, pkl(keys))),
+                      [1, 1, 1, 1, 0, 0])
+            expect_eq(flags_of(r.cmd("HF3FS.CEXISTS", k, T0, CFG, pkl(keys))),
+                      [1, 1, 1, 1, 0, 0])
+            expect_eq(pages_of(r.cmd("HF3FS.LOOKUP", k, T0, CFG, 1, pkl(keys))),
+                      ns.lookup(1, keys))
+            # allocated in the packed form: not a second key
+            p, _ = r.cmd("HF3FS.ALLOC", k, T0, CFG, 0, 1, pkl(keys))
+            expect_eq(pages_of(p)[:4], ns.lookup(0, mine))
+            r.cmd("HF3FS.DELETE", k, T0, CFG, 0, pkl(mine[:2]))
+            expect_eq(ns.exists(0, mine), [0, 0, 1, 1])
+        expect_eq(ns.check(), b"OK")
+        # a packed list that is cut, of another width, or a head alone: refused
+        for bad in (pkl(md5)[:-1], pkl(sha)[:-5], b"\xff\xff\xff\xff\x11" + bytes(17),
+                    b"\xff\xff\xff\xff"):
+            expect_error(lambda: r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, bad), "ERR malformed")
 
 
 def test_clearall_deletes_this_nodes_values_on_its_replica_too():

@@ -14,6 +14,7 @@
 #include "check.h"
 #include "randops.h"
 #include "util/bytes.h"
+#include "util/hex.h"
 #include "util/resp.h"
 #include "util/slot.h"
 #include "wire/wire.h"
@@ -68,8 +69,9 @@ TEST(key_lists_round_trip_and_malformed_ones_are_refused)
         wire_keys_append(&b, keys, n);
         char *p = exact((const char *)b.ptr, b.len);
         CHECK_EQ(wire_keys_count(p, b.len), (int64_t)n);
+        CHECK_EQ(wire_keys_text_len(p, b.len), 0);
         hf_slice out[20];
-        wire_keys_decode(p, b.len, out);
+        wire_keys_decode(p, b.len, out, NULL);
         for (size_t i = 0; i < n; i++)
             CHECK(hf_slice_eq(out[i], keys[i]));
         /* every strict prefix that does not end on a key boundary is refused */
@@ -96,6 +98,147 @@ TEST(key_lists_round_trip_and_malformed_ones_are_refused)
     free(p);
     p = exact("\xff\xff\xff\xff", 4); /* a length that would wrap */
     CHECK_EQ(wire_keys_count(p, 4), -1);
+    free(p);
+}
+
+/* n random lowercase hex keys of `chars` characters into store. */
+static void hex_keys(char (*store)[64], hf_slice *keys, size_t n, size_t chars)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < chars; k++)
+            store[i][k] = "0123456789abcdef"[next() % 16];
+        keys[i] = (hf_slice){store[i], chars};
+    }
+}
+
+TEST(hex_digest_key_lists_are_packed_and_unpack_to_the_same_keys)
+{
+    for (int round = 0; round < 400; round++) {
+        size_t n = 1 + next() % 20, chars = round % 2 ? 64 : 32;
+        char store[20][64];
+        hf_slice keys[20];
+        hex_keys(store, keys, n, chars);
+        unsigned w = wire_keys_width(keys, n);
+        CHECK_EQ(w, chars / 2);
+        size_t len = wire_keys_len(keys, n, w);
+        CHECK_EQ(len, 5 + n * chars / 2); /* against 4 + chars a key in general */
+        char *buf = malloc(len);
+        wire_keys_put(buf, keys, n, w);
+        char *p = exact(buf, len);
+        CHECK_EQ(wire_keys_count(p, len), (int64_t)n);
+        size_t tlen = wire_keys_text_len(p, len);
+        CHECK_EQ(tlen, n * chars);
+        char *text = malloc(tlen);
+        hf_slice out[20];
+        wire_keys_decode(p, len, out, text);
+        for (size_t i = 0; i < n; i++)
+            CHECK(hf_slice_eq(out[i], keys[i]));
+        /* a cut inside the last key is refused */
+        CHECK_EQ(wire_keys_count(p, len - 1 - next() % (chars / 2 - 1)), -1);
+        free(text);
+        free(p);
+        free(buf);
+    }
+}
+
+TEST(key_lists_stay_general_unless_every_key_is_a_lowercase_hex_digest_of_one_width)
+{
+    char store[8][64];
+    hf_slice keys[8] = {{0}};
+    CHECK_EQ(wire_keys_width(keys, 0), 0);
+    /* one character of one key that is not 0-9 or a-f: uppercase, the
+     * neighbours of each range, a byte >= 0x80 */
+    const char odd[] = {'A', 'F', 'g', '/', ':', '`', 'G', '\x80', '\0', ' '};
+    for (size_t chars = 32; chars <= 64; chars += 32)
+        for (size_t o = 0; o < sizeof odd; o++) {
+            hex_keys(store, keys, 8, chars);
+            CHECK_EQ(wire_keys_width(keys, 8), chars / 2);
+            store[next() % 8][next() % chars] = odd[o];
+            CHECK_EQ(wire_keys_width(keys, 8), 0);
+        }
+    /* widths mixed, or another length */
+    hex_keys(store, keys, 8, 32);
+    keys[5].len = 64;
+    for (size_t k = 32; k < 64; k++)
+        store[5][k] = 'a';
+    CHECK_EQ(wire_keys_width(keys, 8), 0);
+    hex_keys(store, keys, 8, 64);
+    keys[7].len = 63;
+    CHECK_EQ(wire_keys_width(keys, 8), 0);
+    keys[0].len = 16;
+    CHECK_EQ(wire_keys_width(keys, 1), 0);
+    /* and the general form of a list that is not packed decodes as before */
+    hf_buf b = {0};
+    wire_keys_append(&b, keys, 8);
+    CHECK_EQ(wire_keys_count((const char *)b.ptr, b.len), 8);
+    CHECK_EQ(wire_keys_text_len((const char *)b.ptr, b.len), 0);
+    hf_buf_free(&b);
+}
+
+TEST(hex_pack_accepts_exactly_lowercase_hex_and_unpack_inverts_it)
+{
+    for (int round = 0; round < 200; round++) {
+        uint8_t bytes[32], again[32];
+        char text[64];
+        for (size_t i = 0; i < 32; i++)
+            bytes[i] = (uint8_t)next();
+        size_t nbytes = round % 2 ? 32 : 16;
+        hf_hex_unpack(bytes, nbytes, text);
+        for (size_t i = 0; i < 2 * nbytes; i++) {
+            CHECK(strchr("0123456789abcdef", text[i]) != NULL);
+            CHECK_EQ((unsigned)text[i],
+                     (unsigned)"0123456789abcdef"[(i % 2 ? bytes[i / 2] : bytes[i / 2] >> 4) & 15]);
+        }
+        CHECK(hf_hex_pack(text, 2 * nbytes, again));
+        CHECK(memcmp(again, bytes, nbytes) == 0);
+        /* every byte value at one position: accepted iff 0-9 or a-f */
+        size_t at = next() % (2 * nbytes);
+        for (int c = 0; c < 256; c++) {
+            text[at] = (char)c;
+            bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+            CHECK_EQ(hf_hex_pack(text, 2 * nbytes, again), hex);
+        }
+    }
+}
+
+TEST(malformed_packed_key_lists_are_refused)
+{
+    /* the head alone (no width), a width that is not 16 or 32, a partial key */
+    static const struct {
+        const char *p;
+        size_t len;
+        int64_t want;
+    } cases[] = {
+        {"\xff\xff\xff\xff", 4, -1},
+        {"\xff\xff\xff\xff\x10", 5, 0},
+        {"\xff\xff\xff\xff\x20", 5, 0},
+        {"\xff\xff\xff\xff\x00", 5, -1},
+        {"\xff\xff\xff\xff\x08"
+         "abcdefgh",
+         13, -1},
+        {"\xff\xff\xff\xff\x11"
+         "abcdefghijklmnopq",
+         22, -1},
+        {"\xff\xff\xff\xff\x10"
+         "abcdefghijklmnop"
+         "x",
+         22, -1},
+        {"\xff\xff\xff\xff\x10"
+         "abcdefghijklmnop",
+         21, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *p = exact(cases[i].p, cases[i].len);
+        CHECK_EQ(wire_keys_count(p, cases[i].len), cases[i].want);
+        free(p);
+    }
+    /* a packed key's bytes are any bytes: it unpacks to its 32 characters */
+    char *p = exact(
+        "\xff\xff\xff\xff\x10\x01\x23\x45\x67\x89\xab\xcd\xef\xfe\xdc\xba\x98\x76\x54\x32\x10", 21);
+    char text[32];
+    hf_slice out[1];
+    wire_keys_decode(p, 21, out, text);
+    CHECK(hf_slice_eq(out[0], HF_SLICE_LIT("0123456789abcdeffedcba9876543210")));
     free(p);
 }
 
@@ -261,6 +404,10 @@ TEST(random_bytes_never_decode_beyond_their_length)
         char *p = malloc(len ? len : 1);
         for (size_t i = 0; i < len; i++)
             p[i] = (char)(next() % 4 == 0 ? next() % 12 : next());
+        if (round % 3 == 0 && len >= 5) { /* the packed form's head, widths good and bad */
+            memset(p, 0xff, 4);
+            p[4] = (char)(next() % 2 ? 16u << (next() % 2) : next() % 40);
+        }
         size_t pos = 0;
         core_event ev;
         int rc;
@@ -270,9 +417,13 @@ TEST(random_bytes_never_decode_beyond_their_length)
         int64_t n = wire_keys_count(p, len);
         if (n > 0) {
             hf_slice *out = malloc((size_t)n * sizeof *out);
-            wire_keys_decode(p, len, out);
+            size_t tlen = wire_keys_text_len(p, len);
+            char *text = malloc(tlen ? tlen : 1);
+            wire_keys_decode(p, len, out, text);
             for (int64_t i = 0; i < n; i++)
-                CHECK(out[i].ptr >= p && out[i].ptr + out[i].len <= p + len);
+                CHECK((out[i].ptr >= p && out[i].ptr + out[i].len <= p + len) ||
+                      (out[i].ptr >= text && out[i].ptr + out[i].len <= text + tlen));
+            free(text);
             free(out);
         }
         core_config c = {0};
@@ -674,6 +825,10 @@ int main(int argc, char **argv)
     TEST_SELECT(argc, argv);
     RUN(value_keys_are_valid_hash_tags_for_every_namespace);
     RUN(key_lists_round_trip_and_malformed_ones_are_refused);
+    RUN(hex_digest_key_lists_are_packed_and_unpack_to_the_same_keys);
+    RUN(key_lists_stay_general_unless_every_key_is_a_lowercase_hex_digest_of_one_width);
+    RUN(hex_pack_accepts_exactly_lowercase_hex_and_unpack_inverts_it);
+    RUN(malformed_packed_key_lists_are_refused);
     RUN(page_lists_round_trip_every_int64);
     RUN(cfg_round_trips_and_malformed_cfg_is_refused);
     RUN(cfg_carries_the_stripe_and_its_placement_and_a_stripe_out_of_range_is_refused);
