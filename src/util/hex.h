@@ -12,7 +12,10 @@
  * Both run for every key of every request, so neither branches per
  * character (digits and letters alternate at random in a hash: a branch
  * would be mispredicted half the time): with SSE2 (every x86-64), 16
- * characters per step; elsewhere 8 at a time in a 64-bit word (SWAR).
+ * characters per step; elsewhere the portable forms, 8 characters at a
+ * time in a 64-bit word (SWAR) and a table. Both forms are always defined
+ * (hf_hex_pack_swar, hf_hex_unpack_table), so that the tests hold the two
+ * to the same answers on x86-64 too.
  */
 #ifndef HF_HEX_H
 #define HF_HEX_H
@@ -24,6 +27,50 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+
+/* The SWAR form reads 8 characters as one little-endian word. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "util/hex.h: the SWAR hex codec assumes a little-endian machine"
+#endif
+
+#define HF_HEX__ONES 0x0101010101010101ull
+#define HF_HEX__HIGHS 0x8080808080808080ull
+
+/* High bit of each byte lane set where the (7-bit) byte is >= k. */
+static inline uint64_t hf_hex__at_least(uint64_t w, unsigned k)
+{
+    return (w + (0x80u - k) * HF_HEX__ONES) & HF_HEX__HIGHS;
+}
+
+static inline bool hf_hex_pack_swar(const char *raw, size_t nchars, uint8_t *out)
+{
+    uint64_t bad = 0;
+    for (size_t i = 0; i < nchars / 8; i++) {
+        uint64_t w;
+        memcpy(&w, raw + 8 * i, 8); /* byte j of w is character 8i + j */
+        uint64_t digit = hf_hex__at_least(w, '0') & ~hf_hex__at_least(w, '9' + 1);
+        uint64_t letter = hf_hex__at_least(w, 'a') & ~hf_hex__at_least(w, 'f' + 1);
+        bad |= (w & HF_HEX__HIGHS) | ((digit | letter) ^ HF_HEX__HIGHS);
+        /* value of each character: low nibble, +9 for letters (bit 6 set) */
+        uint64_t v = (w & 0x0f * HF_HEX__ONES) + 9 * ((w >> 6) & HF_HEX__ONES);
+        /* byte pairs (high nibble first) -> one byte in each 16-bit lane */
+        v = ((v & 0x000f000f000f000full) << 4) | ((v >> 8) & 0x000f000f000f000full);
+        v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
+        v = (v | (v >> 16)) & 0x00000000ffffffffull;
+        uint32_t packed = (uint32_t)v;
+        memcpy(out + 4 * i, &packed, 4);
+    }
+    return bad == 0;
+}
+
+static inline void hf_hex_unpack_table(const uint8_t *in, size_t nbytes, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < nbytes; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 0x0f];
+    }
+}
 
 #ifdef __SSE2__
 /* 16 characters -> 8 16-bit lanes, each the byte of one character pair;
@@ -78,43 +125,14 @@ static inline void hf_hex_unpack(const uint8_t *in, size_t nbytes, char *out)
     }
 }
 #else
-#define HF_HEX__ONES 0x0101010101010101ull
-#define HF_HEX__HIGHS 0x8080808080808080ull
-
-/* High bit of each byte lane set where the (7-bit) byte is >= k. */
-static inline uint64_t hf_hex__at_least(uint64_t w, unsigned k)
-{
-    return (w + (0x80u - k) * HF_HEX__ONES) & HF_HEX__HIGHS;
-}
-
 static inline bool hf_hex_pack(const char *raw, size_t nchars, uint8_t *out)
 {
-    uint64_t bad = 0;
-    for (size_t i = 0; i < nchars / 8; i++) {
-        uint64_t w;
-        memcpy(&w, raw + 8 * i, 8); /* byte j of w is character 8i + j */
-        uint64_t digit = hf_hex__at_least(w, '0') & ~hf_hex__at_least(w, '9' + 1);
-        uint64_t letter = hf_hex__at_least(w, 'a') & ~hf_hex__at_least(w, 'f' + 1);
-        bad |= (w & HF_HEX__HIGHS) | ((digit | letter) ^ HF_HEX__HIGHS);
-        /* value of each character: low nibble, +9 for letters (bit 6 set) */
-        uint64_t v = (w & 0x0f * HF_HEX__ONES) + 9 * ((w >> 6) & HF_HEX__ONES);
-        /* byte pairs (high nibble first) -> one byte in each 16-bit lane */
-        v = ((v & 0x000f000f000f000full) << 4) | ((v >> 8) & 0x000f000f000f000full);
-        v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
-        v = (v | (v >> 16)) & 0x00000000ffffffffull;
-        uint32_t packed = (uint32_t)v;
-        memcpy(out + 4 * i, &packed, 4);
-    }
-    return bad == 0;
+    return hf_hex_pack_swar(raw, nchars, out);
 }
 
 static inline void hf_hex_unpack(const uint8_t *in, size_t nbytes, char *out)
 {
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < nbytes; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 0x0f];
-    }
+    hf_hex_unpack_table(in, nbytes, out);
 }
 #endif
 

@@ -78,8 +78,9 @@ void wire_keys_put(char *out, const hf_slice *keys, size_t n, unsigned w)
         out[4] = (char)w;
         out += PACKED_HEAD;
         for (size_t i = 0; i < n; i++, out += w) {
+            HF_ASSERT(keys[i].len == 2 * w); /* wire_keys_width said so */
             bool hex = hf_hex_pack(keys[i].ptr, 2 * w, (uint8_t *)out);
-            HF_ASSERT(hex && keys[i].len == 2 * w); /* wire_keys_width said so */
+            HF_ASSERT(hex);
         }
         return;
     }

@@ -55,8 +55,8 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap);
  *            SGLang's SHA-256 ones) two characters a byte, the first in
  *            the high nibble (util/hex.h).
  * No general list begins as a packed one: its first key would be 4 GiB
- * long. A packed list is 16 bytes a key where the general one is 36 (68
- * for 64 characters), and Redis pays for what it reads by the byte.
+ * long. A packed list takes 16 or 32 bytes a key where the general one
+ * takes 36 or 68, and Redis pays for what it reads by the byte.
  */
 /* The packed form's W for these keys: 16 or 32 if every key of a
  * non-empty list is 2W lowercase hex characters, else 0 (general). */
