@@ -103,6 +103,8 @@ static inline __m128i hf_hex__chars16(__m128i nib)
 static inline bool hf_hex_pack(const char *raw, size_t nchars, uint8_t *out)
 {
     __m128i bad = _mm_setzero_si128();
+    /* unrolled: the callers' lengths are constants (32 or 64 characters) */
+#pragma GCC unroll 4
     for (size_t i = 0; i < nchars; i += 32) {
         __m128i a = hf_hex__pack16(raw + i, &bad), b = hf_hex__pack16(raw + i + 16, &bad);
         /* every lane is <= 0xff: unsigned saturation packs it exactly */
@@ -113,6 +115,7 @@ static inline bool hf_hex_pack(const char *raw, size_t nchars, uint8_t *out)
 
 static inline void hf_hex_unpack(const uint8_t *in, size_t nbytes, char *out)
 {
+#pragma GCC unroll 4
     for (size_t i = 0; i < nbytes; i += 16) {
         __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(in + i));
         __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
