@@ -3,15 +3,15 @@
 redis-server of its own loaded with its own build's module (so builds of
 different module versions compare).
 
-    bench/fleet_ab.py [--kind r|w] [--conns 16] [--runs 3] [--seconds 3] [--keychars 32|64]
-                      OLD_BUILD NEW_BUILD
+    bench/fleet_ab.py [--kind r|w] [--conns 16] [--runs 3] [--seconds 3]
+                      [--keychars 32|64|66] OLD_BUILD NEW_BUILD
 
 OLD_BUILD and NEW_BUILD are build directories holding hf3fs-metad and
 hf3fs_metad_redis.so (e.g. a worktree of an older commit built with
 `make build/hf3fs-metad build/hf3fs_metad_redis.so`). Each front end gets
 60,000 complete 32-hex keys (vLLM's MD5; --keychars 64: SHA-256 hex, as
-SGLang's) on 2 ranks (pools of 131,072 pages); then runs
-of `r` (128-key batch_exists, wrk) or `w` (allocate 128 + confirm, loadgen
+SGLang's; 66: its "<64 hex>-k" and "-v") on 2 ranks (pools of 131,072
+pages); then runs of `r` (128-key batch_exists, wrk) or `w` (allocate 128 + confirm, loadgen
 save) alternate between the two, --runs times. Printed: every run, then per
 side the median rate, p50 and its redis-server's CPU per request or pair
 (/proc), and NEW over OLD. Load on CPU 0, servers on CPU 1, as
@@ -38,7 +38,7 @@ def main():
     ap.add_argument("--conns", type=int, default=16)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=3)
-    ap.add_argument("--keychars", choices=("32", "64"), default=fb.KEYCHARS)
+    ap.add_argument("--keychars", choices=("32", "64", "66"), default=fb.KEYCHARS)
     a = ap.parse_args()
     fb.KEYCHARS = a.keychars
     a.keys, a.ranks, a.pages = 60000, 2, 131072

@@ -38,49 +38,67 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap)
     return need;
 }
 
-/* The packed form's head: FF FF FF FF, then W. */
-#define PACKED_HEAD 5
+/* The packed form's head: FF FF FF FF, W, S. */
+#define PACKED_HEAD 6
 
-static bool packed_head(const char *p, size_t len, unsigned *w)
+/* Whether p[0..len) is a packed list, with its form in *f (not checked). */
+static bool packed_head(const char *p, size_t len, wire_keys_form *f)
 {
     if (len < PACKED_HEAD || memcmp(p, "\xff\xff\xff\xff", 4) != 0)
         return false;
-    *w = (unsigned char)p[4];
+    *f = (wire_keys_form){(unsigned char)p[4], (unsigned char)p[5]};
     return true;
 }
 
-unsigned wire_keys_width(const hf_slice *keys, size_t n)
+static bool form_valid(wire_keys_form f)
 {
-    if (n == 0 || (keys[0].len != 32 && keys[0].len != 64))
-        return 0;
-    size_t chars = keys[0].len;
-    uint8_t tmp[32];
-    for (size_t i = 0; i < n; i++)
-        if (keys[i].len != chars || !hf_hex_pack(keys[i].ptr, chars, tmp))
-            return 0;
-    return (unsigned)chars / 2;
+    return (f.hex == 16 || f.hex == 32) && f.suffix <= WIRE_KEYS_SUFFIX_MAX;
 }
 
-size_t wire_keys_len(const hf_slice *keys, size_t n, unsigned w)
+wire_keys_form wire_keys_choose(const hf_slice *keys, size_t n)
 {
-    if (w)
-        return PACKED_HEAD + n * w;
+    const wire_keys_form general = {0, 0};
+    if (n == 0)
+        return general;
+    size_t len = keys[0].len;
+    uint8_t tmp[32];
+    for (unsigned w = 32; w >= 16; w /= 2) {
+        if (len < 2 * w || len - 2 * w > WIRE_KEYS_SUFFIX_MAX)
+            continue;
+        size_t i = 0;
+        while (i < n && keys[i].len == len && hf_hex_pack(keys[i].ptr, 2 * w, tmp))
+            i++;
+        if (i == n)
+            return (wire_keys_form){w, (unsigned)(len - 2 * w)};
+    }
+    return general;
+}
+
+size_t wire_keys_len(const hf_slice *keys, size_t n, wire_keys_form f)
+{
+    if (f.hex)
+        return PACKED_HEAD + n * (f.hex + f.suffix);
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += 4 + keys[i].len;
     return total;
 }
 
-void wire_keys_put(char *out, const hf_slice *keys, size_t n, unsigned w)
+void wire_keys_put(char *out, const hf_slice *keys, size_t n, wire_keys_form f)
 {
-    if (w) {
+    if (f.hex) {
+        HF_ASSERT(form_valid(f));
         memcpy(out, "\xff\xff\xff\xff", 4);
-        out[4] = (char)w;
+        out[4] = (char)f.hex;
+        out[5] = (char)f.suffix;
         out += PACKED_HEAD;
-        for (size_t i = 0; i < n; i++, out += w) {
-            HF_ASSERT(keys[i].len == 2 * w); /* wire_keys_width said so */
-            bool hex = hf_hex_pack(keys[i].ptr, 2 * w, (uint8_t *)out);
+        for (size_t i = 0; i < n; i++) {
+            HF_ASSERT(keys[i].len == 2 * f.hex + f.suffix); /* wire_keys_choose said so */
+            bool hex = hf_hex_pack(keys[i].ptr, 2 * f.hex, (uint8_t *)out);
             HF_ASSERT(hex);
+            if (f.suffix)
+                memcpy(out + f.hex, keys[i].ptr + 2 * f.hex, f.suffix);
+            out += f.hex + f.suffix;
         }
         return;
     }
@@ -94,19 +112,20 @@ void wire_keys_put(char *out, const hf_slice *keys, size_t n, unsigned w)
 
 void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n)
 {
-    size_t total = wire_keys_len(keys, n, 0);
+    const wire_keys_form general = {0, 0};
+    size_t total = wire_keys_len(keys, n, general);
     if (!hf_buf_reserve(b, total))
         return;
-    wire_keys_put(b->ptr + b->len, keys, n, 0);
+    wire_keys_put(b->ptr + b->len, keys, n, general);
     b->len += total;
 }
 
 int64_t wire_keys_count(const char *p, size_t len)
 {
-    unsigned w;
-    if (packed_head(p, len, &w))
-        return (w == 16 || w == 32) && (len - PACKED_HEAD) % w == 0
-                   ? (int64_t)((len - PACKED_HEAD) / w)
+    wire_keys_form f;
+    if (packed_head(p, len, &f))
+        return form_valid(f) && (len - PACKED_HEAD) % (f.hex + f.suffix) == 0
+                   ? (int64_t)((len - PACKED_HEAD) / (f.hex + f.suffix))
                    : -1;
     int64_t n = 0;
     size_t pos = 0;
@@ -125,18 +144,24 @@ int64_t wire_keys_count(const char *p, size_t len)
 
 size_t wire_keys_text_len(const char *p, size_t len)
 {
-    unsigned w;
-    return packed_head(p, len, &w) ? 2 * (len - PACKED_HEAD) : 0;
+    wire_keys_form f;
+    if (!packed_head(p, len, &f) || !form_valid(f))
+        return 0;
+    return (len - PACKED_HEAD) / (f.hex + f.suffix) * (2 * f.hex + f.suffix);
 }
 
 void wire_keys_decode(const char *p, size_t len, hf_slice *out, char *text)
 {
-    unsigned w;
-    if (packed_head(p, len, &w)) {
-        size_t n = (len - PACKED_HEAD) / w;
-        hf_hex_unpack((const uint8_t *)p + PACKED_HEAD, n * w, text);
-        for (size_t i = 0; i < n; i++)
-            out[i] = (hf_slice){text + 2 * w * i, 2 * w};
+    wire_keys_form f;
+    if (packed_head(p, len, &f)) {
+        size_t n = (len - PACKED_HEAD) / (f.hex + f.suffix), klen = 2 * f.hex + f.suffix;
+        const uint8_t *in = (const uint8_t *)p + PACKED_HEAD;
+        for (size_t i = 0; i < n; i++, in += f.hex + f.suffix, text += klen) {
+            hf_hex_unpack(in, f.hex, text);
+            if (f.suffix)
+                memcpy(text + 2 * f.hex, in + f.hex, f.suffix);
+            out[i] = (hf_slice){text, klen};
+        }
         return;
     }
     size_t pos = 0, i = 0;

@@ -50,32 +50,41 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap);
 /*
  * Key lists (the keys argument of the commands), in one of two forms:
  *   general  per key: its length (le32), then its bytes;
- *   packed   FF FF FF FF, then W (one byte, 16 or 32), then W bytes per
- *            key: keys of 2W lowercase hex characters (vLLM's MD5 digests,
- *            SGLang's SHA-256 ones) two characters a byte, the first in
- *            the high nibble (util/hex.h).
+ *   packed   FF FF FF FF, then W (one byte, 16 or 32) and S (one byte,
+ *            0 to WIRE_KEYS_SUFFIX_MAX), then per key W + S bytes: keys of
+ *            2W lowercase hex characters and then S bytes of any kind, the
+ *            characters two a byte, the first in the high nibble
+ *            (util/hex.h), the S bytes as they are. vLLM's keys are MD5
+ *            digests (W 16, S 0), SGLang's SHA-256 ones (W 32, S 0, or S
+ *            2: "<64 hex>-k" and "-v" of an MHA model's pages).
  * No general list begins as a packed one: its first key would be 4 GiB
- * long. A packed list takes 16 or 32 bytes a key where the general one
- * takes 36 or 68, and Redis pays for what it reads by the byte.
+ * long. A packed list takes 16, 32 or 34 bytes a key where the general one
+ * takes 36, 68 or 70, and Redis pays for what it reads by the byte.
  */
-/* The packed form's W for these keys: 16 or 32 if every key of a
- * non-empty list is 2W lowercase hex characters, else 0 (general). */
-unsigned wire_keys_width(const hf_slice *keys, size_t n);
-/* The list's bytes in the form of width w (0: general), and the list
- * written at out (wire_keys_len bytes). */
-size_t wire_keys_len(const hf_slice *keys, size_t n, unsigned w);
-void wire_keys_put(char *out, const hf_slice *keys, size_t n, unsigned w);
+#define WIRE_KEYS_SUFFIX_MAX 8
+/* How a list is packed: hex 0 for the general form. */
+typedef struct wire_keys_form {
+    unsigned hex;    /* W */
+    unsigned suffix; /* S */
+} wire_keys_form;
+/* The packed form that fits every key of a non-empty list (the widest
+ * W that does), else the general one. */
+wire_keys_form wire_keys_choose(const hf_slice *keys, size_t n);
+/* The list's bytes in form f, and the list written at out (wire_keys_len
+ * bytes); f is wire_keys_choose's for these keys, or the general form. */
+size_t wire_keys_len(const hf_slice *keys, size_t n, wire_keys_form f);
+void wire_keys_put(char *out, const hf_slice *keys, size_t n, wire_keys_form f);
 /* The general form, appended. */
 void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n);
 /* How many keys p[0..len) holds, or -1 if it is not a well-formed key list
  * of either form. */
 int64_t wire_keys_count(const char *p, size_t len);
 /* The bytes of key text a list wire_keys_count accepted unpacks to: 0 for
- * the general form, 2W a key for the packed one. */
+ * the general form, 2W + S a key for the packed one. */
 size_t wire_keys_text_len(const char *p, size_t len);
 /* Fill out[0..count) from a list wire_keys_count accepted: slices into p,
  * or for a packed list into text (wire_keys_text_len bytes), where its
- * keys' characters are written. */
+ * keys are written. */
 void wire_keys_decode(const char *p, size_t len, hf_slice *out, char *text);
 
 /* Page lists. */

@@ -51,12 +51,15 @@ def kl(keys):
     return b"".join(out)
 
 
-def pkl(keys):
-    """The packed form of a key list whose keys are all 32 or all 64
-    lowercase hex characters (wire.h): FF FF FF FF, the width, the bytes."""
-    width = len(keys[0]) // 2
-    assert all(len(k) == 2 * width for k in keys) and width in (16, 32)
-    return b"\xff\xff\xff\xff" + bytes([width]) + b"".join(bytes.fromhex(k) for k in keys)
+def pkl(keys, hexchars=None):
+    """The packed form of a key list whose keys all begin with `hexchars`
+    (32 or 64, default the whole key) lowercase hex characters and end
+    in a suffix of one length (wire.h): FF FF FF FF, W, S, the bytes."""
+    hexchars = hexchars or len(keys[0])
+    suffix = len(keys[0]) - hexchars
+    assert all(len(k) == hexchars + suffix for k in keys) and hexchars in (32, 64)
+    return b"\xff\xff\xff\xff" + bytes([hexchars // 2, suffix]) + b"".join(
+        bytes.fromhex(k[:hexchars]) + k[hexchars:].encode() for k in keys)
 
 
 def pl(pages):
@@ -680,32 +683,36 @@ def test_a_packed_key_list_names_the_same_keys_as_its_general_form():
         ns = Ns(r, "kv")
         ns.init(0, 64)
         ns.init(1, 64)
-        md5 = ["".join(rng.choice("0123456789abcdef") for _ in range(32)) for _ in range(6)]
-        sha = ["".join(rng.choice("0123456789abcdef") for _ in range(64)) for _ in range(6)]
+        def digests(chars):
+            return ["".join(rng.choice("0123456789abcdef") for _ in range(chars))
+                    for _ in range(6)]
+        md5, sha = digests(32), digests(64)
+        mha = [d + "-k" for d in digests(64)]  # SGLang's keys of an MHA model's pages
         k = ns.key
-        for keys in (md5, sha):
+        for keys, hexchars in ((md5, 32), (sha, 64), (mha, 64)):
             mine = keys[:4]  # written in the general form, on both ranks
             for rank in (0, 1):
                 pages, _ = ns.alloc(rank, mine)
                 expect_eq(ns.confirm(rank, list(zip(mine, pages))), 0)
             # read in the packed form: the same answers as the general one
-            expect_eq(flags_of(r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, pkl(keys))),
+            expect_eq(flags_of(r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, pkl(keys, hexchars))),
                       ns.exists(0, keys))
-            expect_eq(flags_of(r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, pkl(keys))),
+            expect_eq(flags_of(r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, pkl(keys, hexchars))),
                       [1, 1, 1, 1, 0, 0])
-            expect_eq(flags_of(r.cmd("HF3FS.CEXISTS", k, T0, CFG, pkl(keys))),
+            expect_eq(flags_of(r.cmd("HF3FS.CEXISTS", k, T0, CFG, pkl(keys, hexchars))),
                       [1, 1, 1, 1, 0, 0])
-            expect_eq(pages_of(r.cmd("HF3FS.LOOKUP", k, T0, CFG, 1, pkl(keys))),
+            expect_eq(pages_of(r.cmd("HF3FS.LOOKUP", k, T0, CFG, 1, pkl(keys, hexchars))),
                       ns.lookup(1, keys))
             # allocated in the packed form: not a second key
-            p, _ = r.cmd("HF3FS.ALLOC", k, T0, CFG, 0, 1, pkl(keys))
+            p, _ = r.cmd("HF3FS.ALLOC", k, T0, CFG, 0, 1, pkl(keys, hexchars))
             expect_eq(pages_of(p)[:4], ns.lookup(0, mine))
-            r.cmd("HF3FS.DELETE", k, T0, CFG, 0, pkl(mine[:2]))
+            r.cmd("HF3FS.DELETE", k, T0, CFG, 0, pkl(mine[:2], hexchars))
             expect_eq(ns.exists(0, mine), [0, 0, 1, 1])
         expect_eq(ns.check(), b"OK")
         # a packed list that is cut, of another width, or a head alone: refused
-        for bad in (pkl(md5)[:-1], pkl(sha)[:-5], b"\xff\xff\xff\xff\x11" + bytes(17),
-                    b"\xff\xff\xff\xff"):
+        for bad in (pkl(md5)[:-1], pkl(sha)[:-5], pkl(mha, 64)[:-1],
+                    b"\xff\xff\xff\xff\x11\x00" + bytes(17),
+                    b"\xff\xff\xff\xff\x10\x09" + bytes(25), b"\xff\xff\xff\xff"):
             expect_error(lambda: r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, bad), "ERR malformed")
 
 

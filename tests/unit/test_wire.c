@@ -101,73 +101,105 @@ TEST(key_lists_round_trip_and_malformed_ones_are_refused)
     free(p);
 }
 
-/* n random lowercase hex keys of `chars` characters into store. */
-static void hex_keys(char (*store)[64], hf_slice *keys, size_t n, size_t chars)
+/* n keys into store: `chars` random lowercase hex characters, then the
+ * suffix (NULL: none). */
+static void hex_keys(char (*store)[72], hf_slice *keys, size_t n, size_t chars, const char *suffix)
 {
+    size_t slen = suffix ? strlen(suffix) : 0;
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < chars; k++)
             store[i][k] = "0123456789abcdef"[next() % 16];
-        keys[i] = (hf_slice){store[i], chars};
+        if (slen)
+            memcpy(store[i] + chars, suffix, slen);
+        keys[i] = (hf_slice){store[i], chars + slen};
     }
 }
 
+/* The shapes of the engines' keys, each packed in its form: vLLM's MD5,
+ * SGLang's SHA-256, and SGLang's "<SHA-256>-k" / "-v" of an MHA model. */
 TEST(hex_digest_key_lists_are_packed_and_unpack_to_the_same_keys)
 {
-    for (int round = 0; round < 400; round++) {
-        size_t n = 1 + next() % 20, chars = round % 2 ? 64 : 32;
-        char store[20][64];
+    static const struct {
+        size_t chars;
+        const char *suffix;
+        unsigned hex, per_key;
+    } shapes[] = {{32, NULL, 16, 16},
+                  {64, NULL, 32, 32},
+                  {64, "-k", 32, 34},
+                  {64, "-v", 32, 34},
+                  {32, "\x7f\xff", 16, 18}};
+    for (int round = 0; round < 500; round++) {
+        size_t si = (size_t)round % (sizeof shapes / sizeof shapes[0]);
+        size_t n = 1 + next() % 20, chars = shapes[si].chars;
+        char store[20][72];
         hf_slice keys[20];
-        hex_keys(store, keys, n, chars);
-        unsigned w = wire_keys_width(keys, n);
-        CHECK_EQ(w, chars / 2);
-        size_t len = wire_keys_len(keys, n, w);
-        CHECK_EQ(len, 5 + n * chars / 2); /* against 4 + chars a key in general */
+        hex_keys(store, keys, n, chars, shapes[si].suffix);
+        wire_keys_form f = wire_keys_choose(keys, n);
+        CHECK_EQ(f.hex, shapes[si].hex);
+        CHECK_EQ(f.hex + f.suffix, shapes[si].per_key);
+        size_t len = wire_keys_len(keys, n, f);
+        CHECK_EQ(len, 6 + n * shapes[si].per_key); /* against 4 + the key in general */
         char *buf = malloc(len);
-        wire_keys_put(buf, keys, n, w);
+        wire_keys_put(buf, keys, n, f);
         char *p = exact(buf, len);
         CHECK_EQ(wire_keys_count(p, len), (int64_t)n);
         size_t tlen = wire_keys_text_len(p, len);
-        CHECK_EQ(tlen, n * chars);
+        CHECK_EQ(tlen, n * keys[0].len);
         char *text = malloc(tlen);
         hf_slice out[20];
         wire_keys_decode(p, len, out, text);
         for (size_t i = 0; i < n; i++)
             CHECK(hf_slice_eq(out[i], keys[i]));
         /* a cut inside the last key is refused */
-        CHECK_EQ(wire_keys_count(p, len - 1 - next() % (chars / 2 - 1)), -1);
+        CHECK_EQ(wire_keys_count(p, len - 1 - next() % (shapes[si].per_key - 1)), -1);
         free(text);
         free(p);
         free(buf);
     }
 }
 
-TEST(key_lists_stay_general_unless_every_key_is_a_lowercase_hex_digest_of_one_width)
+TEST(key_lists_stay_general_unless_every_key_is_a_lowercase_hex_digest_of_one_shape)
 {
-    char store[8][64];
+    char store[8][72];
     hf_slice keys[8] = {{0}};
-    CHECK_EQ(wire_keys_width(keys, 0), 0);
-    /* one character of one key that is not 0-9 or a-f: uppercase, the
-     * neighbours of each range, a byte >= 0x80 */
+    CHECK_EQ(wire_keys_choose(keys, 0).hex, 0);
+    /* one character of the hex part of one key that is not 0-9 or a-f:
+     * uppercase, the neighbours of each range, a byte >= 0x80 */
     const char odd[] = {'A', 'F', 'g', '/', ':', '`', 'G', '\x80', '\0', ' '};
     for (size_t chars = 32; chars <= 64; chars += 32)
         for (size_t o = 0; o < sizeof odd; o++) {
-            hex_keys(store, keys, 8, chars);
-            CHECK_EQ(wire_keys_width(keys, 8), chars / 2);
+            hex_keys(store, keys, 8, chars, NULL);
+            CHECK_EQ(wire_keys_choose(keys, 8).hex, chars / 2);
             store[next() % 8][next() % chars] = odd[o];
-            CHECK_EQ(wire_keys_width(keys, 8), 0);
+            CHECK_EQ(wire_keys_choose(keys, 8).hex, 0);
         }
-    /* widths mixed, or another length */
-    hex_keys(store, keys, 8, 32);
+    /* lengths mixed: one key 64 characters among 32-character ones, one
+     * 63 among 64, one suffix longer than the others */
+    hex_keys(store, keys, 8, 32, NULL);
     keys[5].len = 64;
     for (size_t k = 32; k < 64; k++)
         store[5][k] = 'a';
-    CHECK_EQ(wire_keys_width(keys, 8), 0);
-    hex_keys(store, keys, 8, 64);
+    CHECK_EQ(wire_keys_choose(keys, 8).hex, 0);
+    hex_keys(store, keys, 8, 64, NULL);
     keys[7].len = 63;
-    CHECK_EQ(wire_keys_width(keys, 8), 0);
+    CHECK_EQ(wire_keys_choose(keys, 8).hex, 0);
+    hex_keys(store, keys, 8, 64, "-k");
+    keys[3].len = 67;
+    store[3][66] = 'x';
+    CHECK_EQ(wire_keys_choose(keys, 8).hex, 0);
+    /* too short for 32 characters, or a suffix past WIRE_KEYS_SUFFIX_MAX */
     keys[0].len = 16;
-    CHECK_EQ(wire_keys_width(keys, 1), 0);
+    CHECK_EQ(wire_keys_choose(keys, 1).hex, 0);
+    keys[0].ptr = "0123456789abcdef0123456789abcdef-suffix-9";
+    keys[0].len = 32 + WIRE_KEYS_SUFFIX_MAX + 1;
+    CHECK_EQ(wire_keys_choose(keys, 1).hex, 0);
+    /* a 48-character digest: 32 hex characters and 16 more past the suffix
+     * bound: general */
+    hex_keys(store, keys, 4, 48, NULL);
+    CHECK_EQ(wire_keys_choose(keys, 4).hex, 0);
     /* and the general form of a list that is not packed decodes as before */
+    hex_keys(store, keys, 8, 64, NULL);
+    store[2][0] = 'X';
     hf_buf b = {0};
     wire_keys_append(&b, keys, 8);
     CHECK_EQ(wire_keys_count((const char *)b.ptr, b.len), 8);
@@ -212,42 +244,54 @@ TEST(hex_pack_accepts_exactly_lowercase_hex_and_unpack_inverts_it_in_both_forms)
 
 TEST(malformed_packed_key_lists_are_refused)
 {
-    /* the head alone (no width), a width that is not 16 or 32, a partial key */
+    /* the head cut short, a width that is not 16 or 32, a suffix past the
+     * bound, a partial key */
     static const struct {
         const char *p;
         size_t len;
         int64_t want;
     } cases[] = {
         {"\xff\xff\xff\xff", 4, -1},
-        {"\xff\xff\xff\xff\x10", 5, 0},
-        {"\xff\xff\xff\xff\x20", 5, 0},
-        {"\xff\xff\xff\xff\x00", 5, -1},
-        {"\xff\xff\xff\xff\x08"
+        {"\xff\xff\xff\xff\x10", 5, -1},
+        {"\xff\xff\xff\xff\x10\x00", 6, 0},
+        {"\xff\xff\xff\xff\x20\x02", 6, 0},
+        {"\xff\xff\xff\xff\x00\x00", 6, -1},
+        {"\xff\xff\xff\xff\x08\x00"
          "abcdefgh",
-         13, -1},
-        {"\xff\xff\xff\xff\x11"
+         14, -1},
+        {"\xff\xff\xff\xff\x11\x00"
          "abcdefghijklmnopq",
-         22, -1},
-        {"\xff\xff\xff\xff\x10"
+         23, -1},
+        {"\xff\xff\xff\xff\x10\x09"
+         "abcdefghijklmnop123456789",
+         31, -1},
+        {"\xff\xff\xff\xff\x10\x00"
          "abcdefghijklmnop"
          "x",
-         22, -1},
-        {"\xff\xff\xff\xff\x10"
+         23, -1},
+        {"\xff\xff\xff\xff\x10\x01"
          "abcdefghijklmnop",
-         21, 1},
+         22, -1},
+        {"\xff\xff\xff\xff\x10\x00"
+         "abcdefghijklmnop",
+         22, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *p = exact(cases[i].p, cases[i].len);
         CHECK_EQ(wire_keys_count(p, cases[i].len), cases[i].want);
         free(p);
     }
-    /* a packed key's bytes are any bytes: it unpacks to its 32 characters */
-    char *p = exact(
-        "\xff\xff\xff\xff\x10\x01\x23\x45\x67\x89\xab\xcd\xef\xfe\xdc\xba\x98\x76\x54\x32\x10", 21);
-    char text[32];
+    /* a packed key's bytes are any bytes: it unpacks to its characters,
+     * then its suffix as it is */
+    char *p = exact("\xff\xff\xff\xff\x10\x02\x01\x23\x45\x67\x89\xab\xcd\xef\xfe\xdc\xba\x98\x76"
+                    "\x54\x32\x10-v",
+                    24);
+    char text[34];
+    CHECK_EQ(wire_keys_count(p, 24), 1);
+    CHECK_EQ(wire_keys_text_len(p, 24), 34);
     hf_slice out[1];
-    wire_keys_decode(p, 21, out, text);
-    CHECK(hf_slice_eq(out[0], HF_SLICE_LIT("0123456789abcdeffedcba9876543210")));
+    wire_keys_decode(p, 24, out, text);
+    CHECK(hf_slice_eq(out[0], HF_SLICE_LIT("0123456789abcdeffedcba9876543210-v")));
     free(p);
 }
 
@@ -413,9 +457,10 @@ TEST(random_bytes_never_decode_beyond_their_length)
         char *p = malloc(len ? len : 1);
         for (size_t i = 0; i < len; i++)
             p[i] = (char)(next() % 4 == 0 ? next() % 12 : next());
-        if (round % 3 == 0 && len >= 5) { /* the packed form's head, widths good and bad */
+        if (round % 3 == 0 && len >= 6) { /* the packed form's head, forms good and bad */
             memset(p, 0xff, 4);
             p[4] = (char)(next() % 2 ? 16u << (next() % 2) : next() % 40);
+            p[5] = (char)(next() % 2 ? next() % 3 : next() % 12);
         }
         size_t pos = 0;
         core_event ev;
@@ -835,7 +880,7 @@ int main(int argc, char **argv)
     RUN(value_keys_are_valid_hash_tags_for_every_namespace);
     RUN(key_lists_round_trip_and_malformed_ones_are_refused);
     RUN(hex_digest_key_lists_are_packed_and_unpack_to_the_same_keys);
-    RUN(key_lists_stay_general_unless_every_key_is_a_lowercase_hex_digest_of_one_width);
+    RUN(key_lists_stay_general_unless_every_key_is_a_lowercase_hex_digest_of_one_shape);
     RUN(hex_pack_accepts_exactly_lowercase_hex_and_unpack_inverts_it_in_both_forms);
     RUN(malformed_packed_key_lists_are_refused);
     RUN(page_lists_round_trip_every_int64);
