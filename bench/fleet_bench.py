@@ -3,8 +3,8 @@
 a Redis Cluster of 3 primaries, with the front ends a fleet runs.
 
     bench/fleet_bench.py [--primaries 3] [--keys 60000] [--ranks 2] [--pages 131072]
-                         [--seconds 5] [--runs 3] [--front-cpu 1] [--rows WORD,...]
-                         [--smoke]
+                         [--seconds 5] [--runs 3] [--front-cpu 1] [--redis-cpus 1]
+                         [--rows WORD,...] [--smoke]
 
 Setups, all up at once, each loaded with --keys complete 32-hex keys (vLLM's
 MD5) on --ranks ranks of pools of --pages pages in namespace kv:
@@ -42,7 +42,12 @@ cores (the load generators on CPU 0, every server on CPU 1, as bench/run
 does): the figures to read are the CPU per request and the ratios of the
 same run, not the absolute rates. --front-cpu 0 puts the front ends on CPU
 0 with the load generators, leaving CPU 1 to the redis-servers (a fleet's
-front ends run on the inference nodes, not beside Redis). --rows: only the
+front ends run on the inference nodes, not beside Redis). --redis-cpus
+LIST (default 1) places the redis-servers: the one Redis (and the wait
+setup's) on the first, the cluster's primaries on the CPUs in turn; on a
+machine of 5 CPUs or more, --redis-cpus 1,2,3 --front-cpu 4 gives each
+primary a CPU of its own, as a fleet gives it a machine, where on this
+2-CPU VM the three share CPU 1. --rows: only the
 rows whose name holds one of the words (e.g. 64c/r); the summary lines of
 rows not run are left out.
 
@@ -68,9 +73,9 @@ KEYCHARS = "32"  # vLLM's MD5 hex
 FRONT_CPU = 1  # the front ends' CPU (--front-cpu)
 
 
-def pin_pid(pid):
-    if pin(1):
-        subprocess.run(["taskset", "-cp", "1", str(pid)], stdout=subprocess.DEVNULL)
+def pin_pid(pid, cpu=1):
+    if pin(cpu):
+        subprocess.run(["taskset", "-cp", str(cpu), str(pid)], stdout=subprocess.DEVNULL)
 
 
 class Setup:
@@ -158,10 +163,14 @@ def main():
     ap.add_argument("--pages", type=int, default=131072)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--front-cpu", type=int, choices=(0, 1), default=1)
+    ap.add_argument("--front-cpu", type=int, default=1)
+    ap.add_argument("--redis-cpus", default="1")
     ap.add_argument("--rows", default="")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
+    cpus = [int(c) for c in a.redis_cpus.split(",") if c.strip().isdigit()]
+    if len(cpus) != len(a.redis_cpus.split(",")) or max(cpus + [a.front_cpu]) >= NCPU:
+        ap.error("--redis-cpus and --front-cpu name CPUs of this machine (0 to %d)" % (NCPU - 1))
     global FRONT_CPU
     FRONT_CPU = a.front_cpu
     conn_counts = (16, 64)
@@ -183,8 +192,11 @@ def main():
         replica = RedisServer(extra=("--replicaof", "127.0.0.1", str(primary.port))).__enter__()
         servers.append(replica)
         cpids = [cluster.nodes[p].proc.pid for p in cluster.primaries_ports()]
-        for pid in [one.proc.pid, primary.proc.pid, replica.proc.pid] + cpids:
-            pin_pid(pid)
+        cpus = [int(c) for c in a.redis_cpus.split(",")]
+        for pid in [one.proc.pid, primary.proc.pid, replica.proc.pid]:
+            pin_pid(pid, cpus[0])
+        for i, pid in enumerate(cpids):  # the primaries take the CPUs in turn
+            pin_pid(pid, cpus[i % len(cpus)])
         setups["one"] = Setup("one", ["--store", one.url], [one.proc.pid], tmp)
         setups["cluster"] = Setup("cluster", ["--store", "redis-cluster://" + cluster.seeds()],
                                   cpids, tmp)
@@ -214,10 +226,10 @@ def main():
 
         print("Fleet: one Redis against %d primaries (values per primary: %s; stripes of kv: "
               "%d), %d complete keys on %d ranks, pools of %d pages, %d run(s) of %d s per "
-              "row, alternating; load generators on CPU 0, redis-servers on CPU 1, front ends "
+              "row, alternating; load generators on CPU 0, redis-servers on CPU %s, front ends "
               "on CPU %d (of %d)"
               % (a.primaries, "/".join(map(str, values)), sum(values), a.keys, a.ranks, a.pages,
-                 a.runs, a.seconds, FRONT_CPU, NCPU))
+                 a.runs, a.seconds, a.redis_cpus, FRONT_CPU, NCPU))
         if a.rows:
             rows = [r for r in rows if any(w in r[0] for w in a.rows.split(","))]
         runs = {r[0]: [] for r in rows}
