@@ -168,8 +168,11 @@ def main():
     ap.add_argument("--rows", default="")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
-    cpus = [int(c) for c in a.redis_cpus.split(",") if c.strip().isdigit()]
-    if len(cpus) != len(a.redis_cpus.split(",")) or max(cpus + [a.front_cpu]) >= NCPU:
+    try:
+        cpus = [int(c) for c in a.redis_cpus.split(",")]
+    except ValueError:
+        ap.error("--redis-cpus: CPU numbers separated by commas")
+    if pin(0) and not all(0 <= c < NCPU for c in cpus + [a.front_cpu]):
         ap.error("--redis-cpus and --front-cpu name CPUs of this machine (0 to %d)" % (NCPU - 1))
     global FRONT_CPU
     FRONT_CPU = a.front_cpu
