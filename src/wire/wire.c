@@ -8,7 +8,6 @@
 #include "util/bytes.h"
 #include "util/hash.h"
 #include "util/hex.h"
-#include "util/hf_assert.h"
 #include "util/slot.h"
 #include "util/xalloc.h"
 
@@ -41,67 +40,60 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap)
 /* The packed form's head: FF FF FF FF, W, S. */
 #define PACKED_HEAD 6
 
+/* How a packed list is packed: W and S. */
+typedef struct keys_form {
+    unsigned hex;
+    unsigned suffix;
+} keys_form;
+
 /* Whether p[0..len) is a packed list, with its form in *f (not checked). */
-static bool packed_head(const char *p, size_t len, wire_keys_form *f)
+static bool packed_head(const char *p, size_t len, keys_form *f)
 {
     if (len < PACKED_HEAD || memcmp(p, "\xff\xff\xff\xff", 4) != 0)
         return false;
-    *f = (wire_keys_form){(unsigned char)p[4], (unsigned char)p[5]};
+    *f = (keys_form){(unsigned char)p[4], (unsigned char)p[5]};
     return true;
 }
 
-static bool form_valid(wire_keys_form f)
+static bool form_valid(keys_form f)
 {
     return (f.hex == 16 || f.hex == 32) && f.suffix <= WIRE_KEYS_SUFFIX_MAX;
 }
 
-wire_keys_form wire_keys_choose(const hf_slice *keys, size_t n)
+/* The keys packed at out, its length; 0 (out's bytes then unspecified) if
+ * the list is empty or one key does not fit the form the first key's
+ * length asks for: W 32 from 64 characters on, 16 below (with S at most
+ * WIRE_KEYS_SUFFIX_MAX, only one W fits a length). */
+static size_t put_packed(char *out, const hf_slice *keys, size_t n)
 {
-    const wire_keys_form general = {0, 0};
-    if (n == 0)
-        return general;
-    size_t len = keys[0].len;
-    uint8_t tmp[32];
-    for (unsigned w = 32; w >= 16; w /= 2) {
-        if (len < 2 * w || len - 2 * w > WIRE_KEYS_SUFFIX_MAX)
-            continue;
-        size_t i = 0;
-        while (i < n && keys[i].len == len && hf_hex_pack(keys[i].ptr, 2 * w, tmp))
-            i++;
-        if (i == n)
-            return (wire_keys_form){w, (unsigned)(len - 2 * w)};
+    size_t len = n ? keys[0].len : 0;
+    unsigned w = len >= 64 ? 32 : 16;
+    if (n == 0 || len < 2 * w || len - 2 * w > WIRE_KEYS_SUFFIX_MAX)
+        return 0;
+    unsigned s = (unsigned)(len - 2 * w);
+    memcpy(out, "\xff\xff\xff\xff", 4);
+    out[4] = (char)w;
+    out[5] = (char)s;
+    char *o = out + PACKED_HEAD;
+    for (size_t i = 0; i < n; i++, o += w + s) {
+        if (keys[i].len != len || !hf_hex_pack(keys[i].ptr, 2 * w, (uint8_t *)o))
+            return 0;
+        if (s)
+            memcpy(o + w, keys[i].ptr + 2 * w, s);
     }
-    return general;
+    return (size_t)(o - out);
 }
 
-size_t wire_keys_len(const hf_slice *keys, size_t n, wire_keys_form f)
+size_t wire_keys_len(const hf_slice *keys, size_t n)
 {
-    if (f.hex)
-        return PACKED_HEAD + n * (f.hex + f.suffix);
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += 4 + keys[i].len;
     return total;
 }
 
-void wire_keys_put(char *out, const hf_slice *keys, size_t n, wire_keys_form f)
+static void put_general(char *out, const hf_slice *keys, size_t n)
 {
-    if (f.hex) {
-        HF_ASSERT(form_valid(f));
-        memcpy(out, "\xff\xff\xff\xff", 4);
-        out[4] = (char)f.hex;
-        out[5] = (char)f.suffix;
-        out += PACKED_HEAD;
-        for (size_t i = 0; i < n; i++) {
-            HF_ASSERT(keys[i].len == 2 * f.hex + f.suffix); /* wire_keys_choose said so */
-            bool hex = hf_hex_pack(keys[i].ptr, 2 * f.hex, (uint8_t *)out);
-            HF_ASSERT(hex);
-            if (f.suffix)
-                memcpy(out + f.hex, keys[i].ptr + 2 * f.hex, f.suffix);
-            out += f.hex + f.suffix;
-        }
-        return;
-    }
     for (size_t i = 0; i < n; i++) {
         hf_put_le32(out, (uint32_t)keys[i].len);
         if (keys[i].len)
@@ -110,19 +102,27 @@ void wire_keys_put(char *out, const hf_slice *keys, size_t n, wire_keys_form f)
     }
 }
 
+size_t wire_keys_put(char *out, const hf_slice *keys, size_t n)
+{
+    size_t packed = put_packed(out, keys, n);
+    if (packed)
+        return packed;
+    put_general(out, keys, n);
+    return wire_keys_len(keys, n);
+}
+
 void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n)
 {
-    const wire_keys_form general = {0, 0};
-    size_t total = wire_keys_len(keys, n, general);
+    size_t total = wire_keys_len(keys, n);
     if (!hf_buf_reserve(b, total))
         return;
-    wire_keys_put(b->ptr + b->len, keys, n, general);
+    put_general(b->ptr + b->len, keys, n);
     b->len += total;
 }
 
 int64_t wire_keys_count(const char *p, size_t len)
 {
-    wire_keys_form f;
+    keys_form f;
     if (packed_head(p, len, &f))
         return form_valid(f) && (len - PACKED_HEAD) % (f.hex + f.suffix) == 0
                    ? (int64_t)((len - PACKED_HEAD) / (f.hex + f.suffix))
@@ -144,7 +144,7 @@ int64_t wire_keys_count(const char *p, size_t len)
 
 size_t wire_keys_text_len(const char *p, size_t len)
 {
-    wire_keys_form f;
+    keys_form f;
     if (!packed_head(p, len, &f) || !form_valid(f))
         return 0;
     return (len - PACKED_HEAD) / (f.hex + f.suffix) * (2 * f.hex + f.suffix);
@@ -152,7 +152,7 @@ size_t wire_keys_text_len(const char *p, size_t len)
 
 void wire_keys_decode(const char *p, size_t len, hf_slice *out, char *text)
 {
-    wire_keys_form f;
+    keys_form f;
     if (packed_head(p, len, &f)) {
         size_t n = (len - PACKED_HEAD) / (f.hex + f.suffix), klen = 2 * f.hex + f.suffix;
         const uint8_t *in = (const uint8_t *)p + PACKED_HEAD;

@@ -62,18 +62,13 @@ size_t wire_value_key(hf_slice ns, char *out, size_t cap);
  * takes 36, 68 or 70, and Redis pays for what it reads by the byte.
  */
 #define WIRE_KEYS_SUFFIX_MAX 8
-/* How a list is packed: hex 0 for the general form. */
-typedef struct wire_keys_form {
-    unsigned hex;    /* W */
-    unsigned suffix; /* S */
-} wire_keys_form;
-/* The packed form that fits every key of a non-empty list (the widest
- * W that does), else the general one. */
-wire_keys_form wire_keys_choose(const hf_slice *keys, size_t n);
-/* The list's bytes in form f, and the list written at out (wire_keys_len
- * bytes); f is wire_keys_choose's for these keys, or the general form. */
-size_t wire_keys_len(const hf_slice *keys, size_t n, wire_keys_form f);
-void wire_keys_put(char *out, const hf_slice *keys, size_t n, wire_keys_form f);
+/* The bytes of the general form of these keys: room enough for
+ * wire_keys_put, whose packed form is always shorter. */
+size_t wire_keys_len(const hf_slice *keys, size_t n);
+/* The list written at out (wire_keys_len bytes of room): packed if that
+ * fits every key of a non-empty list (one W, one S, hex characters), else
+ * in the general form; its length. */
+size_t wire_keys_put(char *out, const hf_slice *keys, size_t n);
 /* The general form, appended. */
 void wire_keys_append(hf_buf *b, const hf_slice *keys, size_t n);
 /* How many keys p[0..len) holds, or -1 if it is not a well-formed key list

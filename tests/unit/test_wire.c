@@ -115,6 +115,26 @@ static void hex_keys(char (*store)[72], hf_slice *keys, size_t n, size_t chars, 
     }
 }
 
+/* W of the list p[0..len) wire_keys_put wrote, 0 for the general form. */
+static unsigned packed_width(const char *p, size_t len)
+{
+    return len >= 6 && memcmp(p, "\xff\xff\xff\xff", 4) == 0 ? (unsigned char)p[4] : 0;
+}
+
+/* W of the form wire_keys_put writes these keys in (0: general, which
+ * then fills its room exactly). */
+static unsigned put_width(const hf_slice *keys, size_t n)
+{
+    size_t room = wire_keys_len(keys, n);
+    char *buf = malloc(room ? room : 1);
+    size_t len = wire_keys_put(buf, keys, n);
+    unsigned w = packed_width(buf, len);
+    if (w == 0)
+        CHECK_EQ(len, room);
+    free(buf);
+    return w;
+}
+
 /* The shapes of the engines' keys, each packed in its form: vLLM's MD5,
  * SGLang's SHA-256, and SGLang's "<SHA-256>-k" / "-v" of an MHA model. */
 TEST(hex_digest_key_lists_are_packed_and_unpack_to_the_same_keys)
@@ -134,13 +154,13 @@ TEST(hex_digest_key_lists_are_packed_and_unpack_to_the_same_keys)
         char store[20][72];
         hf_slice keys[20];
         hex_keys(store, keys, n, chars, shapes[si].suffix);
-        wire_keys_form f = wire_keys_choose(keys, n);
-        CHECK_EQ(f.hex, shapes[si].hex);
-        CHECK_EQ(f.hex + f.suffix, shapes[si].per_key);
-        size_t len = wire_keys_len(keys, n, f);
+        size_t room = wire_keys_len(keys, n);
+        CHECK_EQ(room, n * (4 + keys[0].len)); /* the general form's */
+        char *buf = malloc(room);
+        size_t len = wire_keys_put(buf, keys, n);
+        CHECK_EQ(packed_width(buf, len), shapes[si].hex);
+        CHECK_EQ((unsigned)buf[4] + (unsigned)buf[5], shapes[si].per_key);
         CHECK_EQ(len, 6 + n * shapes[si].per_key); /* against 4 + the key in general */
-        char *buf = malloc(len);
-        wire_keys_put(buf, keys, n, f);
         char *p = exact(buf, len);
         CHECK_EQ(wire_keys_count(p, len), (int64_t)n);
         size_t tlen = wire_keys_text_len(p, len);
@@ -162,16 +182,16 @@ TEST(key_lists_stay_general_unless_every_key_is_a_lowercase_hex_digest_of_one_sh
 {
     char store[8][72];
     hf_slice keys[8] = {{0}};
-    CHECK_EQ(wire_keys_choose(keys, 0).hex, 0);
+    CHECK_EQ(put_width(keys, 0), 0);
     /* one character of the hex part of one key that is not 0-9 or a-f:
      * uppercase, the neighbours of each range, a byte >= 0x80 */
     const char odd[] = {'A', 'F', 'g', '/', ':', '`', 'G', '\x80', '\0', ' '};
     for (size_t chars = 32; chars <= 64; chars += 32)
         for (size_t o = 0; o < sizeof odd; o++) {
             hex_keys(store, keys, 8, chars, NULL);
-            CHECK_EQ(wire_keys_choose(keys, 8).hex, chars / 2);
+            CHECK_EQ(put_width(keys, 8), chars / 2);
             store[next() % 8][next() % chars] = odd[o];
-            CHECK_EQ(wire_keys_choose(keys, 8).hex, 0);
+            CHECK_EQ(put_width(keys, 8), 0);
         }
     /* lengths mixed: one key 64 characters among 32-character ones, one
      * 63 among 64, one suffix longer than the others */
@@ -179,24 +199,24 @@ TEST(key_lists_stay_general_unless_every_key_is_a_lowercase_hex_digest_of_one_sh
     keys[5].len = 64;
     for (size_t k = 32; k < 64; k++)
         store[5][k] = 'a';
-    CHECK_EQ(wire_keys_choose(keys, 8).hex, 0);
+    CHECK_EQ(put_width(keys, 8), 0);
     hex_keys(store, keys, 8, 64, NULL);
     keys[7].len = 63;
-    CHECK_EQ(wire_keys_choose(keys, 8).hex, 0);
+    CHECK_EQ(put_width(keys, 8), 0);
     hex_keys(store, keys, 8, 64, "-k");
     keys[3].len = 67;
     store[3][66] = 'x';
-    CHECK_EQ(wire_keys_choose(keys, 8).hex, 0);
+    CHECK_EQ(put_width(keys, 8), 0);
     /* too short for 32 characters, or a suffix past WIRE_KEYS_SUFFIX_MAX */
     keys[0].len = 16;
-    CHECK_EQ(wire_keys_choose(keys, 1).hex, 0);
+    CHECK_EQ(put_width(keys, 1), 0);
     keys[0].ptr = "0123456789abcdef0123456789abcdef-suffix-9";
     keys[0].len = 32 + WIRE_KEYS_SUFFIX_MAX + 1;
-    CHECK_EQ(wire_keys_choose(keys, 1).hex, 0);
+    CHECK_EQ(put_width(keys, 1), 0);
     /* a 48-character digest: 32 hex characters and 16 more past the suffix
      * bound: general */
     hex_keys(store, keys, 4, 48, NULL);
-    CHECK_EQ(wire_keys_choose(keys, 4).hex, 0);
+    CHECK_EQ(put_width(keys, 4), 0);
     /* and the general form of a list that is not packed decodes as before */
     hex_keys(store, keys, 8, 64, NULL);
     store[2][0] = 'X';

@@ -76,8 +76,8 @@ void redis__args_int(args *a, int64_t v)
 
 void redis__args_keys(args *a, const hf_slice *keys, size_t n)
 {
-    wire_keys_form f = wire_keys_choose(keys, n); /* packed when they are hex digests */
-    wire_keys_put(redis__args_room(a, wire_keys_len(keys, n, f)), keys, n, f);
+    /* packed when they are hex digests: shorter than the room */
+    redis__args_trim(a, wire_keys_put(redis__args_room(a, wire_keys_len(keys, n)), keys, n));
 }
 
 void redis__args_pages(args *a, const int64_t *v, size_t n)
