@@ -61,6 +61,13 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
 
 
+def commandstats(text):
+    """INFO commandstats as {command: (calls, usec)}, names lowercase as
+    Redis prints them (hf3fs.cexists, module|list, ...)."""
+    return {name: (int(c), int(u)) for name, c, u in
+            re.findall(r"cmdstat_([\w.|]+):calls=(\d+),usec=(\d+)", text)}
+
+
 def parse(line):
     """loadgen/wrk's "requests=.. rps=X ..." line as a dict of floats."""
     out = {}

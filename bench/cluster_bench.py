@@ -78,29 +78,27 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (LOADGEN, NCPU, ROOT, SERVER, cpu_seconds, free_port, parse,  # noqa: E402
-                      pin, wait_port)
+from benchlib import (LOADGEN, NCPU, ROOT, SERVER, commandstats, cpu_seconds,  # noqa: E402
+                      free_port, parse, pin, wait_port)
 from redis_cluster import RedisCluster  # noqa: E402
 
 
 def node_stats(rc, port):
     """(module command calls, usec of every command) on one node since its
     last RESETSTAT (commandstats)."""
-    text = rc.call(port, "INFO", "commandstats")
     calls = usec = 0
-    for name, c, u in re.findall(r"cmdstat_([\w.|]+):calls=(\d+),usec=(\d+)", text):
+    for name, (c, u) in commandstats(rc.call(port, "INFO", "commandstats")).items():
         if name.startswith("hf3fs."):
-            calls += int(c)
+            calls += c
         if name not in ("info", "config", "cluster", "ping", "dbsize", "module"):
-            usec += int(u)
+            usec += u
     return calls, usec
 
 
 def module_usec(rc, port):
     """usec of the module's commands (hf3fs.*) on one node since its last
     RESETSTAT (commandstats)."""
-    text = rc.call(port, "INFO", "commandstats")
-    return sum(int(u) for name, u in re.findall(r"cmdstat_([\w.|]+):calls=\d+,usec=(\d+)", text)
+    return sum(u for name, (_, u) in commandstats(rc.call(port, "INFO", "commandstats")).items()
                if name.startswith("hf3fs."))
 
 

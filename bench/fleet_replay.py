@@ -40,7 +40,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fleet_bench as fb  # noqa: E402
-from benchlib import cpu_seconds, pin  # noqa: E402
+from benchlib import commandstats, cpu_seconds, pin  # noqa: E402
 from redis_cluster import RedisCluster  # noqa: E402
 from redis_server import Resp, RedisServer  # noqa: E402
 
@@ -123,11 +123,7 @@ def cexists_usec(port):
     conn = Resp(port=port)
     info = conn.cmd("INFO", "commandstats").decode()
     conn.close()
-    for line in info.splitlines():
-        if line.startswith("cmdstat_hf3fs.cexists:"):
-            f = dict(x.split("=", 1) for x in line.split(":", 1)[1].split(","))
-            return int(f["calls"]), int(f["usec"])
-    return 0, 0
+    return commandstats(info).get("hf3fs.cexists", (0, 0))
 
 
 def cpu_per_command(ports, pids, cmdsets, depth, total):
