@@ -480,7 +480,9 @@ def test_many_concurrent_requests_share_the_flag_s_connections_to_redis():
             while time.monotonic() < deadline:
                 counts.append(_client_count(r))
                 time.sleep(0.05)
-        store = c.get("/v1/stats").json()["server"]["store"]
+        stats = c.get("/v1/stats")
+        expect_eq(stats.status, 200, "/v1/stats after the load: %r" % stats.body[:500])
+        store = stats.json()["server"]["store"]
         print("# clients of Redis seen under load: %r; requests %d, calls %d, writes %d"
               % (sorted(set(counts)), done[0], store["calls"], store["writes"]), flush=True)
         expect_eq(errors, [], "statuses other than 200 under load")
