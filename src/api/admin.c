@@ -305,6 +305,8 @@ static void put_server_json(api__req *req)
     json_put_uint(out, fig.connections_open);
     put_counter(out, "total", fig.connections_total);
     put_counter(out, "refused", fig.connections_refused);
+    put_counter(out, "shed", fig.connections_shed);
+    put_counter(out, "timed_out", fig.connections_timed_out);
     json_put_char(out, '}');
     put_store_json(req);
     json_put_char(out, '}');

@@ -101,7 +101,9 @@ void api_count_http_answer(api_t *api, int status);
 typedef enum api_connection_event {
     API_CONNECTION_OPENED,
     API_CONNECTION_CLOSED,
-    API_CONNECTION_REFUSED, /* accepted and closed at once: the connection limit */
+    API_CONNECTION_REFUSED,   /* accepted and closed at once: the connection limit */
+    API_CONNECTION_SHED,      /* closed to admit a new one at the connection limit */
+    API_CONNECTION_TIMED_OUT, /* closed because its request missed its deadline */
 } api_connection_event;
 void api_count_connection(api_t *api, api_connection_event event);
 

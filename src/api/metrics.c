@@ -54,6 +54,8 @@ struct api__metrics {
     _Atomic uint64_t connections_opened;
     _Atomic uint64_t connections_closed;
     _Atomic uint64_t connections_refused;
+    _Atomic uint64_t connections_shed;
+    _Atomic uint64_t connections_timed_out;
 };
 
 static atomic_uint next_shard;
@@ -68,6 +70,8 @@ api__metrics *api__metrics_new(size_t nroutes)
     atomic_init(&m->connections_opened, 0);
     atomic_init(&m->connections_closed, 0);
     atomic_init(&m->connections_refused, 0);
+    atomic_init(&m->connections_shed, 0);
+    atomic_init(&m->connections_timed_out, 0);
     return m;
 }
 
@@ -157,6 +161,8 @@ void api__metrics_connection(api__metrics *m, api_connection_event event)
     case API_CONNECTION_OPENED: add(&m->connections_opened, 1); return;
     case API_CONNECTION_CLOSED: add(&m->connections_closed, 1); return;
     case API_CONNECTION_REFUSED: add(&m->connections_refused, 1); return;
+    case API_CONNECTION_SHED: add(&m->connections_shed, 1); return;
+    case API_CONNECTION_TIMED_OUT: add(&m->connections_timed_out, 1); return;
     }
 }
 
@@ -197,6 +203,8 @@ static void connection_figures(const api__metrics *m, api__server_figures *out)
     out->connections_total = opened;
     out->connections_open = opened >= closed ? opened - closed : 0;
     out->connections_refused = load(&m->connections_refused);
+    out->connections_shed = load(&m->connections_shed);
+    out->connections_timed_out = load(&m->connections_timed_out);
 }
 
 void api__metrics_figures(const api__metrics *m, api__server_figures *out)
@@ -398,4 +406,12 @@ void api__metrics_write(const api__metrics *m, json_buf *out, const char *const 
     api__prom_single(out, "hf3fs_metad_connections_refused_total", "counter",
                      "HTTP connections closed at once because --max-connections were open.",
                      store_int(conn.connections_refused));
+    api__prom_single(out, "hf3fs_metad_connections_shed_total", "counter",
+                     "HTTP connections closed to admit a new one while --max-connections were "
+                     "open (the one furthest from being served).",
+                     store_int(conn.connections_shed));
+    api__prom_single(out, "hf3fs_metad_connections_timed_out_total", "counter",
+                     "HTTP connections closed because a request missed its deadline "
+                     "(--header-timeout, --body-timeout, --body-min-rate).",
+                     store_int(conn.connections_timed_out));
 }

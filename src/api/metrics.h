@@ -41,8 +41,10 @@ void api__metrics_connection(api__metrics *m, api_connection_event event);
 typedef struct api__server_figures {
     uint64_t requests; /* every answer counted */
     uint64_t connections_open;
-    uint64_t connections_total;   /* accepted since start */
-    uint64_t connections_refused; /* closed at once: the connection limit was reached */
+    uint64_t connections_total;     /* accepted since start */
+    uint64_t connections_refused;   /* closed at once: the connection limit was reached */
+    uint64_t connections_shed;      /* closed to admit a new one at the limit */
+    uint64_t connections_timed_out; /* closed: a request missed its deadline */
 } api__server_figures;
 
 void api__metrics_figures(const api__metrics *m, api__server_figures *out);

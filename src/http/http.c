@@ -58,6 +58,32 @@
  * active first (activity: bytes read or sent). Once a second it closes
  * those idle for idle_timeout_s (lingering ones after LINGER_S).
  *
+ * Deadlines. Activity is not progress: a client that sends a byte every few
+ * seconds is never idle. So a request must also arrive in time (as nginx's
+ * client_header_timeout and Apache's mod_reqtimeout ask): its request line
+ * and headers within header_timeout_s of its first byte (for a
+ * connection's first request, of the connection's opening), its body within
+ * body_timeout_s of the headers' end plus a second per body_min_rate bytes
+ * received. Each loop keeps a second list, of its connections waiting for a
+ * request to complete (the request list), in the order their requests
+ * began: the once-a-second sweep walks it from the oldest and stops at the
+ * first too young to be late. A late request is answered 408 and its
+ * connection closes; a connection that never sent a byte is closed without
+ * an answer.
+ *
+ * Shedding. A connection accepted while max_connections are open is not
+ * refused if the accepting loop can shed one of its own: the one furthest
+ * from being served, the older of (a) the request-list head, whose request
+ * began longest ago and is still incomplete, and (b) the least recently
+ * active connection between requests (idle on keep-alive, lingering, or
+ * with answers its client does not read). A connection whose request is
+ * being answered (parked on its fiber) is never shed. If the accepting loop
+ * has none to shed, it admits the connection past the limit (by at most
+ * one per loop) and asks the loop with the most connections to shed one of
+ * its own when it wakes. So a client that sends whole requests gets in even
+ * while others hold more connections than the table has; each shed
+ * connection is counted.
+ *
  * Answers: "HTTP/1.1 <status> <reason>", Date (formatted once a second per
  * loop), Content-Type and Content-Length (none for 204),
  * WWW-Authenticate for a 401, "Connection: close" when the connection ends
@@ -65,9 +91,9 @@
  * A HEAD request gets the headers of its GET answer without the body.
  *
  * Connections are counted for /metrics (api_count_connection): opened and
- * closed here, refused when accepted past max_connections (then closed at
- * once, so that the client sees it closed instead of hanging in the listen
- * backlog). Threads accepting at the same moment may each let one through:
+ * closed here, shed, timed out, and refused when accepted past
+ * max_connections with nothing to shed (then closed at once, so that the
+ * client sees it closed instead of hanging in the listen backlog). Threads accepting at the same moment may each let one through:
  * the count can pass the limit by at most threads - 1, briefly.
  *
  * Access log (--access-log): one line per answer, after it is queued:
@@ -128,9 +154,16 @@ typedef struct conn {
     int fd;
     struct conn *prev, *next; /* the loop's list, least recently active first */
     struct conn *flush_next;  /* the loop's answers to send after this batch */
+    /* the loop's request list: waiting for a request to complete, in the
+     * order the requests began (see "Deadlines") */
+    struct conn *rprev, *rnext;
+    bool waiting;        /* on the request list */
+    bool request_bytes;  /* a byte of the request it waits for has come */
+    uint64_t began_ms;   /* the request's first byte; the connection's opening */
+    uint64_t headers_ms; /* the headers' end; 0 while they are read */
     bool flush_queued;
-    uint64_t active_s; /* monotonic seconds of the last bytes either way */
-    uint32_t events;   /* what epoll watches now */
+    uint64_t active_ms; /* coarse monotonic milliseconds of the last bytes either way */
+    uint32_t events;    /* what epoll watches now */
     http_parser parser;
 
     /* the request being read */
@@ -175,8 +208,9 @@ struct loop {
     http_server *server;
     int epfd;
     int wake_fd;
-    int spare_fd;       /* given up to accept-and-close when out of descriptors */
-    atomic_uint nconns; /* connections given to this loop and not closed yet */
+    int spare_fd;           /* given up to accept-and-close when out of descriptors */
+    atomic_uint nconns;     /* connections given to this loop and not closed yet */
+    atomic_uint shed_asked; /* connections other loops admitted past the limit */
     pthread_mutex_t inbox_lock;
     int *inbox; /* accepted by another loop, to be opened here */
     size_t inbox_len, inbox_cap;
@@ -184,8 +218,9 @@ struct loop {
     pthread_t owner; /* the thread running the loop (for HF_ASSERT) */
     bool started;
     conn *head, *tail;
-    size_t listed;    /* conns on the list: those opened here and not closed */
-    conn *flush_head; /* conns with answers to send once the batch is handled */
+    size_t listed;       /* conns on the list: those opened here and not closed */
+    conn *rhead, *rtail; /* the request list, oldest request first */
+    conn *flush_head;    /* conns with answers to send once the batch is handled */
     uint64_t swept_s;
     time_t date_at;
     char date[40];
@@ -269,7 +304,7 @@ static void list_append(loop *lp, conn *c)
     /* c is on no list, and the list stays ordered by activity (sweep stops
      * at the first conn that is not idle) */
     HF_ASSERT(!c->prev && !c->next && lp->head != c);
-    HF_ASSERT(!lp->tail || lp->tail->active_s <= c->active_s);
+    HF_ASSERT(!lp->tail || lp->tail->active_ms <= c->active_ms);
     lp->listed++;
     c->prev = lp->tail;
     c->next = NULL;
@@ -282,11 +317,51 @@ static void list_append(loop *lp, conn *c)
 
 static void touch(conn *c)
 {
-    c->active_s = hf_clock_mono_coarse_s();
+    c->active_ms = hf_clock_mono_coarse_ms();
     if (c->loop->tail != c) {
         list_unlink(c->loop, c);
         list_append(c->loop, c);
     }
+}
+
+/* The request list: a connection joins it when it opens and when a
+ * request begins, and leaves it when its request is complete, refused or
+ * timed out, or when it closes. Times are read on the loop's thread from
+ * one monotonic clock, so appending keeps the list in order. */
+static void wait_for_request(conn *c, uint64_t now_ms)
+{
+    loop *lp = c->loop;
+    HF_ASSERT(!c->waiting && !c->rprev && !c->rnext);
+    HF_ASSERT(!lp->rtail || lp->rtail->began_ms <= now_ms);
+    c->waiting = true;
+    c->request_bytes = false;
+    c->began_ms = now_ms;
+    c->headers_ms = 0;
+    c->rprev = lp->rtail;
+    if (lp->rtail)
+        lp->rtail->rnext = c;
+    else
+        lp->rhead = c;
+    lp->rtail = c;
+}
+
+static void request_done(conn *c)
+{
+    loop *lp = c->loop;
+    if (!c->waiting)
+        return;
+    HF_ASSERT(c->rprev ? c->rprev->rnext == c : lp->rhead == c);
+    HF_ASSERT(c->rnext ? c->rnext->rprev == c : lp->rtail == c);
+    if (c->rprev)
+        c->rprev->rnext = c->rnext;
+    else
+        lp->rhead = c->rnext;
+    if (c->rnext)
+        c->rnext->rprev = c->rprev;
+    else
+        lp->rtail = c->rprev;
+    c->rprev = c->rnext = NULL;
+    c->waiting = false;
 }
 
 static void watch(conn *c, uint32_t events)
@@ -339,6 +414,7 @@ static void conn_close(conn *c)
         c->flush_queued = false;
     }
     list_unlink(lp, c);
+    request_done(c);
     /* Leave the epoll set before closing: close() alone removes the socket
      * from it only when no other descriptor refers to the socket, and the
      * log's snapshot child holds copies of every descriptor from its fork
@@ -423,6 +499,7 @@ static const char *reason(int status)
     case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
     case 409: return "Conflict";
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
@@ -505,6 +582,7 @@ static void queue_refusal(conn *c, int status, const char *detail)
         len = snprintf(body, sizeof body, "{\"detail\":\"%s\"}", detail);
     }
     c->closing = true;
+    request_done(c);
     api_count_http_answer(server->api, status);
     queue_answer(c, status, "application/json", NULL, text, (size_t)len, true, false);
     if (server->config.access_log)
@@ -614,6 +692,9 @@ static bool over_header_limit(conn *c, size_t more)
 static int on_message_begin(http_parser *p)
 {
     conn *c = p->data;
+    if (!c->waiting) /* a later request: its deadline runs from now */
+        wait_for_request(c, hf_clock_mono_coarse_ms());
+    c->request_bytes = true;
     c->url.len = 0;
     c->header_bytes = 0;
     c->field_len = 0;
@@ -713,6 +794,7 @@ static int on_headers_complete(http_parser *p)
         http_parser_pause(p, 1);
         return 0;
     }
+    c->headers_ms = hf_clock_mono_coarse_ms();
     bool chunked = p->flags & F_CHUNKED;
     bool has_length = !chunked && (p->flags & F_CONTENTLENGTH);
     if (has_length && p->content_length > server->config.max_body_bytes) {
@@ -759,6 +841,7 @@ static int on_message_complete(http_parser *p)
 {
     conn *c = p->data;
     c->complete = true;
+    request_done(c);
     http_parser_pause(p, 1);
     return 0;
 }
@@ -962,8 +1045,9 @@ static void conn_open(loop *lp, int fd)
         return;
     }
     c->events = EPOLLIN;
-    c->active_s = hf_clock_mono_coarse_s();
+    c->active_ms = hf_clock_mono_coarse_ms();
     list_append(lp, c);
+    wait_for_request(c, hf_clock_mono_coarse_ms());
     HF_ASSERT(counts_agree(lp));
 }
 
@@ -1019,6 +1103,53 @@ static void give(loop *lp, int fd)
     wake_loop(best);
 }
 
+/*
+ * Close the connection of lp furthest from being served (see "Shedding"),
+ * to admit a new one. false if every one is being served.
+ */
+static bool shed_one(loop *lp)
+{
+    HF_ASSERT(on_loop_thread(lp));
+    conn *between = lp->head; /* least recently active first */
+    while (between && (between->busy || between->waiting))
+        between = between->next;
+    conn *late = lp->rhead;
+    HF_ASSERT(!late || !late->busy);
+    conn *victim = between;
+    /* the request list's head began waiting before the idle one was last
+     * active (a tie goes to the idle one, which has nothing under way) */
+    if (late && (!between || late->began_ms < between->active_ms))
+        victim = late;
+    if (!victim)
+        return false;
+    api_count_connection(lp->server->api, API_CONNECTION_SHED);
+    log_msg(LOG_DEBUG, "http: at --max-connections: shed a connection %s",
+            victim == late ? "whose request is the oldest incomplete one" : "between requests");
+    conn_close(victim);
+    return true;
+}
+
+/* Ask the loop with the most connections but lp to shed one (shed_asked,
+ * handled when it wakes). false if no other loop has one. */
+static bool ask_to_shed(loop *lp)
+{
+    http_server *server = lp->server;
+    loop *most = NULL;
+    unsigned n = 0;
+    for (unsigned i = 0; i < server->nloops; i++) {
+        unsigned k = atomic_load(&server->loops[i].nconns);
+        if (&server->loops[i] != lp && k > n) {
+            n = k;
+            most = &server->loops[i];
+        }
+    }
+    if (!most)
+        return false;
+    atomic_fetch_add(&most->shed_asked, 1);
+    wake_loop(most);
+    return true;
+}
+
 static void on_acceptable(loop *lp)
 {
     http_server *server = lp->server;
@@ -1040,7 +1171,9 @@ static void on_acceptable(loop *lp)
             }
             return;
         }
-        if (atomic_load(&server->open_connections) >= server->config.max_connections) {
+        unsigned now_open = atomic_load(&server->open_connections);
+        if (now_open >= server->config.max_connections && !shed_one(lp) &&
+            (now_open >= server->config.max_connections + server->nloops - 1 || !ask_to_shed(lp))) {
             close(fd);
             api_count_connection(server->api, API_CONNECTION_REFUSED);
             continue;
@@ -1058,13 +1191,54 @@ static void sweep(loop *lp, uint64_t now)
     unsigned idle = lp->server->config.idle_timeout_s;
     uint64_t first = idle && idle < LINGER_S ? idle : LINGER_S;
     conn *c = lp->head;
-    while (c && now - c->active_s >= first) {
+    while (c && now - c->active_ms / 1000u >= first) {
         conn *next = c->next;
         /* a busy conn is not idle: its request runs (within the store's
          * timeouts), and its answer resets the clock */
-        if (!c->busy && (c->lingering || (idle && now - c->active_s >= idle)))
+        if (!c->busy && (c->lingering || (idle && now - c->active_ms / 1000u >= idle)))
             conn_close(c);
         c = next;
+    }
+}
+
+/* When c's request is late: the headers' deadline, then the body's. */
+static uint64_t request_deadline_ms(const conn *c, const http_config *cfg)
+{
+    if (!c->headers_ms)
+        return cfg->header_timeout_s ? c->began_ms + cfg->header_timeout_s * 1000u : UINT64_MAX;
+    if (!cfg->body_timeout_s)
+        return UINT64_MAX;
+    uint64_t got = c->too_large ? c->dropped : c->body.len;
+    uint64_t grace = cfg->body_min_rate ? got * 1000u / cfg->body_min_rate : 0;
+    return c->headers_ms + cfg->body_timeout_s * 1000u + grace;
+}
+
+/* Answer 408 to the requests past their deadline (see "Deadlines"). */
+static void sweep_requests(loop *lp, uint64_t now_ms)
+{
+    const http_config *cfg = &lp->server->config;
+    unsigned h = cfg->header_timeout_s, b = cfg->body_timeout_s;
+    if (!h && !b)
+        return;
+    /* no deadline comes sooner after a request's beginning than this */
+    uint64_t soonest = (uint64_t)(h && b ? (h < b ? h : b) : h ? h : b) * 1000u;
+    for (conn *c = lp->rhead, *next; c && c->began_ms + soonest <= now_ms; c = next) {
+        next = c->rnext;
+        HF_ASSERT(c->waiting && !c->busy && !c->closing);
+        if (now_ms < request_deadline_ms(c, cfg))
+            continue;
+        api_count_connection(lp->server->api, API_CONNECTION_TIMED_OUT);
+        if (!c->request_bytes) { /* nothing sent: nothing to answer */
+            conn_close(c);
+            continue;
+        }
+        queue_refusal(c, 408,
+                      c->headers_ms ? "Request timeout: the body must arrive within "
+                                      "--body-timeout seconds of the headers, plus one second "
+                                      "per --body-min-rate bytes received"
+                                    : "Request timeout: the request line and headers must "
+                                      "arrive within --header-timeout seconds");
+        queue_flush(c);
     }
 }
 
@@ -1104,6 +1278,9 @@ static void *loop_run(void *arg)
                 if (read(lp->wake_fd, &v, sizeof v) < 0) { /* the flag says why */
                 }
                 take_inbox(lp);
+                for (unsigned asked = atomic_exchange(&lp->shed_asked, 0); asked > 0; asked--)
+                    if (!shed_one(lp))
+                        break; /* every one is being served: the count stays over */
             } else if (lp->sched && hf_sched_event(lp->sched, ptr)) {
                 /* a parked fiber's descriptor is ready: it runs below */
             } else {
@@ -1118,16 +1295,17 @@ static void *loop_run(void *arg)
         }
         if (lp->sched)
             hf_sched_run_ready(lp->sched);
+        uint64_t now = hf_clock_mono_coarse_s();
+        if (now != lp->swept_s) { /* before the sends: a 408 goes with them */
+            lp->swept_s = now;
+            sweep(lp, now);
+            sweep_requests(lp, hf_clock_mono_coarse_ms());
+        }
         while (lp->flush_head) {
             conn *c = lp->flush_head;
             lp->flush_head = c->flush_next;
             c->flush_queued = false;
             flush(c);
-        }
-        uint64_t now = hf_clock_mono_coarse_s();
-        if (now != lp->swept_s) {
-            lp->swept_s = now;
-            sweep(lp, now);
         }
     }
     /* conn_close unlinks c, so next is the new head: taken before the free,
@@ -1278,6 +1456,7 @@ http_server *http_start(const http_config *config, api_t *api, char *err, size_t
         server->loops[i].server = server;
         server->loops[i].epfd = server->loops[i].wake_fd = server->loops[i].spare_fd = -1;
         atomic_init(&server->loops[i].nconns, 0);
+        atomic_init(&server->loops[i].shed_asked, 0);
         pthread_mutex_init(&server->loops[i].inbox_lock, NULL);
     }
     for (unsigned i = 0; i < server->nloops; i++) {

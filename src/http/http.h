@@ -15,9 +15,13 @@
  *     and the connection closes; so do 400 (unparseable request) and 505
  *     (an HTTP version other than 1.0 and 1.1);
  *   - a connection idle (no bytes either way) for idle_timeout_s seconds is
- *     closed, whether between requests or in the middle of one; at most
- *     max_connections are open at once (further ones are accepted and
- *     closed at once).
+ *     closed, whether between requests or in the middle of one;
+ *   - a request that misses its deadline (header_timeout_s,
+ *     body_timeout_s, body_min_rate) is answered 408 and its connection
+ *     closed (a connection that sent nothing is closed without an answer);
+ *   - at most max_connections are open at once: a connection accepted past
+ *     it sheds the one of its loop furthest from being served (see http.c,
+ *     "Shedding"), or is closed at once if every one is being served.
  * Threads: `threads` event loops (epoll), each serving its share of the
  * connections; a request runs to completion on its loop's thread (with
  * fibers, on a fiber of it, parked while it waits on the store).
@@ -36,6 +40,14 @@ typedef struct http_config {
     unsigned threads;
     unsigned max_connections;
     unsigned idle_timeout_s; /* 0: never */
+    /* A request must arrive in time (0: no deadline): its request line and
+     * headers within header_timeout_s of its first byte (of the connection's
+     * opening for its first request); its body within body_timeout_s of the
+     * headers' end, plus a second for every body_min_rate bytes received
+     * (0: no extension). Missed: 408, and the connection closes. */
+    unsigned header_timeout_s;
+    unsigned body_timeout_s;
+    size_t body_min_rate;
     size_t max_body_bytes;
     size_t max_header_bytes; /* request line + headers, per connection */
     bool access_log;         /* one log line per answer (see http.c) */

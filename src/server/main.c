@@ -74,6 +74,9 @@ typedef struct server_options {
     uint64_t max_pages;
     uint64_t max_connections;
     uint64_t idle_timeout_s;
+    uint64_t header_timeout_s;
+    uint64_t body_timeout_s;
+    uint64_t body_min_rate;
     double reservation_timeout_s;
     double read_lease_s;
     double write_lease_s; /* < 0: the reservation timeout */
@@ -118,6 +121,9 @@ static const server_options defaults = {
     .max_pages = CORE_MAX_PAGES_LIMIT,
     .max_connections = 1024,
     .idle_timeout_s = 60,
+    .header_timeout_s = 10,
+    .body_timeout_s = 10,
+    .body_min_rate = 4096,
     .reservation_timeout_s = 600,
     .read_lease_s = 5,
     .write_lease_s = -1,
@@ -149,6 +155,9 @@ enum {
     OPT_MAX_PAGES,
     OPT_MAX_CONNECTIONS,
     OPT_IDLE_TIMEOUT,
+    OPT_HEADER_TIMEOUT,
+    OPT_BODY_TIMEOUT,
+    OPT_BODY_MIN_RATE,
     OPT_RESERVATION_TIMEOUT,
     OPT_READ_LEASE,
     OPT_EVICTION,
@@ -192,6 +201,9 @@ static const struct option long_options[] = {
     {"max-pages", required_argument, NULL, OPT_MAX_PAGES},
     {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+    {"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
+    {"body-timeout", required_argument, NULL, OPT_BODY_TIMEOUT},
+    {"body-min-rate", required_argument, NULL, OPT_BODY_MIN_RATE},
     {"reservation-timeout", required_argument, NULL, OPT_RESERVATION_TIMEOUT},
     {"read-lease", required_argument, NULL, OPT_READ_LEASE},
     {"write-lease", required_argument, NULL, OPT_WRITE_LEASE},
@@ -238,6 +250,14 @@ static void usage(FILE *out)
         "                              --max-connections)\n"
         "  --max-connections N         open connections at most (default 1024)\n"
         "  --idle-timeout SECONDS      close a connection idle this long, 0 never (default 60)\n"
+        "  --header-timeout SECONDS    a request's line and headers must arrive within this of\n"
+        "                              its first byte (of the connection's opening for its\n"
+        "                              first request), else 408; 0 never (default 10)\n"
+        "  --body-timeout SECONDS      a body must arrive within this of its headers, plus a\n"
+        "                              second per --body-min-rate bytes, else 408; 0 never\n"
+        "                              (default 10)\n"
+        "  --body-min-rate N           body bytes a second that extend --body-timeout by one\n"
+        "                              second, K/M suffixes allowed; 0 no extension (default 4K)\n"
         "  --max-body-bytes N          largest request body, K/M/G suffixes allowed (default 8M)\n"
         "  --max-header-bytes N        request line + headers of one request (default 32K)\n"
         "  --max-keys N                items of any list in one request (default 65536)\n"
@@ -393,6 +413,9 @@ static void parse_flag(server_options *o, int id, const char *arg)
         break;
     case OPT_MAX_CONNECTIONS: o->max_connections = parse_count(flag, arg, 1, 1000000, false); break;
     case OPT_IDLE_TIMEOUT: o->idle_timeout_s = parse_count(flag, arg, 0, 86400 * 365, false); break;
+    case OPT_HEADER_TIMEOUT: o->header_timeout_s = parse_count(flag, arg, 0, 86400, false); break;
+    case OPT_BODY_TIMEOUT: o->body_timeout_s = parse_count(flag, arg, 0, 86400, false); break;
+    case OPT_BODY_MIN_RATE: o->body_min_rate = parse_count(flag, arg, 0, 1ull << 30, true); break;
     case OPT_RESERVATION_TIMEOUT:
         o->reservation_timeout_s = parse_seconds(flag, arg, 0.001, 1e9);
         break;
@@ -622,6 +645,9 @@ static http_config http_config_from(const server_options *o)
         .threads = (unsigned)o->threads,
         .max_connections = (unsigned)o->max_connections,
         .idle_timeout_s = (unsigned)o->idle_timeout_s,
+        .header_timeout_s = (unsigned)o->header_timeout_s,
+        .body_timeout_s = (unsigned)o->body_timeout_s,
+        .body_min_rate = (size_t)o->body_min_rate,
         .max_body_bytes = (size_t)o->max_body_bytes,
         .max_header_bytes = (size_t)o->max_header_bytes,
         .access_log = o->access_log,

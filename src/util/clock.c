@@ -50,6 +50,12 @@ uint64_t hf_clock_mono_coarse_s(void)
     return (uint64_t)read_clock(CLOCK_MONOTONIC_COARSE).tv_sec;
 }
 
+uint64_t hf_clock_mono_coarse_ms(void)
+{
+    struct timespec ts = read_clock(CLOCK_MONOTONIC_COARSE);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 void hf_cond_init_mono(pthread_cond_t *cv)
 {
     pthread_condattr_t a;

@@ -35,6 +35,9 @@ int64_t hf_clock_mono_us(void);
 int64_t hf_clock_mono_ms(void);
 /* Whole seconds from the coarse monotonic clock (cheap; for idle timeouts). */
 uint64_t hf_clock_mono_coarse_s(void);
+/* Milliseconds from the same coarse clock (a few milliseconds behind the
+ * monotonic clock; as cheap): the HTTP loops' activity and deadlines. */
+uint64_t hf_clock_mono_coarse_ms(void);
 
 /* Condition variables whose timed waits run on CLOCK_MONOTONIC, so that a
  * step of the wall clock moves no wait's end: every timed wait in src/ is
