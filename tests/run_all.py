@@ -95,6 +95,7 @@ TSAN_REDIS = ["under_load", "stopped", "frozen", "front_end", "redis_wait_ack", 
               "share_the_flag", "in_flight_bound"]
 TSAN_SUITES = [("test_concurrency", None, []), ("test_abuse", None, TSAN_ABUSE),
                ("test_load", None, []), ("test_redis", None, TSAN_REDIS),
+               ("test_admission", None, ["full_table", "flood"]),
                ("test_concurrency", "redis", []), ("test_load", "redis", [])]
 TSAN_ENV = {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions="
                             + os.path.join(ROOT, "tests", "tsan.supp"),
