@@ -1,5 +1,5 @@
 """test_ops.py: what an operator reads: the start-up line, log levels, the
-access log, the periodic summary line, /health's 503 while the log fails,
+access log, the periodic summary line, /health's 200 reads_only while the log fails,
 and the systemd unit."""
 
 import configparser

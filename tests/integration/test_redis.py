@@ -13,8 +13,10 @@
   a status the stock clients retry after a change was sent; frozen for a
   moment under load from many clients: never a 500 (503 and 507 only);
 - --redis-wait N: a change is acknowledged once N replicas have it, and is
-  answered 507 (outcome unknown) when they do not confirm it; without the
-  flag, 1 where every primary has a connected replica at start, else 0;
+  answered 507 (outcome unknown) when they do not confirm it, /health then
+  saying reads_only until the replica is back; without the flag, 1 where
+  every primary has a connected replica at start, else 0;
+- /metrics answers 200 while Redis is stopped: store_up 0, no pool figures;
 - the pipelined link: many concurrent requests share --redis-connections
   connections (CLIENT LIST), their commands written together; past
   --redis-max-in-flight a request waits (requests waiting for a connection
