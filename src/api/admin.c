@@ -2,9 +2,13 @@
  * admin.c: the routes beyond the dialects (docs/protocol.md, "Beyond the
  * dialects"); /metrics is written by prometheus.c.
  *
- *   GET /health    200 {"status":"ok"} while the store accepts changes, else
- *                  503 {"status":"unavailable","detail":<why>}. Never needs
- *                  auth: it is what load balancers and systemd probes call.
+ *   GET /health    what a client meets (store_mode): 200 {"status":"ok"}
+ *                  while serving; 200 {"status":"reads_only","detail":<why>}
+ *                  while reads are served and changes fail (a load
+ *                  balancer keeps routing the reads); 503
+ *                  {"status":"unavailable","detail":<why>} while nothing is
+ *                  served. Never needs auth: it is what load balancers and
+ *                  systemd probes call.
  *   GET /v1/stats  200 {"server":{...},"pools":[{tenant, namespace, rank, the
  *                  figures of CORE_POOL_FIGURES (core.h) in its order,
  *                  refused_confirmations{...}, refused_releases{...}}],
@@ -34,32 +38,37 @@ const char *const api__refusal_names[CORE_REFUSE_COUNT] = {
     [CORE_REFUSE_OWNED] = "owned",
 };
 
-/* Whether the store accepts changes; if not, why in reason. */
-bool api__store_healthy(store_t *store, char *reason, size_t len)
+store_mode api__store_mode(store_t *store, char *reason, size_t len)
 {
     reason[0] = '\0';
-    if (!store->ops->health || store->ops->health(store, reason, len) == STORE_OK)
-        return true;
-    if (!reason[0])
+    store_mode mode = store->ops->health ? store->ops->health(store, reason, len) : STORE_SERVING;
+    if (mode != STORE_SERVING && !reason[0])
         snprintf(reason, len, "%s", store_describe(store, STORE_EUNAVAILABLE));
-    return false;
+    return mode;
 }
 
 static void health(api__req *req)
 {
     char reason[256];
-    if (api__store_healthy(req->store, reason, sizeof reason)) {
-        api__begin(req);
+    store_mode mode = api__store_mode(req->store, reason, sizeof reason);
+    api__begin(req);
+    if (mode == STORE_SERVING) {
         json_put_lit(req->out, "{\"status\":\"ok\"}");
         return;
     }
-    api__begin(req);
-    req->resp->status = 503;
-    json_put_lit(req->out, "{\"status\":\"unavailable\",\"detail\":");
+    bool down = mode == STORE_DOWN;
+    if (down)
+        req->resp->status = 503;
+    if (down)
+        json_put_lit(req->out, "{\"status\":\"unavailable\",\"detail\":");
+    else
+        json_put_lit(req->out, "{\"status\":\"reads_only\",\"detail\":");
     size_t len = strnlen(reason, sizeof reason);
     char detail[320];
-    int n = snprintf(detail, sizeof detail, "The server cannot accept changes: %.*s", (int)len,
-                     reason);
+    int n = snprintf(detail, sizeof detail,
+                     down ? "The server cannot serve requests: %.*s"
+                          : "The server serves reads but cannot accept changes: %.*s",
+                     (int)len, reason);
     json_put_str(req->out, detail, n < 0 ? 0 : strnlen(detail, sizeof detail));
     json_put_char(req->out, '}');
 }
@@ -94,12 +103,18 @@ static void collect_pool(void *ctx, const api__pool *p)
     list->tail = &pool->next;
 }
 
-bool api__collect_pools(api__req *req, api__pool_figures **head)
+int api__gather_pools(api__req *req, api__pool_figures **head)
 {
     pool_list pools = {.doc = req->doc, .head = NULL};
     pools.tail = &pools.head;
     int err = api__pools(req, collect_pool, &pools);
-    *head = pools.head;
+    *head = err == STORE_OK ? pools.head : NULL;
+    return err;
+}
+
+bool api__collect_pools(api__req *req, api__pool_figures **head)
+{
+    int err = api__gather_pools(req, head);
     if (err != STORE_OK)
         api__store_failed(req, err);
     return err == STORE_OK;
@@ -286,7 +301,8 @@ static void put_server_json(api__req *req)
     api__get_server_figures(req->api, &fig);
     int64_t now = hf_clock_wall_ms(), started = api__started_ms(req->api);
     char reason[256];
-    bool healthy = api__store_healthy(req->store, reason, sizeof reason);
+    store_mode mode = api__store_mode(req->store, reason, sizeof reason);
+    bool healthy = mode == STORE_SERVING;
     json_put_lit(out, "\"server\":{\"started_at\":");
     json_put_int(out, started / 1000);
     json_put_lit(out, ",\"uptime_seconds\":");
@@ -297,6 +313,8 @@ static void put_server_json(api__req *req)
         json_put_lit(out, ",\"unavailable_reason\":");
         json_put_str(out, reason, strnlen(reason, sizeof reason));
     }
+    json_put_lit(out, ",\"mode\":");
+    json_put_str(out, store_mode_name(mode), strlen(store_mode_name(mode)));
     json_put_lit(out, ",\"clock_offset_seconds\":");
     api__put_clock_offset(out);
     put_counter(out, "clock_steps", hf_steady_steps(hf_clock_server()));

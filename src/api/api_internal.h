@@ -240,8 +240,9 @@ int64_t api__started_ms(const api_t *api); /* wall clock, milliseconds */
 /* The names of core_refusal in /v1/stats, /metrics and the log (admin.c). */
 extern const char *const api__refusal_names[CORE_REFUSE_COUNT];
 
-/* Whether the store accepts changes; if not, why in reason. */
-bool api__store_healthy(store_t *store, char *reason, size_t len);
+/* What a client meets now (store_ops.health); unless serving, why in
+ * reason. */
+store_mode api__store_mode(store_t *store, char *reason, size_t len);
 
 /* One of the caller's pools (api__pools), its names copied into the
  * request arena: the store hands the pools out one at a time, a writer
@@ -256,6 +257,9 @@ typedef struct api__pool_figures {
 /* The caller's pools into *head (NULL: none), by namespace then rank; false
  * (answered) if the store failed. */
 bool api__collect_pools(api__req *req, api__pool_figures **head);
+/* The same, answering nothing: STORE_OK, or the store's code (then *head
+ * is NULL: what was gathered before the failure is dropped). */
+int api__gather_pools(api__req *req, api__pool_figures **head);
 /* Is p its namespace's first pool (the lowest rank: the one whose stats
  * carry the namespace's figures)? prev is the pool before it, or NULL. */
 bool api__ns_first(const api__pool_figures *prev, const api__pool_figures *p);

@@ -8,11 +8,19 @@
  * namespace) the prefix-hit figures. docs/operations.md has the table of
  * every family.
  *
+ * It always answers 200: while the store cannot be read, with what the
+ * front end knows (its requests, connections, clock, the serving mode and
+ * the engine's own gauges, e.g. hf3fs_metad_store_up 0), and without the
+ * store-backed families (the pools, hf3fs_metad_pools): absent, never stale
+ * numbers. A scrape that fails would hide exactly the outage its alerts
+ * are for.
+ *
  * Prometheus wants every sample of a metric family together, so the pools'
  * figures are first copied into the request arena (api__collect_pools),
  * then written family by family.
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -148,19 +156,31 @@ static void put_hit_ratios(json_buf *out, const api__pool_figures *pools)
 
 /* ---- the server's and the store's families ---- */
 
+/* npools: the caller's pools, or SIZE_MAX if the store could not say. */
 static void put_server_metrics(api__req *req, size_t npools)
 {
     json_buf *out = req->out;
     char reason[256];
     int64_t started = api__started_ms(req->api);
+    store_mode mode = api__store_mode(req->store, reason, sizeof reason);
     api__prom_single(out, "hf3fs_metad_accepting_changes", "gauge",
-                     "1 while the store accepts changes, 0 while it refuses them (see /health).",
-                     store_int(api__store_healthy(req->store, reason, sizeof reason)));
+                     "1 while the server serves reads and changes, 0 while changes fail (see "
+                     "/health and hf3fs_metad_serving).",
+                     store_int(mode == STORE_SERVING));
+    static const char serving[] = "hf3fs_metad_serving";
+    api__prom_family(out, serving, "gauge",
+                     "1 for what a client meets now, 0 for the others: mode serving (reads and "
+                     "changes), reads_only (changes fail), down (nothing served); as /health.");
+    for (store_mode m = STORE_SERVING; m <= STORE_DOWN; m++) {
+        api__prom_label l = {"mode", hf_slice_from_cstr(store_mode_name(m))};
+        api__prom_sample(out, serving, &l, 1, store_int(m == mode));
+    }
     api__prom_single(out, "hf3fs_metad_start_time_seconds", "gauge",
                      "When the server started, in seconds since the Unix epoch.",
                      (store_number){started < 0 ? 0 : (uint64_t)started, 3});
-    api__prom_single(out, "hf3fs_metad_pools", "gauge", "Pools (namespace, rank) initialized.",
-                     store_int(npools));
+    if (npools != SIZE_MAX)
+        api__prom_single(out, "hf3fs_metad_pools", "gauge", "Pools (namespace, rank) initialized.",
+                         store_int(npools));
     /* The offset first: its check counts a step not seen yet. */
     api__prom_family(out, "hf3fs_metad_clock_offset_seconds", "gauge",
                      "The wall clock minus the server clock of every lease, which never steps "
@@ -238,11 +258,13 @@ static void put_store_metrics(api__req *req)
 void api__prometheus(api__req *req)
 {
     api__pool_figures *pools;
-    if (!api__collect_pools(req, &pools))
-        return;
+    /* unreadable: the pools' families are written with no sample */
+    bool readable = api__gather_pools(req, &pools) == STORE_OK;
     size_t npools = 0;
     for (const api__pool_figures *p = pools; p; p = p->next)
         npools++;
+    if (!readable)
+        npools = SIZE_MAX;
     json_buf *out = req->out;
     api__begin(req);
     req->resp->content_type = "text/plain; version=0.0.4; charset=utf-8";

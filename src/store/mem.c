@@ -267,15 +267,16 @@ static int mem_import_mark_set(store_t *s, const char *text)
     return STORE_OK;
 }
 
-static int mem_health(store_t *s, char *reason, size_t len)
+/* A failed log refuses changes; reads go on from memory. */
+static store_mode mem_health(store_t *s, char *reason, size_t len)
 {
     store_mem *m = mem_of(s);
     if (len)
         reason[0] = '\0';
     if (!m->wal || !wal_refusing(m->wal))
-        return STORE_OK;
+        return STORE_SERVING;
     wal_failure_reason(m->wal, reason, len);
-    return STORE_EUNAVAILABLE;
+    return STORE_READS_ONLY;
 }
 
 /* A gauge or counter of one unlabelled sample. */

@@ -40,6 +40,15 @@ const char *store_strerror(int err)
     }
 }
 
+const char *store_mode_name(store_mode mode)
+{
+    switch (mode) {
+    case STORE_SERVING: return "serving";
+    case STORE_READS_ONLY: return "reads_only";
+    default: return "down";
+    }
+}
+
 const char *store_describe(store_t *s, int err)
 {
     const char *text = s->ops->describe ? s->ops->describe(s, err) : NULL;

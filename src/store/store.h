@@ -161,6 +161,20 @@ void store_emit_bool(const store_emitter *e, const char *key, bool value);
 void store_emit_string(const store_emitter *e, const char *key, const char *value, size_t len);
 void store_emit_null(const store_emitter *e, const char *key);
 
+/* ---- what a client meets now: store_ops.health ---- */
+
+typedef enum store_mode {
+    STORE_SERVING = 0,    /* reads and changes are served */
+    STORE_READS_ONLY = 1, /* reads are served; some or every change fails (the
+                             log failed, Redis refuses writes or has fewer
+                             replicas than --redis-wait, a cluster's slots
+                             without a primary: their reads fail too) */
+    STORE_DOWN = 2,       /* nothing is served: every call is refused */
+} store_mode;
+
+/* "serving", "reads_only", "down": the words of /health and /metrics. */
+const char *store_mode_name(store_mode mode);
+
 /* ---- the operations ---- */
 
 /* One pool's figures, handed to a stats visitor. Valid during the call only. */
@@ -265,12 +279,12 @@ struct store_ops {
     /* Release everything (threads joined, connections closed, the log
      * flushed). No call runs meanwhile or afterwards. */
     void (*destroy)(store_t *s);
-    /* Optional (NULL: always healthy). Whether the engine accepts changes
-     * now: STORE_OK, or STORE_EUNAVAILABLE with why in reason (a
-     * NUL-terminated sentence, e.g. "the log failed: No space left on
-     * device"). Cheap and lock-free enough for a probe every second; it may
-     * lag the truth by the engine's monitoring period. */
-    int (*health)(store_t *s, char *reason, size_t len);
+    /* Optional (NULL: always serving). What a client meets now
+     * (store_mode): STORE_SERVING, or STORE_READS_ONLY / STORE_DOWN with why
+     * in reason (a NUL-terminated sentence, e.g. "the log failed: No space
+     * left on device"). Cheap and lock-free enough for a probe every
+     * second; it may lag the truth by the engine's monitoring period. */
+    store_mode (*health)(store_t *s, char *reason, size_t len);
     /* Optional (NULL: the engine reports nothing of its own). The engine's
      * own figures (its log, its round trips...) through the emitter, for
      * /metrics and /v1/stats; called on every scrape, from any thread; it

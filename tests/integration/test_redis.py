@@ -13,8 +13,10 @@
   a status the stock clients retry after a change was sent; frozen for a
   moment under load from many clients: never a 500 (503 and 507 only);
 - --redis-wait N: a change is acknowledged once N replicas have it, and is
-  answered 507 (outcome unknown) when they do not confirm it; without the
-  flag, 1 where every primary has a connected replica at start, else 0;
+  answered 507 (outcome unknown) when they do not confirm it, /health then
+  saying reads_only until the replica is back; without the flag, 1 where
+  every primary has a connected replica at start, else 0;
+- /metrics answers 200 while Redis is stopped: store_up 0, no pool figures;
 - the pipelined link: many concurrent requests share --redis-connections
   connections (CLIENT LIST), their commands written together; past
   --redis-max-in-flight a request waits (requests waiting for a connection
@@ -307,6 +309,100 @@ def test_redis_stopped_answers_503_at_once_and_service_comes_back_by_itself():
                  what="/health 200 once Redis is back")
         v_init(c, 0, 8)  # Redis without persistence came back empty
         expect_eq(v_alloc(c, 0, ["a"]), [0], "service is back")
+
+
+def test_metrics_answer_200_with_store_up_0_and_no_pool_figures_while_redis_is_stopped():
+    """Monitoring sees the outage: /metrics answers 200 with what the front
+    end knows (store_up 0, serving{mode="down"} 1, its own counters) and
+    leaves the store-backed families without samples, never stale numbers;
+    the text passes promtool. Redis back: the pools' figures are back."""
+    import metrics_text
+    with RedisServer() as r, Server(store=r.url) as srv:
+        c = srv.client()
+        v_init(c, 0, 8)
+        v_alloc(c, 0, ["a"])
+
+        def scrape():
+            resp = c.get("/metrics")
+            expect_eq(resp.status, 200, "GET /metrics: %r" % (resp.body[:300],))
+            return resp.body.decode(), metrics_text.parse(resp.body.decode())
+
+        _, up = scrape()
+        expect_eq(metrics_text.total(up, "hf3fs_metad_pool_num_pages"), 8.0,
+                  "a pool's figure while Redis runs")
+        r.stop()
+        wait_for(lambda: metrics_text.value(scrape()[1], "hf3fs_metad_store_up") == 0.0,
+                 10 * harness.SLOWDOWN, what="hf3fs_metad_store_up 0 in a 200 answer")
+        text, down = scrape()
+        expect_eq(metrics_text.value(down, "hf3fs_metad_serving", mode="down"), 1.0,
+                  "serving{mode=down}")
+        expect_eq(metrics_text.value(down, "hf3fs_metad_accepting_changes"), 0.0,
+                  "accepting_changes")
+        expect_true(metrics_text.total(down, "hf3fs_metad_requests_total") > 0,
+                    "the front end's own counters are there")
+        stale = sorted(n for n, _ in down if n.startswith("hf3fs_metad_pool")
+                       or n == "hf3fs_metad_pools")
+        expect_eq(stale, [], "store-backed samples while Redis is stopped")
+        ok, out = metrics_text.promtool_check(text)
+        expect_true(ok, "promtool check metrics while Redis is stopped:\n%s" % out)
+        r.start()
+        wait_for(lambda: c.get("/health").status == 200, 10 * harness.SLOWDOWN,
+                 what="/health 200 once Redis is back")
+        _, back = scrape()
+        expect_true(metrics_text.value(back, "hf3fs_metad_pools") is not None,
+                    "hf3fs_metad_pools once Redis answers again")
+
+
+def test_health_says_reads_only_while_redis_wait_lacks_its_replica_and_ok_once_it_is_back():
+    """--redis-wait 1, the replica killed: a change answers 507 (after the
+    WAIT timeout), /health answers 200 "reads_only" saying why (reads go
+    on), the gauges agree; the replica started again and in sync: a change
+    is acknowledged and /health says ok."""
+    import metrics_text
+    # no 5 s pause before a full sync (Redis's default): the replica's
+    # restart is the test's, not its wait
+    with RedisServer(extra=["--repl-diskless-sync-delay", "0"]) as primary, \
+            RedisServer(extra=[]) as replica:
+        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
+        wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
+                 10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
+        with Server("--redis-wait", "1", "--redis-wait-timeout", "1", store=primary.url) as srv:
+            c = srv.client()
+            v_init(c, 0, 8)
+            pages = v_alloc(c, 0, ["k"])
+            v_confirm(c, 0, [("k", pages[0])])
+            expect_eq(c.get("/health").json(), {"status": "ok"}, "/health with the replica")
+            replica.kill9()
+            t0 = time.monotonic()
+            expect_error(c.post("/keys/batch_allocate", {"rank": 0, "keys": ["x"]}), 507)
+            print("# the change without its replica answered 507 in %.2f s"
+                  % (time.monotonic() - t0), flush=True)
+            h = c.get("/health")
+            expect_eq(h.status, 200, "/health while reads are served")
+            body = h.json()
+            expect_eq(body["status"], "reads_only", "/health status: %r" % body)
+            expect_true("replicas" in body["detail"] and "507" in body["detail"],
+                        "/health says why: %r" % body)
+            expect_eq(v_exists(c, ["k"]), [True], "reads go on")
+            m = metrics_text.parse(c.get("/metrics").body.decode())
+            expect_eq((metrics_text.value(m, "hf3fs_metad_serving", mode="reads_only"),
+                       metrics_text.value(m, "hf3fs_metad_accepting_changes"),
+                       metrics_text.value(m, "hf3fs_metad_store_up")), (1.0, 0.0, 1.0),
+                      "serving{mode=reads_only}, accepting_changes, store_up")
+            t0 = time.monotonic()
+            replica.start()
+            replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
+            print("# replica restarted in %.2f s" % (time.monotonic() - t0), flush=True)
+
+            def acknowledged():
+                resp = c.post("/keys/batch_allocate", {"rank": 0, "keys": ["y"]})
+                return resp.status == 200
+            wait_for(acknowledged, 15 * harness.SLOWDOWN, interval=0.2,
+                     what="a change acknowledged once the replica is back")
+            print("# a change acknowledged %.2f s after the replica's restart"
+                  % (time.monotonic() - t0), flush=True)
+            wait_for(lambda: c.get("/health").json() == {"status": "ok"}, 5 * harness.SLOWDOWN,
+                     what="/health ok once the replica is back")
 
 
 def test_redis_frozen_answers_within_the_command_timeout_never_a_retried_status():

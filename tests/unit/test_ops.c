@@ -86,14 +86,15 @@ TEST(secret_comparison_depends_on_every_byte_and_the_length)
 
 /* ---- the api with stand-in store ops ---- */
 
-static bool refusing;
+static store_mode stand_in_mode;
 
-static int stand_in_health(store_t *s, char *reason, size_t len)
+static store_mode stand_in_health(store_t *s, char *reason, size_t len)
 {
-    if (!refusing)
-        return STORE_OK;
-    snprintf(reason, len, "the log failed: No space left on device");
-    return STORE_EUNAVAILABLE;
+    if (stand_in_mode == STORE_READS_ONLY)
+        snprintf(reason, len, "the log failed: No space left on device");
+    else if (stand_in_mode == STORE_DOWN)
+        snprintf(reason, len, "Redis at x:1 is unavailable: refused");
+    return stand_in_mode;
 }
 
 /* Figures of every kind an engine may report, with labels to escape. */
@@ -204,24 +205,41 @@ static int request(fixture *f, const char *method, const char *path, const char 
     return f->resp.status;
 }
 
-TEST(health_answers_503_with_the_reason_while_the_store_refuses_changes)
+TEST(health_tells_serving_reads_only_and_down_with_the_reason_and_the_serving_gauge)
 {
     fixture f;
     fixture_open(&f, NULL, true);
-    refusing = false;
+    stand_in_mode = STORE_SERVING;
     CHECK_EQ(request(&f, "GET", "/health", NULL, NULL), 200);
     CHECK(strcmp(body_of(&f), "{\"status\":\"ok\"}") == 0);
-    refusing = true;
-    CHECK_EQ(request(&f, "GET", "/health", NULL, NULL), 503);
+    CHECK_EQ(request(&f, "GET", "/metrics", NULL, NULL), 200);
+    CHECK(strstr(body_of(&f), "\nhf3fs_metad_accepting_changes 1\n") != NULL);
+    CHECK(strstr(body_of(&f), "\nhf3fs_metad_serving{mode=\"serving\"} 1\n") != NULL);
+    CHECK(strstr(body_of(&f), "\nhf3fs_metad_serving{mode=\"reads_only\"} 0\n") != NULL);
+    /* reads only: 200, so that a load balancer keeps routing the reads */
+    stand_in_mode = STORE_READS_ONLY;
+    CHECK_EQ(request(&f, "GET", "/health", NULL, NULL), 200);
     const char *body = body_of(&f);
-    CHECK(strstr(body, "\"status\":\"unavailable\"") != NULL);
-    CHECK(strstr(body, "\"detail\":\"The server cannot accept changes: the log failed: No "
-                       "space left on device\"") != NULL);
+    CHECK(strstr(body, "\"status\":\"reads_only\"") != NULL);
+    CHECK(strstr(body, "\"detail\":\"The server serves reads but cannot accept changes: the "
+                       "log failed: No space left on device\"") != NULL);
     CHECK_EQ(request(&f, "GET", "/metrics", NULL, NULL), 200);
     CHECK(strstr(body_of(&f), "\nhf3fs_metad_accepting_changes 0\n") != NULL);
+    CHECK(strstr(body_of(&f), "\nhf3fs_metad_serving{mode=\"serving\"} 0\n") != NULL);
+    CHECK(strstr(body_of(&f), "\nhf3fs_metad_serving{mode=\"reads_only\"} 1\n") != NULL);
     CHECK_EQ(request(&f, "GET", "/v1/stats", NULL, NULL), 200);
     CHECK(strstr(body_of(&f), "\"accepting_changes\":false,\"unavailable_reason\":") != NULL);
-    refusing = false;
+    CHECK(strstr(body_of(&f), "\"mode\":\"reads_only\"") != NULL);
+    /* down: 503 */
+    stand_in_mode = STORE_DOWN;
+    CHECK_EQ(request(&f, "GET", "/health", NULL, NULL), 503);
+    body = body_of(&f);
+    CHECK(strstr(body, "\"status\":\"unavailable\"") != NULL);
+    CHECK(strstr(body, "\"detail\":\"The server cannot serve requests: Redis at x:1 is "
+                       "unavailable: refused\"") != NULL);
+    CHECK_EQ(request(&f, "GET", "/metrics", NULL, NULL), 200);
+    CHECK(strstr(body_of(&f), "\nhf3fs_metad_serving{mode=\"down\"} 1\n") != NULL);
+    stand_in_mode = STORE_SERVING;
     CHECK_EQ(request(&f, "GET", "/health", NULL, NULL), 200);
     fixture_close(&f);
 }
@@ -243,7 +261,7 @@ TEST(metrics_and_stats_show_every_kind_of_figure_an_engine_reports)
 {
     fixture f;
     fixture_open(&f, NULL, true);
-    refusing = false;
+    stand_in_mode = STORE_SERVING;
     CHECK_EQ(request(&f, "GET", "/metrics", NULL, NULL), 200);
     const char *m = body_of(&f);
     CHECK(strstr(m, "\n# TYPE hf3fs_metad_engine_round_trips_total counter\n"
@@ -568,7 +586,7 @@ int main(void)
     RUN(basic_auth_is_accepted_with_the_token_as_password_and_any_user);
     RUN(malformed_or_missing_credentials_are_refused);
     RUN(secret_comparison_depends_on_every_byte_and_the_length);
-    RUN(health_answers_503_with_the_reason_while_the_store_refuses_changes);
+    RUN(health_tells_serving_reads_only_and_down_with_the_reason_and_the_serving_gauge);
     RUN(metrics_and_stats_show_every_kind_of_figure_an_engine_reports);
     RUN(the_embedded_engine_with_a_log_reports_its_log_and_snapshot_figures);
     RUN(metrics_without_persistence_say_so_and_pass_promtool);

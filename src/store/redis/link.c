@@ -265,6 +265,27 @@ void link__monitor_wait(redis_link *r, int64_t wait_ms)
     hf_cond_wait_until_us(&r->wake, &r->lock, hf_clock_mono_us() + wait_ms * 1000);
 }
 
+/* Under --redis-wait N, whether the one Redis has N replicas in sync now
+ * (INFO replication on the monitor's connection), into repl_short. A
+ * failed INFO says nothing (the probe judges the connection). */
+static void check_replicas(redis_link *r, redisContext *ctx)
+{
+    unsigned want = atomic_load(&r->wait_n);
+    if (want == 0) {
+        link__set_repl_short(r, false, "");
+        return;
+    }
+    redisReply *rep = redisCommand(ctx, "INFO replication");
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        char w[300], why[256];
+        redis_link_where(r, w, sizeof w);
+        bool short_ = link__replicas_short(rep->str, want, w, why, sizeof why);
+        link__set_repl_short(r, short_, why);
+    }
+    if (rep)
+        freeReplyObject(rep);
+}
+
 /* The monitor of one Redis: probe every second while up, reconnect with
  * backoff while down (up again once the probe passes). */
 static void *monitor_main(void *arg)
@@ -297,6 +318,8 @@ static void *monitor_main(void *arg)
                 ctx = NULL;
             }
         }
+        if (ok)
+            check_replicas(r, ctx);
         if (ok) {
             backoff_ms = 100;
             if (!was_up) {
@@ -333,9 +356,25 @@ int64_t link__wait_ms(const redis_link *r)
     return r->opt.wait_timeout_ms;
 }
 
+/* A change that failed while Redis answered: the mode is reads-only for a
+ * while (redis_link_health). */
+static void change_failed(redis_link *r, const char *why)
+{
+    pthread_mutex_lock(&r->lock);
+    snprintf(r->change_reason, sizeof r->change_reason, "%s", why);
+    pthread_mutex_unlock(&r->lock);
+    atomic_store(&r->change_bad_us, hf_clock_mono_us());
+}
+
 /* A change applied, but fewer replicas than --redis-wait acknowledged it. */
 void link__wait_short(redis_link *r, long long acked)
 {
+    char why[256];
+    snprintf(why, sizeof why,
+             "a change was applied but only %lld of the %u replicas of --redis-wait "
+             "acknowledged it within --redis-wait-timeout: changes answer 507",
+             acked < 0 ? 0 : acked, r->opt.wait_replicas);
+    change_failed(r, why);
     atomic_fetch_add(&r->errors, 1);
     atomic_fetch_add(&r->unknown, 1);
     log_msg(LOG_ERROR,
@@ -368,6 +407,65 @@ void redis_cmds_free(redis_cmd *cmds, size_t n)
     free(cmds);
 }
 
+bool link__replicas_short(const char *info, unsigned want, const char *addr, char *why, size_t len)
+{
+    unsigned have = 0;
+    /* a replica line "slaveN:ip=...,state=online,..." once its first sync
+     * is done: before, a WAIT would not count it */
+    for (const char *p = info; (p = strstr(p, ",state=online,")) != NULL; p++)
+        have++;
+    if (have >= want)
+        return false;
+    snprintf(why, len,
+             "Redis at %.120s has %u of the %u replicas in sync that --redis-wait asks for: "
+             "changes answer 507",
+             addr, have, want);
+    return true;
+}
+
+void link__set_repl_short(redis_link *r, bool short_, const char *why)
+{
+    if (short_) {
+        pthread_mutex_lock(&r->lock);
+        snprintf(r->repl_reason, sizeof r->repl_reason, "%s", why);
+        pthread_mutex_unlock(&r->lock);
+    }
+    atomic_store(&r->repl_short, short_);
+}
+
+/* Errors with which Redis refuses a write it would serve a read for. */
+static bool refuses_writes(const redisReply *rep)
+{
+    static const char *const codes[] = {"MISCONF", "READONLY", "NOREPLICAS", "OOM", "MASTERDOWN"};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (strncmp(rep->str, codes[i], strlen(codes[i])) == 0)
+            return true;
+    return false;
+}
+
+/* What became of n changes, for redis_link_health: one refused by Redis
+ * (a failed change), else one applied and acknowledged (the latest good
+ * one). A short WAIT is counted where it is seen (link__wait_short). */
+static void note_changes(redis_link *l, const redis_cmd *cmds, size_t n)
+{
+    bool applied = false;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *rep = cmds[i].reply;
+        if (cmds[i].code != STORE_OK || !rep)
+            continue;
+        if (rep->type != REDIS_REPLY_ERROR) {
+            applied = true;
+        } else if (refuses_writes(rep)) {
+            char why[256];
+            snprintf(why, sizeof why, "Redis refuses writes: %.200s", rep->str);
+            change_failed(l, why);
+            return;
+        }
+    }
+    if (applied)
+        atomic_store(&l->change_ok_us, hf_clock_mono_us());
+}
+
 void redis_link_exec(redis_link *l, redis_cmd *cmds, size_t n, bool change)
 {
     for (size_t i = 0; i < n; i++) {
@@ -377,11 +475,12 @@ void redis_link_exec(redis_link *l, redis_cmd *cmds, size_t n, bool change)
     if (n == 0)
         return;
     atomic_fetch_add(&l->calls, n);
-    if (!l->cluster) {
+    if (!l->cluster)
         link__one_exec(l, cmds, n, change);
-        return;
-    }
-    link__cl_fast_exec(l, cmds, n, change);
+    else
+        link__cl_fast_exec(l, cmds, n, change);
+    if (change)
+        note_changes(l, cmds, n);
 }
 
 typedef struct on_primaries_job {
@@ -453,6 +552,7 @@ bool redis_link_replicated(redis_link *l, char *why, size_t len)
 void redis_link_set_wait(redis_link *l, unsigned replicas)
 {
     l->opt.wait_replicas = replicas;
+    atomic_store(&l->wait_n, replicas);
 }
 
 uint32_t redis_link_primaries(redis_link *l)
@@ -475,19 +575,36 @@ uint32_t redis_link_primaries(redis_link *l)
 
 /* ----------------------------------------------------- health, figures */
 
-int redis_link_health(redis_link *r, char *reason, size_t len)
+store_mode redis_link_health(redis_link *r, char *reason, size_t len)
 {
-    if (atomic_load(&r->up_flag)) {
-        if (len)
-            reason[0] = '\0';
-        return STORE_OK;
-    }
-    pthread_mutex_lock(&r->lock);
+    if (len)
+        reason[0] = '\0';
     char w[300];
-    snprintf(reason, len, "Redis at %s is unavailable: %s", redis_link_where(r, w, sizeof w),
-             r->reason[0] ? r->reason : "not reached yet");
-    pthread_mutex_unlock(&r->lock);
-    return STORE_EUNAVAILABLE;
+    if (!atomic_load(&r->up_flag)) {
+        /* one Redis: every call is refused; a cluster: down if not one
+         * primary answers, else the slots of those that answer serve */
+        store_mode mode = r->cluster && !atomic_load(&r->none_answer) ? STORE_READS_ONLY
+                                                                      : STORE_DOWN;
+        pthread_mutex_lock(&r->lock);
+        snprintf(reason, len, "Redis at %s is unavailable: %s", redis_link_where(r, w, sizeof w),
+                 r->reason[0] ? r->reason : "not reached yet");
+        pthread_mutex_unlock(&r->lock);
+        return mode;
+    }
+    if (atomic_load(&r->repl_short)) {
+        pthread_mutex_lock(&r->lock);
+        snprintf(reason, len, "%s", r->repl_reason);
+        pthread_mutex_unlock(&r->lock);
+        return STORE_READS_ONLY;
+    }
+    int64_t bad = atomic_load(&r->change_bad_us), ok = atomic_load(&r->change_ok_us);
+    if (bad != 0 && bad > ok && hf_clock_mono_us() - bad < LINK_CHANGE_FAILED_HOLD_US) {
+        pthread_mutex_lock(&r->lock);
+        snprintf(reason, len, "%s", r->change_reason);
+        pthread_mutex_unlock(&r->lock);
+        return STORE_READS_ONLY;
+    }
+    return STORE_SERVING;
 }
 
 void redis_link_metrics(redis_link *r, const store_emitter *e)
@@ -657,6 +774,7 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
     }
     r->up = true;
     atomic_store(&r->up_flag, true);
+    atomic_store(&r->wait_n, r->opt.wait_replicas);
     r->monitoring = pthread_create(&r->monitor, NULL,
                                    r->cluster ? link__cl_monitor_main : monitor_main, r) == 0;
     *out = r;

@@ -191,8 +191,20 @@ void redis_link_set_wait(redis_link *l, unsigned replicas);
  * (unknown: an outcome unknown too). */
 void redis_link_count_error(redis_link *l, bool unknown);
 
-/* store_ops.health: STORE_OK, or STORE_EUNAVAILABLE and why. */
-int redis_link_health(redis_link *l, char *reason, size_t len);
+/* store_ops.health: what a client meets, and why unless serving.
+ *   down        one Redis marked down (every call is refused), or a cluster
+ *               none of whose primaries answers;
+ *   reads_only  a cluster degraded but some primary answers (the slots
+ *               without one fail reads and changes); under --redis-wait N,
+ *               the monitor (every second) saw a primary with fewer than N
+ *               replicas in sync (INFO replication, state=online); or the
+ *               latest change that failed while Redis answered (a WAIT
+ *               short of N replicas, a write refused: MISCONF, READONLY,
+ *               NOREPLICAS, OOM, MASTERDOWN) is under 10 s old
+ *               (LINK_CHANGE_FAILED_HOLD_US) and no change was applied and
+ *               acknowledged since;
+ *   serving     otherwise. */
+store_mode redis_link_health(redis_link *l, char *reason, size_t len);
 /* store_ops.metrics: the link's families and the "store" member. */
 void redis_link_metrics(redis_link *l, const store_emitter *e);
 

@@ -30,6 +30,12 @@
 #include "util/buf.h"
 #include "util/fiber.h"
 
+/* How long a change that failed while Redis answered (a short WAIT, a write
+ * refused) keeps the mode reads-only unless a later change is applied and
+ * acknowledged: the monitors cannot see every cause (a replica too slow for
+ * --redis-wait-timeout, a primary that refuses writes). */
+#define LINK_CHANGE_FAILED_HOLD_US (10 * 1000000)
+
 /* The round trip histogram: its buckets (their bounds are link.c's). */
 #define RTT_BUCKETS 13
 
@@ -107,6 +113,15 @@ struct redis_link {
     atomic_uint_fast64_t rtt_buckets[RTT_BUCKETS];
     atomic_uint_fast64_t rtt_sum_us;
     atomic_bool up_flag;
+    /* what a client meets while up (redis_link_health): */
+    atomic_uint wait_n;      /* --redis-wait, as the monitor reads it */
+    atomic_bool repl_short;  /* the monitor saw a primary with fewer replicas in sync */
+    atomic_bool none_answer; /* over a cluster, degraded: not one primary answers */
+    /* the latest change applied and acknowledged, and the latest one that
+     * failed while Redis answered (a WAIT short, a write refused), monotonic
+     * us; the reasons under lock */
+    atomic_int_fast64_t change_ok_us, change_bad_us;
+    char repl_reason[256], change_reason[256];
     /* over a cluster (under lock): each node's figures summed over the
      * routing handles, and the handles' totals */
     node_fig *figs;
@@ -157,6 +172,12 @@ void link__monitor_wait(redis_link *r, int64_t wait_ms);
 int64_t link__wait_ms(const redis_link *r);
 /* A change applied, but fewer replicas than --redis-wait acknowledged it. */
 void link__wait_short(redis_link *r, long long acked);
+/* Whether the replication section of INFO text lists fewer than want
+ * replicas in sync (state=online); if so, why names addr. */
+bool link__replicas_short(const char *info, unsigned want, const char *addr, char *why, size_t len);
+/* The monitors' look at the replicas under --redis-wait: short (why) or
+ * not, into repl_short. */
+void link__set_repl_short(redis_link *r, bool short_, const char *why);
 /* One round trip into the figures. */
 void link__count_rtt(redis_link *r, int64_t us);
 

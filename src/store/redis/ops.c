@@ -561,7 +561,7 @@ static int rd_import_mark_set(store_t *s, const char *text)
     return rc;
 }
 
-static int rd_health(store_t *s, char *reason, size_t len)
+static store_mode rd_health(store_t *s, char *reason, size_t len)
 {
     return redis_link_health(R(s)->link, reason, len);
 }

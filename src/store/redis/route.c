@@ -478,11 +478,11 @@ void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
     free(gs);
 }
 
-/* The probe on every primary of the handle's map, outside the figures:
- * the commands with their replies (*m of them; redis_cmds_free). */
-static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m)
+/* A command (argv) on every primary of the handle's map, outside the
+ * figures: the commands with their replies (*m of them; redis_cmds_free). */
+static redis_cmd *cl_on_all(conn *c, int argc, const char **argv, const size_t *lens, size_t *m)
 {
-    redis_cmd *cmds = link__cl_primaries(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens, m);
+    redis_cmd *cmds = link__cl_primaries(c, argc, argv, lens, m);
     cluster_cmd *batch = hf_xcalloc(*m ? *m : 1, sizeof *batch);
     for (size_t i = 0; i < *m; i++)
         batch[i] = (cluster_cmd){.argc = cmds[i].argc,
@@ -500,21 +500,57 @@ static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m)
     return cmds;
 }
 
+/* The probe on every primary of the handle's map (cl_on_all). */
+static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m)
+{
+    return cl_on_all(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens, m);
+}
+
+/* Under --redis-wait N, whether every primary has N replicas in sync now,
+ * into repl_short (a primary whose INFO failed says nothing). */
+static void cl_check_replicas(redis_link *r, conn *c)
+{
+    unsigned want = atomic_load(&r->wait_n);
+    if (want == 0) {
+        link__set_repl_short(r, false, "");
+        return;
+    }
+    const char *argv[2] = {"INFO", "replication"};
+    size_t lens[2] = {4, 11}, m;
+    redis_cmd *cmds = cl_on_all(c, 2, argv, lens, &m);
+    bool short_ = false;
+    char why[256] = "";
+    for (size_t i = 0; i < m && !short_; i++)
+        if (cmds[i].reply && cmds[i].reply->type == REDIS_REPLY_STRING)
+            short_ = link__replicas_short(cmds[i].reply->str, want, cmds[i].addr, why, sizeof why);
+    redis_cmds_free(cmds, m);
+    link__set_repl_short(r, short_, why);
+}
+
 /* The monitor's look at the cluster: every primary passes the probe and
- * every slot has a primary. true, or false with why. */
+ * every slot has a primary. true, or false with why; none_answer: not one
+ * primary passes. */
 static bool cl_probe(redis_link *r, conn *c, char *err, size_t errlen)
 {
-    size_t m;
+    size_t m, passed = 0;
     redis_cmd *cmds = cl_probe_all(r, c, &m);
     bool ok = true;
-    for (size_t i = 0; i < m && ok; i++) {
+    for (size_t i = 0; i < m; i++) {
+        char why[512];
+        bool pass;
         if (!cmds[i].reply) {
-            snprintf(err, errlen, "node %s: %s", cmds[i].addr, cluster_last_error(c->cl));
-            ok = false;
-        } else if (r->opt.probe_check(cmds[i].reply, cmds[i].addr, err, errlen) != STORE_OK) {
-            ok = false;
+            snprintf(why, sizeof why, "node %s: %s", cmds[i].addr, cluster_last_error(c->cl));
+            pass = false;
+        } else {
+            pass = r->opt.probe_check(cmds[i].reply, cmds[i].addr, why, sizeof why) == STORE_OK;
         }
+        if (pass)
+            passed++;
+        else if (ok) /* the first failure says why */
+            snprintf(err, errlen, "%s", why);
+        ok = ok && pass;
     }
+    atomic_store(&r->none_answer, passed == 0);
     redis_cmds_free(cmds, m);
     int uncovered = -1;
     for (int s = 0; s < CLUSTER_SLOTS && uncovered < 0; s++)
@@ -546,6 +582,10 @@ void *link__cl_monitor_main(void *arg)
         if (!m)
             m = link__cl_open(r, &code, err, sizeof err);
         bool ok = m && cl_probe(r, m, err, sizeof err);
+        if (!m)
+            atomic_store(&r->none_answer, true);
+        if (ok)
+            cl_check_replicas(r, m);
         if (m)
             link__cl_map_take(r, m->cl);
         pthread_mutex_lock(&r->lock);
