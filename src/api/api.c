@@ -32,6 +32,7 @@
 
 #include "api/auth.h"
 #include "api/metrics.h"
+#include "api/room.h"
 #include "util/clock.h"
 #include "util/fiber.h"
 #include "util/log.h"
@@ -40,6 +41,7 @@
 #define JSON_DEPTH_LIMIT 32
 #define ANSWER_MARGIN (64u * 1024 * 1024)
 #define ANSWER_KEEP (64u * 1024) /* answer buffer kept between requests */
+#define ROOM_WAIT_US (10 * 1000000LL) /* a request waits this long for its tenant's room */
 
 struct api {
     store_t *store;
@@ -822,6 +824,33 @@ static bool authorized(api__req *req, hf_slice path, const char *authorization)
     return false;
 }
 
+/* The room the request's tenant runs in: with two tenants or more and
+ * --tenant-max-in-flight, each but the operator has one. */
+static tenant_room *room_of(const api__req *req)
+{
+    return req->shared && req->api->config.tenant_max_in_flight ? req->tenant->room : NULL;
+}
+
+/* A place in the tenant's room (NULL: none needed), waiting in line for at
+ * most ROOM_WAIT_US; false, with a 503, if none came. */
+static bool enter_room(api__req *req, tenant_room *room)
+{
+    if (!room)
+        return true;
+    bool waited;
+    bool taken = tenant_room_enter(room, req->api->config.tenant_max_in_flight,
+                                   hf_clock_mono_us() + ROOM_WAIT_US, &waited);
+    if (waited)
+        api__metrics_tenant_wait(req->api->metrics);
+    if (!taken)
+        api__fail(req, 503,
+                  "Tenant '%s' had %u requests running for %d s: each tenant runs at most "
+                  "--tenant-max-in-flight requests at once; retry",
+                  req->tenant->name.ptr, req->api->config.tenant_max_in_flight,
+                  (int)(ROOM_WAIT_US / 1000000));
+    return taken;
+}
+
 void api_handle(api_t *api, const char *method, hf_slice path, const char *authorization,
                 const char *body, size_t len, api_response *resp)
 {
@@ -853,7 +882,12 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *autho
                   api->routes[index]->pattern);
     } else {
         req.route = api->routes[index];
-        dispatch(&req, rank_seg, body, len);
+        tenant_room *room = room_of(&req);
+        if (enter_room(&req, room)) {
+            dispatch(&req, rank_seg, body, len);
+            if (room)
+                tenant_room_leave(room);
+        }
     }
     api__metrics_observe(api->metrics, index, resp->status, hf_clock_mono_ns() - start);
 }

@@ -51,6 +51,9 @@ typedef struct api_config {
      * which aborts if tenant_table_parse refuses it: check it first. */
     const char *auth_token;
     size_t auth_token_len;
+    /* With two tenants or more: each tenant's requests running at once at
+     * most (a tenant's room, room.h); 0: no bound. */
+    unsigned tenant_max_in_flight;
 } api_config;
 
 typedef struct api api_t;

@@ -56,6 +56,7 @@ struct api__metrics {
     _Atomic uint64_t connections_refused;
     _Atomic uint64_t connections_shed;
     _Atomic uint64_t connections_timed_out;
+    _Atomic uint64_t tenant_waits;
 };
 
 static atomic_uint next_shard;
@@ -72,6 +73,7 @@ api__metrics *api__metrics_new(size_t nroutes)
     atomic_init(&m->connections_refused, 0);
     atomic_init(&m->connections_shed, 0);
     atomic_init(&m->connections_timed_out, 0);
+    atomic_init(&m->tenant_waits, 0);
     return m;
 }
 
@@ -164,6 +166,11 @@ void api__metrics_connection(api__metrics *m, api_connection_event event)
     case API_CONNECTION_SHED: add(&m->connections_shed, 1); return;
     case API_CONNECTION_TIMED_OUT: add(&m->connections_timed_out, 1); return;
     }
+}
+
+void api__metrics_tenant_wait(api__metrics *m)
+{
+    add(&m->tenant_waits, 1);
 }
 
 /* ---- reading ---- */
@@ -414,4 +421,8 @@ void api__metrics_write(const api__metrics *m, json_buf *out, const char *const 
                      "HTTP connections closed because a request missed its deadline "
                      "(--header-timeout, --body-timeout, --body-min-rate).",
                      store_int(conn.connections_timed_out));
+    api__prom_single(out, "hf3fs_metad_tenant_waits_total", "counter",
+                     "Requests that waited for one of their tenant's --tenant-max-in-flight "
+                     "places.",
+                     store_int(load(&m->tenant_waits)));
 }

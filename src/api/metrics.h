@@ -37,6 +37,8 @@ void api__metrics_observe(api__metrics *m, size_t route, int status, uint64_t ns
  * requests_total only. */
 void api__metrics_count(api__metrics *m, size_t route, int status);
 void api__metrics_connection(api__metrics *m, api_connection_event event);
+/* A request waited for a place in its tenant's room (room.h). */
+void api__metrics_tenant_wait(api__metrics *m);
 
 typedef struct api__server_figures {
     uint64_t requests; /* every answer counted */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/auth.h"
+#include "api/room.h"
 #include "util/hash.h"
 #include "util/xalloc.h"
 
@@ -75,6 +76,7 @@ void tenant_table_free(tenant_table *t)
     for (size_t i = 0; i < t->ntenants; i++) {
         free((char *)t->tenants[i].name.ptr);
         free((char *)t->tenants[i].prefix.ptr);
+        tenant_room_free(t->tenants[i].room);
     }
     free(t->tokens);
     free(t->owners);
@@ -133,6 +135,7 @@ static uint32_t tenant_index(tenant_table *t, const char *name, size_t len)
     t->names[t->ntenants] = x->name;
     x->operator_ = len == 1 && name[0] == '*';
     x->quota_pages = TENANT_NO_QUOTA;
+    x->room = x->operator_ ? NULL : tenant_room_new();
     bool plain = x->operator_ || hf_slice_eq(x->name, tenant_default.name);
     char *prefix = hf_xmalloc(len + 3);
     prefix[0] = TENANT_NS_BYTE;

@@ -49,6 +49,9 @@ typedef struct tenant {
     bool operator_;       /* the tenant "*" */
     uint64_t quota_pages; /* TENANT_NO_QUOTA: none */
     hf_slice prefix;      /* of its store namespaces: empty for "default" */
+    /* its requests running at once (api.c, --tenant-max-in-flight); NULL
+     * for the operator and tenant_default */
+    struct tenant_room *room;
 } tenant;
 
 /* The tenant of every request when there is no token file. */

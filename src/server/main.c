@@ -77,6 +77,7 @@ typedef struct server_options {
     uint64_t header_timeout_s;
     uint64_t body_timeout_s;
     uint64_t body_min_rate;
+    uint64_t tenant_max_in_flight;
     double reservation_timeout_s;
     double read_lease_s;
     double write_lease_s; /* < 0: the reservation timeout */
@@ -124,6 +125,7 @@ static const server_options defaults = {
     .header_timeout_s = 10,
     .body_timeout_s = 10,
     .body_min_rate = 4096,
+    .tenant_max_in_flight = 32,
     .reservation_timeout_s = 600,
     .read_lease_s = 5,
     .write_lease_s = -1,
@@ -158,6 +160,7 @@ enum {
     OPT_HEADER_TIMEOUT,
     OPT_BODY_TIMEOUT,
     OPT_BODY_MIN_RATE,
+    OPT_TENANT_MAX_IN_FLIGHT,
     OPT_RESERVATION_TIMEOUT,
     OPT_READ_LEASE,
     OPT_EVICTION,
@@ -204,6 +207,7 @@ static const struct option long_options[] = {
     {"header-timeout", required_argument, NULL, OPT_HEADER_TIMEOUT},
     {"body-timeout", required_argument, NULL, OPT_BODY_TIMEOUT},
     {"body-min-rate", required_argument, NULL, OPT_BODY_MIN_RATE},
+    {"tenant-max-in-flight", required_argument, NULL, OPT_TENANT_MAX_IN_FLIGHT},
     {"reservation-timeout", required_argument, NULL, OPT_RESERVATION_TIMEOUT},
     {"read-lease", required_argument, NULL, OPT_READ_LEASE},
     {"write-lease", required_argument, NULL, OPT_WRITE_LEASE},
@@ -302,6 +306,9 @@ static void usage(FILE *out)
         "                              auth with the token as password; lines TOKEN [TENANT\n"
         "                              [pages=N]] give each tenant its own namespaces; SIGHUP\n"
         "                              rereads it (default: no auth)\n"
+        "  --tenant-max-in-flight N    with two tenants or more, each tenant's requests\n"
+        "                              running at once; the next wait in line, 503 after\n"
+        "                              10 s; 0 no bound (default 32)\n"
         "  --access-log                log one line per request (default off)\n"
         "  --log-summary-interval SECS log evictions, expired reservations and refusals at\n"
         "                              most this often, when they moved; 0 never (default 60)\n"
@@ -416,6 +423,9 @@ static void parse_flag(server_options *o, int id, const char *arg)
     case OPT_HEADER_TIMEOUT: o->header_timeout_s = parse_count(flag, arg, 0, 86400, false); break;
     case OPT_BODY_TIMEOUT: o->body_timeout_s = parse_count(flag, arg, 0, 86400, false); break;
     case OPT_BODY_MIN_RATE: o->body_min_rate = parse_count(flag, arg, 0, 1ull << 30, true); break;
+    case OPT_TENANT_MAX_IN_FLIGHT:
+        o->tenant_max_in_flight = parse_count(flag, arg, 0, 1u << 20, false);
+        break;
     case OPT_RESERVATION_TIMEOUT:
         o->reservation_timeout_s = parse_seconds(flag, arg, 0.001, 1e9);
         break;
@@ -634,6 +644,7 @@ static api_config api_config_from(const server_options *o)
                 .max_body_bytes = (size_t)o->max_body_bytes,
             },
         .debug_api = o->debug_api,
+        .tenant_max_in_flight = (unsigned)o->tenant_max_in_flight,
     };
 }
 

@@ -10,7 +10,9 @@ connection table makes room for a client that sends whole requests.
   - at --max-connections, a new connection is admitted by shedding the
     connection furthest from being served: the oldest incomplete request or
     the least recently active connection between requests, whichever has
-    waited longer.
+    waited longer;
+  - with tenants, each runs at most --tenant-max-in-flight requests at once:
+    the rest of a tenant's flood waits in that tenant's own line.
 
 The deadlines are whole seconds and the loops check them once a second, so
 each test here waits a few seconds of real time: the tests set the
@@ -26,17 +28,18 @@ import time
 
 import harness
 import metrics_text
-from harness import Server, expect_eq, expect_true, raw_request, s_alloc, s_init
+from harness import Server, TokenFile, expect_eq, expect_true, raw_request, s_alloc, s_init
+from redis_server import RedisServer
 
 IN_MEMORY = ("--in-memory",)
 # What a deadline of 1 s may take to act: the loops look once a second.
 LATE = 3.0 * harness.SLOWDOWN
 
 
-def metric(srv, name):
+def metric(srv, name, headers=None):
     c = srv.client()
     try:
-        r = c.get("/metrics")
+        r = c.get("/metrics", headers=headers)
         expect_eq(r.status, 200, "GET /metrics")
         return metrics_text.value(metrics_text.parse(r.body.decode()), name)
     finally:
@@ -267,6 +270,46 @@ def test_a_slowloris_flood_larger_than_the_table_leaves_fresh_clients_served():
         expect_eq(served, 50, "fresh clients with whole requests served during the flood")
         expect_true(metric(srv, "hf3fs_metad_connections_shed_total") >= 50,
                     "the flood's connections were shed to admit them")
+
+
+# -- greedy tenants --------------------------------------------------------------
+
+def test_a_tenants_flood_past_its_max_in_flight_waits_in_its_own_line_not_ahead_of_another():
+    """Over a frozen Redis every request parks: tenant greedy's 10 take its 4
+    places and 6 wait in its line; tenant steady's request takes a place of
+    its own room at once. When Redis runs again, all are answered."""
+    tokens = "greedy-token greedy\nsteady-token steady\nop-token *\n"
+    with RedisServer() as r, TokenFile(tokens) as path, \
+            Server("--auth-token-file", path, "--tenant-max-in-flight", "4",
+                   store=r.url) as srv:
+        def auth(token):
+            return {"Authorization": "Bearer " + token}
+        c = srv.client()
+        for token in ("greedy-token", "steady-token"):
+            expect_eq(c.post("/0/initialize", {"num_pages": 8}, headers=auth(token)).status, 204,
+                      "initialize")
+        statuses, lock = [], threading.Lock()
+
+        def ask(token, tag):
+            cc = harness.Client(srv.port, timeout=30 * harness.SLOWDOWN)
+            status = cc.post("/0/exists", {"keys": ["k"]}, headers=auth(token)).status
+            with lock:
+                statuses.append((tag, status))
+            cc.close()
+
+        with r.frozen():
+            threads = [threading.Thread(target=ask, args=("greedy-token", "greedy"))
+                       for _ in range(10)]
+            threads.append(threading.Thread(target=ask, args=("steady-token", "steady")))
+            for t in threads:
+                t.start()
+            time.sleep(1.0 * harness.SLOWDOWN)  # every request read and parked
+        for t in threads:
+            t.join(30 * harness.SLOWDOWN)
+        expect_eq(sorted(statuses), [("greedy", 200)] * 10 + [("steady", 200)],
+                  "every request answered once Redis ran again")
+        expect_eq(metric(srv, "hf3fs_metad_tenant_waits_total", headers=auth("op-token")), 6,
+                  "requests that waited in line: greedy's 6 past its 4 places, not steady's")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
  * test_fiber.c: fibers and their scheduler (util/fiber.h), driven as an
  * HTTP loop drives them: an epoll set, a wake descriptor, spawn, events,
  * run_ready. Real threads wake fibers from outside; real sockets are
- * waited on. The deadlines are tens of milliseconds at most.
+ * waited on. The deadlines are tens of milliseconds at most. Also a
+ * tenant's room (api/room.h), the wait line built on parks, as the API's
+ * fibers use it.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -12,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "api/room.h"
 #include "check.h"
 #include "util/clock.h"
 #include "util/fiber.h"
@@ -491,6 +494,99 @@ TEST(many_fibers_parked_at_once_resume_in_any_order_with_their_own_stacks)
     loop_close(&l);
 }
 
+/* ---- a tenant's room: a line of fibers waiting for places ---- */
+
+typedef struct room_job {
+    tenant_room *room;
+    shared *sh;
+    int id;
+    int64_t until_us;
+    bool hold;   /* keep the place until sh->flag is set */
+    bool taken, waited, done;
+} room_job;
+
+static void room_visit(void *arg)
+{
+    room_job *j = arg;
+    j->taken = tenant_room_enter(j->room, 1, j->until_us, &j->waited);
+    if (j->taken) {
+        note(j->sh, j->id);
+        pthread_mutex_lock(&j->sh->mu);
+        while (j->hold && !j->sh->flag)
+            hf_park_wait(&j->sh->park, &j->sh->mu, hf_clock_mono_us() + 5000000);
+        pthread_mutex_unlock(&j->sh->mu);
+        tenant_room_leave(j->room);
+    }
+    j->done = true;
+}
+
+TEST(room_hands_each_place_given_back_to_the_first_fiber_in_line)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    tenant_room *room = tenant_room_new();
+    int64_t far = hf_clock_mono_us() + 5000000;
+    room_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (room_job){.room = room, .sh = &sh, .id = i + 1, .until_us = far, .hold = i == 0};
+        hf_sched_spawn(l.s, room_visit, &jobs[i]);
+    }
+    /* the first holds the only place; the three others wait in line */
+    CHECK_EQ(sh.norder, 1);
+    CHECK_EQ(tenant_room_taken(room), 1u);
+    CHECK_EQ(jobs[0].waited, false);
+    set_flag(&sh); /* (notes 2 as the setter) */
+    loop_drain(&l);
+    CHECK_EQ(sh.norder, 5);
+    CHECK_EQ(sh.order[0], 1);
+    CHECK_EQ(sh.order[1], 2); /* set_flag's note */
+    for (int i = 1; i < 4; i++) {
+        CHECK_EQ(sh.order[i + 1], i + 1); /* in the order they came */
+        CHECK_EQ(jobs[i].waited, true);
+        CHECK_EQ(jobs[i].taken, true);
+    }
+    CHECK_EQ(tenant_room_taken(room), 0u);
+    tenant_room_free(room);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
+TEST(room_waiter_past_its_deadline_gives_up_and_leaves_the_line)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    tenant_room *room = tenant_room_new();
+    bool waited;
+    /* this thread takes the only place, off any fiber */
+    CHECK_EQ(tenant_room_enter(room, 1, hf_clock_mono_us(), &waited), true);
+    CHECK_EQ(waited, false);
+    room_job early = {.room = room, .sh = &sh, .id = 5, .until_us = hf_clock_mono_us() + 20000};
+    room_job late = {.room = room, .sh = &sh, .id = 6, .until_us = hf_clock_mono_us() + 5000000};
+    hf_sched_spawn(l.s, room_visit, &early);
+    hf_sched_spawn(l.s, room_visit, &late);
+    int64_t until = hf_clock_mono_us() + 5000000;
+    while (!early.done && hf_clock_mono_us() < until)
+        loop_once(&l, 100);
+    CHECK_EQ(early.done, true);
+    CHECK_EQ(early.taken, false); /* gave up at its deadline */
+    CHECK_EQ(early.waited, true);
+    CHECK_EQ(late.done, false);
+    tenant_room_leave(room); /* the place goes to the one still in line */
+    loop_drain(&l);
+    CHECK_EQ(late.taken, true);
+    CHECK_EQ(late.waited, true);
+    CHECK_EQ(sh.norder, 1);
+    CHECK_EQ(sh.order[0], 6);
+    CHECK_EQ(tenant_room_taken(room), 0u);
+    tenant_room_free(room);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
 int main(int argc, char **argv)
 {
     TEST_SELECT(argc, argv);
@@ -506,5 +602,7 @@ int main(int argc, char **argv)
     RUN(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex);
     RUN(offloaded_blocking_call_runs_on_another_thread_while_the_loop_serves_others);
     RUN(many_fibers_parked_at_once_resume_in_any_order_with_their_own_stacks);
+    RUN(room_hands_each_place_given_back_to_the_first_fiber_in_line);
+    RUN(room_waiter_past_its_deadline_gives_up_and_leaves_the_line);
     return TEST_SUMMARY();
 }
