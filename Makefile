@@ -27,7 +27,15 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
             -Wmissing-prototypes -Wformat=2 -Wvla -Wno-unused-parameter \
             -Wconversion -Wsign-conversion
 CFLAGS   ?= -O2 -g
-override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread
+# The release: the file VERSION is the one place it is kept (a semantic
+# version; docs/operations.md, "Versions and upgrades"). Every compile gets
+# it as HF3FS_VERSION; debian/changelog must name the same (mk/deb.mk checks).
+HF3FS_VERSION := $(shell cat VERSION)
+ifeq ($(shell printf '%s' '$(HF3FS_VERSION)' | grep -Ex '[0-9]+\.[0-9]+\.[0-9]+'),)
+$(error VERSION holds '$(HF3FS_VERSION)', not a version MAJOR.MINOR.PATCH)
+endif
+VERSION_DEF := -DHF3FS_VERSION='"$(HF3FS_VERSION)"'
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread $(VERSION_DEF)
 LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread
 
 # Debian packages the build and the tests need (checked by `make deps`).
@@ -135,3 +143,6 @@ format-check:
 # Further components (client library, CLI, benchmarks, fuzzers) add their
 # rules in mk/*.mk; they may append test suites to EXTRA_TESTS.
 -include mk/*.mk
+
+# A new VERSION rebuilds what prints it.
+$(BUILD)/obj/src/api/version.o $(BUILD)/obj/src/server/main.o $(BUILD)/cli-obj/main.o: VERSION

@@ -52,6 +52,7 @@
 #include "store/mem.h"
 #include "store/redis/redis.h"
 #include "wal/wal.h"
+#include "wire/wire.h"
 
 #define EXIT_USAGE 2
 #define EXIT_DAMAGED 3  /* the log is damaged before its tail (see --salvage) */
@@ -178,6 +179,7 @@ enum {
     OPT_REDIS_USE_LOG_BYTES,
     OPT_IMPORT_SGLANG,
     OPT_HELP,
+    OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -221,6 +223,7 @@ static const struct option long_options[] = {
     {"stripes", required_argument, NULL, OPT_STRIPES},
     {"redis-use-log-bytes", required_argument, NULL, OPT_REDIS_USE_LOG_BYTES},
     {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -311,6 +314,8 @@ static void usage(FILE *out)
         "                              size and the primaries); a namespace keeps the count\n"
         "                              it was created with\n"
         "  --help                      this text\n"
+        "  --version                   the release, and the versions of the Redis module and\n"
+        "                              of the data directory's files it speaks\n"
         "\n"
         "Exit status: 0 stopped by SIGTERM/SIGINT; 1 --host/--port cannot be listened on (the\n"
         "port in use, the host not this machine's) or the event loops cannot start; 2 a bad\n"
@@ -503,6 +508,17 @@ static void resolve_persistence_path(server_options *o)
     }
 }
 
+/* --version: the release, then what it speaks (api.h, api_versions). */
+static void print_version(void)
+{
+    api_versions v = api_get_versions();
+    printf("hf3fs-metad %s\n"
+           "redis module: %s version %u, values of encoding version %u (reads 1..%u)\n"
+           "data directory: log and snapshots of format %u (reads %u..%u)\n",
+           v.release, HF3FS_MODULE_NAME, v.module, v.value_encoding, v.value_encoding,
+           v.data_format, v.data_format_oldest, v.data_format);
+}
+
 static void parse_options(int argc, char **argv, server_options *o)
 {
     *o = defaults;
@@ -511,6 +527,10 @@ static void parse_options(int argc, char **argv, server_options *o)
     while ((id = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
         if (id == OPT_HELP) {
             usage(stdout);
+            exit(0);
+        }
+        if (id == OPT_VERSION) {
+            print_version();
             exit(0);
         }
         if (id == '?' || id == ':') {
@@ -1003,6 +1023,9 @@ int main(int argc, char **argv)
     server_options options;
     parse_options(argc, argv, &options);
     log_set_level(options.log_level);
+    api_versions version = api_get_versions();
+    log_msg(LOG_INFO, "hf3fs-metad %s starting (Redis module version %u, data directory format %u)",
+            version.release, version.module, version.data_format);
 
     /* Before any thread exists, so that every thread inherits the mask. */
     sigset_t signals;

@@ -38,6 +38,7 @@ def test_docs_operations_md_shows_the_help_text_exactly():
 # that choose between settings rather than being one.
 SAME_AS = {
     "help": None,
+    "version": None,                 # prints and exits (the first line names the release)
     "host": "url",                   # http://HOST:PORT
     "port": "url",
     "persistence-path": "data-dir",  # the existing servers' name for --data-dir
@@ -60,10 +61,36 @@ def test_start_up_line_lists_every_effective_setting():
     missing = [f for f in help_flags()
                if f not in SAME_AS and not re.search(r"\b%s\b" % re.escape(f), start)]
     expect_eq(missing, [], "flags of --help missing from the start-up lines:\n" + start)
+    release = harness.release_versions()["version"]
+    expect_true(re.search(r"hf3fs-metad %s starting \(Redis module version \d+, data directory "
+                          r"format \d+\)" % re.escape(release), start),
+                "the start-up lines should name the release %s:\n%s" % (release, start))
     for setting in ("threads 3", "max-keys 777", "read-lease 1.5 s", "auth on",
                     "access-log on", "log-summary-interval 42 s", "http://127.0.0.1:%d" % srv.port):
         expect_true(setting in start, "start-up line should say %r:\n%s" % (setting, start))
     expect_true("secret" not in log, "the token itself must never be logged")
+
+
+def test_version_prints_the_release_and_the_formats_it_speaks_and_starts_nothing():
+    want = harness.release_versions()
+    # after other flags too: --version wins, binds no port, touches no directory
+    with tempfile.TemporaryDirectory(prefix="hf3fs-metad-version-") as d:
+        p = subprocess.run([os.path.abspath(harness.BIN), "--port", "1", "--data-dir", os.path.join(d, "data"),
+                            "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=10, cwd=d)
+        expect_eq(p.returncode, 0, "--version exits 0: %r" % p)
+        expect_eq(os.listdir(d), [], "--version creates nothing")
+    lines = p.stdout.decode().splitlines()
+    expect_eq(lines, [
+        "hf3fs-metad %s" % want["version"],
+        "redis module: hf3fsmeta version %s, values of encoding version %s (reads 1..%s)"
+        % (want["module_version"], want["value_encoding_version"],
+           want["value_encoding_version"]),
+        "data directory: log and snapshots of format %s (reads %s..%s)"
+        % (want["data_format_version"], want["data_format_oldest"],
+           want["data_format_version"]),
+    ], "hf3fs-metad --version")
+    expect_eq(p.stderr, b"", "--version writes nothing on stderr")
 
 
 def test_eviction_lru_is_an_accepted_name_for_clock():
