@@ -14,6 +14,8 @@
 #                   the include arrows of src/ (tests/check-layers.sh)
 #                   (mk/lint.mk); any finding fails
 #   make format-check  the C files clang-format (.clang-format) would change
+#   make deb       the Debian package build/deb/hf3fs-metad_<VERSION>_<arch>.deb,
+#                  checked by lintian; make test-deb also runs what it holds (mk/deb.mk)
 #
 # JOBS suites run at once (default 6: most of them sleep); the output of each
 # goes to build/test-logs/ and is printed when it fails.
@@ -35,7 +37,8 @@ ifeq ($(shell printf '%s' '$(HF3FS_VERSION)' | grep -Ex '[0-9]+\.[0-9]+\.[0-9]+'
 $(error VERSION holds '$(HF3FS_VERSION)', not a version MAJOR.MINOR.PATCH)
 endif
 VERSION_DEF := -DHF3FS_VERSION='"$(HF3FS_VERSION)"'
-override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread $(VERSION_DEF)
+# CPPFLAGS and LDFLAGS: empty here; dpkg-buildflags' (hardening) in `make deb`.
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread $(VERSION_DEF) $(CPPFLAGS)
 LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread
 
 # Debian packages the build and the tests need (checked by `make deps`).
@@ -74,7 +77,7 @@ $(BUILD)/libhfmetad.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/hf3fs-metad: $(BUILD)/obj/$(SERVER_MAIN:.c=.o) $(BUILD)/libhfmetad.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/unit/checks.h tests/unit/randops.h tests/engines.h $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)

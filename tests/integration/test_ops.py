@@ -93,6 +93,37 @@ def test_version_prints_the_release_and_the_formats_it_speaks_and_starts_nothing
     expect_eq(p.stderr, b"", "--version writes nothing on stderr")
 
 
+def test_debian_changelog_names_the_release_of_the_version_file():
+    # VERSION is the one place of the release; the package's version comes
+    # from debian/changelog's first entry (`make deb` refuses a mismatch too)
+    with open(os.path.join(ROOT, "debian", "changelog")) as f:
+        first = f.readline()
+    m = re.match(r"hf3fs-metad \(([^)]+)\) \w+; urgency=\w+$", first)
+    expect_true(m, "debian/changelog's first line: %r" % first)
+    expect_eq(m.group(1), harness.release_versions()["version"], "debian/changelog's version")
+
+
+def test_man_pages_name_every_flag_of_the_help_texts():
+    def flags_of(argv):
+        out = subprocess.run(argv, stdout=subprocess.PIPE, check=True, timeout=10).stdout
+        return sorted(set(re.findall(r"^\s+--([a-z][a-z0-9-]*)", out.decode(), re.M)))
+
+    cli = os.path.join(os.path.dirname(os.path.abspath(harness.BIN)), "hf3fs-meta")
+    for page, flags in (("hf3fs-metad.8", flags_of([harness.BIN, "--help"])),
+                        ("hf3fs-meta.1", flags_of([cli, "--help"]))):
+        with open(os.path.join(ROOT, "man", page)) as f:
+            text = f.read().replace("\\-", "-")
+        expect_true(len(flags) >= 8, "flags found in the help of %s: %r" % (page, flags))
+        missing = [fl for fl in flags if not re.search(r"(?<![\w-])--%s(?![\w-])" % fl, text)]
+        expect_eq(missing, [], "flags of --help missing from man/%s" % page)
+    # the release the pages name is VERSION's
+    for page in ("hf3fs-metad.8", "hf3fs-meta.1"):
+        with open(os.path.join(ROOT, "man", page)) as f:
+            th = [line for line in f if line.startswith(".TH ")][0]
+        expect_true('"hf3fs-metad %s"' % harness.release_versions()["version"] in th,
+                    "man/%s's .TH names the release: %r" % (page, th))
+
+
 def test_eviction_lru_is_an_accepted_name_for_clock():
     # The rule is CLOCK-class; "lru" was the flag's value before and still
     # starts the same server.
