@@ -14,6 +14,8 @@
 #                   the include arrows of src/ (tests/check-layers.sh)
 #                   (mk/lint.mk); any finding fails
 #   make format-check  the C files clang-format (.clang-format) would change
+#   make deb       the Debian package build/deb/hf3fs-metad_<VERSION>_<arch>.deb,
+#                  checked by lintian; make test-deb also runs what it holds (mk/deb.mk)
 #
 # JOBS suites run at once (default 6: most of them sleep); the output of each
 # goes to build/test-logs/ and is printed when it fails.
@@ -27,7 +29,16 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
             -Wmissing-prototypes -Wformat=2 -Wvla -Wno-unused-parameter \
             -Wconversion -Wsign-conversion
 CFLAGS   ?= -O2 -g
-override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread
+# The release: the file VERSION is the one place it is kept (a semantic
+# version; docs/operations.md, "Versions and upgrades"). Every compile gets
+# it as HF3FS_VERSION; debian/changelog must name the same (mk/deb.mk checks).
+HF3FS_VERSION := $(shell cat VERSION)
+ifeq ($(shell printf '%s' '$(HF3FS_VERSION)' | grep -Ex '[0-9]+\.[0-9]+\.[0-9]+'),)
+$(error VERSION holds '$(HF3FS_VERSION)', not a version MAJOR.MINOR.PATCH)
+endif
+VERSION_DEF := -DHF3FS_VERSION='"$(HF3FS_VERSION)"'
+# CPPFLAGS and LDFLAGS: empty here; dpkg-buildflags' (hardening) in `make deb`.
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -Iinclude $(WARN) -pthread $(VERSION_DEF) $(CPPFLAGS)
 LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread
 
 # Debian packages the build and the tests need (checked by `make deps`).
@@ -66,7 +77,7 @@ $(BUILD)/libhfmetad.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/hf3fs-metad: $(BUILD)/obj/$(SERVER_MAIN:.c=.o) $(BUILD)/libhfmetad.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/check.h tests/unit/checks.h tests/unit/randops.h tests/engines.h $(BUILD)/libhfmetad.a
 	@mkdir -p $(dir $@)
@@ -135,3 +146,6 @@ format-check:
 # Further components (client library, CLI, benchmarks, fuzzers) add their
 # rules in mk/*.mk; they may append test suites to EXTRA_TESTS.
 -include mk/*.mk
+
+# A new VERSION rebuilds what prints it.
+$(BUILD)/obj/src/api/version.o $(BUILD)/obj/src/server/main.o $(BUILD)/cli-obj/main.o: VERSION

@@ -127,10 +127,10 @@ static void print_help(FILE *f, const char *prog)
     fprintf(f,
             "usage: %s [OPTIONS] COMMAND [ARGS]\n"
             "\n"
-            "Talk to hf3fs-metad, the KV-cache page metadata server (library %s).\n"
+            "Talk to hf3fs-metad, the KV-cache page metadata server (release %s, library %s).\n"
             "\n"
             "Commands:\n",
-            prog, hf3fs_meta_version());
+            prog, HF3FS_VERSION, hf3fs_meta_version());
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].usage);
     fprintf(
@@ -145,7 +145,7 @@ static void print_help(FILE *f, const char *prog)
            "  --json             machine-readable output on stdout\n"
            "  --timeout MS       request timeout in milliseconds (default 30000)\n"
            "  --help             this text; COMMAND --help for a command\n"
-           "  --version          print the version\n"
+           "  --version          print the release and the client library's version\n"
            "\n"
            "Keys come from the arguments, or from stdin (one per line) when there are none.\n"
            "\n"
@@ -417,7 +417,11 @@ int main(int argc, char **argv)
 
     const command *cmd = o.command ? find_command(o.command) : NULL;
     if (given & BIT(OPT_VERSION)) {
-        printf("hf3fs-meta %s\n", hf3fs_meta_version());
+        /* HF3FS_VERSION: the release, from the file VERSION (the Makefile) */
+        printf("hf3fs-meta %s\n"
+               "libhf3fsmeta %s (the C API of include/hf3fs_meta.h)\n"
+               "speaks: the vLLM and SGLang HTTP dialects of hf3fs-metad (docs/protocol.md)\n",
+               HF3FS_VERSION, hf3fs_meta_version());
         goto out;
     }
     if (!o.command) {

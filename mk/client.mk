@@ -50,7 +50,7 @@ $(BUILD)/libhf3fsmeta.a: $(CLIENT_LIB_OBJ)
 
 $(BUILD)/libhf3fsmeta.so: $(CLIENT_PIC_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -shared -Wl,-soname,$(CLIENT_SONAME) -o $@ $^
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(CLIENT_SONAME) -o $@ $^
 
 # The CLI sees only the public header: no -Ilib, no -Isrc.
 $(BUILD)/cli-obj/%.o: cli/%.c $(wildcard cli/*.h) include/hf3fs_meta.h
@@ -58,7 +58,7 @@ $(BUILD)/cli-obj/%.o: cli/%.c $(wildcard cli/*.h) include/hf3fs_meta.h
 	$(CC) $(filter-out -Isrc,$(CFLAGS)) -Iinclude -c $< -o $@
 
 $(BUILD)/hf3fs-meta: $(CLIENT_CLI_OBJ) $(BUILD)/libhf3fsmeta.a
-	$(CC) $(CFLAGS) -o $@ $^ -pthread -lm
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -pthread -lm
 
 # test_client also unit-tests the library's internals (the HTTP reader and
 # the JSON reader), hence -Ilib; the example uses the public header only.

@@ -18,7 +18,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_ARGS    ?=
 FUZZ_DIR     := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -Ifuzz $(WARN) -pthread \
+FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -Isrc -Iinclude -Ifuzz $(WARN) -pthread $(VERSION_DEF) \
                 -g -O1 -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_TARGETS := $(patsubst fuzz/fuzz_%.c,%,$(filter-out fuzz/fuzz_common.c,$(wildcard fuzz/fuzz_*.c)))
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)

@@ -30,14 +30,14 @@ LINT_CPPCHECK ?= cppcheck
 # free) in that file, both reported, where the default budget reported only
 # the leak.
 LINT_ANALYZER ?= -Xclang -analyzer-config -Xclang max-nodes=20000
-LINT_DEFS     := -std=c11 -D_GNU_SOURCE -pthread $(LINT_ANALYZER)
+LINT_DEFS     := -std=c11 -D_GNU_SOURCE -pthread $(VERSION_DEF) $(LINT_ANALYZER)
 LINT_SRC      := $(wildcard src/*/*.c src/*/*/*.c)
 LINT_LIB      := $(wildcard lib/*.c)
 LINT_CLI      := $(wildcard cli/*.c)
 # The build's compilers define these; cppcheck does not (wal.c refuses a
 # big-endian build with #error).
 CPPCHECK_FLAGS := --enable=warning,portability,performance --std=c11 --inline-suppr \
-                  --error-exitcode=1 --quiet -j$(BUILD_JOBS) -D_GNU_SOURCE \
+                  --error-exitcode=1 --quiet -j$(BUILD_JOBS) -D_GNU_SOURCE $(VERSION_DEF) \
                   -D__BYTE_ORDER__=1234 -D__ORDER_LITTLE_ENDIAN__=1234 \
                   --suppress=missingIncludeSystem \
                   --template='{file}:{line}: cppcheck-{id}: {message}'

@@ -20,4 +20,4 @@ $(BUILD)/pic/%.o: %.c
 -include $(MODULE_OBJ:.o=.d)
 
 $(MODULE_SO): $(MODULE_OBJ)
-	$(CC) $(CFLAGS) -shared -fPIC -Wl,--no-undefined -Wl,-z,defs -o $@ $^
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -fPIC -Wl,--no-undefined -Wl,-z,defs -o $@ $^

@@ -9,7 +9,9 @@
  *                  {"status":"unavailable","detail":<why>} while nothing is
  *                  served. Never needs auth: it is what load balancers and
  *                  systemd probes call.
- *   GET /v1/stats  200 {"server":{...},"pools":[{tenant, namespace, rank, the
+ *   GET /v1/stats  200 {"server":{version, module_version,
+ *                  value_encoding_version, data_format_version (api.h,
+ *                  api_versions), ...},"pools":[{tenant, namespace, rank, the
  *                  figures of CORE_POOL_FIGURES (core.h) in its order,
  *                  refused_confirmations{...}, refused_releases{...}}],
  *                  "namespaces":[{tenant, namespace, prefix{...},
@@ -303,7 +305,13 @@ static void put_server_json(api__req *req)
     char reason[256];
     store_mode mode = api__store_mode(req->store, reason, sizeof reason);
     bool healthy = mode == STORE_SERVING;
-    json_put_lit(out, "\"server\":{\"started_at\":");
+    api_versions v = api_get_versions();
+    json_put_lit(out, "\"server\":{\"version\":");
+    json_put_str(out, v.release, strlen(v.release));
+    put_counter(out, "module_version", v.module);
+    put_counter(out, "value_encoding_version", v.value_encoding);
+    put_counter(out, "data_format_version", v.data_format);
+    json_put_lit(out, ",\"started_at\":");
     json_put_int(out, started / 1000);
     json_put_lit(out, ",\"uptime_seconds\":");
     json_put_int(out, (now - started) / 1000);

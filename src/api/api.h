@@ -58,6 +58,20 @@ typedef struct api_config {
 
 typedef struct api api_t;
 
+/* The release of this build (the file VERSION, passed by the Makefile as
+ * -DHF3FS_VERSION) and the versions of what it speaks and keeps
+ * (docs/operations.md, "Versions and upgrades"): hf3fs-metad --version,
+ * /v1/stats and /metrics (hf3fs_metad_build_info) show them. */
+typedef struct api_versions {
+    const char *release;         /* "1.0.0" */
+    unsigned module;             /* HF3FS_MODULE_VERSION: the Redis module it needs */
+    unsigned value_encoding;     /* HF3FS_TYPE_ENCVER: the module's Redis values */
+    unsigned data_format;        /* the data directory's log and snapshots, written */
+    unsigned data_format_oldest; /* ... and the oldest read */
+} api_versions;
+
+api_versions api_get_versions(void);
+
 /* The store is borrowed: it must outlive the api. Aborts on out-of-memory. */
 api_t *api_new(store_t *store, const api_config *config);
 void api_free(api_t *api);

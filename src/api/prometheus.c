@@ -1,7 +1,7 @@
 /*
  * prometheus.c: GET /metrics, Prometheus text format 0.0.4 (metrics.h
  * writes it): requests and latency per route and status, connections,
- * server state, the store engine's own families (store_ops.metrics: the
+ * the build (hf3fs_metad_build_info), server state, the store engine's own families (store_ops.metrics: the
  * embedded engine's log and snapshots), then per pool (labels tenant,
  * namespace, rank) pages per state and the figures of CORE_POOL_FIGURES
  * (core.h), the refusals by reason, and per namespace (labels tenant,
@@ -156,11 +156,35 @@ static void put_hit_ratios(json_buf *out, const api__pool_figures *pools)
 
 /* ---- the server's and the store's families ---- */
 
+/* Prometheus' *_build_info convention: one sample of value 1 whose labels
+ * are the release and the versions it speaks (api.h, api_versions). */
+static void put_build_info(json_buf *out)
+{
+    static const char *const name = "hf3fs_metad_build_info";
+    api_versions v = api_get_versions();
+    char module[16], encoding[16], format[16];
+    snprintf(module, sizeof module, "%u", v.module);
+    snprintf(encoding, sizeof encoding, "%u", v.value_encoding);
+    snprintf(format, sizeof format, "%u", v.data_format);
+    const api__prom_label labels[] = {
+        {"version", hf_slice_from_cstr(v.release)},
+        {"module_version", hf_slice_from_cstr(module)},
+        {"value_encoding_version", hf_slice_from_cstr(encoding)},
+        {"data_format_version", hf_slice_from_cstr(format)},
+    };
+    api__prom_family(out, name, "gauge",
+                     "The release of this server (version) and the versions it speaks: the "
+                     "Redis module's commands, its values' encoding, the data directory's "
+                     "files; always 1.");
+    api__prom_sample(out, name, labels, sizeof labels / sizeof labels[0], store_int(1));
+}
+
 /* npools: the caller's pools, or SIZE_MAX if the store could not say. */
 static void put_server_metrics(api__req *req, size_t npools)
 {
     json_buf *out = req->out;
     char reason[256];
+    put_build_info(out);
     int64_t started = api__started_ms(req->api);
     store_mode mode = api__store_mode(req->store, reason, sizeof reason);
     api__prom_single(out, "hf3fs_metad_accepting_changes", "gauge",

@@ -52,6 +52,7 @@
 #include "store/mem.h"
 #include "store/redis/redis.h"
 #include "wal/wal.h"
+#include "wire/wire.h"
 
 #define EXIT_USAGE 2
 #define EXIT_DAMAGED 3  /* the log is damaged before its tail (see --salvage) */
@@ -190,6 +191,7 @@ enum {
     OPT_REDIS_USE_LOG_BYTES,
     OPT_IMPORT_SGLANG,
     OPT_HELP,
+    OPT_VERSION,
 };
 
 static const struct option long_options[] = {
@@ -237,6 +239,7 @@ static const struct option long_options[] = {
     {"stripes", required_argument, NULL, OPT_STRIPES},
     {"redis-use-log-bytes", required_argument, NULL, OPT_REDIS_USE_LOG_BYTES},
     {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
 
@@ -338,6 +341,8 @@ static void usage(FILE *out)
         "                              size and the primaries); a namespace keeps the count\n"
         "                              it was created with\n"
         "  --help                      this text\n"
+        "  --version                   the release, and the versions of the Redis module and\n"
+        "                              of the data directory's files it speaks\n"
         "\n"
         "Exit status: 0 stopped by SIGTERM/SIGINT; 1 --host/--port cannot be listened on (the\n"
         "port in use, the host not this machine's) or the event loops cannot start; 2 a bad\n"
@@ -536,6 +541,17 @@ static void resolve_persistence_path(server_options *o)
     }
 }
 
+/* --version: the release, then what it speaks (api.h, api_versions). */
+static void print_version(void)
+{
+    api_versions v = api_get_versions();
+    printf("hf3fs-metad %s\n"
+           "redis module: %s version %u, values of encoding version %u (reads 1..%u)\n"
+           "data directory: log and snapshots of format %u (reads %u..%u)\n",
+           v.release, HF3FS_MODULE_NAME, v.module, v.value_encoding, v.value_encoding,
+           v.data_format, v.data_format_oldest, v.data_format);
+}
+
 static void parse_options(int argc, char **argv, server_options *o)
 {
     *o = defaults;
@@ -544,6 +560,10 @@ static void parse_options(int argc, char **argv, server_options *o)
     while ((id = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
         if (id == OPT_HELP) {
             usage(stdout);
+            exit(0);
+        }
+        if (id == OPT_VERSION) {
+            print_version();
             exit(0);
         }
         if (id == '?' || id == ':') {
@@ -841,23 +861,27 @@ static bool host_is_loopback(const char *host)
 static void log_settings(const server_options *o, uint16_t port)
 {
     bool v6 = strchr(o->host, ':') != NULL;
-    log_msg(
-        LOG_INFO,
-        "hf3fs-metad listening on http://%s%s%s:%u (threads %" PRIu64 ", max-connections %" PRIu64
-        ", idle-timeout %" PRIu64 " s, max-body-bytes %" PRIu64 ", max-header-bytes %" PRIu64
-        ", max-keys %" PRIu64 ", max-key-bytes %" PRIu64 ", max-ranks %" PRIu64
-        ", max-pages %" PRIu64 ", reservation-timeout %g s, read-lease %g s, write-lease %g s, "
-        "release-grace %g s, eviction %s, "
-        "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s, "
-        "import-sglang %s)",
-        v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
-        o->idle_timeout_s, o->max_body_bytes, o->max_header_bytes, o->max_keys, o->max_key_bytes,
-        o->max_ranks, o->max_pages, o->reservation_timeout_s, o->read_lease_s, write_lease_s(o),
-        o->release_grace_s, o->evict ? "clock" : "none", o->debug_api ? "on" : "off",
-        log_level_name(o->log_level), o->auth_token_file ? "on (auth-token-file " : "off",
-        o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
-        o->access_log ? "on" : "off", o->log_summary_interval_s,
-        o->import_sglang ? o->import_sglang : "none");
+    log_msg(LOG_INFO,
+            "hf3fs-metad listening on http://%s%s%s:%u (threads %" PRIu64
+            ", max-connections %" PRIu64 ", idle-timeout %" PRIu64 " s, header-timeout %" PRIu64
+            " s, body-timeout %" PRIu64 " s, body-min-rate %" PRIu64
+            ", tenant-max-in-flight %" PRIu64 ", max-body-bytes %" PRIu64
+            ", max-header-bytes %" PRIu64 ", max-keys %" PRIu64 ", max-key-bytes %" PRIu64
+            ", max-ranks %" PRIu64 ", max-pages %" PRIu64
+            ", reservation-timeout %g s, read-lease %g s, write-lease %g s, "
+            "release-grace %g s, eviction %s, "
+            "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s, "
+            "import-sglang %s)",
+            v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
+            o->idle_timeout_s, o->header_timeout_s, o->body_timeout_s, o->body_min_rate,
+            o->tenant_max_in_flight, o->max_body_bytes, o->max_header_bytes, o->max_keys,
+            o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s, o->read_lease_s,
+            write_lease_s(o), o->release_grace_s, o->evict ? "clock" : "none",
+            o->debug_api ? "on" : "off", log_level_name(o->log_level),
+            o->auth_token_file ? "on (auth-token-file " : "off",
+            o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
+            o->access_log ? "on" : "off", o->log_summary_interval_s,
+            o->import_sglang ? o->import_sglang : "none");
     if (o->store) {
         char stripes[24] = "1";
         if (o->stripes)
@@ -1040,6 +1064,9 @@ int main(int argc, char **argv)
     server_options options;
     parse_options(argc, argv, &options);
     log_set_level(options.log_level);
+    api_versions version = api_get_versions();
+    log_msg(LOG_INFO, "hf3fs-metad %s starting (Redis module version %u, data directory format %u)",
+            version.release, version.module, version.data_format);
 
     /* Before any thread exists, so that every thread inherits the mask. */
     sigset_t signals;

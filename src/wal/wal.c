@@ -1139,6 +1139,16 @@ const char *wal_fsync_name(wal_fsync_policy policy)
     return "?";
 }
 
+unsigned wal_format_version(void)
+{
+    return WAL_VERSION;
+}
+
+unsigned wal_format_oldest(void)
+{
+    return WAL_VERSION_OLDEST;
+}
+
 int wal_parse_fsync(const char *name, wal_fsync_policy *policy)
 {
     static const wal_fsync_policy all[] = {WAL_FSYNC_ALWAYS, WAL_FSYNC_EVERYSEC, WAL_FSYNC_NO};

@@ -142,6 +142,10 @@ const char *wal_strerror(int err);
 const char *wal_fsync_name(wal_fsync_policy policy);
 /* "always", "everysec", "no" -> 0 and *policy; else -1. */
 int wal_parse_fsync(const char *name, wal_fsync_policy *policy);
+/* The format of the log and snapshots this build writes, and the oldest it
+ * reads (format.h: WAL_VERSION, WAL_VERSION_OLDEST). */
+unsigned wal_format_version(void);
+unsigned wal_format_oldest(void);
 
 /* The import's record (store.h import_mark_get): the text of the file
  * WAL_IMPORT_MARK in the log's directory, which recovery leaves alone.

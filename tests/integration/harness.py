@@ -44,6 +44,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -79,6 +80,31 @@ REDIS_ENGINES = ("redis", "redis-cluster")
 
 _shared_redis = None
 _next_db = [0]
+
+_SOURCE_ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+def release_versions():
+    """What a build of this tree must say it is, read from the sources rather
+    than from any binary: {"version": the file VERSION, "module_version":
+    HF3FS_MODULE_VERSION and "value_encoding_version": HF3FS_TYPE_ENCVER
+    (src/wire/wire.h), "data_format_version": WAL_VERSION and
+    "data_format_oldest": WAL_VERSION_OLDEST (src/wal/format.h)}, all strings."""
+    def read(path):
+        with open(os.path.join(_SOURCE_ROOT, path)) as f:
+            return f.read()
+
+    def define(text, name):
+        m = re.search(r"^#define %s\s+(?:\\\s*)?(\d+)\b" % name, text, re.M)
+        assert m, "no #define %s found" % name
+        return m.group(1)
+
+    wire, wal = read("src/wire/wire.h"), read("src/wal/format.h")
+    return {"version": read("VERSION").strip(),
+            "module_version": define(wire, "HF3FS_MODULE_VERSION"),
+            "value_encoding_version": define(wire, "HF3FS_TYPE_ENCVER"),
+            "data_format_version": define(wal, "WAL_VERSION"),
+            "data_format_oldest": define(wal, "WAL_VERSION_OLDEST")}
 
 
 def shared_redis():

@@ -182,10 +182,15 @@ def test_usage_errors_exit_2_with_a_message():
         expect_true(r.err.startswith("hf3fs-meta:"), "usage message on stderr: %r" % r)
 
 
-def test_version_prints_the_library_version():
+def test_version_prints_the_release_and_the_library_version():
     r = run("--version")
     expect_exit(r, 0)
-    expect_eq(r.out.strip(), "hf3fs-meta 0.1.0", "--version")
+    release = harness.release_versions()["version"]
+    expect_eq(r.out.splitlines(), [
+        "hf3fs-meta %s" % release,
+        "libhf3fsmeta 0.1.0 (the C API of include/hf3fs_meta.h)",
+        "speaks: the vLLM and SGLang HTTP dialects of hf3fs-metad (docs/protocol.md)",
+    ], "--version")
 
 
 # -- the vLLM dialect ---------------------------------------------------------

@@ -264,6 +264,27 @@ def test_stats_has_every_figure_of_every_pool_and_the_server():
         expect_eq(pools[("other", 2)]["free"], 16, "free")
 
 
+def test_stats_and_metrics_name_the_release_and_the_versions_it_speaks():
+    want = harness.release_versions()
+    with Server() as srv:
+        server = expect_json(srv.client().get("/v1/stats"), 200)["server"]
+        for field in ("version", "module_version", "value_encoding_version",
+                      "data_format_version"):
+            expect_eq(str(server.get(field)), want[field], "server.%s of /v1/stats" % field)
+        expect_true(isinstance(server["module_version"], int), "module_version is a number")
+        text, samples = scrape(srv)
+    # Prometheus' *_build_info: one gauge sample of value 1, the versions as labels
+    info = {labels: v for (name, labels), v in samples.items()
+            if name == "hf3fs_metad_build_info"}
+    labels = tuple(sorted((k, want[k]) for k in ("version", "module_version",
+                                                "value_encoding_version",
+                                                "data_format_version")))
+    expect_eq(info, {labels: 1.0}, "hf3fs_metad_build_info samples")
+    expect_true("# TYPE hf3fs_metad_build_info gauge\n" in text
+                and "# HELP hf3fs_metad_build_info " in text,
+                "hf3fs_metad_build_info has its HELP and TYPE lines")
+
+
 def test_persistence_figures_appear_when_the_state_is_logged():
     with Server() as srv:  # the harness gives every server a data directory
         c = srv.client()

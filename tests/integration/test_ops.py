@@ -38,6 +38,7 @@ def test_docs_operations_md_shows_the_help_text_exactly():
 # that choose between settings rather than being one.
 SAME_AS = {
     "help": None,
+    "version": None,                 # prints and exits (the first line names the release)
     "host": "url",                   # http://HOST:PORT
     "port": "url",
     "persistence-path": "data-dir",  # the existing servers' name for --data-dir
@@ -60,10 +61,67 @@ def test_start_up_line_lists_every_effective_setting():
     missing = [f for f in help_flags()
                if f not in SAME_AS and not re.search(r"\b%s\b" % re.escape(f), start)]
     expect_eq(missing, [], "flags of --help missing from the start-up lines:\n" + start)
+    release = harness.release_versions()["version"]
+    expect_true(re.search(r"hf3fs-metad %s starting \(Redis module version \d+, data directory "
+                          r"format \d+\)" % re.escape(release), start),
+                "the start-up lines should name the release %s:\n%s" % (release, start))
     for setting in ("threads 3", "max-keys 777", "read-lease 1.5 s", "auth on",
                     "access-log on", "log-summary-interval 42 s", "http://127.0.0.1:%d" % srv.port):
         expect_true(setting in start, "start-up line should say %r:\n%s" % (setting, start))
     expect_true("secret" not in log, "the token itself must never be logged")
+
+
+def test_version_prints_the_release_and_the_formats_it_speaks_and_starts_nothing():
+    want = harness.release_versions()
+    # after other flags too: --version wins, binds no port, touches no directory
+    with tempfile.TemporaryDirectory(prefix="hf3fs-metad-version-") as d:
+        p = subprocess.run([os.path.abspath(harness.BIN), "--port", "1", "--data-dir", os.path.join(d, "data"),
+                            "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=10, cwd=d)
+        expect_eq(p.returncode, 0, "--version exits 0: %r" % p)
+        expect_eq(os.listdir(d), [], "--version creates nothing")
+    lines = p.stdout.decode().splitlines()
+    expect_eq(lines, [
+        "hf3fs-metad %s" % want["version"],
+        "redis module: hf3fsmeta version %s, values of encoding version %s (reads 1..%s)"
+        % (want["module_version"], want["value_encoding_version"],
+           want["value_encoding_version"]),
+        "data directory: log and snapshots of format %s (reads %s..%s)"
+        % (want["data_format_version"], want["data_format_oldest"],
+           want["data_format_version"]),
+    ], "hf3fs-metad --version")
+    expect_eq(p.stderr, b"", "--version writes nothing on stderr")
+
+
+def test_debian_changelog_names_the_release_of_the_version_file():
+    # VERSION is the one place of the release; the package's version comes
+    # from debian/changelog's first entry (`make deb` refuses a mismatch too)
+    with open(os.path.join(ROOT, "debian", "changelog")) as f:
+        first = f.readline()
+    m = re.match(r"hf3fs-metad \(([^)]+)\) \w+; urgency=\w+$", first)
+    expect_true(m, "debian/changelog's first line: %r" % first)
+    expect_eq(m.group(1), harness.release_versions()["version"], "debian/changelog's version")
+
+
+def test_man_pages_name_every_flag_of_the_help_texts():
+    def flags_of(argv):
+        out = subprocess.run(argv, stdout=subprocess.PIPE, check=True, timeout=10).stdout
+        return sorted(set(re.findall(r"^\s+--([a-z][a-z0-9-]*)", out.decode(), re.M)))
+
+    cli = os.path.join(os.path.dirname(os.path.abspath(harness.BIN)), "hf3fs-meta")
+    for page, flags in (("hf3fs-metad.8", flags_of([harness.BIN, "--help"])),
+                        ("hf3fs-meta.1", flags_of([cli, "--help"]))):
+        with open(os.path.join(ROOT, "man", page)) as f:
+            text = f.read().replace("\\-", "-")
+        expect_true(len(flags) >= 8, "flags found in the help of %s: %r" % (page, flags))
+        missing = [fl for fl in flags if not re.search(r"(?<![\w-])--%s(?![\w-])" % fl, text)]
+        expect_eq(missing, [], "flags of --help missing from man/%s" % page)
+    # the release the pages name is VERSION's
+    for page in ("hf3fs-metad.8", "hf3fs-meta.1"):
+        with open(os.path.join(ROOT, "man", page)) as f:
+            th = [line for line in f if line.startswith(".TH ")][0]
+        expect_true('"hf3fs-metad %s"' % harness.release_versions()["version"] in th,
+                    "man/%s's .TH names the release: %r" % (page, th))
 
 
 def test_eviction_lru_is_an_accepted_name_for_clock():
