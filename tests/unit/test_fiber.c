@@ -501,7 +501,7 @@ typedef struct room_job {
     shared *sh;
     int id;
     int64_t until_us;
-    bool hold;   /* keep the place until sh->flag is set */
+    bool hold; /* keep the place until sh->flag is set */
     bool taken, waited, done;
 } room_job;
 
