@@ -40,7 +40,7 @@
 
 #define JSON_DEPTH_LIMIT 32
 #define ANSWER_MARGIN (64u * 1024 * 1024)
-#define ANSWER_KEEP (64u * 1024) /* answer buffer kept between requests */
+#define ANSWER_KEEP (64u * 1024)      /* answer buffer kept between requests */
 #define ROOM_WAIT_US (10 * 1000000LL) /* a request waits this long for its tenant's room */
 
 struct api {
