@@ -1,5 +1,5 @@
 /*
- * fuzz_http.c: the HTTP layer (src/http/http.c: our event loops and
+ * fuzz_http.c: the HTTP layer (src/http/: our event loops and
  * http-parser) on raw bytes from a socket.
  *
  * One server runs in the fuzzing process for the whole run (127.0.0.1, a

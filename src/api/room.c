@@ -42,6 +42,17 @@ void tenant_room_free(tenant_room *r)
     free(r);
 }
 
+/* w (on its caller's stack, until it leaves) joins the end of the line
+ * (mu held). */
+static void join_line(tenant_room *r, waiter *w)
+{
+    if (r->last)
+        r->last->next = w;
+    else
+        r->first = w;
+    r->last = w;
+}
+
 /* w leaves the line (mu held), wherever it stands. */
 static void unlink_waiter(tenant_room *r, waiter *w)
 {
@@ -68,11 +79,7 @@ bool tenant_room_enter(tenant_room *r, unsigned places, int64_t until_us, bool *
     *waited = true;
     waiter w = {.next = NULL, .granted = false};
     hf_park_init(&w.park);
-    if (r->last)
-        r->last->next = &w;
-    else
-        r->first = &w;
-    r->last = &w;
+    join_line(r, &w);
     while (!w.granted && hf_clock_mono_us() < until_us)
         hf_park_wait(&w.park, &r->mu, until_us);
     if (!w.granted)
