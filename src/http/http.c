@@ -277,6 +277,17 @@ static void sweep_requests(loop *lp, uint64_t now_ms)
     }
 }
 
+/* Send the answers queued in this pass (queue_flush). */
+static void send_queued(loop *lp)
+{
+    while (lp->flush_head) {
+        conn *c = lp->flush_head;
+        lp->flush_head = c->flush_next;
+        c->flush_queued = false;
+        http__flush(c);
+    }
+}
+
 /*
  * One pass: handle a batch of events, then send the answers of the batch
  * (as Redis writes its replies before it sleeps again). Each send to a
@@ -330,17 +341,16 @@ static void *loop_run(void *arg)
         }
         if (lp->sched)
             hf_sched_run_ready(lp->sched);
+        /* the answers first: a conn whose parked request just ended has
+         * been silent while it waited, and the idle sweep must not close
+         * it with its answer unsent */
+        send_queued(lp);
         uint64_t now = hf_clock_mono_coarse_s();
-        if (now != lp->swept_s) { /* before the sends: a 408 goes with them */
+        if (now != lp->swept_s) {
             lp->swept_s = now;
             sweep(lp, now);
             sweep_requests(lp, hf_clock_mono_coarse_ms());
-        }
-        while (lp->flush_head) {
-            conn *c = lp->flush_head;
-            lp->flush_head = c->flush_next;
-            c->flush_queued = false;
-            http__flush(c);
+            send_queued(lp); /* the 408s */
         }
     }
     /* conn_close unlinks c, so next is the new head: taken before the free,
