@@ -366,9 +366,14 @@ def test_health_says_reads_only_while_redis_wait_lacks_its_replica_and_ok_once_i
         replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
         wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
                  10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
-        with Server("--redis-wait", "1", "--redis-wait-timeout", "1", store=primary.url) as srv:
+        with Server("--redis-wait", "1", "--redis-wait-timeout", str(2 * harness.SLOWDOWN),
+                    store=primary.url) as srv:
             c = srv.client()
-            v_init(c, 0, 8)
+            # a loaded machine can delay the replica's first acknowledgements
+            # past the WAIT timeout: initialize (idempotent) until one comes
+            wait_for(lambda: c.post("/rank/0/initialize",
+                                    {"role": "worker", "num_pages": 8}).status == 200,
+                     10 * harness.SLOWDOWN, interval=0.2, what="an acknowledged initialize")
             pages = v_alloc(c, 0, ["k"])
             v_confirm(c, 0, [("k", pages[0])])
             expect_eq(c.get("/health").json(), {"status": "ok"}, "/health with the replica")
