@@ -1,32 +1,10 @@
 """test_docs.py: the shell sessions of the README, docs/many-nodes.md and
 docs/operations.md run as written and print what they show.
 
-The convention (docs/testing.md, "Docs that run"): every ```sh and ```console
-block of those files has, on the line before its fence (blank lines
-allowed), one of
-
-    <!-- doctest: run -->
-    <!-- doctest: run; setup: COMMAND -->
-    <!-- doctest: skip: REASON -->
-
-A block marked run is sent, command by command, to one bash per file (the
-file's blocks in order share its variables and its servers), in a scratch
-folder that stands for the repository's root (build/ there is a link to the
-build under test, and hf3fs-metad and hf3fs-meta are on PATH, as installed),
-inside a network namespace of its own (unshare --net; its loopback only), so
-that the ports the docs name (18000, 6400, 7000...) are used as written
-without colliding with other suites. In a ```console block a command is a
-line after "$ " (with the lines after a trailing backslash, or after "> ")
-and its output the lines up to the next "$ ": the command must exit 0 and
-print exactly that on stdout, where a line "..." stands for any lines (none
-included) and "..." within a line for any text (colour codes removed,
-trailing blank lines ignored); stderr goes to the test's log. A ```sh block is one command whose output is not compared; every
-command in it must succeed (bash's ERR trap). setup runs, unseen, before
-the block (README: the server that `make run` starts). Like a person at a
-terminal, the runner lets what a command started come up before the next
-one: it waits until every process the command left running in the
-namespace listens on a TCP port (or has exited). At the end of a file every
-process in its namespace is stopped.
+The convention that marks which blocks run, how a session runs (one bash
+per file in a network namespace of its own, so the docs' ports are used as
+written) and how output is compared: docs/testing.md, "Docs that run".
+About 18 s, mostly many-nodes.md's cluster waiting for its replicas.
 """
 
 import os
