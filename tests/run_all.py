@@ -71,7 +71,10 @@ MODEL_RUNS = ["with_clock_eviction", "without_eviction", "another_seed"]
 # runs through one of the two (the embedded engine replays them all).
 FUZZ_SHARDS = 4
 # Suites that do not depend on the build directory: once per run.
-ONCE = ["test_fuzz_corpus", "test_bench_smoke"]
+# test_docs (the docs' shell sessions, as a reader runs them: the normal
+# build, its Redis module loaded by a redis-server without the ASan runtime)
+# runs once, and only when the first build is not sanitized.
+ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs"]
 # Sanitizer options for the sanitized builds (a leak at exit fails the suite).
 SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
@@ -227,21 +230,27 @@ def build_jobs(build, check):
 
 def once_jobs(build, check):
     """The suites that run once whatever the builds: the fuzz corpora (the
-    targets are built once, into build/fuzz), the bench smoke run and the
-    static checks."""
+    targets are built once, into build/fuzz), the bench smoke run, the docs'
+    sessions (not against a sanitized build) and the static checks."""
     server = {"HF3FS_METAD_BIN": os.path.join(build, "hf3fs-metad")}
     fuzz = [PYTHON, os.path.join("tests", "integration", "test_fuzz_corpus.py")]
     if check:
         # The quick loop replays the corpora and does not fuzz.
         return [Job("test_fuzz_corpus.py", fuzz + ["replays"], server, weight=2)]
-    jobs = [Job("test_fuzz_corpus.py", fuzz, server, weight=4),
-            Job("test_bench_smoke.py",
-                [PYTHON, os.path.join("tests", "integration", "test_bench_smoke.py")],
-                server, weight=4),
-            # The static checks (mk/lint.mk) and the tree's format
-            # (.clang-format): a finding or a line to reformat fails them.
-            Job("lint", ["make", "--no-print-directory", "BUILD_JOBS=1", "lint",
-                         "format-check"], {}, weight=4)]
+    jobs = []
+    if not sanitized(build):
+        docs = Job("test_docs.py", [PYTHON, os.path.join("tests", "integration", "test_docs.py")],
+                   server, weight=2)
+        docs.cluster = True  # many-nodes.md brings a Redis Cluster up (6 redis-servers)
+        jobs.append(docs)
+    jobs += [Job("test_fuzz_corpus.py", fuzz, server, weight=4),
+             Job("test_bench_smoke.py",
+                 [PYTHON, os.path.join("tests", "integration", "test_bench_smoke.py")],
+                 server, weight=4),
+             # The static checks (mk/lint.mk) and the tree's format
+             # (.clang-format): a finding or a line to reformat fails them.
+             Job("lint", ["make", "--no-print-directory", "BUILD_JOBS=1", "lint",
+                          "format-check"], {}, weight=4)]
     # The sequence fuzzer's corpus over the Redis engines, in shares that run
     # at once, each over a Redis of its own.
     for i in range(1, FUZZ_SHARDS + 1):
