@@ -281,7 +281,7 @@ def test_a_tenants_flood_past_its_max_in_flight_waits_in_its_own_line_not_ahead_
     tokens = "greedy-token greedy\nsteady-token steady\nop-token *\n"
     with RedisServer() as r, TokenFile(tokens) as path, \
             Server("--auth-token-file", path, "--tenant-max-in-flight", "4",
-                   store=r.url) as srv:
+                   "--redis-timeout", str(10 * harness.SLOWDOWN), store=r.url) as srv:
         def auth(token):
             return {"Authorization": "Bearer " + token}
         c = srv.client()

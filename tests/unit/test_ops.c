@@ -284,7 +284,8 @@ TEST(metrics_and_stats_show_every_kind_of_figure_an_engine_reports)
         printf("  (promtool not installed: the text format was not checked by it)\n");
     CHECK_EQ(rc <= 0, 1);
     CHECK_EQ(request(&f, "GET", "/v1/stats", NULL, NULL), 200);
-    CHECK(strstr(body_of(&f), "\"refused\":0},\"engine\":{\"round_trips\":123456,"
+    CHECK(strstr(body_of(&f), "\"refused\":0,\"shed\":0,\"timed_out\":0},"
+                              "\"engine\":{\"round_trips\":123456,"
                               "\"age_seconds\":30.012,\"connected\":true,"
                               "\"address\":\"host:6379\",\"last_error\":{\"text\":null}},"
                               "\"replica\":null},\"pools\":[") != NULL);
