@@ -162,7 +162,7 @@ void redis_link_close(redis_link *l);
 
 bool redis_link_is_cluster(const redis_link *l);
 /* "host:port", "unix:/path" or "cluster seeds" for messages. */
-const char *redis_link_where(const redis_link *l, char *buf, size_t len);
+const char *redis_link_where(redis_link *l, char *buf, size_t len);
 /* The primaries that serve slots in a cluster's map (a handle's, as it is
  * now; 0 if none is known), or 1 for one Redis. */
 uint32_t redis_link_primaries(redis_link *l);
