@@ -186,15 +186,14 @@ redisContext *link__connect_one(redis_link *r, const node_link *nl, int *code, c
     struct timeval ct = tv_of_ms(r->opt.connect_timeout_ms);
     bool node = nl && nl->host;
     char primary[256];
-    int port = r->port;
-    const char *host = r->host;
+    int port = node ? nl->port : r->port;
+    const char *host = node ? nl->host : r->host;
     if (!node && r->sentinel) { /* the primary the sentinels named last */
         link__sentinel_primary(r, primary, sizeof primary, &port);
         host = primary;
     }
-    redisContext *c = node           ? redisConnectWithTimeout(nl->host, nl->port, ct)
-                      : r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, ct)
-                                     : redisConnectWithTimeout(host, port, ct);
+    redisContext *c = !node && r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, ct)
+                                            : redisConnectWithTimeout(host, port, ct);
     char w[300];
     if (node)
         snprintf(w, sizeof w, "%s", nl->addr);
