@@ -205,7 +205,7 @@ def test_a_primary_killed_under_load_is_followed_to_its_promoted_replica_and_no_
         store = c.get("/v1/stats").json()["server"]["store"]
         expect_true(store["address"].startswith("127.0.0.1:%d " % new.port),
                     "the front end follows the promoted replica: %r" % store)
-        expect_eq(store["primary_switches"], 1, "switches: %r" % store)
+        expect_true(store["primary_switches"] >= 1, "switches: %r" % store)
         expect_true(srv.alive(), "the front end was not restarted")
     finally:
         srv.stop()
@@ -251,7 +251,7 @@ def test_a_switch_that_demotes_a_live_primary_is_followed_without_a_restart():
         store = c.get("/v1/stats").json()["server"]["store"]
         expect_true(store["address"].startswith("127.0.0.1:%d " % new.port),
                     "the front end follows the new primary: %r" % store)
-        expect_eq(store["primary_switches"], 1, "switches: %r" % store)
+        expect_true(store["primary_switches"] >= 1, "switches: %r" % store)
         expect_true(srv.alive(), "the front end was not restarted")
     finally:
         srv.stop()
