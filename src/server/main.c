@@ -318,7 +318,9 @@ static void usage(FILE *out)
         "  --store URL                 keep the state in Redis, shared by every front end:\n"
         "                              redis://[user:password@]host:port[/db],\n"
         "                              redis-cluster://[user:password@]host:port[,host:port...]\n"
-        "                              (seed nodes of a Redis Cluster) or\n"
+        "                              (seed nodes of a Redis Cluster),\n"
+        "                              redis-sentinel://[user:password@]host:port[,host:port...]\n"
+        "                              /NAME[/db] (Redis Sentinels, asked for primary NAME) or\n"
         "                              unix:///path/redis.sock (default: the embedded engine;\n"
         "                              --data-dir, --fsync... then do not apply). Redis must\n"
         "                              have loaded the hf3fs-metad module: redis-server\n"
@@ -465,10 +467,12 @@ static void parse_flag(server_options *o, int id, const char *arg)
     case OPT_SALVAGE: o->salvage = true; break;
     case OPT_STORE:
         if (strncmp(arg, "redis://", 8) != 0 && strncmp(arg, "unix://", 7) != 0 &&
-            strncmp(arg, "redis-cluster://", 16) != 0)
+            strncmp(arg, "redis-cluster://", 16) != 0 && strncmp(arg, "redis-sentinel://", 17) != 0)
             bad_flag(flag, arg,
                      "redis://[user:password@]host:port[/db], "
-                     "redis-cluster://[user:password@]host:port[,host:port...] or unix:///path");
+                     "redis-cluster://[user:password@]host:port[,host:port...], "
+                     "redis-sentinel://[user:password@]host:port[,host:port...]/NAME or "
+                     "unix:///path");
         o->store = arg;
         break;
     case OPT_REDIS_PASSWORD_FILE: o->redis_password_file = arg; break;

@@ -146,9 +146,11 @@ class Worker(threading.Thread):
             while not self.stop.is_set():
                 try:
                     self.step()
-                except (requests.ConnectionError, RuntimeError):
-                    # A stock client raises and its engine goes on; during a
-                    # restart that is expected, otherwise it is a failure.
+                except (requests.ConnectionError, requests.exceptions.RetryError,
+                        RuntimeError):
+                    # A stock client raises (a non-2xx answer, its retries
+                    # spent on 503s) and its engine goes on; during a restart
+                    # or a failover that is expected, otherwise a failure.
                     self.files.count("requests failed")
                     time.sleep(0.05)
         except BaseException as e:  # noqa: B902 - reported by the test

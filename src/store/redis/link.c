@@ -78,15 +78,17 @@ static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
         return STORE_OK;
     }
     bool cluster = strncmp(url, "redis-cluster://", 16) == 0;
-    if (strncmp(url, "redis://", 8) != 0 && !cluster) {
+    bool sentinel = strncmp(url, "redis-sentinel://", 17) == 0;
+    if (strncmp(url, "redis://", 8) != 0 && !cluster && !sentinel) {
         snprintf(err, errlen,
                  "--store %s: expected redis://[user:password@]host:port[/db], "
-                 "redis-cluster://[user:password@]host:port[,host:port...] or "
+                 "redis-cluster://[user:password@]host:port[,host:port...], "
+                 "redis-sentinel://[user:password@]host:port[,host:port...]/PRIMARYNAME[/db] or "
                  "unix:///path/redis.sock",
                  url);
         return STORE_ECONFIG;
     }
-    const char *p = url + (cluster ? 16 : 8);
+    const char *p = url + (cluster ? 16 : sentinel ? 17 : 8);
     const char *at = strrchr(p, '@');
     if (at) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
@@ -108,6 +110,8 @@ static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
         }
         p = at + 1;
     }
+    if (sentinel)
+        return link__sentinel_parse(r, p, url, err, errlen);
     if (cluster) {
         if (!*p || strchr(p, '/')) {
             snprintf(err, errlen,
@@ -144,11 +148,19 @@ static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
 
 /* -------------------------------------------------------- connections */
 
-const char *redis_link_where(const redis_link *r, char *buf, size_t len)
+const char *redis_link_where(redis_link *r, char *buf, size_t len)
 {
-    if (r->cluster)
+    if (r->cluster) {
         snprintf(buf, len, "cluster %s", r->seeds);
-    else if (r->unix_path)
+    } else if (r->sentinel) {
+        char host[256];
+        int port;
+        link__sentinel_primary(r, host, sizeof host, &port);
+        if (host[0])
+            snprintf(buf, len, "%s:%d (the primary of %s)", host, port, r->master_name);
+        else
+            snprintf(buf, len, "the primary of %s (the sentinels named none yet)", r->master_name);
+    } else if (r->unix_path)
         snprintf(buf, len, "unix:%s", r->unix_path);
     else
         snprintf(buf, len, "%s:%d", r->host, r->port);
@@ -173,9 +185,15 @@ redisContext *link__connect_one(redis_link *r, const node_link *nl, int *code, c
 {
     struct timeval ct = tv_of_ms(r->opt.connect_timeout_ms);
     bool node = nl && nl->host;
-    redisContext *c = node           ? redisConnectWithTimeout(nl->host, nl->port, ct)
-                      : r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, ct)
-                                     : redisConnectWithTimeout(r->host, r->port, ct);
+    char primary[256];
+    int port = node ? nl->port : r->port;
+    const char *host = node ? nl->host : r->host;
+    if (!node && r->sentinel) { /* the primary the sentinels named last */
+        link__sentinel_primary(r, primary, sizeof primary, &port);
+        host = primary;
+    }
+    redisContext *c = !node && r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, ct)
+                                            : redisConnectWithTimeout(host, port, ct);
     char w[300];
     if (node)
         snprintf(w, sizeof w, "%s", nl->addr);
@@ -242,6 +260,8 @@ static int probe_one(redis_link *r, redisContext *c, char *err, size_t errlen)
     }
     int rc = r->opt.probe_check(rep, w, err, errlen);
     freeReplyObject(rep);
+    if (rc == STORE_OK && r->sentinel) /* changes go to a primary only */
+        rc = link__sentinel_role(r, c, w, err, errlen);
     return rc;
 }
 
@@ -286,13 +306,38 @@ static void check_replicas(redis_link *r, redisContext *ctx)
         freeReplyObject(rep);
 }
 
+/* Over redis-sentinel://, while up: whether the sentinels name another
+ * primary than the one followed (then why, in err). A sentinel that cannot
+ * be asked says nothing: the primary answered the probe and ROLE. */
+static bool sentinels_moved(redis_link *r, char *err, size_t errlen)
+{
+    char host[256], cur[256], why[512];
+    int port, cur_port;
+    if (link__sentinel_ask(r, host, sizeof host, &port, why, sizeof why) != STORE_OK)
+        return false;
+    link__sentinel_primary(r, cur, sizeof cur, &cur_port);
+    if (strcmp(host, cur) == 0 && port == cur_port)
+        return false;
+    snprintf(err, errlen, "the sentinels name %.200s:%d the primary of %.100s now, not %.100s:%d",
+             host, port, r->master_name, cur, cur_port);
+    return true;
+}
+
 /* The monitor of one Redis: probe every second while up, reconnect with
- * backoff while down (up again once the probe passes). */
+ * backoff while down (up again once the probe passes). Over
+ * redis-sentinel://, each attempt while down first asks the sentinels for
+ * the primary (and connects to the one they name), the probe includes
+ * ROLE, and every second while up the sentinels are asked whether they
+ * name another primary (then down, and the next attempt follows it). */
 static void *monitor_main(void *arg)
 {
     redis_link *r = arg;
     redisContext *ctx = NULL;
+    /* while down: 0.1 s doubling to 2 s; over Sentinel to 0.5 s (asking
+     * the sentinels is cheap, and a new primary is followed that soon) */
+    int64_t backoff_max = r->sentinel ? 500 : 2000;
     int64_t backoff_ms = 100;
+    bool switched = false; /* over Sentinel: a new primary named since it went down */
     pthread_mutex_lock(&r->lock);
     while (!r->stopping) {
         int64_t wait_ms = r->up ? 1000 : backoff_ms;
@@ -304,15 +349,25 @@ static void *monitor_main(void *arg)
 
         char err[512] = "";
         int code = 0;
-        bool ok = false;
+        bool ok = false, named = true, asked = false;
         if (!was_up && ctx) { /* a connection from before the failure */
             redisFree(ctx);
             ctx = NULL;
         }
-        if (!ctx)
+        if (!ctx && r->sentinel) {
+            char host[256];
+            int port;
+            named = link__sentinel_ask(r, host, sizeof host, &port, err, sizeof err) == STORE_OK;
+            asked = true;
+            if (named && link__sentinel_follow(r, host, port))
+                switched = true;
+        }
+        if (named && !ctx)
             ctx = link__connect_one(r, NULL, &code, err, sizeof err);
         if (ctx) {
             ok = probe_one(r, ctx, err, sizeof err) == STORE_OK;
+            if (ok && was_up && r->sentinel && !asked && sentinels_moved(r, err, sizeof err))
+                ok = false;
             if (!ok) {
                 redisFree(ctx);
                 ctx = NULL;
@@ -323,19 +378,34 @@ static void *monitor_main(void *arg)
         if (ok) {
             backoff_ms = 100;
             if (!was_up) {
+                char w[300];
                 pthread_mutex_lock(&r->lock);
                 r->up = true;
                 atomic_store(&r->up_flag, true);
                 r->reason[0] = '\0';
                 pthread_mutex_unlock(&r->lock);
                 atomic_fetch_add(&r->reconnects, 1);
-                log_msg(LOG_INFO, "Redis answers again: serving");
+                if (switched) {
+                    /* what the old primary refused says nothing of this one */
+                    atomic_store(&r->change_bad_us, 0);
+                    atomic_fetch_add(&r->switches, 1);
+                    switched = false;
+                }
+                log_msg(LOG_INFO, "Redis answers again: serving (Redis at %s)",
+                        redis_link_where(r, w, sizeof w));
             }
         } else {
+            if (r->sentinel && named && !was_up) {
+                size_t used = strlen(err);
+                snprintf(err + used, sizeof err - used,
+                         "; the sentinels still name it the primary of %.100s (asked again "
+                         "every %.1f s)",
+                         r->master_name, (double)backoff_max / 1000);
+            }
             if (was_up)
                 link__mark_down(r, err);
-            else if (backoff_ms < 2000)
-                backoff_ms = backoff_ms * 2 > 2000 ? 2000 : backoff_ms * 2;
+            else if (backoff_ms < backoff_max)
+                backoff_ms = backoff_ms * 2 > backoff_max ? backoff_max : backoff_ms * 2;
             pthread_mutex_lock(&r->lock);
             if (!r->up)
                 snprintf(r->reason, sizeof r->reason, "%s", err);
@@ -459,6 +529,14 @@ static void note_changes(redis_link *l, const redis_cmd *cmds, size_t n)
             char why[256];
             snprintf(why, sizeof why, "Redis refuses writes: %.200s", rep->str);
             change_failed(l, why);
+            if (l->sentinel && strncmp(rep->str, "READONLY", 8) == 0) {
+                /* the primary followed became a replica: ask the sentinels */
+                snprintf(why, sizeof why,
+                         "Redis answered READONLY: it is a replica now, and the sentinels "
+                         "are asked for the primary of %.100s",
+                         l->master_name);
+                link__mark_down(l, why);
+            }
             return;
         }
     }
@@ -648,6 +726,8 @@ void redis_link_metrics(redis_link *r, const store_emitter *e)
     store_emit_object(e, "store");
     if (r->cluster)
         store_emit_string(e, "engine", "redis-cluster", 13);
+    else if (r->sentinel)
+        store_emit_string(e, "engine", "redis-sentinel", 14);
     else
         store_emit_string(e, "engine", "redis", 5);
     store_emit_string(e, "address", w, strlen(w));
@@ -669,6 +749,10 @@ void redis_link_metrics(redis_link *r, const store_emitter *e)
     store_emit_number(e, "refused_busy", store_int(atomic_load(&r->refused_busy)));
     if (r->cluster)
         link__cl_metrics(r, e);
+    if (r->sentinel) {
+        store_emit_number(e, "primary_switches", store_int(atomic_load(&r->switches)));
+        store_emit_number(e, "sentinel_asks", store_int(atomic_load(&r->sentinel_asks)));
+    }
     store_emit_end(e);
 }
 
@@ -692,7 +776,9 @@ static void link_free(redis_link *r)
         }
     }
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->addr_lock);
     pthread_cond_destroy(&r->wake);
+    link__sentinel_free(r);
     free(r->seeds);
     free(r->figs);
     free(r->host);
@@ -729,6 +815,7 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
     if (!r->opt.max_in_flight)
         r->opt.max_in_flight = 256;
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->addr_lock, NULL);
     hf_cond_init_mono(&r->wake);
     pthread_rwlock_init(&r->map_lock, NULL);
     memset(r->slot_node, 0xff, sizeof r->slot_node);
@@ -762,7 +849,17 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
             snprintf(err, errlen, "Redis Cluster %s: %s", r->seeds, why);
     } else if (rc == STORE_OK) {
         r->one = link__node_new(r, NULL, 0, 0, "");
-        redisContext *c = link__connect_one(r, NULL, &rc, err, errlen);
+        if (r->sentinel) {
+            char host[256], why[900];
+            int port;
+            rc = link__sentinel_ask(r, host, sizeof host, &port, why, sizeof why);
+            if (rc == STORE_OK)
+                link__sentinel_follow(r, host, port);
+            else
+                snprintf(err, errlen, "Redis Sentinel: no sentinel named the primary of %s: %s",
+                         r->master_name, why);
+        }
+        redisContext *c = rc == STORE_OK ? link__connect_one(r, NULL, &rc, err, errlen) : NULL;
         if (c) {
             rc = probe_one(r, c, err, errlen);
             redisFree(c);

@@ -66,6 +66,17 @@
  * connection (or are refused, nothing sent, if none can be opened) rather
  * than into a dead socket.
  *
+ * Redis Sentinel (redis-sentinel://sentinels/NAME): one Redis, as above,
+ * whose address the sentinels give (sentinel.c). Open and the monitor ask
+ * them in turn, the last that answered first, SENTINEL
+ * GET-MASTER-ADDR-BY-NAME NAME, with the link's credentials (a sentinel
+ * without a password accepts them); the probe adds ROLE, which must say
+ * master. While up the monitor also asks the sentinels every second: a
+ * ROLE not master, another primary named, or a change answered READONLY
+ * mark Redis down; while down each attempt (0.1 s doubling to 0.5 s) asks
+ * them first and connects to the primary they name, so connections opened
+ * once it is up again go there.
+ *
  * A Redis Cluster. The same pipes, --redis-connections of them to each
  * primary, chosen by a slot map taken from a routing handle of
  * src/cluster/cluster.h (at open, by the monitor every second, and after a
@@ -162,7 +173,7 @@ void redis_link_close(redis_link *l);
 
 bool redis_link_is_cluster(const redis_link *l);
 /* "host:port", "unix:/path" or "cluster seeds" for messages. */
-const char *redis_link_where(const redis_link *l, char *buf, size_t len);
+const char *redis_link_where(redis_link *l, char *buf, size_t len);
 /* The primaries that serve slots in a cluster's map (a handle's, as it is
  * now; 0 if none is known), or 1 for one Redis. */
 uint32_t redis_link_primaries(redis_link *l);

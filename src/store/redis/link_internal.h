@@ -73,6 +73,12 @@ struct node_link {
     atomic_uint_fast64_t sent, moved, ask;
 };
 
+/* A sentinel of redis-sentinel:// (sentinel.c). */
+typedef struct link_sentinel {
+    char host[256];
+    int port;
+} link_sentinel;
+
 typedef struct node_fig {
     cluster_node_stats s; /* counters summed; flags and slots as the monitor saw them */
 } node_fig;
@@ -87,6 +93,19 @@ struct redis_link {
     bool cluster;
     char *seeds;
     cluster_options copt;
+    /* redis-sentinel://: the sentinels, the primary's name, the one asked
+     * first (the last that answered) and its kept connection (open's and
+     * the monitor's alone); the primary they named last, which every
+     * connection to the one Redis goes to (under addr_lock) */
+    bool sentinel;
+    link_sentinel *sentinels;
+    size_t nsentinels, sentinel_first, sentinel_ctx_of;
+    char *master_name;
+    redisContext *sentinel_ctx;
+    pthread_mutex_t addr_lock;
+    char primary_host[256];
+    int primary_port;
+    atomic_uint_fast64_t sentinel_asks, switches;
 
     pthread_mutex_t lock;
     conn *idle;     /* over a cluster: routing handles */
@@ -180,6 +199,25 @@ bool link__replicas_short(const char *info, unsigned want, const char *addr, cha
 void link__set_repl_short(redis_link *r, bool short_, const char *why);
 /* One round trip into the figures. */
 void link__count_rtt(redis_link *r, int64_t us);
+
+/* -------------------------------------------------------- sentinel.c */
+
+/* p: "host:port[,host:port...]/NAME[/db]", after redis-sentinel:// and the
+ * credentials (url for messages): the sentinels, the name, the db. */
+int link__sentinel_parse(redis_link *r, const char *p, const char *url, char *err, size_t errlen);
+/* The sentinels asked in turn (the last that answered first) for the
+ * primary's address: STORE_OK, or STORE_EUNREACHABLE and each one's why. */
+int link__sentinel_ask(redis_link *r, char *host, size_t hostlen, int *port, char *err,
+                       size_t errlen);
+/* host:port becomes the primary the link's connections go to; true if it
+ * replaced another (a switch; logged). */
+bool link__sentinel_follow(redis_link *r, const char *host, int port);
+/* The primary the link follows now ("" and 0 before the first). */
+void link__sentinel_primary(redis_link *r, char *host, size_t hostlen, int *port);
+/* ROLE on c, the node at addr: STORE_OK if it is a primary, else
+ * STORE_EUNREACHABLE and why. */
+int link__sentinel_role(redis_link *r, redisContext *c, const char *addr, char *err, size_t errlen);
+void link__sentinel_free(redis_link *r);
 
 /* ------------------------------------------------------------ pipe.c */
 

@@ -59,7 +59,10 @@
 #include "store/store.h"
 
 typedef struct store_redis_options {
-    /* redis://[user:password@]host[:port][/db], unix:///path/redis.sock or
+    /* redis://[user:password@]host[:port][/db], unix:///path/redis.sock,
+     * redis-sentinel://[user:password@]host[:port][,host[:port]...]/NAME[/db]
+     * (sentinels, default port 26379, asked for the primary NAME: link.h
+     * "Redis Sentinel") or
      * redis-cluster://[user:password@]host:port[,host:port...] (seed nodes;
      * user and password %-decoded; default port 6379, db 0). */
     const char *url;
