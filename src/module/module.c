@@ -261,7 +261,9 @@ static const char *cmd_upper(const cmd_spec *s, char what[static 32])
  * the reply. */
 static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
-    if (argc != s->argc && !(s->opts & STRIPE_TAIL && (argc == s->argc + 2 || argc == s->argc + 3)))
+    if (argc != s->argc &&
+        !(s->opts & STRIPE_TAIL && (argc == s->argc + 2 || argc == s->argc + 3)) &&
+        !(s->opts & ID_TAIL && argc == s->argc + 1))
         return rm_WrongArity(ctx);
     char what[32];
     char msg[120];
@@ -281,6 +283,7 @@ static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleStrin
     if (s->key && cmd_open_mode(&c, ctx, argv, s->mode) != 0)
         return REDISMODULE_OK;
     c.st = tail;
+    c.argc = argc;
     if (cmd_args(&c, s->args, s->key + 1) == 0) {
         if (s->opts & OBSERVE && c.v)
             cmd_observe(&c);
