@@ -103,6 +103,12 @@
  * [ms]`, the wall clock this module reads is Redis's plus ms (a step while
  * the node was down), and HF3FS.CLOCK STEP <ms> steps it by ms more.
  *
+ * Settling. An ALLOC with an id (its optional last argument) records the
+ * pages it reserved in the value's ledger (ledger.c), and propagates them
+ * as HF3FS.NOTE after its APPLY; HF3FS.SETTLE frees the reservations of an
+ * id still in the ledger (docs/redis-module.md "Settling an outcome
+ * unknown"). The ledger is volatile, like read leases.
+ *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
  * changes; rdb_load keeps reading every older version (there is one:
  * version 1, before stripes) and refuses newer ones (a value saved by a newer module: the load
