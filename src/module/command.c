@@ -43,6 +43,15 @@ static int cmd_open(cmd *c, RedisModuleCtx *ctx, RedisModuleString **argv)
     return cmd_open_mode(c, ctx, argv, CHANGE);
 }
 
+/* The observer of a command's core: the event collected for HF3FS.APPLY,
+ * and the page it moves out of the ledger. */
+static void observe_event(void *ctx, const core_event *ev)
+{
+    cmd *c = ctx;
+    collect_event(&c->events, ev);
+    ledger_touch(c->v, ev);
+}
+
 /* Start observing the value's core (before the core call). */
 void cmd_observe(cmd *c)
 {
@@ -50,7 +59,7 @@ void cmd_observe(cmd *c)
      * brings HF3FS.APPLY, which propagates itself verbatim */
     HF_ASSERT(!(rm_GetContextFlags(c->ctx) & REDISMODULE_CTX_FLAGS_REPLICATED));
     HF_ASSERT(c->events.len == 0);
-    core_set_observer(c->v->core, collect_event, &c->events);
+    core_set_observer(c->v->core, observe_event, c);
 }
 
 /* Stop observing; propagate the events, if any, as HF3FS.APPLY; free the
@@ -63,8 +72,13 @@ void cmd_close(cmd *c)
             rm_Replicate(c->ctx, "HF3FS.APPLY", "sbblll", c->argv[1], c->v->ns, c->v->ns_len,
                          (const char *)c->events.ptr, c->events.len, (long long)c->v->st.count,
                          (long long)c->v->st.index, (long long)c->v->st.placement);
+        /* after the APPLY that made the reservations (one MULTI/EXEC) */
+        if (c->noted.len)
+            rm_Replicate(c->ctx, "HF3FS.NOTE", "sllb", c->argv[1], (long long)c->rank,
+                         (long long)c->id, (const char *)c->noted.ptr, c->noted.len);
     }
     hf_buf_free(&c->events);
+    hf_buf_free(&c->noted);
     hf_xfree(c->keys);
     hf_xfree(c->pages[0]);
     hf_xfree(c->pages[1]);
@@ -120,6 +134,12 @@ static int arg_rank(RedisModuleCtx *ctx, RedisModuleString *a, uint32_t *rank)
         return -1;
     *rank = (uint32_t)r;
     return 0;
+}
+
+/* An allocation's id: an integer > 0. */
+static int arg_id(RedisModuleCtx *ctx, RedisModuleString *a, int64_t *id)
+{
+    return arg_i64(ctx, a, "id", 1, INT64_MAX, id);
 }
 
 static hf_slice arg_bytes(RedisModuleString *a)
@@ -291,6 +311,7 @@ int cmd_args(cmd *c, const cmd_arg *args, int first)
             pages++;
             break;
         case A_BYTES: c->bytes[bytes++] = arg_bytes(a); break;
+        case A_ID: rc = arg_id(ctx, a, &c->id); break;
         }
         if (rc != 0)
             return -1;
@@ -364,14 +385,27 @@ void run_init(cmd *c)
     rm_ReplyWithLongLong(c->ctx, (long long)existing);
 }
 
-/* HF3FS.ALLOC key now cfg rank mode keys */
+/* HF3FS.ALLOC key now cfg rank mode keys [id]: with an id, the pages it
+ * reserves go into the ledger, and to the replicas as HF3FS.NOTE. */
 void run_alloc(cmd *c)
 {
     size_t n = c->n;
+    if (c->argc == 8 && arg_id(c->ctx, c->argv[7], &c->id) != 0)
+        return;
     int64_t *pages = hf_xmalloc((n ? n : 1) * sizeof *pages);
     bool *existed = hf_xmalloc(n ? n : 1);
     core_allocate(c->pool, c->keys, n, c->mode ? CORE_ALLOC_ALL_OR_NOTHING : CORE_ALLOC_PARTIAL,
                   c->now, pages, existed);
+    for (size_t i = 0; c->id && i < n; i++) {
+        /* a repeated key answers its first page again: noted once */
+        if (existed[i] || pages[i] < 0 || ledger_holds(c->v, c->rank, (uint64_t)pages[i]))
+            continue;
+        /* the page's RESERVE, just now, removed any older item */
+        HF_ASSERT(core_page_get(c->pool, (uint64_t)pages[i], NULL, NULL, NULL) ==
+                  CORE_PAGE_RESERVED);
+        ledger_add(c->v, c->rank, (uint64_t)pages[i], c->id);
+        wire_i64_append(&c->noted, &pages[i], 1);
+    }
     rm_ReplyWithArray(c->ctx, 2);
     reply_pages(c->ctx, pages, n);
     reply_flags(c->ctx, existed, n);
@@ -429,6 +463,51 @@ void run_cancel(cmd *c)
     core_cancel(c->pool, c->keys, c->pages[0], existed, n, c->now);
     rm_ReplyWithSimpleString(c->ctx, "OK");
     hf_xfree(existed);
+}
+
+/* HF3FS.SETTLE key now cfg rank id: the reservations that the allocation
+ * `id` made in the pool and that nothing moved since (the ledger) are FREE
+ * at once, as core_cancel frees what no client saw: the front end that
+ * sent it answered that allocation 507 and gave its pages to nobody.
+ * Answers how many it freed; again, 0. */
+void run_settle(cmd *c)
+{
+    uint64_t *pages;
+    size_t n = ledger_pages_of(c->v, c->rank, c->id, &pages), freed = 0;
+    for (size_t i = 0; i < n; i++) {
+        char keybuf[64];
+        hf_slice key = {"", 0};
+        core_page_state s = core_page_get(c->pool, pages[i], &key, keybuf, NULL);
+        /* the ledger follows every event: its page is still that reservation */
+        HF_ASSERT(s == CORE_PAGE_RESERVED);
+        if (s != CORE_PAGE_RESERVED)
+            continue;
+        int64_t page = (int64_t)pages[i];
+        bool hit = false;
+        core_cancel(c->pool, &key, &page, &hit, 1, c->now);
+        freed += core_page_get(c->pool, pages[i], NULL, NULL, NULL) == CORE_PAGE_FREE;
+    }
+    hf_xfree(pages);
+    /* each page left the ledger: freed, or expired just before */
+    HF_ASSERT(ledger_pages_of(c->v, c->rank, c->id, &pages) == 0);
+    rm_ReplyWithLongLong(c->ctx, (long long)freed);
+}
+
+/* HF3FS.NOTE key rank id pages: on a replica (or from the AOF), the pages
+ * that the primary's ALLOC `id` reserved, right after the HF3FS.APPLY that
+ * reserved them: into this node's ledger. Propagated verbatim. */
+void run_note(cmd *c)
+{
+    core_pool_t *pool = c->v ? core_pool_find(c->v->core, value_ns(c->v), c->rank) : NULL;
+    for (size_t i = 0; pool && i < c->np[0]; i++) {
+        int64_t p = c->pages[0][i];
+        if (p >= 0 && core_page_get(pool, (uint64_t)p, NULL, NULL, NULL) == CORE_PAGE_RESERVED &&
+            !ledger_holds(c->v, c->rank, (uint64_t)p))
+            ledger_add(c->v, c->rank, (uint64_t)p, c->id);
+    }
+    c->v = NULL; /* nothing collected: the command goes on as it came */
+    rm_ReplicateVerbatim(c->ctx);
+    rm_ReplyWithSimpleString(c->ctx, "OK");
 }
 
 /* HF3FS.STRIPES key: [count, placement], the stripe count and the
@@ -628,6 +707,7 @@ void run_apply(cmd *c)
             rc = -2;
             break;
         }
+        ledger_touch(v, &e);
         count++;
     }
     if (rc < 0) {

@@ -103,6 +103,12 @@
  * [ms]`, the wall clock this module reads is Redis's plus ms (a step while
  * the node was down), and HF3FS.CLOCK STEP <ms> steps it by ms more.
  *
+ * Settling. An ALLOC with an id (its optional last argument) records the
+ * pages it reserved in the value's ledger (ledger.c), and propagates them
+ * as HF3FS.NOTE after its APPLY; HF3FS.SETTLE frees the reservations of an
+ * id still in the ledger (docs/redis-module.md "Settling an outcome
+ * unknown"). The ledger is volatile, like read leases.
+ *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
  * changes; rdb_load keeps reading every older version (there is one:
  * version 1, before stripes) and refuses newer ones (a value saved by a newer module: the load
@@ -261,7 +267,9 @@ static const char *cmd_upper(const cmd_spec *s, char what[static 32])
  * the reply. */
 static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
-    if (argc != s->argc && !(s->opts & STRIPE_TAIL && (argc == s->argc + 2 || argc == s->argc + 3)))
+    if (argc != s->argc &&
+        !(s->opts & STRIPE_TAIL && (argc == s->argc + 2 || argc == s->argc + 3)) &&
+        !(s->opts & ID_TAIL && argc == s->argc + 1))
         return rm_WrongArity(ctx);
     char what[32];
     char msg[120];
@@ -281,6 +289,7 @@ static int cmd_dispatch(const cmd_spec *s, RedisModuleCtx *ctx, RedisModuleStrin
     if (s->key && cmd_open_mode(&c, ctx, argv, s->mode) != 0)
         return REDISMODULE_OK;
     c.st = tail;
+    c.argc = argc;
     if (cmd_args(&c, s->args, s->key + 1) == 0) {
         if (s->opts & OBSERVE && c.v)
             cmd_observe(&c);

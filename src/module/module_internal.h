@@ -25,12 +25,15 @@ extern hf_steady module_clock;
 
 /* ---- values (value.c) ---- */
 
+typedef struct hf_ledger hf_ledger;
+
 typedef struct hf_value {
     core_t *core;
     char *ns;
     size_t ns_len;
-    uint64_t epoch; /* the rebuilt_epoch it caught up with; EPOCH_LOADED: none */
-    wire_stripe st; /* which stripe of its namespace it is (wire.h "Stripes") */
+    uint64_t epoch;    /* the rebuilt_epoch it caught up with; EPOCH_LOADED: none */
+    wire_stripe st;    /* which stripe of its namespace it is (wire.h "Stripes") */
+    hf_ledger *ledger; /* which allocation made each reservation (ledger.c); NULL: none */
 } hf_value;
 
 /* Bumped when this node starts serving values it did not serve before:
@@ -62,6 +65,20 @@ void type_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p);
 size_t type_mem_usage(const void *p);
 void type_digest(RedisModuleDigest *md, void *p);
 
+/* ---- the ledger of reservations by allocation (ledger.c) ---- */
+
+/* Page `page` of pool `rank` was just reserved by the allocation `id` (> 0). */
+void ledger_add(hf_value *v, uint32_t rank, uint64_t page, int64_t id);
+/* An event of the value's core (its own command's, or an APPLY's): a page
+ * it moves leaves the ledger. */
+void ledger_touch(hf_value *v, const core_event *ev);
+/* The pages of pool `rank` that allocation `id` reserved and that nothing
+ * moved since: their count, and *pages (hf_xfree it; NULL when none). */
+size_t ledger_pages_of(const hf_value *v, uint32_t rank, int64_t id, uint64_t **pages);
+bool ledger_holds(const hf_value *v, uint32_t rank, uint64_t page);
+size_t ledger_memory(const hf_ledger *l);
+void ledger_free(hf_ledger *l);
+
 /* ---- commands (command.c) ---- */
 
 /* Key modes of cmd_open_mode. */
@@ -84,6 +101,7 @@ typedef enum cmd_arg {
     A_KEYS,  /* a key list */
     A_PAGES, /* a page list: pages[], in order */
     A_BYTES, /* any bytes: bytes[], in order */
+    A_ID,    /* an allocation's id, > 0 (SETTLE, NOTE) */
 } cmd_arg;
 
 #define CMD_MAX_ARGS 7
@@ -93,6 +111,7 @@ typedef enum cmd_arg {
 typedef struct cmd {
     RedisModuleCtx *ctx;
     RedisModuleString **argv;
+    int argc;
     RedisModuleKey *key;
     hf_value *v; /* NULL: no value under the key */
     hf_buf events;
@@ -109,6 +128,8 @@ typedef struct cmd {
     int64_t *pages[2];
     size_t np[2];
     hf_slice bytes[3];
+    int64_t id;   /* A_ID, or ALLOC's optional last argument (0: none) */
+    hf_buf noted; /* ALLOC with an id: the pages it reserved (page list), for HF3FS.NOTE */
 } cmd;
 
 /* Open argv[1] (mode READ or CHANGE): 0, or -1 after replying WRONGTYPE. */
@@ -127,6 +148,7 @@ int reply_err(RedisModuleCtx *ctx, const char *msg);
 #define STRIPE_TAIL 2  /* argc may be 2 or 3 more: [stripes stripe [placement]] (arg_stripe_opt) */
 #define FROM_PRIMARY 4 /* accepted only from the primary's stream or the AOF being loaded */
 #define FROM_AOF 8     /* accepted only from the AOF being loaded */
+#define ID_TAIL 16     /* argc may be 1 more: an allocation's id (ALLOC) */
 
 #define NO_ARGS (A_END)
 
@@ -139,7 +161,8 @@ int reply_err(RedisModuleCtx *ctx, const char *msg);
  * arguments. */
 #define HF3FS_COMMANDS(X, R)                                                                       \
     X(init, "write deny-oom", 1, 7, CHANGE, OBSERVE, (A_NOW, A_CFG, A_NS, A_RANK, A_NUM_PAGES))    \
-    X(alloc, "write deny-oom", 1, 7, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_MODE, A_KEYS))      \
+    X(alloc, "write deny-oom", 1, 7, CHANGE, OBSERVE | ID_TAIL,                                    \
+      (A_NOW, A_CFG, A_POOL, A_MODE, A_KEYS))                                                      \
     X(import, "write deny-oom", 1, 9, CHANGE, OBSERVE,                                             \
       (A_NOW, A_CFG, A_NS, A_RANK, A_NUM_PAGES, A_KEYS, A_PAGES))                                  \
     /* confirmations, deletes and clears need no new memory and free some:                    \
@@ -147,6 +170,8 @@ int reply_err(RedisModuleCtx *ctx, const char *msg);
      * page that was written) */    \
     X(confirm, "write", 1, 8, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS, A_PAGES, A_PAGES))   \
     X(cancel, "write", 1, 8, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS, A_PAGES, A_BYTES))    \
+    X(settle, "write", 1, 6, CHANGE, OBSERVE, (A_NOW, A_CFG, A_POOL, A_ID))                        \
+    X(note, "write", 1, 5, CHANGE, FROM_PRIMARY, (A_RANK, A_ID, A_PAGES))                          \
     X(stripes, "readonly", 1, 2, READ, 0, NO_ARGS)                                                 \
     X(exists, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                        \
     X(lookup, "write", 1, 6, READ, OBSERVE, (A_NOW, A_CFG, A_POOL, A_KEYS))                        \

@@ -91,6 +91,7 @@ void value_free(void *p)
     if (!v)
         return;
     core_free(v->core);
+    ledger_free(v->ledger);
     hf_xfree(v->ns);
     hf_xfree(v);
 }
@@ -288,7 +289,7 @@ void type_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
 size_t type_mem_usage(const void *p)
 {
     const hf_value *v = p;
-    return sizeof *v + v->ns_len + 1 + core_memory_usage(v->core);
+    return sizeof *v + v->ns_len + 1 + core_memory_usage(v->core) + ledger_memory(v->ledger);
 }
 
 void type_digest(RedisModuleDigest *md, void *p)

@@ -35,7 +35,7 @@
 #define HF3FS_MODULE_NAME "hf3fsmeta"
 /* Bumped whenever a command, an argument or a reply changes meaning: a
  * front end talks only to a module of exactly its version. */
-#define HF3FS_MODULE_VERSION 5 /* 5: packed key lists (4: stripes record their placement) */
+#define HF3FS_MODULE_VERSION 6 /* 6: ALLOC's id, SETTLE and NOTE (5: packed key lists) */
 /* The data type's name (exactly 9 characters) and its serialized form's
  * version; rdb_load keeps reading every older version. */
 #define HF3FS_TYPE_NAME "hf3fsmeta"

@@ -15,7 +15,9 @@
 - --redis-wait N: a change is acknowledged once N replicas have it, and is
   answered 507 (outcome unknown) when they do not confirm it, /health then
   saying reads_only until the replica is back; without the flag, 1 where
-  every primary has a connected replica at start, else 0;
+  every primary has a connected replica at start, else 0; an allocation
+  answered 507 has its reservations freed within 1 s, never a page a
+  client was answered;
 - /metrics answers 200 while Redis is stopped: store_up 0, no pool figures;
 - the pipelined link: many concurrent requests share --redis-connections
   connections (CLIENT LIST), their commands written together; past
@@ -44,6 +46,9 @@ from harness import (Server, expect_eq, expect_error, expect_json, expect_true, 
 from redis_server import RedisServer
 
 BIN = os.path.abspath(harness.BIN)
+# Seconds within which the reservations of an allocation answered 507 are
+# free again once its node answers (docs/many-nodes.md, "Faults").
+SETTLE_BOUND = 1.0
 
 
 def start_fails(args, timeout=10.0):
@@ -408,6 +413,37 @@ def test_health_says_reads_only_while_redis_wait_lacks_its_replica_and_ok_once_i
                   % (time.monotonic() - t0), flush=True)
             wait_for(lambda: c.get("/health").json() == {"status": "ok"}, 5 * harness.SLOWDOWN,
                      what="/health ok once the replica is back")
+
+
+def test_an_allocation_answered_507_is_settled_and_never_a_page_a_client_was_told():
+    """An allocation answered 507 (applied on Redis, WAIT unmet: Redis has no
+    replica for the front end's --redis-wait 1) has its reservations free
+    again within SETTLE_BOUND s: the reserved count is back to what it was,
+    while the pages another front end's client was answered stay reserved
+    and are confirmed."""
+    with RedisServer() as r, Server("--redis-wait", "0", store=r.url) as plain, \
+            Server("--redis-wait", "1", "--redis-wait-timeout", "0.3", store=r.url) as waiting:
+        c = plain.client()
+        v_init(c, 0, 16)
+        told = v_alloc(c, 0, ["t1", "t2"])  # answered, not yet confirmed
+        before = plain.stats()[("kv", 0)]["reserved"]
+        expect_eq(before, 2, "reserved before")
+        t0 = time.monotonic()
+        expect_error(waiting.client().post("/keys/batch_allocate",
+                                           {"rank": 0, "keys": ["x1", "x2", "x3"]}), 507)
+
+        def settled():
+            return plain.stats()[("kv", 0)]["reserved"] == before
+        wait_for(settled, SETTLE_BOUND * harness.SLOWDOWN, interval=0.05,
+                 what="the 507's reservations settled")
+        print("# reserved back to %d %.2f s after the 507 was sent"
+              % (before, time.monotonic() - t0), flush=True)
+        expect_eq(plain.stats()[("kv", 0)]["reservations"], 5,
+                  "reservations made: the 507's three were made")
+        v_confirm(c, 0, [("t1", told[0]), ("t2", told[1])])
+        st = plain.stats()[("kv", 0)]
+        expect_eq((st["owned"], st["reserved"]), (2, 0), "the told pages confirmed")
+        expect_eq(sum(st["refused_confirmations"].values()), 0, "no confirmation refused")
 
 
 def test_redis_frozen_answers_within_the_command_timeout_never_a_retried_status():

@@ -51,6 +51,7 @@ typedef struct store_redis {
     struct layout *layouts;    /* every namespace's, once known */
     struct layout *retired;    /* stale ones, freed at destroy */
     struct prefix_row *prefix; /* this front end's prefix counters (under lock) */
+    struct settle_queue *settle; /* settle.c */
 } store_redis;
 
 /* Outcomes of a call beside the STORE_* codes, never returned by an op. */
@@ -174,6 +175,20 @@ typedef int (*striped_fn)(store_redis *r, const layout *L, void *ctx, bool last)
 
 /* STORE_* code, or NO_NAMESPACE: ns has no value. */
 int redis__run_striped(store_redis *r, hf_slice ns, striped_fn fn, void *ctx);
+
+/* --------------------- settle.c: allocations whose outcome is unknown */
+
+typedef struct settle_queue settle_queue;
+
+/* A new allocation id (> 0), unique to this call. */
+int64_t redis__alloc_id(store_redis *r);
+/* Stripe `stripe` of L may hold reservations of allocation id that no
+ * client was given: HF3FS.SETTLE them once the node answers. */
+void redis__settle_later(store_redis *r, const layout *L, uint32_t stripe, uint32_t rank,
+                         int64_t id);
+void redis__settle_start(store_redis *r);
+void redis__settle_stop(store_redis *r);
+void redis__settle_metrics(store_redis *r, const store_emitter *e);
 
 /* ------------------------------------- admin.c: over every namespace */
 

@@ -125,6 +125,7 @@ int store_redis_open(const core_config *config, const store_redis_options *optio
                     "once its primary applied it",
                     why);
     }
+    redis__settle_start(r);
     *out = &r->base;
     return STORE_OK;
 }

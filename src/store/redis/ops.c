@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/hf_assert.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 #include "wire/wire.h"
@@ -144,6 +145,7 @@ typedef struct keys_call {
     bool *existed;
     bool *present;
     const int64_t *in_pages; /* confirm */
+    int64_t id;              /* allocate: the id of its HF3FS.ALLOCs (settle.c) */
     const int64_t *release;
     size_t nrel;
     size_t refused;
@@ -181,6 +183,7 @@ static int alloc_fn(store_redis *r, const layout *L, void *ctx, bool last)
         redis__args_int(a, c->rank);
         redis__args_str(a, c->mode == CORE_ALLOC_ALL_OR_NOTHING ? "1" : "0");
         redis__args_keys(a, sp.keys + from, m);
+        redis__args_int(a, c->id);
     }
     redis__batch_run(r, &b, true);
     size_t ok = 0;
@@ -231,11 +234,14 @@ static int alloc_fn(store_redis *r, const layout *L, void *ctx, bool last)
             redis__args_add(a, b.reps[k]->element[1]->str, m);
         }
         redis__batch_run(r, &u, true);
+        for (size_t k = 0; k < u.m; k++)
+            if (u.codes[k] != STORE_OK) /* its reservations may stand: nobody was given them */
+                redis__settle_later(r, L, u.stripe[k], c->rank, c->id);
         if (redis__batch_outcome(&u, true, true) != STORE_OK) {
             log_msg(LOG_WARN,
                     "Redis: an allocation over %" PRIu32 " stripes could not be "
-                    "rolled back on every stripe: its reservations there expire with the "
-                    "reservation lease",
+                    "rolled back on every stripe: its reservations there are settled once "
+                    "their node answers",
                     L->count);
             uncertain = true;
         }
@@ -256,6 +262,13 @@ static int alloc_fn(store_redis *r, const layout *L, void *ctx, bool last)
                         rc = STORE_ENOPOOL;
         }
     }
+    /* a stripe whose ALLOC may have taken effect unseen: the call answers
+     * 507, its pages given to nobody */
+    for (size_t k = 0; k < b.m; k++)
+        if (b.codes[k] == STORE_EUNCERTAIN) {
+            HF_ASSERT(rc == STORE_EUNCERTAIN);
+            redis__settle_later(r, L, b.stripe[k], c->rank, c->id);
+        }
     redis__batch_free(&b);
     redis__split_free(&sp);
     return rc;
@@ -265,8 +278,13 @@ static int rd_allocate(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *k
                        core_alloc_mode mode, int64_t *pages, bool *existed)
 {
     bool *hits = existed ? existed : hf_xmalloc(n ? n : 1);
-    keys_call c = {
-        .rank = rank, .keys = keys, .n = n, .mode = mode, .pages = pages, .existed = hits};
+    keys_call c = {.rank = rank,
+                   .keys = keys,
+                   .n = n,
+                   .mode = mode,
+                   .pages = pages,
+                   .existed = hits,
+                   .id = redis__alloc_id(R(s))};
     int rc = no_pool(redis__run_striped(R(s), ns, alloc_fn, &c));
     if (hits != existed)
         free(hits);
@@ -569,6 +587,7 @@ static store_mode rd_health(store_t *s, char *reason, size_t len)
 static int rd_metrics(store_t *s, const store_emitter *e)
 {
     redis_link_metrics(R(s)->link, e);
+    redis__settle_metrics(R(s), e);
     return STORE_OK;
 }
 
@@ -590,6 +609,7 @@ static const char *rd_describe(store_t *s, int err)
 static void rd_destroy(store_t *s)
 {
     store_redis *r = R(s);
+    redis__settle_stop(r);
     redis_link_close(r->link);
     redis__layouts_free(r->layouts);
     redis__layouts_free(r->retired);

@@ -91,8 +91,9 @@
  *   and either another did not, or the mode is all-or-nothing, S > 1 and an
  *   answer gave a key that is no hit no page, every stripe that answered is
  *   sent HF3FS.CANCEL with its keys and its answer, which frees what it
- *   gave (no client saw it); a cancel that fails anywhere is logged (the
- *   reservations it leaves expire with the reservation lease). Then, if
+ *   gave (no client saw it); a cancel that fails anywhere is logged and
+ *   its stripe queued to be settled (settle.c), as is every stripe whose
+ *   ALLOC's outcome is unknown. Then, if
  *   every stripe had answered: STORE_OK, -1 for every key that is no hit.
  *   Else, the cancel done everywhere, as refused: RESTRIPE if a stripe
  *   found the layout stale (-ESTRIPES, or -ENOPOOL anywhere when not
