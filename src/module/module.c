@@ -166,6 +166,65 @@ static void clock_start(void)
     hf_steady_init(&module_clock, &src);
 }
 
+/* ---- versions ("Versions") ---- */
+
+/* The command sets this module speaks: the build's, or what the tests'
+ * `test-version lo hi` made it pretend (a module of another release). */
+static unsigned wire_lowest = HF3FS_MODULE_VERSION, wire_highest = HF3FS_WIRE_HIGHEST;
+
+/* An unsigned argument of HF3FS.VERSION, or -1. */
+static long long arg_version(RedisModuleString *s)
+{
+    long long v;
+    return rm_StringToLongLong(s, &v) == REDISMODULE_OK && v >= 0 && v <= 65535 ? v : -1;
+}
+
+/* HF3FS.VERSION [release lowest highest]: what this module is and speaks,
+ * and, given the caller's, the command set both speak (0: none). */
+static int cmd_version(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 1 && argc != 4)
+        return rm_WrongArity(ctx);
+    long long agreed = wire_highest;
+    if (argc == 4) {
+        long long lo = arg_version(argv[2]), hi = arg_version(argv[3]);
+        if (lo < 0 || hi < lo)
+            return reply_err(ctx, "ERR HF3FS.VERSION release lowest highest: lowest and highest "
+                                  "are command sets, lowest first");
+        agreed = wire_version_agree(wire_lowest, wire_highest, (unsigned)lo, (unsigned)hi);
+        if (!agreed) {
+            size_t len;
+            const char *rel = rm_StringPtrLen(argv[1], &len);
+            rm_Log(ctx, "warning",
+                   "hf3fsmeta: a front end of release %.*s speaks command sets %lld..%lld, this "
+                   "module %u..%u: it sends this node nothing",
+                   (int)(len > 32 ? 32 : len), rel, lo, hi, wire_lowest, wire_highest);
+        }
+    }
+#define CAP_COUNT(id, bit, name) +1
+    const long ncaps = 0 HF3FS_CAPS(CAP_COUNT);
+#undef CAP_COUNT
+    rm_ReplyWithArray(ctx, 10);
+    rm_ReplyWithSimpleString(ctx, "release");
+    rm_ReplyWithSimpleString(ctx, HF3FS_VERSION);
+    rm_ReplyWithSimpleString(ctx, "commands");
+    rm_ReplyWithArray(ctx, 2);
+    rm_ReplyWithLongLong(ctx, wire_lowest);
+    rm_ReplyWithLongLong(ctx, wire_highest);
+    rm_ReplyWithSimpleString(ctx, "encoding");
+    rm_ReplyWithArray(ctx, 2);
+    rm_ReplyWithLongLong(ctx, HF3FS_TYPE_ENCVER_OLDEST);
+    rm_ReplyWithLongLong(ctx, HF3FS_TYPE_ENCVER);
+    rm_ReplyWithSimpleString(ctx, "capabilities");
+    rm_ReplyWithArray(ctx, ncaps);
+#define CAP_REPLY(id, bit, name) rm_ReplyWithSimpleString(ctx, name);
+    HF3FS_CAPS(CAP_REPLY)
+#undef CAP_REPLY
+    rm_ReplyWithSimpleString(ctx, "agreed");
+    rm_ReplyWithLongLong(ctx, agreed);
+    return REDISMODULE_OK;
+}
+
 /* ---- the command table ---- */
 
 /* HF3FS.CLOCK [STEP ms]: the node's clock ("Time"). */
@@ -337,19 +396,31 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         return REDISMODULE_ERR;
     if (rm_IsModuleNameBusy(HF3FS_MODULE_NAME))
         return REDISMODULE_ERR;
-    size_t len = 0;
-    const char *arg = argc >= 1 ? rm_StringPtrLen(argv[0], &len) : NULL;
     long long step_ms = 0;
-    test_clock = arg && len == 10 && memcmp(arg, "test-clock", 10) == 0;
-    if (argc != 0 &&
-        !(test_clock &&
-          (argc == 1 || (argc == 2 && rm_StringToLongLong(argv[1], &step_ms) == REDISMODULE_OK)))) {
-        rm_Log(ctx, "warning", "hf3fsmeta: the module takes no arguments but test-clock [ms]");
-        return REDISMODULE_ERR;
+    for (int i = 0; i < argc;) {
+        size_t len;
+        const char *arg = rm_StringPtrLen(argv[i++], &len);
+        long long lo, hi;
+        if (len == 10 && memcmp(arg, "test-clock", 10) == 0) {
+            test_clock = true;
+            if (i < argc && rm_StringToLongLong(argv[i], &step_ms) == REDISMODULE_OK)
+                i++;
+        } else if (len == 12 && memcmp(arg, "test-version", 12) == 0 && i + 1 < argc &&
+                   (lo = arg_version(argv[i])) > 0 && (hi = arg_version(argv[i + 1])) >= lo) {
+            wire_lowest = (unsigned)lo;
+            wire_highest = (unsigned)hi;
+            i += 2;
+        } else {
+            rm_Log(ctx, "warning",
+                   "hf3fsmeta: the module takes no arguments but test-clock [ms] and "
+                   "test-version lowest highest");
+            return REDISMODULE_ERR;
+        }
     }
     test_step_us = step_ms * 1000;
     clock_start();
-    rm_SetModuleAttribs(ctx, HF3FS_MODULE_NAME, HF3FS_MODULE_VERSION, REDISMODULE_APIVER_1);
+    /* MODULE LIST's "ver": the baseline, the lowest command set it speaks */
+    rm_SetModuleAttribs(ctx, HF3FS_MODULE_NAME, (int)wire_lowest, REDISMODULE_APIVER_1);
     hf_set_allocator(&(hf_allocator){rm_Alloc, rm_Calloc, rm_Realloc, rm_Free});
     RedisModuleTypeMethods tm = {
         .version = REDISMODULE_TYPE_METHOD_VERSION_1,

@@ -161,7 +161,8 @@ int reply_err(RedisModuleCtx *ctx, const char *msg);
     X(rebuild, "write", 1, 5, CHANGE, STRIPE_TAIL | FROM_AOF, (A_NS, A_BYTES, A_BYTES))            \
     X(namespaces, "readonly", 0, 1, 0, 0, NO_ARGS)                                                 \
     X(clearall, "write", 0, 1, 0, 0, NO_ARGS)                                                      \
-    R(clock, "readonly fast", 0, cmd_clock)
+    R(clock, "readonly fast", 0, cmd_clock)                                                        \
+    R(version, "readonly fast", 0, cmd_version)
 
 
 /* run_<name> of every command the dispatcher runs (X above), and the

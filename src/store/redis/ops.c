@@ -569,6 +569,7 @@ static store_mode rd_health(store_t *s, char *reason, size_t len)
 static int rd_metrics(store_t *s, const store_emitter *e)
 {
     redis_link_metrics(R(s)->link, e);
+    redis__modules_metrics(R(s), e);
     return STORE_OK;
 }
 
@@ -595,6 +596,8 @@ static void rd_destroy(store_t *s)
     redis__layouts_free(r->retired);
     redis__prefix_free(r->prefix);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->seen_lock);
+    free(r->seen);
     free(r);
 }
 
