@@ -104,11 +104,18 @@
  * the node was down), and HF3FS.CLOCK STEP <ms> steps it by ms more.
  *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
- * changes; rdb_load keeps reading every older version (there is one:
- * version 1, before stripes) and refuses newer ones (a value saved by a newer module: the load
- * fails rather than guessing). HF3FS_MODULE_VERSION (MODULE LIST) is bumped
- * whenever a command changes meaning; the front end requires exactly its
- * own.
+ * changes; rdb_load keeps reading every older version (from
+ * HF3FS_TYPE_ENCVER_OLDEST) and refuses newer ones (a value saved by a newer
+ * module: the load fails rather than guessing). MODULE LIST's "ver" is the
+ * baseline, the lowest command set the module speaks (wire.h "Versions");
+ * HF3FS.VERSION [release lowest highest] answers the flat list
+ *     release R commands [lo, hi] encoding [oldest, written]
+ *     capabilities [names...] agreed N
+ * (N: the set both speak given the caller's, 0 if none, logged; without
+ * arguments the module's highest). Fields may be added; readers skip
+ * names they do not know. Loaded with `test-version lo hi`, the module
+ * pretends to speak lo..hi (MODULE LIST shows lo): the tests' module of
+ * another release.
  *
  * Errors. Every argument is validated before the core sees it: malformed
  * numbers or lists answer -ERR, numbers out of range -EINVAL, a missing
@@ -201,9 +208,9 @@ static int cmd_version(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
                    (int)(len > 32 ? 32 : len), rel, lo, hi, wire_lowest, wire_highest);
         }
     }
-#define CAP_COUNT(id, bit, name) +1
-    const long ncaps = 0 HF3FS_CAPS(CAP_COUNT);
-#undef CAP_COUNT
+#define CAP_NAME(id, bit, name) name,
+    static const char *const caps[] = {HF3FS_CAPS(CAP_NAME)};
+#undef CAP_NAME
     rm_ReplyWithArray(ctx, 10);
     rm_ReplyWithSimpleString(ctx, "release");
     rm_ReplyWithSimpleString(ctx, HF3FS_VERSION);
@@ -216,10 +223,9 @@ static int cmd_version(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     rm_ReplyWithLongLong(ctx, HF3FS_TYPE_ENCVER_OLDEST);
     rm_ReplyWithLongLong(ctx, HF3FS_TYPE_ENCVER);
     rm_ReplyWithSimpleString(ctx, "capabilities");
-    rm_ReplyWithArray(ctx, ncaps);
-#define CAP_REPLY(id, bit, name) rm_ReplyWithSimpleString(ctx, name);
-    HF3FS_CAPS(CAP_REPLY)
-#undef CAP_REPLY
+    rm_ReplyWithArray(ctx, (long)(sizeof caps / sizeof caps[0]));
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+        rm_ReplyWithSimpleString(ctx, caps[i]);
     rm_ReplyWithSimpleString(ctx, "agreed");
     rm_ReplyWithLongLong(ctx, agreed);
     return REDISMODULE_OK;

@@ -56,7 +56,7 @@
 /* The capabilities of this build (bit, name), in the order HF3FS.VERSION
  * lists them: "version" is HF3FS.VERSION itself. */
 #define HF3FS_CAPS(X) X(WIRE_CAP_VERSION, 1u << 0, "version")
-#define WIRE_CAP_ENUM(id, bit, name) id = bit,
+#define WIRE_CAP_ENUM(id, bit, name) id = (bit),
 enum { HF3FS_CAPS(WIRE_CAP_ENUM) };
 #undef WIRE_CAP_ENUM
 /* The highest command set of [alo, ahi] and [blo, bhi] both, or 0 if the
