@@ -94,6 +94,7 @@ typedef struct node {
     bool fresh;        /* new connection: AUTH not sent yet */
     bool greeted;      /* its connection passed the hello (or there is none) */
     bool refused;      /* its last hello failed: why says why */
+    int refused_code;  /* hello_check's verdict then */
     bool connecting;   /* connect() not yet known to have succeeded */
     int64_t connect_deadline;
     bool primary, replica;
@@ -511,12 +512,14 @@ static void round_greet(cluster_t *c, request *reqs, size_t n, int64_t deadline)
         }
         if (all && nd->ctx) {
             char why[256] = "";
-            if (c->hello.hello_check(c->hello.hello_ctx, reps, nd->addr, why, sizeof why) == 0) {
+            int verdict = c->hello.hello_check(c->hello.hello_ctx, reps, nd->addr, why, sizeof why);
+            if (verdict == 0) {
                 nd->greeted = true;
                 nd->refused = false;
             } else {
                 set_error(c, "%s", why);
                 nd->refused = true;
+                nd->refused_code = verdict;
                 node_mark_down(c, nd, hf_clock_mono_ms());
             }
         }
@@ -1064,8 +1067,10 @@ void cluster_get_node_stats(const cluster_t *c, size_t i, cluster_node_stats *ou
     out->retries = nd->retries;
     out->errors = nd->errors;
     out->connects = nd->connects;
-    if (nd->refused)
+    if (nd->refused) {
         snprintf(out->refused, sizeof(out->refused), "%s", nd->why);
+        out->refused_code = nd->refused_code;
+    }
 }
 
 void cluster_get_stats(const cluster_t *c, cluster_stats *out)

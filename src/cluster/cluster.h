@@ -221,6 +221,7 @@ typedef struct cluster_node_stats {
     uint64_t errors;   /* connections refused, broken or timed out */
     uint64_t connects; /* connections opened */
     char refused[256]; /* why its last hello failed, while it is refused; "" */
+    int refused_code;  /* what hello_check returned then (0 when not refused) */
 } cluster_node_stats;
 
 typedef struct cluster_stats {

@@ -525,9 +525,12 @@ static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m, char *err, siz
         if (!all) {
             cluster_node_stats ns;
             cluster_get_node_stats(c->cl, (size_t)out[i].node, &ns);
-            snprintf(why, sizeof why, "node %s: %s", out[i].addr,
-                     ns.refused[0] ? ns.refused : cluster_last_error(c->cl));
-            out[i].code = STORE_EUNREACHABLE;
+            /* refused by the hello: the checker's sentence and code */
+            if (ns.refused[0])
+                snprintf(why, sizeof why, "%s", ns.refused);
+            else
+                snprintf(why, sizeof why, "node %s: %s", out[i].addr, cluster_last_error(c->cl));
+            out[i].code = ns.refused[0] ? ns.refused_code : STORE_EUNREACHABLE;
         } else {
             out[i].code = r->opt.probe_check(r->opt.probe_ctx, reps, out[i].addr, why, sizeof why);
         }
