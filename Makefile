@@ -54,7 +54,7 @@ LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run test check test-normal test-asan asan deps clean lint tsan format-check
+.PHONY: all run test check test-normal test-upgrade test-asan asan deps clean lint tsan format-check
 
 JOBS     ?= 6
 # Compiler processes at once for the builds that make test and make check start.
@@ -117,6 +117,12 @@ test: deps
 check: deps
 	$(MAKE) -j$(BUILD_JOBS) all units
 	./tests/run-all.sh -j $(JOBS) --check $(BUILD)
+
+# The upgrades from the previous release in full (tests/integration/
+# test_upgrade.py; prev_release.py builds that release once under build/prev/).
+test-upgrade: deps
+	$(MAKE) -j$(BUILD_JOBS) all
+	HF3FS_UPGRADE_FULL=1 /usr/bin/python3 tests/integration/test_upgrade.py
 
 test-normal: all units
 	./tests/run-all.sh -j $(JOBS) $(BUILD)

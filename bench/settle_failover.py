@@ -63,7 +63,10 @@ def main():
     ap.add_argument("--watch", type=int, default=12)
     a = ap.parse_args()
     tce.PAGES = a.pages
-    with redis_cluster.RedisCluster(primaries=3, replicas=1, node_timeout_ms=2000) as rc:
+    # settle-replicate: the replicas learn each allocation's reservations
+    # (HF3FS.NOTE), so the promoted one can settle them
+    with redis_cluster.RedisCluster(primaries=3, replicas=1, node_timeout_ms=2000,
+                                    module_args=["settle-replicate"]) as rc:
         with tce.front_end(rc) as srv:
             tce.init_pool(srv)
             victim = rc.slot_owner(tce.pool_slot(rc))

@@ -74,7 +74,7 @@ FUZZ_SHARDS = 4
 # test_docs (the docs' shell sessions, as a reader runs them: the normal
 # build, its Redis module loaded by a redis-server without the ASan runtime)
 # runs once, and only when the first build is not sanitized.
-ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs"]
+ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs", "test_upgrade"]
 # Sanitizer options for the sanitized builds (a leak at exit fails the suite).
 SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
@@ -247,6 +247,11 @@ def once_jobs(build, check):
              Job("test_bench_smoke.py",
                  [PYTHON, os.path.join("tests", "integration", "test_bench_smoke.py")],
                  server, weight=4),
+             # the short form of the upgrade from the previous release (its
+             # module built once under build/prev/); make test-upgrade: all
+             Job("test_upgrade.py",
+                 [PYTHON, os.path.join("tests", "integration", "test_upgrade.py")],
+                 server, weight=3),
              # The static checks (mk/lint.mk) and the tree's format
              # (.clang-format): a finding or a line to reformat fails them.
              Job("lint", ["make", "--no-print-directory", "BUILD_JOBS=1", "lint",

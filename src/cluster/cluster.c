@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "util/clock.h"
+#include "util/hf_assert.h"
 #include "util/hostport.h"
 #include "util/resp.h"
 #include "util/slot.h"
@@ -51,8 +52,14 @@ enum outcome {
     OUT_TIMEOUT,  /* no reply before the deadline: it may have run */
     OUT_AUTH,     /* the node refused our AUTH */
     OUT_NOMEM,
-    OUT_PROTO, /* the node's byte stream could not be parsed */
+    OUT_PROTO,   /* the node's byte stream could not be parsed */
+    OUT_REFUSED, /* not sent: the node failed the hello */
 };
+
+/* A request that may go on a connection that has not passed the hello:
+ * the map refresh's CLUSTER SLOTS and the hello itself (request.flags,
+ * beside the CLUSTER_CMD_* flags). */
+#define REQ_BEFORE_HELLO 0x80000000u
 
 /* A command of a batch (or the refresh's CLUSTER SLOTS) and its progress. */
 typedef struct request {
@@ -85,6 +92,9 @@ typedef struct node {
     char addr[128];
     redisContext *ctx; /* NULL: not connected */
     bool fresh;        /* new connection: AUTH not sent yet */
+    bool greeted;      /* its connection passed the hello (or there is none) */
+    bool refused;      /* its last hello failed: why says why */
+    int refused_code;  /* hello_check's verdict then */
     bool connecting;   /* connect() not yet known to have succeeded */
     int64_t connect_deadline;
     bool primary, replica;
@@ -102,6 +112,7 @@ typedef struct node {
 
 struct cluster {
     char *user, *password;
+    cluster_options hello; /* its hello_* fields */
     int connect_timeout_ms, command_timeout_ms;
     node *nodes;
     size_t nnodes, node_cap;
@@ -184,6 +195,7 @@ static void node_disconnect(node *nd)
         redisFree(nd->ctx);
     nd->ctx = NULL;
     nd->fresh = false;
+    nd->greeted = false;
     nd->connecting = false;
 }
 
@@ -306,6 +318,13 @@ static bool round_deliver(cluster_t *c, node *nd, request *reqs, redisReply *r, 
     return nd->next < nd->end;
 }
 
+/* Whether the request may not go to nd yet: a hello is set and nd's
+ * connection has not passed it (round_greet). */
+static bool before_hello(const cluster_t *c, const node *nd, const request *rq)
+{
+    return c->hello.hello_n && !(nd->ctx && nd->greeted) && !(rq->flags & REQ_BEFORE_HELLO);
+}
+
 /* Build the pipelines of the ready requests, node by node. */
 static void round_build(cluster_t *c, request *reqs, size_t n, int64_t now)
 {
@@ -315,8 +334,15 @@ static void round_build(cluster_t *c, request *reqs, size_t n, int64_t now)
         nd->first = nd->end = nd->next = nexp;
         nd->written = 0;
         bool any = false;
-        for (size_t r = 0; r < n && !any; r++)
-            any = reqs[r].ready && reqs[r].node == (int)i;
+        for (size_t r = 0; r < n; r++) {
+            request *rq = &reqs[r];
+            if (!rq->ready || rq->node != (int)i)
+                continue;
+            if (before_hello(c, nd, rq)) /* the hello did not pass (round_greet) */
+                rq->outcome = nd->refused ? OUT_REFUSED : OUT_UNSENT;
+            else
+                any = true;
+        }
         if (!any)
             continue;
         bool ok = node_connect(c, nd, now);
@@ -330,13 +356,15 @@ static void round_build(cluster_t *c, request *reqs, size_t n, int64_t now)
         nd->fresh = false;
         for (size_t r = 0; r < n; r++) {
             request *rq = &reqs[r];
-            if (!rq->ready || rq->node != (int)i)
+            if (!rq->ready || rq->node != (int)i || before_hello(c, nd, rq))
                 continue;
             rq->outcome = OUT_UNSENT;
             if (!ok)
                 continue;
             static const char *asking[1] = {"ASKING"};
             static const size_t asking_len[1] = {6};
+            /* no command but the hello and CLUSTER SLOTS before the hello passed */
+            HF_ASSERT(!c->hello.hello_n || nd->greeted || (rq->flags & REQ_BEFORE_HELLO));
             if (rq->asking)
                 ok = pipeline_append(c, nd, &nexp, EXP_ASKING, r, 1, asking, asking_len);
             if (ok)
@@ -392,7 +420,7 @@ static void round_io(cluster_t *c, node *nd, request *reqs, short revents, int64
  * once, until each node answered all, failed, or the deadline passed. Each
  * ready request ends with an outcome.
  */
-static void round_run(cluster_t *c, request *reqs, size_t n, int64_t deadline)
+static void round_exchange(cluster_t *c, request *reqs, size_t n, int64_t deadline)
 {
     int64_t now = hf_clock_mono_ms();
     round_build(c, reqs, n, now);
@@ -443,6 +471,71 @@ static void round_run(cluster_t *c, request *reqs, size_t n, int64_t deadline)
     }
     free(fds);
     free(owner);
+}
+
+/* The hello ("Hello", cluster.h) on each node that a ready request goes
+ * to and whose connection has not passed it, every such node at once:
+ * passed, the node is greeted; judged wrong, it is refused and down (its
+ * reconnect wait); no answer, the round's failure already marked it. */
+static void round_greet(cluster_t *c, request *reqs, size_t n, int64_t deadline)
+{
+    const int h = c->hello.hello_n;
+    size_t m = 0;
+    request *hs = NULL;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        node *nd = &c->nodes[i];
+        bool want = false;
+        for (size_t r = 0; r < n && !want; r++)
+            want = reqs[r].ready && reqs[r].node == (int)i && before_hello(c, nd, &reqs[r]);
+        if (!want || (nd->refused && nd->down && hf_clock_mono_ms() < nd->down_until))
+            continue;
+        hs = hf_xreallocarray(hs, m + (size_t)h, sizeof *hs);
+        for (int k = 0; k < h; k++)
+            hs[m++] = (request){.argc = c->hello.hello_argc[k],
+                                .argv = (const char **)c->hello.hello_argv[k],
+                                .argvlen = c->hello.hello_argvlen[k],
+                                .slot = -1,
+                                .node = (int)i,
+                                .ready = true,
+                                .flags = REQ_BEFORE_HELLO};
+    }
+    if (!m)
+        return;
+    round_exchange(c, hs, m, deadline);
+    for (size_t j = 0; j < m; j += (size_t)h) {
+        node *nd = &c->nodes[hs[j].node];
+        redisReply *reps[CLUSTER_HELLO_MAX] = {NULL};
+        bool all = true;
+        for (int k = 0; k < h; k++) {
+            all = all && hs[j + (size_t)k].outcome == OUT_REPLY;
+            reps[k] = hs[j + (size_t)k].reply;
+        }
+        if (all && nd->ctx) {
+            char why[256] = "";
+            int verdict = c->hello.hello_check(c->hello.hello_ctx, reps, nd->addr, why, sizeof why);
+            if (verdict == 0) {
+                nd->greeted = true;
+                nd->refused = false;
+            } else {
+                set_error(c, "%s", why);
+                nd->refused = true;
+                nd->refused_code = verdict;
+                node_mark_down(c, nd, hf_clock_mono_ms());
+            }
+        }
+        for (int k = 0; k < h; k++)
+            if (reps[k])
+                freeReplyObject(reps[k]);
+    }
+    free(hs);
+}
+
+/* One round: the hello where it is due, then the requests. */
+static void round_run(cluster_t *c, request *reqs, size_t n, int64_t deadline)
+{
+    if (c->hello.hello_n)
+        round_greet(c, reqs, n, deadline);
+    round_exchange(c, reqs, n, deadline);
 }
 
 /* ---- the slot map ---- */
@@ -570,8 +663,9 @@ static int map_refresh(cluster_t *c, int64_t deadline)
                           .argvlen = argvlen,
                           .slot = -1,
                           .node = (int)i,
-                          .ready = true};
-            round_run(c, &rq, 1, deadline);
+                          .ready = true,
+                          .flags = REQ_BEFORE_HELLO};
+            round_exchange(c, &rq, 1, deadline);
             if (rq.outcome == OUT_AUTH) {
                 err = CLUSTER_EAUTH;
                 goto failed;
@@ -690,6 +784,7 @@ static bool request_settle(cluster_t *c, request *rq, cluster_cmd *cmd, bool *tr
     case OUT_AUTH: request_finish(rq, cmd, CLUSTER_EAUTH); return false;
     case OUT_NOMEM: request_finish(rq, cmd, CLUSTER_ENOMEM); return false;
     case OUT_PROTO: request_finish(rq, cmd, CLUSTER_EPROTO); return false;
+    case OUT_REFUSED: request_finish(rq, cmd, CLUSTER_EREFUSED); return false;
     case OUT_REPLY: break;
     }
     redisReply *r = rq->reply;
@@ -770,7 +865,7 @@ static void batch_load(cluster_t *c, cluster_cmd *cmds, size_t n)
         rq->argvlen = cmd->argvlen;
         rq->slot = cmd->slot;
         rq->node = cmd->slot < 0 ? cmd->node : -1;
-        rq->flags = cmd->flags;
+        rq->flags = cmd->flags & ~REQ_BEFORE_HELLO;
         rq->error = CLUSTER_ETIMEOUT;
         cmd->reply = NULL;
         cmd->error = CLUSTER_OK;
@@ -883,6 +978,9 @@ int cluster_open(const cluster_options *opt, cluster_t **out, char *err, size_t 
     cluster_t *c = hf_xcalloc(1, sizeof(*c));
     c->user = dup_or_null(opt->user);
     c->password = dup_or_null(opt->password);
+    HF_ASSERT(opt->hello_n >= 0 && opt->hello_n <= CLUSTER_HELLO_MAX &&
+              (!opt->hello_n || opt->hello_check));
+    c->hello = *opt;
     c->connect_timeout_ms = opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms
                                                         : DEFAULT_TIMEOUT_MS;
     c->command_timeout_ms = opt->command_timeout_ms > 0 ? opt->command_timeout_ms
@@ -938,6 +1036,7 @@ const char *cluster_strerror(int err)
     case CLUSTER_EAUTH: return "authentication failed";
     case CLUSTER_EPROTO: return "protocol error";
     case CLUSTER_ENOMEM: return "out of memory";
+    case CLUSTER_EREFUSED: return "the node failed the hello";
     default: return "unknown error";
     }
 }
@@ -968,6 +1067,10 @@ void cluster_get_node_stats(const cluster_t *c, size_t i, cluster_node_stats *ou
     out->retries = nd->retries;
     out->errors = nd->errors;
     out->connects = nd->connects;
+    if (nd->refused) {
+        snprintf(out->refused, sizeof(out->refused), "%s", nd->why);
+        out->refused_code = nd->refused_code;
+    }
 }
 
 void cluster_get_stats(const cluster_t *c, cluster_stats *out)

@@ -16,6 +16,16 @@
  *   on first use (non-blocking, connect_timeout_ms; AUTH first when a
  *   password is set, AUTH user password when a user is set too).
  *
+ * Hello
+ *   With options.hello set, a new connection carries no command until it
+ *   passed the hello: its commands (one or two, pipelined after AUTH) in a
+ *   round of their own, their replies judged by hello_check. A node whose
+ *   hello fails is down with the check's sentence (cluster_node_stats.
+ *   refused) and every command for it fails at once with CLUSTER_EREFUSED
+ *   (nothing sent) until its reconnect wait is over and a new connection
+ *   passes. Only the map refresh's CLUSTER SLOTS goes on a connection that
+ *   has not passed it (the map is Redis's, whatever the node's module).
+ *
  * Slots
  *   cluster_key_slot() is Redis's: CRC16 (XMODEM) of the key, mod 16384; if
  *   the key has a '{' followed later by a '}' with at least one byte between
@@ -96,6 +106,7 @@ enum {
     CLUSTER_EAUTH = -408,     /* AUTH refused, or the node demands one */
     CLUSTER_EPROTO = -409,    /* not a cluster node, or an answer that cannot be parsed */
     CLUSTER_ENOMEM = -410,    /* hiredis could not allocate */
+    CLUSTER_EREFUSED = -411,  /* the node failed the hello: the command was not sent */
 };
 
 #define CLUSTER_SLOTS 16384
@@ -109,7 +120,19 @@ typedef struct cluster_options {
     const char *password;   /* NULL: no AUTH */
     int connect_timeout_ms; /* per connection attempt; <= 0: 1000 */
     int command_timeout_ms; /* per cluster_exec(), retries included; <= 0: 1000 */
+    /* The hello ("Hello" above): hello_n commands (0: none, at most
+     * CLUSTER_HELLO_MAX), borrowed for the handle's life; hello_check
+     * judges their replies (none NULL) from the node at addr: 0, or
+     * non-zero with a sentence in why. */
+    int hello_n;
+    int hello_argc[2];
+    const char *const *hello_argv[2];
+    const size_t *hello_argvlen[2];
+    int (*hello_check)(void *ctx, redisReply *const *replies, const char *addr, char *why,
+                       size_t len);
+    void *hello_ctx;
 } cluster_options;
+#define CLUSTER_HELLO_MAX 2
 
 /* Open a handle and load the slot map. 0, or a negative code with a sentence
  * in err (e.g. "127.0.0.1:7000: Connection refused"; "not a cluster"). */
@@ -197,6 +220,8 @@ typedef struct cluster_node_stats {
     uint64_t retries;  /* TRYAGAIN, CLUSTERDOWN and LOADING answers it gave */
     uint64_t errors;   /* connections refused, broken or timed out */
     uint64_t connects; /* connections opened */
+    char refused[256]; /* why its last hello failed, while it is refused; "" */
+    int refused_code;  /* what hello_check returned then (0 when not refused) */
 } cluster_node_stats;
 
 typedef struct cluster_stats {

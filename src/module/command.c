@@ -72,8 +72,9 @@ void cmd_close(cmd *c)
             rm_Replicate(c->ctx, "HF3FS.APPLY", "sbblll", c->argv[1], c->v->ns, c->v->ns_len,
                          (const char *)c->events.ptr, c->events.len, (long long)c->v->st.count,
                          (long long)c->v->st.index, (long long)c->v->st.placement);
-        /* after the APPLY that made the reservations (one MULTI/EXEC) */
-        if (c->noted.len)
+        /* after the APPLY that made the reservations (one MULTI/EXEC);
+         * only where every replica knows HF3FS.NOTE (settle_replicate) */
+        if (c->noted.len && settle_replicate)
             rm_Replicate(c->ctx, "HF3FS.NOTE", "sllb", c->argv[1], (long long)c->rank,
                          (long long)c->id, (const char *)c->noted.ptr, c->noted.len);
     }

@@ -110,11 +110,18 @@
  * unknown"). The ledger is volatile, like read leases.
  *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
- * changes; rdb_load keeps reading every older version (there is one:
- * version 1, before stripes) and refuses newer ones (a value saved by a newer module: the load
- * fails rather than guessing). HF3FS_MODULE_VERSION (MODULE LIST) is bumped
- * whenever a command changes meaning; the front end requires exactly its
- * own.
+ * changes; rdb_load keeps reading every older version (from
+ * HF3FS_TYPE_ENCVER_OLDEST) and refuses newer ones (a value saved by a newer
+ * module: the load fails rather than guessing). MODULE LIST's "ver" is the
+ * baseline, the lowest command set the module speaks (wire.h "Versions");
+ * HF3FS.VERSION [release lowest highest] answers the flat list
+ *     release R commands [lo, hi] encoding [oldest, written]
+ *     capabilities [names...] agreed N
+ * (N: the set both speak given the caller's, 0 if none, logged; without
+ * arguments the module's highest). Fields may be added; readers skip
+ * names they do not know. Loaded with `test-version lo hi`, the module
+ * pretends to speak lo..hi (MODULE LIST shows lo): the tests' module of
+ * another release.
  *
  * Errors. Every argument is validated before the core sees it: malformed
  * numbers or lists answer -ERR, numbers out of range -EINVAL, a missing
@@ -145,6 +152,7 @@ RedisModuleType *hf_type;
 
 hf_steady module_clock;
 static bool test_clock;      /* loaded with `test-clock`: HF3FS.CLOCK STEP allowed */
+bool settle_replicate;       /* loaded with `settle-replicate` (module_internal.h) */
 static int64_t test_step_us; /* what HF3FS.CLOCK STEP added to the wall clock */
 
 static int64_t clock_wall_us(void *ctx)
@@ -170,6 +178,64 @@ static void clock_start(void)
 {
     hf_steady_source src = {clock_wall_us, clock_mono_us, NULL, clock_step};
     hf_steady_init(&module_clock, &src);
+}
+
+/* ---- versions ("Versions") ---- */
+
+/* The command sets this module speaks: the build's, or what the tests'
+ * `test-version lo hi` made it pretend (a module of another release). */
+static unsigned wire_lowest = HF3FS_MODULE_VERSION, wire_highest = HF3FS_WIRE_HIGHEST;
+
+/* An unsigned argument of HF3FS.VERSION, or -1. */
+static long long arg_version(RedisModuleString *s)
+{
+    long long v;
+    return rm_StringToLongLong(s, &v) == REDISMODULE_OK && v >= 0 && v <= 65535 ? v : -1;
+}
+
+/* HF3FS.VERSION [release lowest highest]: what this module is and speaks,
+ * and, given the caller's, the command set both speak (0: none). */
+static int cmd_version(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (argc != 1 && argc != 4)
+        return rm_WrongArity(ctx);
+    long long agreed = wire_highest;
+    if (argc == 4) {
+        long long lo = arg_version(argv[2]), hi = arg_version(argv[3]);
+        if (lo < 0 || hi < lo)
+            return reply_err(ctx, "ERR HF3FS.VERSION release lowest highest: lowest and highest "
+                                  "are command sets, lowest first");
+        agreed = wire_version_agree(wire_lowest, wire_highest, (unsigned)lo, (unsigned)hi);
+        if (!agreed) {
+            size_t len;
+            const char *rel = rm_StringPtrLen(argv[1], &len);
+            rm_Log(ctx, "warning",
+                   "hf3fsmeta: a front end of release %.*s speaks command sets %lld..%lld, this "
+                   "module %u..%u: it sends this node nothing",
+                   (int)(len > 32 ? 32 : len), rel, lo, hi, wire_lowest, wire_highest);
+        }
+    }
+#define CAP_NAME(id, bit, name) name,
+    static const char *const caps[] = {HF3FS_CAPS(CAP_NAME)};
+#undef CAP_NAME
+    rm_ReplyWithArray(ctx, 10);
+    rm_ReplyWithSimpleString(ctx, "release");
+    rm_ReplyWithSimpleString(ctx, HF3FS_VERSION);
+    rm_ReplyWithSimpleString(ctx, "commands");
+    rm_ReplyWithArray(ctx, 2);
+    rm_ReplyWithLongLong(ctx, wire_lowest);
+    rm_ReplyWithLongLong(ctx, wire_highest);
+    rm_ReplyWithSimpleString(ctx, "encoding");
+    rm_ReplyWithArray(ctx, 2);
+    rm_ReplyWithLongLong(ctx, HF3FS_TYPE_ENCVER_OLDEST);
+    rm_ReplyWithLongLong(ctx, HF3FS_TYPE_ENCVER);
+    rm_ReplyWithSimpleString(ctx, "capabilities");
+    rm_ReplyWithArray(ctx, (long)(sizeof caps / sizeof caps[0]));
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+        rm_ReplyWithSimpleString(ctx, caps[i]);
+    rm_ReplyWithSimpleString(ctx, "agreed");
+    rm_ReplyWithLongLong(ctx, agreed);
+    return REDISMODULE_OK;
 }
 
 /* ---- the command table ---- */
@@ -346,19 +412,33 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         return REDISMODULE_ERR;
     if (rm_IsModuleNameBusy(HF3FS_MODULE_NAME))
         return REDISMODULE_ERR;
-    size_t len = 0;
-    const char *arg = argc >= 1 ? rm_StringPtrLen(argv[0], &len) : NULL;
     long long step_ms = 0;
-    test_clock = arg && len == 10 && memcmp(arg, "test-clock", 10) == 0;
-    if (argc != 0 &&
-        !(test_clock &&
-          (argc == 1 || (argc == 2 && rm_StringToLongLong(argv[1], &step_ms) == REDISMODULE_OK)))) {
-        rm_Log(ctx, "warning", "hf3fsmeta: the module takes no arguments but test-clock [ms]");
-        return REDISMODULE_ERR;
+    for (int i = 0; i < argc;) {
+        size_t len;
+        const char *arg = rm_StringPtrLen(argv[i++], &len);
+        long long lo, hi;
+        if (len == 10 && memcmp(arg, "test-clock", 10) == 0) {
+            test_clock = true;
+            if (i < argc && rm_StringToLongLong(argv[i], &step_ms) == REDISMODULE_OK)
+                i++;
+        } else if (len == 16 && memcmp(arg, "settle-replicate", 16) == 0) {
+            settle_replicate = true;
+        } else if (len == 12 && memcmp(arg, "test-version", 12) == 0 && i + 1 < argc &&
+                   (lo = arg_version(argv[i])) > 0 && (hi = arg_version(argv[i + 1])) >= lo) {
+            wire_lowest = (unsigned)lo;
+            wire_highest = (unsigned)hi;
+            i += 2;
+        } else {
+            rm_Log(ctx, "warning",
+                   "hf3fsmeta: the module takes no arguments but settle-replicate, "
+                   "test-clock [ms] and test-version lowest highest");
+            return REDISMODULE_ERR;
+        }
     }
     test_step_us = step_ms * 1000;
     clock_start();
-    rm_SetModuleAttribs(ctx, HF3FS_MODULE_NAME, HF3FS_MODULE_VERSION, REDISMODULE_APIVER_1);
+    /* MODULE LIST's "ver": the baseline, the lowest command set it speaks */
+    rm_SetModuleAttribs(ctx, HF3FS_MODULE_NAME, (int)wire_lowest, REDISMODULE_APIVER_1);
     hf_set_allocator(&(hf_allocator){rm_Alloc, rm_Calloc, rm_Realloc, rm_Free});
     RedisModuleTypeMethods tm = {
         .version = REDISMODULE_TYPE_METHOD_VERSION_1,

@@ -22,6 +22,11 @@
 /* module.c: the data type, and this node's clock ("Time") */
 extern RedisModuleType *hf_type;
 extern hf_steady module_clock;
+/* Loaded with `settle-replicate`: an ALLOC with an id sends its ledger
+ * entries to the replicas as HF3FS.NOTE (every replica must know that
+ * command: a replica whose module does not refuses the NOTE, and Redis then
+ * aborts the whole MULTI/EXEC it came in, the APPLY with it). */
+extern bool settle_replicate;
 
 /* ---- values (value.c) ---- */
 
@@ -186,7 +191,8 @@ int reply_err(RedisModuleCtx *ctx, const char *msg);
     X(rebuild, "write", 1, 5, CHANGE, STRIPE_TAIL | FROM_AOF, (A_NS, A_BYTES, A_BYTES))            \
     X(namespaces, "readonly", 0, 1, 0, 0, NO_ARGS)                                                 \
     X(clearall, "write", 0, 1, 0, 0, NO_ARGS)                                                      \
-    R(clock, "readonly fast", 0, cmd_clock)
+    R(clock, "readonly fast", 0, cmd_clock)                                                        \
+    R(version, "readonly fast", 0, cmd_version)
 
 
 /* run_<name> of every command the dispatcher runs (X above), and the

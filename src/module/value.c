@@ -237,11 +237,11 @@ void type_rdb_save(RedisModuleIO *io, void *p)
 
 void *type_rdb_load(RedisModuleIO *io, int encver)
 {
-    if (encver < 1 || encver > HF3FS_TYPE_ENCVER) {
+    if (encver < HF3FS_TYPE_ENCVER_OLDEST || encver > HF3FS_TYPE_ENCVER) {
         rm_LogIOError(io, "warning",
-                      "hf3fsmeta: a value of encoding version %d, this module reads 1..%d "
+                      "hf3fsmeta: a value of encoding version %d, this module reads %d..%d "
                       "(load it with a newer module)",
-                      encver, HF3FS_TYPE_ENCVER);
+                      encver, HF3FS_TYPE_ENCVER_OLDEST, HF3FS_TYPE_ENCVER);
         return NULL;
     }
     size_t nslen, evlen, orderlen;

@@ -13,6 +13,22 @@
 
 static const char hexd[] = "0123456789abcdef";
 
+unsigned wire_version_agree(unsigned alo, unsigned ahi, unsigned blo, unsigned bhi)
+{
+    unsigned lo = alo > blo ? alo : blo, hi = ahi < bhi ? ahi : bhi;
+    return lo <= hi ? hi : 0;
+}
+
+unsigned wire_cap_of(const char *name, size_t len)
+{
+#define WIRE_CAP_MATCH(id, bit, text)                                                              \
+    if (len == sizeof(text) - 1 && memcmp(name, text, len) == 0)                                   \
+        return bit;
+    HF3FS_CAPS(WIRE_CAP_MATCH)
+#undef WIRE_CAP_MATCH
+    return 0;
+}
+
 size_t wire_value_key(hf_slice ns, char *out, size_t cap)
 {
     size_t need = WIRE_VALUE_KEY_LEN(ns.len), n = 0;

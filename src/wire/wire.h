@@ -33,13 +33,47 @@
 #include "util/slice.h"
 
 #define HF3FS_MODULE_NAME "hf3fsmeta"
-/* Bumped whenever a command, an argument or a reply changes meaning: a
- * front end talks only to a module of exactly its version. */
-#define HF3FS_MODULE_VERSION 6 /* 6: ALLOC's id, SETTLE and NOTE (5: packed key lists) */
+/*
+ * Versions between a front end and the module (docs/redis-module.md
+ * "Versions between front ends and modules").
+ *
+ * A command set N is a set of HF3FS.* command names, each with fixed
+ * arguments and replies: a name never changes meaning within a set, so
+ * what a command means never depends on the connection. A build speaks
+ * the sets HF3FS_MODULE_VERSION to HF3FS_WIRE_HIGHEST, as a module and as
+ * a front end. A module shows the lowest it speaks, its baseline, as
+ * MODULE LIST's "ver": what a front end of before HF3FS.VERSION requires
+ * exactly, so a release keeps it as long as it serves every command of
+ * that set unchanged. A command whose meaning must change gets a new name
+ * in a new set; the baseline rises only when a release drops an old name.
+ * Additive commands (a name no set of the range has) are capabilities:
+ * HF3FS.VERSION lists them, and a front end sends one only to a node that
+ * listed it. A front end and a node speak the highest set both do
+ * (wire_version_agree); a node with none in common gets no command.
+ */
+#define HF3FS_MODULE_VERSION 5 /* 5: packed key lists (4: stripes record their placement) */
+#define HF3FS_WIRE_HIGHEST 5
+/* The capabilities of this build (bit, name), in the order HF3FS.VERSION
+ * lists them: "version" is HF3FS.VERSION itself; "settle" is HF3FS.ALLOC's
+ * allocation id, HF3FS.SETTLE and HF3FS.NOTE (docs/redis-module.md). */
+#define HF3FS_CAPS(X)                                                                              \
+    X(WIRE_CAP_VERSION, 1u << 0, "version")                                                        \
+    X(WIRE_CAP_SETTLE, 1u << 1, "settle")
+#define WIRE_CAP_ENUM(id, bit, name) id = (bit),
+enum { HF3FS_CAPS(WIRE_CAP_ENUM) };
+#undef WIRE_CAP_ENUM
+/* The highest command set of [alo, ahi] and [blo, bhi] both, or 0 if the
+ * ranges do not meet. */
+unsigned wire_version_agree(unsigned alo, unsigned ahi, unsigned blo, unsigned bhi);
+/* The bit of the capability name[0..len) this build knows, 0 if none
+ * (a capability of a later build: ignored). */
+unsigned wire_cap_of(const char *name, size_t len);
 /* The data type's name (exactly 9 characters) and its serialized form's
- * version; rdb_load keeps reading every older version. */
+ * version; rdb_load keeps reading every older version, from
+ * HF3FS_TYPE_ENCVER_OLDEST. */
 #define HF3FS_TYPE_NAME "hf3fsmeta"
 #define HF3FS_TYPE_ENCVER 3
+#define HF3FS_TYPE_ENCVER_OLDEST 1
 
 /* The Redis key of namespace ns: "hf3fs:{" hex(ns) "}" ("hf3fs:{-}" for the
  * empty namespace), so that any namespace is a valid hash tag. Writes at

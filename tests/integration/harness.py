@@ -182,8 +182,9 @@ class Server:
     """One hf3fs-metad process. Use as a context manager, or start()/stop()."""
 
     def __init__(self, *flags, debug_api=True, persistence=True, port=None, store=None,
-                 env=None, default_stripes=False, default_wait=False):
+                 env=None, default_stripes=False, default_wait=False, binary=None):
         self.flags = [str(f) for f in flags]
+        self.binary = binary  # another build's hf3fs-metad (default BIN)
         # over a cluster: --redis-wait 0 unless given, or default_wait (the
         # store's own choice: 1 when every primary has a replica)
         self.default_wait = default_wait
@@ -217,7 +218,8 @@ class Server:
         for _attempt in range(5):
             self.workdir = tempfile.mkdtemp(prefix="hf3fs-metad-test-")
             self.port = self.fixed_port or free_port()
-            args = WRAPPER + [os.path.abspath(BIN), "--host", "127.0.0.1", "--port", str(self.port)]
+            args = WRAPPER + [os.path.abspath(self.binary or BIN), "--host", "127.0.0.1",
+                              "--port", str(self.port)]
             if self.store:
                 args += ["--store", self.store]
                 if os.environ.get("HF3FS_TEST_STRIPES") and not self.default_stripes:

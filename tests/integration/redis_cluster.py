@@ -77,10 +77,11 @@ class Conn(Resp):
 
 
 class Node:
-    def __init__(self, port, directory):
+    def __init__(self, port, directory, module=None):
         self.port = port
         self.dir = directory
         self.proc = None
+        self.module = module  # its own module's path (None: the cluster's)
 
 
 class RedisCluster:
@@ -89,8 +90,9 @@ class RedisCluster:
     plus one second)."""
 
     def __init__(self, primaries=3, replicas=1, node_timeout_ms=2000, password=None,
-                 loadmodule=True):
+                 loadmodule=True, module_args=()):
         self.module = module_of(loadmodule)  # as RedisServer's: True, False or a path
+        self.module_args = list(module_args)  # the module's load arguments
         self.primaries = primaries
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
@@ -143,22 +145,24 @@ class RedisCluster:
         ]
         if self.password:
             lines += ["requirepass %s" % self.password, "masterauth %s" % self.password]
-        if self.module:
-            lines.append("loadmodule %s" % self.module)
+        if node.module or self.module:
+            lines.append(" ".join(["loadmodule", node.module or self.module] +
+                                  self.module_args))
         path = os.path.join(node.dir, "redis.conf")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         return path
 
     def _spawn(self, node):
+        module = node.module or self.module
         node.proc = spawn([self._config(node)], node.port, self.password,
-                          env=module_env(self.module) if self.module else None)
+                          env=module_env(module) if module else None)
         return node.proc is not None
 
-    def _start_new_node(self):
+    def _start_new_node(self, module=None):
         for _ in range(5):  # a port taken meanwhile: another one
             port = pick_port(self.nodes)
-            node = Node(port, os.path.join(self.dir, str(port)))
+            node = Node(port, os.path.join(self.dir, str(port)), module)
             os.makedirs(node.dir, exist_ok=True)
             if self._spawn(node):
                 self.nodes[port] = node
@@ -313,12 +317,42 @@ class RedisCluster:
         node.proc.wait()
         return t
 
-    def restart(self, port):
+    def restart(self, port, module=None):
         """Start a killed node again on its port and directory (it rejoins
-        with its nodes.conf: a former primary comes back as a replica)."""
+        with its nodes.conf: a former primary comes back as a replica);
+        module: with that module's path from now on."""
         node = self.nodes[port]
+        if module:
+            node.module = os.path.abspath(module)
         if not self._spawn(node):
             raise ClusterError("node %d did not restart" % port)
+
+    def add_node(self, module=None):
+        """A new empty node (module: its own module's path) that met the
+        cluster, a primary of no slot until CLUSTER REPLICATE; its port."""
+        node = self._start_new_node(module and os.path.abspath(module))
+        self.call(node.port, "CLUSTER", "MEET", "127.0.0.1", str(self._live_other(node.port)))
+        deadline = time.monotonic() + 30
+        while len(self.call(node.port, "CLUSTER", "NODES").strip().splitlines()) < len(self.nodes):
+            if time.monotonic() > deadline:
+                raise ClusterError("node %d did not meet the cluster" % node.port)
+            time.sleep(0.05)
+        return node.port
+
+    def wait_replicas_online(self, primary, n, timeout=30):
+        """Until primary has n replicas in sync (INFO replication,
+        state=online)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.call(primary, "INFO", "replication").count(",state=online,") >= n:
+                    return
+            except (OSError, ReplyError):
+                pass
+            if time.monotonic() > deadline:
+                raise ClusterError("primary %d has not %d replicas in sync after %ss"
+                                   % (primary, n, timeout))
+            time.sleep(0.02)
 
     def wait_failover(self, dead_port, timeout=30):
         """Until a replica of dead_port (a killed primary) is a primary.

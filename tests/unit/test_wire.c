@@ -894,6 +894,26 @@ TEST(byte_codecs_are_pinned_and_round_trip)
     }
 }
 
+/* docs/redis-module.md "Versions between front ends and modules": the
+ * highest command set both speak; none when the ranges do not meet. */
+TEST(front_end_and_module_speak_the_highest_command_set_both_know_or_none)
+{
+    CHECK_EQ(wire_version_agree(5, 5, 5, 5), 5);
+    CHECK_EQ(wire_version_agree(5, 6, 5, 5), 5); /* a newer module, an older front end */
+    CHECK_EQ(wire_version_agree(5, 5, 5, 6), 5); /* and the other way round */
+    CHECK_EQ(wire_version_agree(5, 7, 6, 8), 7);
+    CHECK_EQ(wire_version_agree(5, 5, 6, 6), 0); /* a module whose baseline is gone */
+    CHECK_EQ(wire_version_agree(7, 8, 5, 6), 0);
+    /* the build speaks its own sets to itself, its baseline first */
+    CHECK(HF3FS_MODULE_VERSION <= HF3FS_WIRE_HIGHEST);
+    CHECK_EQ(wire_version_agree(HF3FS_MODULE_VERSION, HF3FS_WIRE_HIGHEST, HF3FS_MODULE_VERSION,
+                                HF3FS_WIRE_HIGHEST),
+             HF3FS_WIRE_HIGHEST);
+    CHECK_EQ(wire_cap_of("version", 7), WIRE_CAP_VERSION);
+    CHECK_EQ(wire_cap_of("versio", 6), 0);
+    CHECK_EQ(wire_cap_of("a-later-capability", 18), 0); /* ignored, not refused */
+}
+
 int main(int argc, char **argv)
 {
     TEST_SELECT(argc, argv);
@@ -918,5 +938,6 @@ int main(int argc, char **argv)
     RUN(resp_command_is_byte_for_byte_what_hiredis_writes);
     RUN(stripes_of_a_batch_are_each_keys_stripe);
     RUN(byte_codecs_are_pinned_and_round_trip);
+    RUN(front_end_and_module_speak_the_highest_command_set_both_know_or_none);
     return TEST_SUMMARY();
 }

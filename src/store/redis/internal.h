@@ -38,6 +38,17 @@
 #include "store/redis/redis.h"
 #include "store/redis/link.h"
 
+/* What the probe learned of one node's module (open.c), by address: on
+ * every new connection and every probe of the monitor. */
+typedef struct module_seen {
+    char addr[128];
+    char release[32];         /* HF3FS.VERSION's; "" for a module without it */
+    unsigned lowest, highest; /* the command sets it speaks */
+    unsigned agreed;          /* the one this front end speaks to it; 0: none */
+    unsigned enc_lo, enc_hi;  /* value encodings it reads (enc_hi: it writes); 0 unknown */
+    unsigned caps;            /* WIRE_CAP_* it listed */
+} module_seen;
+
 typedef struct store_redis {
     store_t base;
     core_config cfg;
@@ -52,7 +63,18 @@ typedef struct store_redis {
     struct layout *retired;    /* stale ones, freed at destroy */
     struct prefix_row *prefix; /* this front end's prefix counters (under lock) */
     struct settle_queue *settle; /* settle.c */
+    pthread_mutex_t seen_lock; /* the probe's checker runs on any thread */
+    module_seen *seen;         /* every node's module as last probed */
+    size_t nseen;
 } store_redis;
+
+/* Whether the node at addr listed the capability cap (WIRE_CAP_*) at its
+ * last probe: an additive command goes only to a node that did. */
+bool redis__node_can(store_redis *r, const char *addr, unsigned cap);
+/* Whether every node met so far listed capability cap (false before any). */
+bool redis__all_can(store_redis *r, unsigned cap);
+/* The figures of the modules seen ("redis_modules", module_info). */
+void redis__modules_metrics(store_redis *r, const store_emitter *e);
 
 /* Outcomes of a call beside the STORE_* codes, never returned by an op. */
 enum {

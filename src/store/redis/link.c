@@ -15,6 +15,7 @@
 
 #include "cluster/cluster.h"
 #include "util/clock.h"
+#include "util/hf_assert.h"
 #include "util/hostport.h"
 #include "util/log.h"
 #include "util/xalloc.h"
@@ -177,9 +178,11 @@ int redis_link_slot(const void *key, size_t len)
     return cluster_key_slot(key, len);
 }
 
+static int probe_one(redis_link *r, redisContext *c, const char *w, char *err, size_t errlen);
+
 /* A new connection to the one Redis (nl NULL or without a host) or to the
- * cluster node nl: connected, authenticated, db selected (one Redis). NULL
- * and err. */
+ * cluster node nl: connected, authenticated, db selected (one Redis), the
+ * probe passed. NULL, *code and err. */
 redisContext *link__connect_one(redis_link *r, const node_link *nl, int *code, char *err,
                                 size_t errlen)
 {
@@ -224,8 +227,12 @@ redisContext *link__connect_one(redis_link *r, const node_link *nl, int *code, c
         freeReplyObject(rep);
         rep = NULL;
     }
-    if (node) /* a cluster has database 0 only */
+    if (node) { /* a cluster has database 0 only */
+        *code = probe_one(r, c, w, err, errlen);
+        if (*code != STORE_OK)
+            goto fail;
         return c;
+    }
     rep = redisCommand(c, "SELECT %d", r->db);
     if (!rep || rep->type == REDIS_REPLY_ERROR) {
         bool io = !rep;
@@ -239,6 +246,10 @@ redisContext *link__connect_one(redis_link *r, const node_link *nl, int *code, c
         goto fail;
     }
     freeReplyObject(rep);
+    rep = NULL;
+    *code = probe_one(r, c, w, err, errlen);
+    if (*code != STORE_OK)
+        goto fail;
     return c;
 fail:
     if (rep)
@@ -247,19 +258,27 @@ fail:
     return NULL;
 }
 
-/* The probe on one connection: STORE_OK, or a code and why (err). */
-static int probe_one(redis_link *r, redisContext *c, char *err, size_t errlen)
+/* The probe's commands, pipelined, on one connection to the node at w:
+ * STORE_OK, or a code and why (err). */
+static int probe_one(redis_link *r, redisContext *c, const char *w, char *err, size_t errlen)
 {
-    redisReply *rep = redisCommandArgv(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens);
-    char w[300];
-    redis_link_where(r, w, sizeof w);
-    if (!rep) {
-        snprintf(err, errlen, "Redis at %s: %s: %s", w, r->opt.probe_argv[0],
+    redisReply *reps[REDIS_PROBE_MAX] = {NULL};
+    int n = r->opt.probe_n, got = 0, rc;
+    bool sent = true;
+    for (int i = 0; i < n && sent; i++)
+        sent = redisAppendCommandArgv(c, r->opt.probe[i].argc, r->opt.probe[i].argv,
+                                      r->probe_lens[i]) == REDIS_OK;
+    while (sent && got < n && redisGetReply(c, (void **)&reps[got]) == REDIS_OK && reps[got])
+        got++;
+    if (got < n) {
+        snprintf(err, errlen, "Redis at %s: %s: %s", w, r->opt.probe[got].argv[0],
                  c->errstr[0] ? c->errstr : "I/O error");
-        return STORE_EUNREACHABLE;
+        rc = STORE_EUNREACHABLE;
+    } else {
+        rc = r->opt.probe_check(r->opt.probe_ctx, reps, w, err, errlen);
     }
-    int rc = r->opt.probe_check(rep, w, err, errlen);
-    freeReplyObject(rep);
+    for (int i = 0; i < got; i++)
+        freeReplyObject(reps[i]);
     if (rc == STORE_OK && r->sentinel) /* changes go to a primary only */
         rc = link__sentinel_role(r, c, w, err, errlen);
     return rc;
@@ -362,10 +381,13 @@ static void *monitor_main(void *arg)
             if (named && link__sentinel_follow(r, host, port))
                 switched = true;
         }
+        bool fresh = !ctx;
         if (named && !ctx)
             ctx = link__connect_one(r, NULL, &code, err, sizeof err);
-        if (ctx) {
-            ok = probe_one(r, ctx, err, sizeof err) == STORE_OK;
+        if (ctx) { /* a new connection passed the probe in link__connect_one */
+            char w[300];
+            ok = fresh ||
+                 probe_one(r, ctx, redis_link_where(r, w, sizeof w), err, sizeof err) == STORE_OK;
             if (ok && was_up && r->sentinel && !asked && sentinels_moved(r, err, sizeof err))
                 ok = false;
             if (!ok) {
@@ -810,8 +832,10 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
     r->opt = *opt;
     r->opt.url = NULL;
     r->opt.password = NULL;
-    for (int i = 0; i < r->opt.probe_argc && i < 4; i++)
-        r->probe_lens[i] = strlen(r->opt.probe_argv[i]);
+    HF_ASSERT(opt->probe_n >= 1 && opt->probe_n <= REDIS_PROBE_MAX);
+    for (int k = 0; k < r->opt.probe_n; k++)
+        for (int i = 0; i < r->opt.probe[k].argc && i < 4; i++)
+            r->probe_lens[k][i] = strlen(r->opt.probe[k].argv[i]);
     if (!r->opt.max_in_flight)
         r->opt.max_in_flight = 256;
     pthread_mutex_init(&r->lock, NULL);
@@ -831,7 +855,15 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
             .password = r->password,
             .connect_timeout_ms = (int)r->opt.connect_timeout_ms,
             .command_timeout_ms = (int)r->opt.command_timeout_ms,
+            .hello_n = r->opt.probe_n,
+            .hello_check = r->opt.probe_check,
+            .hello_ctx = r->opt.probe_ctx,
         };
+        for (int k = 0; k < r->opt.probe_n; k++) {
+            r->copt.hello_argc[k] = r->opt.probe[k].argc;
+            r->copt.hello_argv[k] = r->opt.probe[k].argv;
+            r->copt.hello_argvlen[k] = r->probe_lens[k];
+        }
         char why[400];
         conn *cc = link__cl_open(r, &rc, why, sizeof why);
         if (cc) {
@@ -859,11 +891,11 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
                 snprintf(err, errlen, "Redis Sentinel: no sentinel named the primary of %s: %s",
                          r->master_name, why);
         }
+        /* a new connection passes the probe (and, over Sentinel, ROLE) in
+         * link__connect_one */
         redisContext *c = rc == STORE_OK ? link__connect_one(r, NULL, &rc, err, errlen) : NULL;
-        if (c) {
-            rc = probe_one(r, c, err, errlen);
+        if (c)
             redisFree(c);
-        }
     }
     if (rc != STORE_OK) {
         link_free(r);

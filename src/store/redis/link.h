@@ -100,10 +100,16 @@
  * (every 200 ms while one fails) and checks that every slot is served; it
  * only tells (health, figures).
  *
- * The probe (options): a command sent at open and by the monitor to the one
- * Redis or to every primary; its checker judges the reply. Open fails with
- * the checker's code; later failures mark Redis down (one Redis) or the
- * cluster degraded, with the checker's sentence as the reason.
+ * The probe (options): one or two commands, pipelined, that every new
+ * connection sends first (after AUTH and SELECT): the pipes', the
+ * monitor's and, over a cluster, each routing handle's to each node (its
+ * hello, cluster.h); its checker judges the replies. A connection whose
+ * probe fails carries no command: for the one Redis that is Redis down
+ * (every call refused), for a cluster node its slots' commands refused
+ * (STORE_EUNAVAILABLE) until a later connection passes. The monitor sends
+ * it again every second. Open fails with the checker's code; later
+ * failures mark Redis down (one Redis) or the cluster degraded, with the
+ * checker's sentence as the reason.
  *
  * Outcomes of a command (redis_cmd.code): STORE_OK with its reply (which
  * may be an error reply: the caller judges it), STORE_EUNAVAILABLE (not
@@ -128,10 +134,17 @@
 
 typedef struct redis_link redis_link;
 
-/* Judges the probe's reply from the node at addr: STORE_OK, or a STORE_E*
- * code with a sentence in err. */
-typedef int (*redis_probe_check)(const redisReply *reply, const char *addr, char *err,
+/* Judges the replies to the probe's commands (one each, none NULL) from
+ * the node at addr; ctx is the options' probe_ctx. STORE_OK, or a STORE_E*
+ * code with a sentence in err. Called on any thread. */
+typedef int (*redis_probe_check)(void *ctx, redisReply *const *replies, const char *addr, char *err,
                                  size_t errlen);
+
+#define REDIS_PROBE_MAX 2 /* commands of the probe */
+typedef struct redis_probe_cmd {
+    int argc; /* at most 4 arguments */
+    const char *argv[4];
+} redis_probe_cmd;
 
 typedef struct redis_link_options {
     const char *url;            /* as store_redis_options.url */
@@ -142,9 +155,10 @@ typedef struct redis_link_options {
     int64_t wait_timeout_ms;    /* > 0 */
     unsigned connections;       /* per node: connections shared by all callers (0: 1) */
     size_t max_in_flight;       /* commands queued or in flight per connection (0: 256) */
-    int probe_argc;             /* the probe command (at most 4 arguments) */
-    const char *probe_argv[4];
+    int probe_n;                /* the probe: 1 or 2 commands */
+    redis_probe_cmd probe[REDIS_PROBE_MAX];
     redis_probe_check probe_check;
+    void *probe_ctx;
 } redis_link_options;
 
 /* One command. In: argv (borrowed during the call) and, over a cluster,

@@ -85,7 +85,7 @@ typedef struct node_fig {
 
 struct redis_link {
     redis_link_options opt;
-    size_t probe_lens[4];
+    size_t probe_lens[REDIS_PROBE_MAX][4];
     /* the parsed URL */
     char *host, *unix_path, *user, *password;
     int port, db;

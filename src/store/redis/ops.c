@@ -183,7 +183,8 @@ static int alloc_fn(store_redis *r, const layout *L, void *ctx, bool last)
         redis__args_int(a, c->rank);
         redis__args_str(a, c->mode == CORE_ALLOC_ALL_OR_NOTHING ? "1" : "0");
         redis__args_keys(a, sp.keys + from, m);
-        redis__args_int(a, c->id);
+        if (c->id) /* a module of capability "settle" on every node */
+            redis__args_int(a, c->id);
     }
     redis__batch_run(r, &b, true);
     size_t ok = 0;
@@ -284,7 +285,9 @@ static int rd_allocate(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *k
                    .mode = mode,
                    .pages = pages,
                    .existed = hits,
-                   .id = redis__alloc_id(R(s))};
+                   /* an id (settle.c) only where every node can settle: a
+                    * node of a release without it would refuse the argument */
+                   .id = redis__all_can(R(s), WIRE_CAP_SETTLE) ? redis__alloc_id(R(s)) : 0};
     int rc = no_pool(redis__run_striped(R(s), ns, alloc_fn, &c));
     if (hits != existed)
         free(hits);
@@ -588,6 +591,7 @@ static int rd_metrics(store_t *s, const store_emitter *e)
 {
     redis_link_metrics(R(s)->link, e);
     redis__settle_metrics(R(s), e);
+    redis__modules_metrics(R(s), e);
     return STORE_OK;
 }
 
@@ -615,6 +619,8 @@ static void rd_destroy(store_t *s)
     redis__layouts_free(r->retired);
     redis__prefix_free(r->prefix);
     pthread_mutex_destroy(&r->lock);
+    pthread_mutex_destroy(&r->seen_lock);
+    free(r->seen);
     free(r);
 }
 

@@ -30,9 +30,14 @@
  * CLUSTERDOWN, failovers). A value moves whole with its slot (MIGRATE
  * carries the module's type).
  *
- * At open, MODULE LIST on the Redis (on every primary of a cluster) must
- * show the module "hf3fsmeta" of exactly HF3FS_MODULE_VERSION: otherwise
- * STORE_ENOMODULE, with a sentence that says how to load it.
+ * Every new connection (at open, the pipes', the monitor's, each routing
+ * handle's to each node) first asks MODULE LIST and HF3FS.VERSION: the
+ * module "hf3fsmeta" must speak a command set this front end speaks
+ * (wire.h "Versions"; a module without HF3FS.VERSION speaks its MODULE
+ * LIST "ver" only); otherwise STORE_ENOMODULE at open, with a sentence that
+ * says how to load it, and later that node gets no command (one Redis:
+ * down; a cluster node: its slots' calls refused). What each node's module
+ * is and speaks: /v1/stats "redis_modules", hf3fs_metad_store_module_info.
  *
  * Faults (link.h). A call that cannot reach Redis is refused
  * (STORE_EUNAVAILABLE) at once (Redis known down) or within the command

@@ -500,10 +500,46 @@ static redis_cmd *cl_on_all(conn *c, int argc, const char **argv, const size_t *
     return cmds;
 }
 
-/* The probe on every primary of the handle's map (cl_on_all). */
-static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m)
+/* The probe on every primary of the handle's map, its commands one
+ * cl_on_all each: the commands of the first with every reply, or NULL when
+ * a primary gave none, the first such in *failed (its address) and why. */
+static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m, char *err, size_t errlen)
 {
-    return cl_on_all(c, r->opt.probe_argc, r->opt.probe_argv, r->probe_lens, m);
+    redis_cmd *each[REDIS_PROBE_MAX] = {NULL};
+    size_t mk[REDIS_PROBE_MAX] = {0};
+    for (int k = 0; k < r->opt.probe_n; k++)
+        each[k] = cl_on_all(c, r->opt.probe[k].argc, r->opt.probe[k].argv, r->probe_lens[k],
+                            &mk[k]);
+    *m = mk[0];
+    redis_cmd *out = each[0];
+    for (size_t i = 0; i < *m && out; i++) {
+        redisReply *reps[REDIS_PROBE_MAX] = {NULL};
+        bool all = true;
+        for (int k = 0; k < r->opt.probe_n; k++) {
+            /* the same map: the same primaries in the same order */
+            HF_ASSERT(mk[k] == *m && each[k][i].node == out[i].node);
+            reps[k] = each[k][i].reply;
+            all = all && reps[k];
+        }
+        char why[512] = "";
+        if (!all) {
+            cluster_node_stats ns;
+            cluster_get_node_stats(c->cl, (size_t)out[i].node, &ns);
+            /* refused by the hello: the checker's sentence and code */
+            if (ns.refused[0])
+                snprintf(why, sizeof why, "%s", ns.refused);
+            else
+                snprintf(why, sizeof why, "node %s: %s", out[i].addr, cluster_last_error(c->cl));
+            out[i].code = ns.refused[0] ? ns.refused_code : STORE_EUNREACHABLE;
+        } else {
+            out[i].code = r->opt.probe_check(r->opt.probe_ctx, reps, out[i].addr, why, sizeof why);
+        }
+        if (out[i].code != STORE_OK && !err[0]) /* the first failure says why */
+            snprintf(err, errlen, "%s", why);
+    }
+    for (int k = 1; k < r->opt.probe_n; k++)
+        redis_cmds_free(each[k], mk[k]);
+    return out;
 }
 
 /* Under --redis-wait N, whether every primary has N replicas in sync now,
@@ -533,17 +569,11 @@ static void cl_check_replicas(redis_link *r, conn *c)
 static bool cl_probe(redis_link *r, conn *c, char *err, size_t errlen)
 {
     size_t m, passed = 0;
-    redis_cmd *cmds = cl_probe_all(r, c, &m);
+    char why[512] = "";
+    redis_cmd *cmds = cl_probe_all(r, c, &m, why, sizeof why);
     bool ok = true;
     for (size_t i = 0; i < m; i++) {
-        char why[512];
-        bool pass;
-        if (!cmds[i].reply) {
-            snprintf(why, sizeof why, "node %s: %s", cmds[i].addr, cluster_last_error(c->cl));
-            pass = false;
-        } else {
-            pass = r->opt.probe_check(cmds[i].reply, cmds[i].addr, why, sizeof why) == STORE_OK;
-        }
+        bool pass = cmds[i].code == STORE_OK;
         if (pass)
             passed++;
         else if (ok) /* the first failure says why */
@@ -700,18 +730,15 @@ void link__cl_metrics(redis_link *r, const store_emitter *e)
 int link__cl_open_probe(redis_link *r, conn *c, char *err, size_t errlen)
 {
     size_t m;
-    redis_cmd *cmds = cl_probe_all(r, c, &m);
+    char why[512] = "";
+    redis_cmd *cmds = cl_probe_all(r, c, &m, why, sizeof why);
     int rc = m ? STORE_OK : STORE_EUNAVAILABLE;
     if (!m)
         snprintf(err, errlen, "no primary serves a slot");
-    for (size_t i = 0; i < m && rc == STORE_OK; i++) {
-        if (!cmds[i].reply) {
-            snprintf(err, errlen, "node %s: %s", cmds[i].addr, cluster_last_error(c->cl));
-            rc = STORE_EUNREACHABLE;
-        } else {
-            rc = r->opt.probe_check(cmds[i].reply, cmds[i].addr, err, errlen);
-        }
-    }
+    for (size_t i = 0; i < m && rc == STORE_OK; i++)
+        rc = cmds[i].code;
+    if (rc != STORE_OK && m)
+        snprintf(err, errlen, "%s", why);
     redis_cmds_free(cmds, m);
     return rc;
 }

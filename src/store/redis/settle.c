@@ -75,7 +75,9 @@ void redis__settle_later(store_redis *r, const layout *L, uint32_t stripe, uint3
                          int64_t id)
 {
     settle_queue *q = r->settle;
-    HF_ASSERT(stripe < L->count && id > 0);
+    HF_ASSERT(stripe < L->count && id >= 0);
+    if (id == 0) /* sent without an id (a node without "settle"): ends with its lease */
+        return;
     pthread_mutex_lock(&q->lock);
     if (q->n == SETTLE_QUEUE_MAX) {
         if (q->dropped++ == 0)
