@@ -481,8 +481,7 @@ void options_parse(int argc, char **argv, server_options *o)
                                                                 : sysconf(_SC_NPROCESSORS_ONLN);
         o->threads = cpus < 1 ? 1 : cpus > 1024 ? 1024 : (uint64_t)cpus;
         /* Under fsync always a change holds its thread until its group
-         * sync: the threads bound the group (docs/performance.md,
-         * "Durability"). */
+         * sync: the threads bound the group (docs/durability.md, "Costs"). */
         if (!o->store && !o->in_memory && o->fsync == WAL_FSYNC_ALWAYS && o->threads < 16)
             o->threads = 16;
     }
