@@ -63,8 +63,8 @@ typedef struct store_redis {
     struct layout *retired;    /* stale ones, freed at destroy */
     struct prefix_row *prefix; /* this front end's prefix counters (under lock) */
     struct settle_queue *settle; /* settle.c */
-    pthread_mutex_t seen_lock; /* the probe's checker runs on any thread */
-    module_seen *seen;         /* every node's module as last probed */
+    pthread_mutex_t seen_lock;   /* the probe's checker runs on any thread */
+    module_seen *seen;           /* every node's module as last probed */
     size_t nseen;
 } store_redis;
 
