@@ -398,6 +398,31 @@ def test_a_primary_and_its_replica_agree_after_100000_random_operations():
 
 # -- reads are volatile ---------------------------------------------------------
 
+def promoted_replica_settles(module_args):
+    """An ALLOC with an id (7) on the primary, replicated; the replica
+    promoted: how many reservations HF3FS.SETTLE of that id frees there,
+    and that its state matches the primary's first."""
+    with server(module_args=module_args) as p, server(module_args=module_args) as rep:
+        rep.cmd("REPLICAOF", "127.0.0.1", str(p.port))
+        wait_replica(p, rep)
+        a = Ns(p, "kv")
+        a.init(0, 8)
+        p.cmd("HF3FS.ALLOC", a.key, T0, CFG, 0, 1, kl(["s1", "s2", "s3"]), 7)
+        wait_replica(p, rep)
+        expect_eq(digest(rep, a.key), digest(p, a.key), "the replica has the reservations")
+        expect_eq(rep.cmd("REPLICAOF", "NO", "ONE"), b"OK")
+        return rep.cmd("HF3FS.SETTLE", a.key, T0, CFG, 0, 7)
+
+
+def test_a_promoted_replica_settles_an_allocation_only_with_settle_replicate():
+    """Loaded with settle-replicate, the primary sends HF3FS.NOTE: the
+    promoted replica frees the allocation's 3 reservations. Without it
+    (where a replica's module may not know NOTE), nothing of NOTE reaches
+    the replica, and SETTLE there frees none."""
+    expect_eq(promoted_replica_settles(["settle-replicate"]), 3, "settled with NOTEs")
+    expect_eq(promoted_replica_settles([]), 0, "settled without NOTEs")
+
+
 def test_reads_reach_neither_the_replicas_nor_the_aof_nor_the_save_counter():
     with server(appendonly=True, extra=["--repl-ping-replica-period", "3600"]) as p, \
             server() as rep:
