@@ -595,7 +595,7 @@ void run_pages(cmd *c)
     rm_ReplyWithArray(c->ctx, (long)(end - first));
     for (uint64_t p = first; p < end; p++) {
         hf_slice key = {"", 0};
-        char keybuf[64];
+        char keybuf[CORE_KEY_TEXT_MAX];
         int64_t deadline = 0;
         core_page_state s = core_page_get(pool, p, &key, keybuf, &deadline);
         rm_ReplyWithArray(c->ctx, 3);

@@ -166,7 +166,7 @@ TEST(allocate_new_key_reserves_a_free_page_until_confirmed)
     CK();
     CHECK(page >= 0 && page < 4);
     hf_slice key;
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     CHECK_EQ(core_page_get(pool, (uint64_t)page, &key, buf, NULL), CORE_PAGE_RESERVED);
     CHECK(hf_slice_eq(key, K("a")));
     CHECK_EQ(lookup1(pool, "a", 0), -1); /* reserved is not present */
@@ -489,7 +489,7 @@ TEST(delete_frees_the_page_or_drains_it_while_read_leased)
     hf_slice keys[3] = {K("a"), K("b"), K("never")};
     core_delete(pool, keys, 3, 200);
     CK();
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     CHECK_EQ(core_page_get(pool, (uint64_t)a, NULL, buf, NULL), CORE_PAGE_FREE);
     CHECK_EQ(core_page_get(pool, (uint64_t)b, NULL, buf, NULL), CORE_PAGE_DRAINING);
     CHECK_EQ(lookup1(pool, "b", 200), -1);
@@ -521,7 +521,7 @@ TEST(pool_clear_frees_every_page_and_refuses_later_confirms)
     CHECK_EQ(st.draining, 1);
     CHECK_EQ(st.free, 3);
     CHECK_EQ(confirm1(pool, "c", reserved, 20), 1);
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     CHECK_EQ(core_page_get(pool, (uint64_t)leased, NULL, buf, NULL), CORE_PAGE_DRAINING);
     CK();
 }
@@ -732,7 +732,7 @@ static void expect_owned_and_round_trip(core_pool_t *pool, const hf_slice *keys,
         core_lookup(pool, &keys[i], 1, 0, &found);
         CHECK_EQ(found, pages[i]);
         hf_slice back;
-        char buf[64];
+        char buf[CORE_KEY_TEXT_MAX];
         CHECK_EQ(core_page_get(pool, (uint64_t)pages[i], &back, buf, NULL), CORE_PAGE_OWNED);
         CHECK(hf_slice_eq(back, keys[i]));
     }
@@ -1128,7 +1128,7 @@ TEST(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease)
     hf_slice x = K("x");
     core_delete(b, &x, 1, 102000);
     hf_slice key;
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     int64_t deadline;
     CHECK_EQ(core_page_get(b, 0, &key, buf, &deadline), CORE_PAGE_DRAINING);
     CHECK_EQ(deadline, 105000);

@@ -400,7 +400,7 @@ static void compare_all(long step)
                 continue;
             for (int i = 0; i < m->num_pages; i++) {
                 hf_slice key;
-                char buf[64];
+                char buf[CORE_KEY_TEXT_MAX];
                 core_page_state st = engine.page(&engine, NS[ns], (uint32_t)r, (uint64_t)i, now,
                                                  &key, buf);
                 if (st != m->pages[i].state)
