@@ -148,7 +148,7 @@ static void key_encode(const core_ns *ns, core_ns *intern, const core_t *core, h
     } else if (raw.len > 64 && raw.len <= 64 + HF_HEXKEY_SUFFIX_MAX &&
                hf_hex_pack(raw.ptr, 64, out->bytes)) {
         int id = intern ? sfx_intern(intern, raw.ptr + 64, raw.len - 64)
-                        : sfx_find(ns->sfx, raw.ptr + 64, raw.len - 64);
+                        : sfx_find(ns ? ns->sfx : NULL, raw.ptr + 64, raw.len - 64);
         out->kind = id >= 0 ? (uint8_t)(CORE_KEY_HEX64S + id) : CORE_KEY_EXT;
     } else if (raw.len > 32 && raw.len <= 32 + HF_HEXKEY_SUFFIX_MAX &&
                hf_hex_pack(raw.ptr, 32, out->bytes)) {

@@ -656,8 +656,8 @@ void run_rebuild(cmd *c)
     c->v = NULL;
     hf_slice ev = c->bytes[0], order = c->bytes[1];
     char err[200];
-    hf_value *v = value_from_snapshot(c->ns, c->st, ev.ptr, ev.len, order.ptr, order.len, err,
-                                      sizeof err);
+    hf_value *v = value_from_snapshot(c->ns, c->st, false, ev.ptr, ev.len, order.ptr, order.len,
+                                      err, sizeof err);
     if (!v) {
         rm_Log(c->ctx, "warning", "hf3fsmeta: HF3FS.REBUILD: %s", err);
         reply_err(c->ctx, "ERR HF3FS.REBUILD: the value is damaged");
