@@ -18,7 +18,7 @@
  *                   LSN continues the chain), 4 the other kind's magic, 5 a
  *                   seq that differs from the name, 6 another time base,
  *                   7 (snapshots) end with a correct END record
- *     salt          one byte
+ *     salt          one byte (bit 7: a file of format version 4)
  *     records       b % 16 of them, each an opcode byte and its fields:
  *                   a record type with pool ids, pages, deadlines and keys
  *                   from small vocabularies, or raw body bytes
@@ -67,21 +67,43 @@ static void put_deadline(hf_buf *b, uint8_t x)
 }
 
 static const char *const keys[] = {
-    "a",  "b",    "k-3",    "", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-    "ab", "ABCD", "x\001y",
+    "a",
+    "b",
+    "k-3",
+    "",
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "ab",
+    "ABCD",
+    "x\001y",
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-k",
+    "0123456789abcdef0123456789abcdef_mamba",
 };
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+/* The format version of the file being built (put_header): its key fields. */
+static uint32_t file_version = WAL_VERSION;
 
 static void put_key(hf_buf *b, uint8_t x)
 {
-    const char *key = keys[x % 8];
-    size_t len = strlen(key);
-    if (x & 0x80 && len % 2 == 0 && len) { /* packed hex: two digits a byte */
-        hf_buf_put_varint(b, (uint64_t)(len / 2) << 1 | 1);
-        for (size_t i = 0; i < len / 2; i++) {
+    const char *key = keys[x % NKEYS];
+    size_t len = strlen(key), hex = 0;
+    while (hex < len &&
+           ((key[hex] >= '0' && key[hex] <= '9') || (key[hex] >= 'a' && key[hex] <= 'f')))
+        hex++;
+    hex -= hex % 2;
+    /* packed hex: two digits a byte, then (version 5 on) the suffix */
+    if (x & 0x80 && hex && (hex == len || file_version >= 5)) {
+        hf_buf_put_varint(b, (uint64_t)(hex / 2) << 1 | 1);
+        for (size_t i = 0; i < hex / 2; i++) {
             unsigned v;
             sscanf(key + 2 * i, "%2x", &v);
             uint8_t byte = (uint8_t)v;
             hf_buf_append(b, &byte, 1);
+        }
+        if (file_version >= 5) {
+            uint8_t s = (uint8_t)(len - hex);
+            hf_buf_append(b, &s, 1);
+            hf_buf_append(b, key + hex, len - hex);
         }
         return;
     }
@@ -174,7 +196,10 @@ static uint64_t put_header(fuzz_reader *in, file *f, bool snapshot, uint64_t seq
     wal_file_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, (snapshot != !!(hflags & 0x10)) ? WAL_MAGIC_SNAPSHOT : WAL_MAGIC_LOG, 8);
-    h.version = hflags & 0x04 ? 9 : WAL_VERSION;
+    /* a salt with its high bit: a file of version 4 (packed keys without
+     * a suffix byte) */
+    h.version = hflags & 0x04 ? 9 : salt & 0x80 ? 4 : WAL_VERSION;
+    file_version = h.version;
     h.flags = hflags & 0x01 ? WAL_FLAG_RECOVERY : 0;
     h.seq = hflags & 0x20 ? seq + 1 : seq;
     h.lsn = hflags & 0x08 ? (uint64_t)fuzz_byte(in) * 4 : chain_lsn;

@@ -194,6 +194,13 @@ def wal_recover_seeds():
     yield "seed-raw-records", bytes([1]) + empty_snap + wal_file(
         K_SEGMENT, 1, 0, 9, [pool, (R_RAW, [5, 3, 0, 0, 0, 0]), (R_JUNK, [3, 1, 2, 3])])
     yield "seed-bad-header", bytes([0]) + wal_file(K_SNAPSHOT, 1, 0x82, 7, snap)
+    # keys <64 hex>-k and <32 hex>_mamba packed with their suffix (version 5),
+    # and a file of version 4 (salt >= 0x80: packed keys without a suffix byte)
+    suffixed = [pool, (R_RESERVE, [0, 3, 0, 0x88]), (R_OWN, [0, 3]), (R_OWNED, [0, 4, 0x89]),
+                (R_RESERVE, [0, 5, 4, 8]), (R_OWNED, [0, 6, 0x84])]
+    yield "seed-suffixed-keys", bytes([2]) + empty_snap + wal_file(K_SEGMENT, 1, 0, 9, suffixed)
+    yield "seed-version-4-segment", bytes([0]) + empty_snap + \
+        wal_file(K_SEGMENT, 1, 0, 0x89, [pool, (R_OWNED, [0, 0, 0x84]), (R_RESERVE, [0, 1, 0, 0x85])])
 
 
 # -- fuzz_client -------------------------------------------------------------------

@@ -54,7 +54,7 @@ struct test_engine {
      * into the engine, valid until its next operation). The pool exists.
      */
     core_page_state (*page)(test_engine *e, hf_slice ns, uint32_t rank, uint64_t page, int64_t now,
-                            hf_slice *key, char keybuf[64]);
+                            hf_slice *key, char keybuf[CORE_KEY_TEXT_MAX]);
     /* The embedded engine's core, for checks of the embedded engine only
      * (its log codec); NULL for every other engine. */
     core_t *core;
@@ -76,7 +76,7 @@ static inline const char *test_engine_name(void)
 
 static inline core_page_state test_engine_mem_page(test_engine *e, hf_slice ns, uint32_t rank,
                                                    uint64_t page, int64_t now, hf_slice *key,
-                                                   char keybuf[64])
+                                                   char keybuf[CORE_KEY_TEXT_MAX])
 {
     core_pool_t *pool = core_pool_find(e->core, ns, rank);
     core_pool_expire(pool, now);
@@ -85,7 +85,7 @@ static inline core_page_state test_engine_mem_page(test_engine *e, hf_slice ns, 
 
 static inline core_page_state test_engine_redis_page(test_engine *e, hf_slice ns, uint32_t rank,
                                                      uint64_t page, int64_t now, hf_slice *key,
-                                                     char keybuf[64])
+                                                     char keybuf[CORE_KEY_TEXT_MAX])
 {
     (void)now; /* the engine runs on the test's clock already */
     const size_t cap = sizeof e->cache / sizeof e->cache[0];

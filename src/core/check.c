@@ -65,10 +65,6 @@ __attribute__((format(printf, 2, 3))) static int fail(check_ctx *ctx, const char
     return -1;
 }
 
-static bool kind_valid(uint8_t kind)
-{
-    return kind >= 1 && kind <= CORE_KEY_EXT;
-}
 
 /* Walk a list; every member must be in `state`; deadlines sorted. */
 static int check_list(check_ctx *ctx, const core_list *list, core_page_state state,
@@ -156,7 +152,8 @@ static int check_side(check_ctx *ctx)
         if (e->page >= pool->touched || *core__ref(pool, e->page) != (CORE_REF_SIDE | (uint32_t)s))
             return fail(ctx, "side entry %zu names page %u, which does not name it", s, e->page);
         bool has_key = e->key_kind != CORE_KEY_NONE;
-        if (has_key != (e->state == CORE_PAGE_RESERVED) || (has_key && !kind_valid(e->key_kind)))
+        if (has_key != (e->state == CORE_PAGE_RESERVED) ||
+            (has_key && !core__keyst_canonical(pool->ns, pool->core, &e->key, e->key_kind)))
             return fail(ctx, "page %u in state %d %s a key", e->page, e->state,
                         has_key ? "holds" : "lacks");
     }
@@ -308,8 +305,9 @@ static int check_records(check_ctx *ctx, const core_t *core)
             continue;
         }
         live++;
-        if (!kind_valid(kind)) {
-            rc = fail(ctx, "record %u has key kind %u", id, kind);
+        if (!core__keyst_canonical(ns, core, core__krec_key(rec), kind)) {
+            rc = fail(ctx, "record %u has key kind %u, or a key not in its canonical form", id,
+                      kind);
             break;
         }
         const uint32_t *pages = core__krec_pages(ns, rec);
@@ -363,7 +361,7 @@ static int check_records(check_ctx *ctx, const core_t *core)
             return fail(ctx, "key index points at record %u, which is not live", id);
         core_key key;
         uint8_t *rec = core__krec(ns, id);
-        core__keyst_to_key(core, core__krec_key(rec), rec[CORE_REC_KIND], &key);
+        core__keyst_to_key(ns, core, core__krec_key(rec), rec[CORE_REC_KIND], &key);
         if (slot != core__slot_make(ns, id, key.hash))
             return fail(ctx, "key index slot of record %u has a tag that is not its key's", id);
     }
@@ -377,7 +375,7 @@ static int check_records(check_ctx *ctx, const core_t *core)
         if (rec[CORE_REC_KIND] == CORE_KEY_NONE)
             continue;
         core_key key;
-        core__keyst_to_key(core, core__krec_key(rec), rec[CORE_REC_KIND], &key);
+        core__keyst_to_key(ns, core, core__krec_key(rec), rec[CORE_REC_KIND], &key);
         uint32_t found = core__index_find(ns, &key);
         if (found != id)
             return fail(ctx, "key of record %u is found at record %d: two records or a lost key",

@@ -182,7 +182,7 @@ static void find_repeats(const core_key *enc, size_t n, size_t *dup)
 /* The start of a call on a batch of keys: the pool's leases expired, the
  * keys encoded (*enc) and their repeats found (*dup, as find_repeats);
  * false, with nothing done, for an empty batch. batch_end frees both. */
-static bool batch_begin(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now,
+static bool batch_begin(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now, bool intern,
                         core_key **enc, size_t **dup)
 {
     if (n == 0)
@@ -191,7 +191,10 @@ static bool batch_begin(core_pool_t *pool, const hf_slice *keys, size_t n, int64
     *enc = hf_xmalloc(n * sizeof **enc);
     *dup = hf_xmalloc(n * sizeof **dup);
     for (size_t i = 0; i < n; i++)
-        core__key_encode(pool->core, keys[i], &(*enc)[i]);
+        if (intern)
+            core__key_encode_stored(pool->ns, pool->core, keys[i], &(*enc)[i]);
+        else
+            core__key_encode(pool->ns, pool->core, keys[i], &(*enc)[i]);
     find_repeats(*enc, n, *dup);
     return true;
 }
@@ -223,7 +226,7 @@ void core_allocate(core_pool_t *pool, const hf_slice *keys, size_t n, core_alloc
 {
     core_key *enc;
     size_t *dup;
-    if (!batch_begin(pool, keys, n, now, &enc, &dup))
+    if (!batch_begin(pool, keys, n, now, true, &enc, &dup))
         return;
 
     /* Pass 1: hits answer their page, count a use and are pinned. */
@@ -370,7 +373,7 @@ void core_confirm(core_pool_t *pool, const hf_slice *keys, const int64_t *pages,
             for (size_t k = 0; k < m; k++) {
                 if (pages[i + k] >= 0 && (uint64_t)pages[i + k] < pool->touched)
                     __builtin_prefetch(core__ref(pool, (uint32_t)pages[i + k]));
-                core__key_encode(pool->core, keys[i + k], &enc[k]);
+                core__key_encode(pool->ns, pool->core, keys[i + k], &enc[k]);
             }
             core__index_prefetch(pool->ns, enc, m);
         }
@@ -389,7 +392,7 @@ void core_cancel(core_pool_t *pool, const hf_slice *keys, const int64_t *pages, 
 {
     core_key *enc;
     size_t *dup;
-    if (!batch_begin(pool, keys, n, now, &enc, &dup))
+    if (!batch_begin(pool, keys, n, now, false, &enc, &dup))
         return;
     for (size_t i = n; i-- > 0;) { /* last taken first: the free stack as it was */
         if (dup[i] != i || !page_in_range(pool, pages[i]) || (uint64_t)pages[i] >= pool->touched)
@@ -477,7 +480,7 @@ static void lookup_walk(core_pool_t *pool, const hf_slice *keys, size_t n, int64
         if (j == 0) {
             size_t m = n - i < CORE_PREFETCH_BLOCK ? n - i : CORE_PREFETCH_BLOCK;
             for (size_t k = 0; k < m; k++) {
-                core__key_encode(pool->core, keys[i + k], &enc[k]);
+                core__key_encode(pool->ns, pool->core, keys[i + k], &enc[k]);
                 if (feed)
                     reuse_key(feed, enc[k].hash);
             }
@@ -500,7 +503,7 @@ void core_delete(core_pool_t *pool, const hf_slice *keys, size_t n, int64_t now)
     core_pool_expire(pool, now);
     for (size_t i = 0; i < n; i++) {
         core_key key;
-        core__key_encode(pool->core, keys[i], &key);
+        core__key_encode(pool->ns, pool->core, keys[i], &key);
         uint32_t page = pool_find(pool, &key);
         if (page == CORE_NIL)
             continue;
@@ -570,7 +573,7 @@ static void complete_walk(core_t *core, core_ns *ns, uint32_t rank, const hf_sli
     core_key *enc = n <= PIPE_STACK ? enc_buf : hf_xmalloc(n * sizeof *enc);
     size_t *home = n <= PIPE_STACK ? home_buf : hf_xmalloc(n * sizeof *home);
     for (size_t i = 0; i < n; i++) {
-        core__key_encode(core, keys[i], &enc[i]);
+        core__key_encode(ns, core, keys[i], &enc[i]);
         if (feed)
             reuse_key(feed, enc[i].hash);
         home[i] = core__home(ns, enc[i].hash);
@@ -664,7 +667,7 @@ void core_foreach_pool(const core_t *core, int64_t now, core_pool_visitor fn, vo
 }
 
 core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *key,
-                              char keybuf[64], int64_t *deadline)
+                              char keybuf[CORE_KEY_TEXT_MAX], int64_t *deadline)
 {
     if (key)
         *key = (hf_slice){"", 0};
@@ -680,14 +683,14 @@ core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *
         if (deadline)
             *deadline = e->deadline;
         if (key && e->state == CORE_PAGE_RESERVED)
-            *key = core__keyst_text(&e->key, e->key_kind, keybuf);
+            *key = core__keyst_text(pool->ns, &e->key, e->key_kind, keybuf);
         return (core_page_state)e->state;
     }
     uint8_t *rec = core__krec(pool->ns, ref);
     if (deadline)
         *deadline = core__krec_deadlines(pool->ns, rec)[pool->col];
     if (key)
-        *key = core__keyst_text(core__krec_key(rec), *core__rec_kind(rec), keybuf);
+        *key = core__keyst_text(pool->ns, core__krec_key(rec), *core__rec_kind(rec), keybuf);
     return CORE_PAGE_OWNED;
 }
 
@@ -699,7 +702,8 @@ size_t core_memory_usage(const core_t *core)
         total += sizeof *ns + ns->name_len + ns->ranks_cap * sizeof(core_pool_t *) +
                  ns->ncols * sizeof(core_pool_t *) + ns->nrchunks * CORE_REC_CHUNK * ns->rec_size +
                  ns->rchunks_cap * sizeof(uint8_t *) +
-                 (ns->slots ? (ns->slot_mask + 1) * sizeof(uint32_t) : 0) + reuse_memory(ns->reuse);
+                 (ns->slots ? (ns->slot_mask + 1) * sizeof(uint32_t) : 0) +
+                 (ns->sfx ? sizeof *ns->sfx : 0) + reuse_memory(ns->reuse);
         for (uint32_t id = 0; id < ns->rec_top; id++) {
             uint8_t *rec = core__krec(ns, id);
             if (*core__rec_kind(rec) == CORE_KEY_EXT)

@@ -80,6 +80,7 @@
 #include <stdint.h>
 
 #include "core/reuse.h"
+#include "util/hexkey.h"
 #include "util/slice.h"
 
 /* Largest num_pages a pool may have: page numbers must fit a uint32 with one
@@ -366,8 +367,9 @@ void core_pool_get_stats(const core_pool_t *pool, int64_t now, core_pool_stats *
  * valid until the next change of the pool. deadline (may be NULL) receives
  * the reservation deadline, the read-lease end (0 if never leased) or the
  * drain end. */
+#define CORE_KEY_TEXT_MAX HF_HEXKEY_TEXT_MAX /* keybuf's size: the longest packed key */
 core_page_state core_page_get(const core_pool_t *pool, uint64_t page, hf_slice *key,
-                              char keybuf[64], int64_t *deadline);
+                              char keybuf[CORE_KEY_TEXT_MAX], int64_t *deadline);
 
 /*
  * Events: how the state changes, for the write-ahead log.

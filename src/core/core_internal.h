@@ -38,7 +38,13 @@
  *       off_pages + 4c   column c's page (uint32), CORE_NIL if none
  *       off_deadlines+8c column c's deadline (int64): read-lease end (0 if
  *                        never leased), or write protection; 0 if no page
- *   so 48 bytes at TP 1, 64 at TP 2, 144 at TP 8. The hash is not kept: it
+ *   so 48 bytes at TP 1, 64 at TP 2, 144 at TP 8. A key of the shape
+ *   `<32 or 64 lowercase hex><suffix of 1..16 bytes>` (util/hexkey.h;
+ *   SGLang's `<hash>-k`, `-v`, `_<pool>`) takes no copy either: a 32-hex
+ *   key's 16 packed bytes and its suffix fill the 32 bytes, the length in
+ *   the kind (CORE_KEY_HEX32S); a 64-hex key's 32 packed bytes fill them,
+ *   and its suffix is interned by the namespace (core_sfx), its number in
+ *   the kind (CORE_KEY_HEX64S): the record has no byte to spare at TP 1. The hash is not kept: it
  *   is recomputed from the key when the index needs it (growth, deletion,
  *   a pool added). A record lives while its key owns a page in at least one
  *   pool; its id (< CORE_MAX_RECS) is stable while it lives. Records sit in
@@ -108,6 +114,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "util/hexkey.h"
 #include "util/hf_assert.h"
 #include "util/xalloc.h"
 
@@ -123,6 +130,14 @@
 #define CORE_KEY_NONE 0
 #define CORE_KEY_HEX64 33 /* 64 lowercase hex characters packed in 32 bytes */
 #define CORE_KEY_EXT 34   /* malloc'd copy */
+/* 32 lowercase hex characters packed in bytes 0..15, then a suffix of
+ * s = kind - CORE_KEY_HEX32S + 1 bytes (1..HF_HEXKEY_SUFFIX_MAX) inline */
+#define CORE_KEY_HEX32S 35
+/* 64 lowercase hex characters packed in 32 bytes, then the namespace's
+ * interned suffix number kind - CORE_KEY_HEX64S (core_sfx) */
+#define CORE_KEY_HEX64S (CORE_KEY_HEX32S + HF_HEXKEY_SUFFIX_MAX)
+#define CORE_SFX_MAX (256 - CORE_KEY_HEX64S) /* suffixes a namespace interns */
+#define CORE_SFX_SLOTS 512                   /* its lookup table, at most half full */
 
 /* A column's bits. */
 #define CORE_REC_DEMOTED 0x04u /* its key lost a page in another rank */
@@ -140,6 +155,15 @@ typedef union core_keyst {
         uint32_t len;
     } ext;
 } core_keyst;
+
+/* A namespace's interned suffixes (index.c "Suffixes"): append-only while
+ * the namespace lives, at most CORE_SFX_MAX; made at the first. */
+typedef struct core_sfx {
+    uint32_t n;
+    uint8_t slots[CORE_SFX_SLOTS]; /* number + 1, or 0: open addressing on sfx_hash */
+    uint8_t len[CORE_SFX_MAX];
+    char bytes[CORE_SFX_MAX][HF_HEXKEY_SUFFIX_MAX]; /* zero-padded */
+} core_sfx;
 
 typedef struct core_side {
     core_keyst key;   /* RESERVED only */
@@ -222,6 +246,8 @@ typedef struct core_ns {
     uint8_t id_bits;
     uint8_t home_bits;
     size_t nkeys;
+
+    core_sfx *sfx; /* interned suffixes of CORE_KEY_HEX64S keys; NULL until one */
 
     reuse_t *reuse;      /* volatile (core.h core_prefix_count); NULL until read */
     reuse_prefix prefix; /* volatile */
@@ -335,8 +361,14 @@ _Static_assert(sizeof(core_keyst) == 32 && CORE_REC_KIND == sizeof(core_keyst) &
                "a record starts with the 32 bytes of its key, then its kind, then the bits");
 _Static_assert(CORE_REC_SIZE(1) == 48 && CORE_REC_SIZE(2) == 64 && CORE_REC_SIZE(8) == 144,
                "the record sizes stated above (and the memory figures built on them)");
-_Static_assert(CORE_KEY_EXT <= UINT8_MAX && CORE_KEY_HEX64 > 32,
-               "key kinds fit a byte, apart from the inline lengths 1..32");
+_Static_assert(CORE_KEY_EXT <= UINT8_MAX && CORE_KEY_HEX64 > 32 &&
+                   CORE_KEY_HEX32S == CORE_KEY_EXT + 1 && HF_HEXKEY_SUFFIX_MAX == 16 &&
+                   CORE_KEY_HEX64S + CORE_SFX_MAX - 1 == UINT8_MAX && CORE_SFX_MAX < 256,
+               "key kinds fit a byte, apart from the inline lengths 1..32; a 32-hex key's "
+               "16 packed bytes and its suffix fit the 32 bytes of key; a suffix number + 1 "
+               "fits a lookup slot");
+_Static_assert(CORE_SFX_SLOTS >= CORE_SFX_MAX * 2 && (CORE_SFX_SLOTS & (CORE_SFX_SLOTS - 1)) == 0,
+               "the suffix table stays at most half full, a power of two");
 _Static_assert(CORE_USE_INSERT <= CORE_USE_MAX &&
                    CORE_USE_MAX <= (CORE_REC_USE >> CORE_REC_USE_SHIFT),
                "use counts fit their bits");
@@ -406,7 +438,7 @@ static inline uint32_t core__page_side(const core_pool_t *pool, uint32_t page)
 /* A key into storage (a side entry's or a record's); an external key is copied. */
 static inline void core__keyst_set(core_keyst *st, uint8_t *kind, const core_key *key)
 {
-    HF_ASSERT(key->kind != CORE_KEY_NONE && key->kind <= CORE_KEY_EXT);
+    HF_ASSERT(key->kind != CORE_KEY_NONE);
     *kind = key->kind;
     if (key->kind == CORE_KEY_EXT) {
         memset(st->bytes, 0, sizeof st->bytes);
@@ -476,12 +508,24 @@ core__index_prefetch(const core_ns *ns, const core_key *keys, size_t n)
 /* ------------------------------------------------------ index.c: keys,
  * records, the key index */
 
-void core__key_encode(const core_t *core, hf_slice raw, core_key *out);
+/* A key's canonical form in namespace ns, for a lookup: it interns
+ * nothing (a suffix not interned is an external key, as it would have
+ * been stored). _stored: for a key that may be stored (an allocation, a
+ * replayed reservation), whose suffix ns interns if it can. */
+void core__key_encode(const core_ns *ns, const core_t *core, hf_slice raw, core_key *out);
+void core__key_encode_stored(core_ns *ns, const core_t *core, hf_slice raw, core_key *out);
+/* Is the stored key in its canonical form (the form its text encodes to)? */
+bool core__keyst_canonical(const core_ns *ns, const core_t *core, const core_keyst *st,
+                           uint8_t kind);
 /* The key of record storage (hash recomputed). */
-void core__keyst_to_key(const core_t *core, const core_keyst *st, uint8_t kind, core_key *out);
+void core__keyst_to_key(const core_ns *ns, const core_t *core, const core_keyst *st, uint8_t kind,
+                        core_key *out);
 int core__keyst_eq(const core_keyst *st, uint8_t kind, const core_key *key);
 uint32_t core__index_find(const core_ns *ns, const core_key *key);
-hf_slice core__keyst_text(const core_keyst *st, uint8_t kind, char buf[64]);
+hf_slice core__keyst_text(const core_ns *ns, const core_keyst *st, uint8_t kind,
+                          char buf[CORE_KEY_TEXT_MAX]);
+/* Is kind a kind a key of ns may have (interned suffixes included)? */
+bool core__kind_valid(const core_ns *ns, uint8_t kind);
 /* A namespace without pools, added to the core. */
 core_ns *core__ns_new(core_t *core, hf_slice name);
 /* A pool joins the namespace: every record gets a column for it. */

@@ -12,6 +12,9 @@
  *     stable while it lives; free records form a list through column 0.
  *   - Every live record is in the index once, under its key's tag; the
  *     index stays at most 3/4 full and deletion shifts back (no tombstones).
+ *   - A key of the shape `<32|64 hex><suffix>` (util/hexkey.h) is packed:
+ *     a 32-hex key's suffix inline, a 64-hex key's interned per namespace
+ *     ("Suffixes" below).
  *   - Nothing here changes a page's state or emits an event: pages.c does,
  *     and calls in here for the record of the key.
  */
@@ -63,10 +66,75 @@ static uint32_t hash_bytes(uint64_t seed, const uint8_t *p, size_t len)
     return (uint32_t)mum(h ^ k2, seed ^ k1 ^ len);
 }
 
-void core__key_encode(const core_t *core, hf_slice raw, core_key *out)
+/* ------------------------------------------------------------ suffixes
+ *
+ * A namespace interns the suffixes of its CORE_KEY_HEX64S keys: at most
+ * CORE_SFX_MAX, never forgotten while it lives (a record's kind names one
+ * by number). A key whose suffix is not interned when it is stored, the
+ * table being full, stays an external key, and so does every later key
+ * with that suffix: a suffix is interned before any key of it is stored,
+ * or never, which keeps each key's form unique. Lookups intern nothing.
+ */
+
+static uint32_t sfx_hash(const char *p, size_t len)
 {
-    const uint8_t *canon;
-    size_t canon_len;
+    uint64_t w[2] = {0, 0};
+    memcpy(w, p, len); /* len <= 16 */
+    return (uint32_t)(mum(w[0] ^ 0x9e3779b97f4a7c15ull ^ len, w[1] ^ 0xbf58476d1ce4e5b9ull) >> 7);
+}
+
+/* The suffix's number in ns, or -1. */
+static int sfx_find(const core_sfx *t, const char *p, size_t len)
+{
+    if (!t)
+        return -1;
+    for (uint32_t i = sfx_hash(p, len);; i++) {
+        uint8_t slot = t->slots[i & (CORE_SFX_SLOTS - 1)];
+        if (slot == 0)
+            return -1;
+        uint32_t id = slot - 1u;
+        if (t->len[id] == len && memcmp(t->bytes[id], p, len) == 0)
+            return (int)id;
+    }
+}
+
+/* The suffix's number in ns, interned if new and there is room; or -1. */
+static int sfx_intern(core_ns *ns, const char *p, size_t len)
+{
+    int id = sfx_find(ns->sfx, p, len);
+    if (id >= 0)
+        return id;
+    if (!ns->sfx)
+        ns->sfx = hf_xcalloc(1, sizeof *ns->sfx);
+    core_sfx *t = ns->sfx;
+    if (t->n >= CORE_SFX_MAX)
+        return -1;
+    uint32_t n = t->n++;
+    t->len[n] = (uint8_t)len;
+    memcpy(t->bytes[n], p, len);
+    uint32_t i = sfx_hash(p, len);
+    while (t->slots[i & (CORE_SFX_SLOTS - 1)] != 0)
+        i++;
+    t->slots[i & (CORE_SFX_SLOTS - 1)] = (uint8_t)(n + 1);
+    HF_ASSERT(t->n <= CORE_SFX_MAX && sfx_find(t, p, len) == (int)n);
+    return (int)n;
+}
+
+bool core__kind_valid(const core_ns *ns, uint8_t kind)
+{
+    if (kind >= CORE_KEY_HEX64S)
+        return ns->sfx && (uint32_t)(kind - CORE_KEY_HEX64S) < ns->sfx->n;
+    return kind >= 1;
+}
+
+/* ---------------------------------------------------------------- keys */
+
+/* `intern`: ns itself, which interns a new suffix (else NULL: a lookup). */
+static void key_encode(const core_ns *ns, core_ns *intern, const core_t *core, hf_slice raw,
+                       core_key *out)
+{
+    const uint8_t *canon = out->bytes;
+    size_t canon_len = 32;
 
     out->ext = NULL;
     out->len = (uint32_t)raw.len;
@@ -74,21 +142,51 @@ void core__key_encode(const core_t *core, hf_slice raw, core_key *out)
     if (raw.len >= 1 && raw.len <= 32) {
         out->kind = (uint8_t)raw.len;
         memcpy(out->bytes, raw.ptr, raw.len);
-        canon = out->bytes;
         canon_len = raw.len;
     } else if (raw.len == 64 && hf_hex_pack(raw.ptr, 64, out->bytes)) {
         out->kind = CORE_KEY_HEX64;
-        canon = out->bytes;
-        canon_len = 32;
+    } else if (raw.len > 64 && raw.len <= 64 + HF_HEXKEY_SUFFIX_MAX &&
+               hf_hex_pack(raw.ptr, 64, out->bytes)) {
+        int id = intern ? sfx_intern(intern, raw.ptr + 64, raw.len - 64)
+                        : sfx_find(ns ? ns->sfx : NULL, raw.ptr + 64, raw.len - 64);
+        out->kind = id >= 0 ? (uint8_t)(CORE_KEY_HEX64S + id) : CORE_KEY_EXT;
+    } else if (raw.len > 32 && raw.len <= 32 + HF_HEXKEY_SUFFIX_MAX &&
+               hf_hex_pack(raw.ptr, 32, out->bytes)) {
+        out->kind = (uint8_t)(CORE_KEY_HEX32S + (raw.len - 33));
+        memcpy(out->bytes + 16, raw.ptr + 32, raw.len - 32);
     } else {
         out->kind = CORE_KEY_EXT;
+    }
+    if (out->kind == CORE_KEY_EXT) {
+        memset(out->bytes, 0, sizeof out->bytes);
         out->ext = raw.ptr;
         canon = (const uint8_t *)raw.ptr;
         canon_len = raw.len;
     }
     /* The kind takes part so that a 32-byte raw key and a packed hex key
-     * with the same bytes hash apart. */
+     * with the same bytes hash apart (and keys of two suffixes). */
     out->hash = hash_bytes(core->config.hash_seed + out->kind, canon, canon_len);
+}
+
+void core__key_encode(const core_ns *ns, const core_t *core, hf_slice raw, core_key *out)
+{
+    key_encode(ns, NULL, core, raw, out);
+}
+
+void core__key_encode_stored(core_ns *ns, const core_t *core, hf_slice raw, core_key *out)
+{
+    key_encode(ns, ns, core, raw, out);
+}
+
+bool core__keyst_canonical(const core_ns *ns, const core_t *core, const core_keyst *st,
+                           uint8_t kind)
+{
+    if (!core__kind_valid(ns, kind))
+        return false;
+    char buf[CORE_KEY_TEXT_MAX];
+    core_key key;
+    key_encode(ns, NULL, core, core__keyst_text(ns, st, kind, buf), &key);
+    return core__keyst_eq(st, kind, &key) != 0;
 }
 
 /* The canonical bytes of stored key `st` of `kind`. */
@@ -98,11 +196,27 @@ static const uint8_t *keyst_canon(const core_keyst *st, uint8_t kind, size_t *le
         *len = st->ext.len;
         return (const uint8_t *)st->ext.ptr;
     }
-    *len = kind == CORE_KEY_HEX64 ? 32 : kind;
+    *len = kind <= 32 ? kind : 32;
     return st->bytes;
 }
 
-void core__keyst_to_key(const core_t *core, const core_keyst *st, uint8_t kind, core_key *out)
+/* The length of the text of a stored key that is not external. */
+static uint32_t keyst_text_len(const core_ns *ns, uint8_t kind)
+{
+    if (kind <= 32)
+        return kind;
+    if (kind == CORE_KEY_HEX64)
+        return 64;
+    if (kind >= CORE_KEY_HEX64S) {
+        HF_ASSERT(core__kind_valid(ns, kind));
+        return 64u + ns->sfx->len[kind - CORE_KEY_HEX64S];
+    }
+    HF_ASSERT(kind >= CORE_KEY_HEX32S);
+    return 32u + (kind - CORE_KEY_HEX32S) + 1u;
+}
+
+void core__keyst_to_key(const core_ns *ns, const core_t *core, const core_keyst *st, uint8_t kind,
+                        core_key *out)
 {
     size_t len;
     const uint8_t *canon = keyst_canon(st, kind, &len);
@@ -113,7 +227,7 @@ void core__keyst_to_key(const core_t *core, const core_keyst *st, uint8_t kind, 
         memset(out->bytes, 0, sizeof out->bytes);
     } else {
         out->ext = NULL;
-        out->len = kind == CORE_KEY_HEX64 ? 64 : kind;
+        out->len = keyst_text_len(ns, kind);
         memcpy(out->bytes, st->bytes, 32);
     }
     out->hash = hash_bytes(core->config.hash_seed + kind, canon, len);
@@ -144,15 +258,23 @@ int core__keyst_eq(const core_keyst *st, uint8_t kind, const core_key *key)
     return diff == 0;
 }
 
-hf_slice core__keyst_text(const core_keyst *st, uint8_t kind, char buf[64])
+hf_slice core__keyst_text(const core_ns *ns, const core_keyst *st, uint8_t kind,
+                          char buf[CORE_KEY_TEXT_MAX])
 {
     if (kind == CORE_KEY_EXT)
         return (hf_slice){st->ext.ptr, st->ext.len};
-    if (kind == CORE_KEY_HEX64) {
+    if (kind <= 32)
+        return (hf_slice){(const char *)st->bytes, kind};
+    size_t len = keyst_text_len(ns, kind);
+    if (kind == CORE_KEY_HEX64 || kind >= CORE_KEY_HEX64S) {
         hf_hex_unpack(st->bytes, 32, buf);
-        return (hf_slice){buf, 64};
+        if (kind >= CORE_KEY_HEX64S)
+            memcpy(buf + 64, ns->sfx->bytes[kind - CORE_KEY_HEX64S], len - 64);
+    } else {
+        hf_hex_unpack(st->bytes, 16, buf);
+        memcpy(buf + 32, st->bytes + 16, len - 32);
     }
-    return (hf_slice){(const char *)st->bytes, kind};
+    return (hf_slice){buf, len};
 }
 
 /* ------------------------------------------------------------ records */
@@ -334,7 +456,8 @@ uint32_t core__rec_new(core_ns *ns, const core_t *core, uint32_t hash, core_keys
     *core__krec_key(rec) = *st; /* the key (an external copy included) moves over */
     *core__rec_kind(rec) = *kind;
     *kind = CORE_KEY_NONE;
-    HF_ASSERT(keyst_hash(core, core__krec_key(rec), *core__rec_kind(rec)) == hash);
+    HF_ASSERT(keyst_hash(core, core__krec_key(rec), *core__rec_kind(rec)) == hash &&
+              core__kind_valid(ns, *core__rec_kind(rec)));
     return id;
 }
 
@@ -442,6 +565,7 @@ void core__ns_free(core_ns *ns)
     hf_xfree(ns->rchunks);
     hf_xfree(ns->slots);
     hf_xfree(ns->by_col);
+    hf_xfree(ns->sfx);
     reuse_free(ns->reuse);
     hf_xfree(ns->by_rank);
     hf_xfree(ns->name);

@@ -353,14 +353,15 @@ void core__page_reserve(core_pool_t *pool, uint32_t page, const core_key *key, i
 {
     uint32_t s = side_alloc(pool, page, CORE_PAGE_RESERVED, deadline);
     core_side *e = &pool->side[s];
+    HF_ASSERT(core__kind_valid(pool->ns, key->kind));
     core__keyst_set(&e->key, &e->key_kind, key);
     list_insert_by_deadline(pool, &pool->reserved, s);
     HF_ASSERT(pool->reserved.len <= pool->side_live);
     pool->counters.reservations++;
     if (pool->core->observer && !pool->core->replaying) {
-        char buf[64];
+        char buf[CORE_KEY_TEXT_MAX];
         core__emit_key(pool, CORE_EV_RESERVE, page, deadline,
-                       core__keyst_text(&e->key, e->key_kind, buf));
+                       core__keyst_text(pool->ns, &e->key, e->key_kind, buf));
     }
 }
 

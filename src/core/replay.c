@@ -83,14 +83,14 @@ static int apply_page_event(core_pool_t *pool, const core_event *ev)
             return CORE_EINVAL;
         if (pool->core->live_apply)
             core__free_stack_remove(pool, page);
-        core__key_encode(pool->core, ev->key, &key);
+        core__key_encode_stored(pool->ns, pool->core, ev->key, &key);
         core__page_reserve(pool, page, &key, ev->deadline);
         return 0;
     case CORE_EV_OWN: {
         if (!apply_target(pool, ev->page, CORE_PAGE_RESERVED))
             return CORE_EINVAL;
         const core_side *e = &pool->side[core__page_side(pool, page)];
-        core__keyst_to_key(pool->core, &e->key, e->key_kind, &key);
+        core__keyst_to_key(pool->ns, pool->core, &e->key, e->key_kind, &key);
         uint32_t id = core__index_find(pool->ns, &key);
         if (id != CORE_NIL &&
             core__krec_pages(pool->ns, core__krec(pool->ns, id))[pool->col] != CORE_NIL)
@@ -290,17 +290,17 @@ void core_apply_finish(core_t *core)
 static void walk_emit(core_observer_fn fn, void *ctx, const core_pool_t *pool, core_event_type type,
                       uint32_t page, int64_t deadline)
 {
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     core_event ev = {type,    {pool->ns->name, pool->ns->name_len}, pool->rank, page, {"", 0},
                      deadline};
     if (type == CORE_EV_RESERVE) {
         uint32_t ref = *core__ref(pool, page);
         if (ref & CORE_REF_SIDE) {
             const core_side *e = &pool->side[ref & ~CORE_REF_SIDE];
-            ev.key = core__keyst_text(&e->key, e->key_kind, buf);
+            ev.key = core__keyst_text(pool->ns, &e->key, e->key_kind, buf);
         } else {
             uint8_t *rec = core__krec(pool->ns, ref);
-            ev.key = core__keyst_text(core__krec_key(rec), *core__rec_kind(rec), buf);
+            ev.key = core__keyst_text(pool->ns, core__krec_key(rec), *core__rec_kind(rec), buf);
         }
     }
     fn(ctx, &ev);

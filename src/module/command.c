@@ -476,7 +476,7 @@ void run_settle(cmd *c)
     uint64_t *pages;
     size_t n = ledger_pages_of(c->v, c->rank, c->id, &pages), freed = 0;
     for (size_t i = 0; i < n; i++) {
-        char keybuf[64];
+        char keybuf[CORE_KEY_TEXT_MAX];
         hf_slice key = {"", 0};
         core_page_state s = core_page_get(c->pool, pages[i], &key, keybuf, NULL);
         /* the ledger follows every event: its page is still that reservation */
@@ -675,7 +675,7 @@ void run_pages(cmd *c)
     rm_ReplyWithArray(c->ctx, (long)(end - first));
     for (uint64_t p = first; p < end; p++) {
         hf_slice key = {"", 0};
-        char keybuf[64];
+        char keybuf[CORE_KEY_TEXT_MAX];
         int64_t deadline = 0;
         core_page_state s = core_page_get(pool, p, &key, keybuf, &deadline);
         rm_ReplyWithArray(c->ctx, 3);
@@ -737,8 +737,8 @@ void run_rebuild(cmd *c)
     c->v = NULL;
     hf_slice ev = c->bytes[0], order = c->bytes[1];
     char err[200];
-    hf_value *v = value_from_snapshot(c->ns, c->st, ev.ptr, ev.len, order.ptr, order.len, err,
-                                      sizeof err);
+    hf_value *v = value_from_snapshot(c->ns, c->st, false, ev.ptr, ev.len, order.ptr, order.len,
+                                      err, sizeof err);
     if (!v) {
         rm_Log(c->ctx, "warning", "hf3fsmeta: HF3FS.REBUILD: %s", err);
         reply_err(c->ctx, "ERR HF3FS.REBUILD: the value is damaged");

@@ -48,9 +48,12 @@
  * each value it deletes (CORE_EV_CLEAR_ALL is never produced).
  *
  * What survives what. The serialized form of a value (rdb_save; DUMP,
- * RESTORE and MIGRATE use it too) is, at encoding version 2:
+ * RESTORE and MIGRATE use it too) is, at encoding version 4:
  *     string ns
- *     string events      core_walk_state, wire_event_append encoding
+ *     string events      core_walk_state, wire_event_append_packed encoding
+ *                        (keys packed: util/hexkey.h; before version 4
+ *                        wire_event_append's, which HF3FS.REBUILD, the AOF
+ *                        rewrite and the digest keep)
  *     string free order  per pool: u32 rank, u32 n, n u32 pages (LE), the
  *                        pool's free stack bottom first (core_pool_free_order)
  *     unsigned stripes, unsigned stripe   (version 1 has neither: 1, 0)
@@ -111,7 +114,8 @@
  *
  * Upgrades. HF3FS_TYPE_ENCVER is bumped whenever the serialized form
  * changes; rdb_load keeps reading every older version (from
- * HF3FS_TYPE_ENCVER_OLDEST) and refuses newer ones (a value saved by a newer
+ * HF3FS_TYPE_ENCVER_OLDEST: 1, before stripes; 2, before placements; 3,
+ * before packed keys) and refuses newer ones (a value saved by a newer
  * module: the load fails rather than guessing). MODULE LIST's "ver" is the
  * baseline, the lowest command set the module speaks (wire.h "Versions");
  * HF3FS.VERSION [release lowest highest] answers the flat list

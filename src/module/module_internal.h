@@ -58,8 +58,11 @@ void value_free(void *p);
 void collect_event(void *ctx, const core_event *ev);
 /* A value rebuilt from its serialized fields (see module.c's head); NULL
  * with why in err if they do not hold together. */
-hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev, size_t evlen,
-                              const char *order, size_t orderlen, char *err, size_t errlen);
+/* `packed`: the events' packed form (a value saved at encoding version 4
+ * on), else the commands' (an older one's, HF3FS.REBUILD's). */
+hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, bool packed, const char *ev,
+                              size_t evlen, const char *order, size_t orderlen, char *err,
+                              size_t errlen);
 /* The stripe of an APPLY or a REBUILD from argv[i..]: 0, or -1 if malformed. */
 int arg_stripe_opt(RedisModuleString **argv, int argc, int i, wire_stripe *st);
 

@@ -110,6 +110,11 @@ void collect_event(void *ctx, const core_event *ev)
     wire_event_append(ctx, ev);
 }
 
+static void collect_event_packed(void *ctx, const core_event *ev)
+{
+    wire_event_append_packed(ctx, ev);
+}
+
 typedef struct free_orders {
     core_t *core;
     hf_buf *out;
@@ -128,20 +133,22 @@ static void collect_free_order(void *ctx, hf_slice ns, uint32_t rank, const core
         put_u32(f->out, pages[i]);
 }
 
-/* The events and free orders of the value (two fresh buffers). */
-static void snapshot(const hf_value *v, hf_buf *events, hf_buf *order)
+/* The events and free orders of the value (two fresh buffers); `packed`:
+ * the events' packed form (an rdb_save's), else the commands' (REBUILD's). */
+static void snapshot(const hf_value *v, bool packed, hf_buf *events, hf_buf *order)
 {
     *events = (hf_buf){0};
     *order = (hf_buf){0};
-    core_walk_state(v->core, collect_event, events);
+    core_walk_state(v->core, packed ? collect_event_packed : collect_event, events);
     free_orders f = {v->core, order};
     core_foreach_pool(v->core, 0, collect_free_order, &f);
 }
 
 /* A value rebuilt from a snapshot, or NULL (why in err) if it does not
  * describe a state. */
-hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev, size_t evlen,
-                              const char *order, size_t orderlen, char *err, size_t errlen)
+hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, bool packed, const char *ev,
+                              size_t evlen, const char *order, size_t orderlen, char *err,
+                              size_t errlen)
 {
     core_config cfg = default_config();
     hf_value *v = value_new(ns, &cfg, st);
@@ -152,7 +159,9 @@ hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev, size_
     size_t pos = 0, count = 0;
     core_event e;
     int rc;
-    while ((rc = wire_event_next(ev, evlen, &pos, ns, &e)) == 1) {
+    hf_buf scratch = {0};
+    while ((rc = packed ? wire_event_next_packed(ev, evlen, &pos, ns, &e, &scratch)
+                        : wire_event_next(ev, evlen, &pos, ns, &e)) == 1) {
         if (e.type == CORE_EV_CLEAR_ALL || core_apply(v->core, &e) != 0) {
             snprintf(err, errlen,
                      "event %zu (type %d, rank %" PRIu32 ", page %" PRIu64
@@ -162,6 +171,7 @@ hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev, size_
         }
         count++;
     }
+    hf_buf_free(&scratch);
     if (rc < 0) {
         snprintf(err, errlen, "malformed event %zu", count);
         goto fail;
@@ -195,6 +205,7 @@ hf_value *value_from_snapshot(hf_slice ns, wire_stripe st, const char *ev, size_
     v->epoch = EPOCH_LOADED;
     return v;
 fail:
+    hf_buf_free(&scratch);
     value_free(v);
     return NULL;
 }
@@ -208,9 +219,9 @@ typedef struct saved_form {
     hf_slice events, free_order;
 } saved_form;
 
-static void saved_of(hf_value *v, saved_form *f)
+static void saved_of(hf_value *v, bool packed, saved_form *f)
 {
-    snapshot(v, &f->ev, &f->order);
+    snapshot(v, packed, &f->ev, &f->order);
     f->events = (hf_slice){f->ev.ptr ? (const char *)f->ev.ptr : "", f->ev.len};
     f->free_order = (hf_slice){f->order.ptr ? (const char *)f->order.ptr : "", f->order.len};
 }
@@ -225,7 +236,7 @@ void type_rdb_save(RedisModuleIO *io, void *p)
 {
     hf_value *v = p;
     saved_form f;
-    saved_of(v, &f);
+    saved_of(v, true, &f);
     rm_SaveStringBuffer(io, v->ns, v->ns_len);
     rm_SaveStringBuffer(io, f.events.ptr, f.events.len);
     rm_SaveStringBuffer(io, f.free_order.ptr, f.free_order.len);
@@ -264,8 +275,8 @@ void *type_rdb_load(RedisModuleIO *io, int encver)
     hf_value *v = NULL;
     if (ns && ev && order && st.count) {
         char err[200];
-        v = value_from_snapshot((hf_slice){ns, nslen}, st, ev, evlen, order, orderlen, err,
-                                sizeof err);
+        v = value_from_snapshot((hf_slice){ns, nslen}, st, encver >= 4, ev, evlen, order, orderlen,
+                                err, sizeof err);
         if (!v)
             rm_LogIOError(io, "warning", "hf3fsmeta: a saved value is damaged: %s", err);
     }
@@ -279,7 +290,7 @@ void type_aof_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
 {
     hf_value *v = p;
     saved_form f;
-    saved_of(v, &f);
+    saved_of(v, false, &f); /* HF3FS.REBUILD's argument: the commands' form, as before */
     rm_EmitAOF(aof, "HF3FS.REBUILD", "sbbblll", key, v->ns, v->ns_len, f.events.ptr, f.events.len,
                f.free_order.ptr, f.free_order.len, (long long)v->st.count, (long long)v->st.index,
                (long long)v->st.placement);
@@ -296,7 +307,7 @@ void type_digest(RedisModuleDigest *md, void *p)
 {
     hf_value *v = p;
     saved_form f;
-    saved_of(v, &f);
+    saved_of(v, false, &f); /* the form before version 4: digests agree across it */
     char st[40];
     int stlen = snprintf(st, sizeof st, "%" PRIu32 ",%" PRIu32 ",%" PRIu32, v->st.count,
                          v->st.index, v->st.placement);

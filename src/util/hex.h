@@ -8,6 +8,7 @@
  *                   character of each pair in the high nibble; false if any
  *                   character is not 0-9 or a-f (out is then unspecified)
  *   hf_hex_unpack   16k bytes -> their 32k lowercase hex characters
+ *   hf_hex_value    one lowercase hex character's value (unchecked)
  *
  * Both run for every key of every request, so neither branches per
  * character (digits and letters alternate at random in a hash: a branch
@@ -40,6 +41,12 @@
 static inline uint64_t hf_hex__at_least(uint64_t w, unsigned k)
 {
     return (w + (0x80u - k) * HF_HEX__ONES) & HF_HEX__HIGHS;
+}
+
+/* The value of one lowercase hex character (the caller checked it). */
+static inline unsigned hf_hex_value(char c)
+{
+    return c <= '9' ? (unsigned)(c - '0') : (unsigned)(c - 'a' + 10);
 }
 
 static inline bool hf_hex_pack_swar(const char *raw, size_t nchars, uint8_t *out)

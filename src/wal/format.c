@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/bytes.h"
+#include "util/hexkey.h"
 #include "util/hf_assert.h"
 #include "util/xalloc.h"
 #include "wal/crc32c.h"
@@ -102,67 +103,25 @@ static int64_t get_deadline(reader *r, int64_t base)
 
 /* ------------------------------------------------------------------- keys */
 
-static int hex_digit(uint8_t c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-static bool is_packable_hex(hf_slice key)
-{
-    if (key.len < 2 || key.len % 2)
-        return false;
-    for (size_t i = 0; i < key.len; i++)
-        if (hex_digit((uint8_t)key.ptr[i]) < 0)
-            return false;
-    return true;
-}
-
-/* varint (n << 1 | hex) then n bytes: hex keys (lowercase, even length) are
- * packed two characters a byte. */
+/* A key field (wal.c "RECORD"): util/hexkey.h's form. */
 static void put_key(hf_buf *b, hf_slice key)
 {
-    if (!is_packable_hex(key)) {
-        hf_buf_put_varint(b, (uint64_t)key.len << 1);
-        hf_buf_append(b, key.ptr, key.len);
-        return;
-    }
-    size_t n = key.len / 2;
-    hf_buf_put_varint(b, (uint64_t)n << 1 | 1);
-    hf_buf_reserve(b, n);
-    for (size_t i = 0; i < n; i++)
-        /* both digits are 0..15: is_packable_hex checked every character */
-        b->ptr[b->len++] = (char)((unsigned)hex_digit((uint8_t)key.ptr[2 * i]) << 4 |
-                                  (unsigned)hex_digit((uint8_t)key.ptr[2 * i + 1]));
+    hf_hexkey_put(b, key);
 }
 
-static const char hex_chars[] = "0123456789abcdef";
-
-/* The key text; hex keys are unpacked into *scratch. */
-static hf_slice get_key(reader *r, hf_buf *scratch)
+/* The key text; packed keys are unpacked into *scratch. Versions before 5
+ * have no suffix byte after packed hex. */
+static hf_slice get_key(reader *r, uint32_t version, hf_buf *scratch)
 {
-    uint64_t h = get_varint(r);
-    uint64_t n = h >> 1;
-    if (n > WAL_MAX_BODY) {
+    size_t pos = 0;
+    hf_slice key = {"", 0};
+    if (hf_hexkey_get(r->p, (size_t)(r->end - r->p), &pos, version >= 5, WAL_MAX_BODY, scratch,
+                      &key) != 0) {
         r->bad = true;
         return (hf_slice){"", 0};
     }
-    const uint8_t *p = get_bytes(r, (size_t)n);
-    if (!p)
-        return (hf_slice){"", 0};
-    if (!(h & 1))
-        return (hf_slice){(const char *)p, (size_t)n};
-    scratch->len = 0;
-    hf_buf_reserve(scratch, (size_t)n * 2);
-    for (size_t i = 0; i < n; i++) {
-        scratch->ptr[2 * i] = hex_chars[p[i] >> 4];
-        scratch->ptr[2 * i + 1] = hex_chars[p[i] & 15];
-    }
-    scratch->len = (size_t)n * 2;
-    return (hf_slice){(const char *)scratch->ptr, scratch->len};
+    r->p += pos;
+    return key;
 }
 
 /* ---------------------------------------------------------------- framing */
@@ -430,6 +389,7 @@ void wal__enc_end(wal_encoder *e)
 void wal__dec_init(wal_decoder *d)
 {
     memset(d, 0, sizeof *d);
+    d->version = WAL_VERSION;
 }
 
 void wal__dec_free(wal_decoder *d)
@@ -530,7 +490,7 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
             type == WAL_REC_WRITE_DONE)
             ev.deadline = get_deadline(&r, d->time_base);
         if (type == WAL_REC_RESERVE || type == WAL_REC_OWNED)
-            ev.key = get_key(&r, &d->key);
+            ev.key = get_key(&r, d->version, &d->key);
         if (type == WAL_REC_SWEEP) {
             uint64_t turns = get_varint(&r);
             if (turns > INT64_MAX)

@@ -17,10 +17,11 @@
 #include "util/buf.h"
 #include "util/slice.h"
 
-#define WAL_VERSION 4 /* written; WAL_VERSION_OLDEST.. are read */
+#define WAL_VERSION 5 /* written; WAL_VERSION_OLDEST.. are read */
 #define WAL_VERSION_OLDEST                                                                         \
     1 /* version 1 lacks WRITE_LEASE and WRITE_DONE, 2 lacks SWEEP;
-                               * 1 to 3 have USE and DEMOTE records (read, then ignored) */
+                               * 1 to 3 have USE and DEMOTE records (read, then ignored);
+                               * 1 to 4 have no suffix byte in a packed key */
 #define WAL_HEADER_SIZE 48
 #define WAL_MAGIC_LOG "HF3FSLOG"
 #define WAL_MAGIC_SNAPSHOT "HF3FSSNP"
@@ -158,6 +159,7 @@ typedef struct wal_decoder {
     int64_t time_base;
     uint64_t records; /* bodies decoded (WAL_DEC_OK) */
     hf_buf key;       /* scratch: an unpacked hex key */
+    uint32_t version; /* the format of the file read (its header): its key fields */
 } wal_decoder;
 
 /* Called once per event of a record; nonzero = the event does not fit. */

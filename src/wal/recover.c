@@ -340,6 +340,7 @@ static int replay_file(recovery *R, const dir_file *f, const mapped *m, const wa
     memset(o, 0, sizeof *o);
     o->valid_end = off;
     R->dec.time_base = h->time_base;
+    R->dec.version = h->version;
     while (off < len) {
         if (o->end_seen && (rc = damage(R, f->name, off, "bytes after the END record")) != 0)
             return rc;

@@ -34,9 +34,10 @@
  *
  * FILE HEADER (segments and snapshots; 48 bytes, integers little-endian)
  *    0   8  magic: "HF3FSLOG" (segment) or "HF3FSSNP" (snapshot)
- *    8   4  format version: 4 (versions 1 to 3 are read too: version 1
+ *    8   4  format version: 5 (versions 1 to 4 are read too: version 1
  *           lacks types 11 to 13, version 2 type 13; their USE and DEMOTE
- *           records are read and ignored, recency being volatile)
+ *           records are read and ignored, recency being volatile; before
+ *           5 a packed key has no suffix byte)
  *   12   4  flags: bit 0 RECOVERY (segment begun by a repair, see FAILURES)
  *   16   8  seq: a segment's number (also in its name); for a snapshot the
  *           number of the segment that continues it
@@ -55,9 +56,12 @@
  *    .   n  body: a type byte and its fields
  *   Fields are LEB128 varints unless stated. A deadline field is 0 for "no
  *   deadline", else zigzag(deadline - time base) + 1. A key field is
- *   varint(len << 1 | hex) and len bytes: hex = 1 packs a key of lowercase
- *   hex digits of even length two characters a byte (the key is 2*len
- *   characters), hex = 0 stores the bytes as they are.
+ *   varint(len << 1 | hex) and len bytes: hex = 0 stores the bytes as they
+ *   are; hex = 1 packs lowercase hex digits two characters a byte (2*len
+ *   characters), then (version 5 on) one byte s and s bytes of suffix:
+ *   s = 0 for a key of lowercase hex digits of even length, else the key is
+ *   `<32 or 64 hex><suffix of 1..16 bytes>` (util/hexkey.h, as the core
+ *   packs it).
  *
  *   type  name       fields                        replays as
  *    1    POOL_INIT  pool, rank, num_pages,        POOL_INIT

@@ -8,6 +8,7 @@
 #include "util/bytes.h"
 #include "util/hash.h"
 #include "util/hex.h"
+#include "util/hexkey.h"
 #include "util/slot.h"
 #include "util/xalloc.h"
 
@@ -470,20 +471,34 @@ static int get_varint(const char *p, size_t len, size_t *pos, uint64_t *out)
     return 0;
 }
 
-void wire_event_append(hf_buf *b, const core_event *ev)
+static void event_append(hf_buf *b, const core_event *ev, bool packed)
 {
     hf_buf_reserve(b, 1);
     b->ptr[b->len++] = (char)ev->type;
     hf_buf_put_varint(b, ev->rank);
     hf_buf_put_varint(b, ev->page);
     hf_buf_put_varint(b, hf_zigzag_encode((uint64_t)ev->deadline));
-    if (ev->type == CORE_EV_RESERVE) {
+    if (ev->type == CORE_EV_RESERVE && packed) {
+        hf_hexkey_put(b, ev->key);
+    } else if (ev->type == CORE_EV_RESERVE) {
         hf_buf_put_varint(b, ev->key.len);
         hf_buf_append(b, ev->key.ptr, ev->key.len);
     }
 }
 
-int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev)
+void wire_event_append(hf_buf *b, const core_event *ev)
+{
+    event_append(b, ev, false);
+}
+
+void wire_event_append_packed(hf_buf *b, const core_event *ev)
+{
+    event_append(b, ev, true);
+}
+
+/* scratch: the packed form's (NULL: the plain one). */
+static int event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev,
+                      hf_buf *scratch)
 {
     if (*pos >= len)
         return 0;
@@ -498,7 +513,10 @@ int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_ev
                        (int64_t)hf_zigzag_decode(zz)};
     if (type == CORE_EV_CLEAR_ALL)
         ev->ns = (hf_slice){"", 0};
-    if (type == CORE_EV_RESERVE) {
+    if (type == CORE_EV_RESERVE && scratch) {
+        if (hf_hexkey_get((const uint8_t *)p, len, pos, true, len, scratch, &ev->key) != 0)
+            return -1;
+    } else if (type == CORE_EV_RESERVE) {
         uint64_t klen;
         if (get_varint(p, len, pos, &klen) || klen > len - *pos)
             return -1;
@@ -506,4 +524,15 @@ int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_ev
         *pos += klen;
     }
     return 1;
+}
+
+int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev)
+{
+    return event_next(p, len, pos, ns, ev, NULL);
+}
+
+int wire_event_next_packed(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev,
+                           hf_buf *scratch)
+{
+    return event_next(p, len, pos, ns, ev, scratch);
 }

@@ -17,6 +17,9 @@
  *   events     for each core event: u8 type, then varints: rank, page,
  *              zigzag(deadline); RESERVE adds varint key length and the key.
  *              The namespace is the value's own and is not repeated.
+ *   packed events  (a saved value's, encoding version 4 on; never a
+ *              command's) the same, but RESERVE's key in util/hexkey.h's
+ *              form: hex packed two characters a byte, a suffix after it.
  *
  * Decoders never trust their input: a malformed list or event answers -1
  * and reads nothing beyond the given length.
@@ -72,7 +75,7 @@ unsigned wire_cap_of(const char *name, size_t len);
  * version; rdb_load keeps reading every older version, from
  * HF3FS_TYPE_ENCVER_OLDEST. */
 #define HF3FS_TYPE_NAME "hf3fsmeta"
-#define HF3FS_TYPE_ENCVER 3
+#define HF3FS_TYPE_ENCVER 4 /* 4: saved events pack their keys (wire_event_append_packed) */
 #define HF3FS_TYPE_ENCVER_OLDEST 1
 
 /* The Redis key of namespace ns: "hf3fs:{" hex(ns) "}" ("hf3fs:{-}" for the
@@ -226,5 +229,10 @@ void wire_event_append(hf_buf *b, const core_event *ev);
 /* Decode the event at *pos of p[0..len) into *ev (ev->ns = ns; ev->key
  * points into p); advances *pos. 1: an event, 0: the end, -1: malformed. */
 int wire_event_next(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev);
+/* The packed events' pair: a packed key is unpacked into *scratch, where
+ * ev->key points until the next call. */
+void wire_event_append_packed(hf_buf *b, const core_event *ev);
+int wire_event_next_packed(const char *p, size_t len, size_t *pos, hf_slice ns, core_event *ev,
+                           hf_buf *scratch);
 
 #endif

@@ -56,19 +56,33 @@ static inline int randops_pick(randops_rng *rng, int n)
 /* n keys into names[] and keys[]: the first three long (two of 64 hex
  * digits, 70 'L': the packed and the long encodings of a key), then
  * "key-3", "key-4", ... */
-static inline void randops_keys(char (*names)[80], hf_slice *keys, int n)
+static inline void randops_keys(char (*names)[96], hf_slice *keys, int n)
 {
+    /* every form a key takes in the core (core_internal.h "Key records"):
+     * inline, 64 hex packed, external, and `<32|64 hex><suffix>` packed
+     * (util/hexkey.h), with the shapes at their bounds */
+    static const char *const A = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    static const char *const B = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
     for (int i = 0; i < n; i++) {
-        if (i == 0)
-            memcpy(names[i], "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                   64);
-        else if (i == 1)
-            memcpy(names[i], "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
-                   64);
-        else if (i == 2)
-            memset(names[i], 'L', 70);
-        else
-            snprintf(names[i], sizeof names[i], "key-%d", i);
+        switch (i) {
+        case 0: snprintf(names[i], 96, "%s", A); break;
+        case 1: snprintf(names[i], 96, "%s", B); break;
+        case 2: memset(names[i], 'L', 70), names[i][70] = 0; break;
+        case 3: snprintf(names[i], 96, "%s-k", A); break; /* SGLang MHA page_first */
+        case 5: snprintf(names[i], 96, "%s-v", A); break;
+        case 6: snprintf(names[i], 96, "%.32s-k", B); break;  /* 32 hex + suffix */
+        case 7: snprintf(names[i], 96, "%s_mamba", B); break; /* an extra pool's */
+        case 9: snprintf(names[i], 96, "%sa", A); break;      /* 65 hex: suffix "a" */
+        case 10: snprintf(names[i], 96, "%.63s-k", B); break; /* 63 hex: external */
+        case 11:
+            snprintf(names[i], 96, "%s-k",
+                     "0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF");
+            break;                                                       /* uppercase: external */
+        case 12: snprintf(names[i], 96, "%.48s", B); break;              /* 32 hex + a hex suffix */
+        case 13: snprintf(names[i], 96, "%s_0123456789abcde", A); break; /* suffix of 16 */
+        case 14: snprintf(names[i], 96, "%s_0123456789abcdef", A); break; /* 17: external */
+        default: snprintf(names[i], 96, "key-%d", i); break;
+        }
         keys[i] = hf_slice_from_cstr(names[i]);
     }
 }
@@ -82,7 +96,7 @@ static inline void randops_keys(char (*names)[80], hf_slice *keys, int n)
 typedef struct randops_space {
     const hf_slice *ns;
     int nns, ranks, max_batch, nkeys;
-    char names[RANDOPS_MAX_KEYS][80];
+    char names[RANDOPS_MAX_KEYS][96];
     hf_slice keys[RANDOPS_MAX_KEYS];
 } randops_space;
 

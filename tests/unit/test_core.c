@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "core/core.h"
+#include "core/core_internal.h"
 
 static const hf_slice KV = HF_SLICE_LIT("kv");
 
@@ -166,7 +167,7 @@ TEST(allocate_new_key_reserves_a_free_page_until_confirmed)
     CK();
     CHECK(page >= 0 && page < 4);
     hf_slice key;
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     CHECK_EQ(core_page_get(pool, (uint64_t)page, &key, buf, NULL), CORE_PAGE_RESERVED);
     CHECK(hf_slice_eq(key, K("a")));
     CHECK_EQ(lookup1(pool, "a", 0), -1); /* reserved is not present */
@@ -489,7 +490,7 @@ TEST(delete_frees_the_page_or_drains_it_while_read_leased)
     hf_slice keys[3] = {K("a"), K("b"), K("never")};
     core_delete(pool, keys, 3, 200);
     CK();
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     CHECK_EQ(core_page_get(pool, (uint64_t)a, NULL, buf, NULL), CORE_PAGE_FREE);
     CHECK_EQ(core_page_get(pool, (uint64_t)b, NULL, buf, NULL), CORE_PAGE_DRAINING);
     CHECK_EQ(lookup1(pool, "b", 200), -1);
@@ -521,7 +522,7 @@ TEST(pool_clear_frees_every_page_and_refuses_later_confirms)
     CHECK_EQ(st.draining, 1);
     CHECK_EQ(st.free, 3);
     CHECK_EQ(confirm1(pool, "c", reserved, 20), 1);
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     CHECK_EQ(core_page_get(pool, (uint64_t)leased, NULL, buf, NULL), CORE_PAGE_DRAINING);
     CK();
 }
@@ -732,7 +733,7 @@ static void expect_owned_and_round_trip(core_pool_t *pool, const hf_slice *keys,
         core_lookup(pool, &keys[i], 1, 0, &found);
         CHECK_EQ(found, pages[i]);
         hf_slice back;
-        char buf[64];
+        char buf[CORE_KEY_TEXT_MAX];
         CHECK_EQ(core_page_get(pool, (uint64_t)pages[i], &back, buf, NULL), CORE_PAGE_OWNED);
         CHECK(hf_slice_eq(back, keys[i]));
     }
@@ -766,6 +767,115 @@ TEST(keys_of_every_shape_are_distinct_and_round_trip)
     CK();
     CHECK_EQ(stats(pool).owned, 8);
     expect_owned_and_round_trip(pool, keys, pages, 8);
+}
+
+static void apply_to(void *ctx, const core_event *ev);
+
+/* The shapes around `<32|64 lowercase hex><suffix of 1..16 bytes>` (packed
+ * without a copy: util/hexkey.h): each key is its own, reads back verbatim
+ * from the pool and from a core rebuilt from its events, and takes the
+ * form its shape asks for (memory: no copy for the packed ones). */
+TEST(hex_keys_with_a_suffix_round_trip_at_every_bound_of_their_shape)
+{
+    setup(test_config());
+    core_pool_t *pool = make_pool(KV, 0, 64);
+    const char *a = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const char *u = "0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF";
+    enum { N = 20 };
+    char text[N][96];
+    /* packed: whether the key takes no copy */
+    static const bool packed[N] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1};
+    snprintf(text[0], 96, "%s-k", a);                   /* SGLang MHA page_first */
+    snprintf(text[1], 96, "%s-v", a);                   /* same hex, another suffix */
+    snprintf(text[2], 96, "%s_mamba", a);               /* an extra pool */
+    snprintf(text[3], 96, "%sa", a);                    /* 65 hex: suffix "a" */
+    snprintf(text[4], 96, "%s0123456789abcdef", a);     /* 80 hex: a hex suffix of 16 */
+    snprintf(text[5], 96, "%s_0123456789abcde", a);     /* suffix at the bound */
+    snprintf(text[6], 96, "%.32s-k", a);                /* 32 hex + suffix */
+    snprintf(text[7], 96, "%.32s_0123456789abcde", a);  /* 32 hex + 16 */
+    snprintf(text[8], 96, "%s_0123456789abcdef", a);    /* 17: past the bound */
+    snprintf(text[9], 96, "%.32s_0123456789abcdef", a); /* 32 hex + 17 */
+    snprintf(text[10], 96, "%.63s-k", a);               /* 63 hex */
+    snprintf(text[11], 96, "%s-k", u);                  /* uppercase */
+    snprintf(text[12], 96, "%.31sA-k", a);              /* one uppercase digit in 32 */
+    snprintf(text[13], 96, "%.33s", a);                 /* 33 hex: 32 + "0" */
+    snprintf(text[14], 96, "%.48s", a);                 /* 48 hex: 32 + 16 hex */
+    snprintf(text[15], 96, "%.62s-k", a);               /* 64 bytes, not all hex */
+    snprintf(text[16], 96, "%.49s", a);                 /* 49 hex: 32 + 17 */
+    snprintf(text[17], 96, "%.32s-", a);                /* suffix of one byte */
+    snprintf(text[18], 96, "%s\x80", a);                /* a suffix of any byte */
+    snprintf(text[19], 96, "%.32sz", a);                /* 33 bytes, suffix "z" */
+    hf_slice keys[N];
+    for (int i = 0; i < N; i++)
+        keys[i] = hf_slice_from_cstr(text[i]);
+    int64_t pages[N];
+    core_allocate(pool, keys, N, CORE_ALLOC_PARTIAL, 0, pages, NULL);
+    size_t refused = 0;
+    core_confirm(pool, keys, pages, N, NULL, 0, 0, &refused);
+    CHECK_EQ(refused, 0);
+    CK();
+    CHECK_EQ(stats(pool).owned, N);
+    expect_owned_and_round_trip(pool, keys, pages, N);
+    for (int i = 0; i < N; i++) {
+        core_key enc;
+        core__key_encode(pool->ns, core, keys[i], &enc);
+        CHECK_EQ(enc.kind != CORE_KEY_EXT, packed[i]); /* external: a heap copy */
+        CHECK_EQ(enc.len, keys[i].len);
+    }
+    core_t *copy = core_new(core_get_config(core));
+    core_walk_state(core, apply_to, copy);
+    core_apply_finish(copy);
+    core_pool_t *again = core_pool_find(copy, KV, 0);
+    expect_owned_and_round_trip(again, keys, pages, N);
+    char err[256];
+    CHECK_EQ(core_check(copy, err, sizeof err), 0);
+    core_free(copy);
+}
+
+/* A namespace interns at most CORE_SFX_MAX suffixes: the next one's keys
+ * are external copies, still found and read back; a lookup interns nothing
+ * (a suffix only read leaves the table as it was). */
+TEST(suffixes_past_the_interned_bound_stay_external_and_lookups_intern_nothing)
+{
+    setup(test_config());
+    size_t n = CORE_SFX_MAX + 3;
+    core_pool_t *pool = make_pool(KV, 0, 2 * n);
+    const char *a = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+    char(*text)[96] = malloc(n * sizeof *text);
+    hf_slice *keys = malloc(n * sizeof *keys);
+    int64_t *pages = malloc(n * sizeof *pages);
+    hf_slice only_read = K("fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210_read");
+    int64_t miss;
+    core_lookup(pool, &only_read, 1, 0, &miss);
+    CHECK_EQ(miss, -1);
+    CHECK(pool->ns->sfx == NULL);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(text[i], 96, "%s_p%zu", a, i);
+        keys[i] = hf_slice_from_cstr(text[i]);
+    }
+    core_allocate(pool, keys, n, CORE_ALLOC_PARTIAL, 0, pages, NULL);
+    size_t refused = 0;
+    core_confirm(pool, keys, pages, n, NULL, 0, 0, &refused);
+    CHECK_EQ(refused, 0);
+    CK();
+    CHECK_EQ(pool->ns->sfx->n, CORE_SFX_MAX);
+    for (size_t i = 0; i < n; i++) {
+        core_key enc;
+        core__key_encode(pool->ns, core, keys[i], &enc);
+        CHECK_EQ(enc.kind == CORE_KEY_EXT, i >= CORE_SFX_MAX);
+    }
+    expect_owned_and_round_trip(pool, keys, pages, n);
+    core_delete(pool, keys, n, 1); /* the table stays: a suffix once refused stays refused */
+    CK();
+    core_allocate(pool, keys + CORE_SFX_MAX, 3, CORE_ALLOC_PARTIAL, 2, pages, NULL);
+    CHECK(pages[0] >= 0 && pages[1] >= 0 && pages[2] >= 0);
+    core_confirm(pool, keys + CORE_SFX_MAX, pages, 3, NULL, 0, 2, &refused);
+    CHECK_EQ(refused, 0);
+    CK();
+    expect_owned_and_round_trip(pool, keys + CORE_SFX_MAX, pages, 3);
+    free(text);
+    free(keys);
+    free(pages);
 }
 
 /* 64-character keys are packed when they are lowercase hex, and must be kept
@@ -1128,7 +1238,7 @@ TEST(after_core_recovered_owned_pages_are_read_leased_for_one_read_lease)
     hf_slice x = K("x");
     core_delete(b, &x, 1, 102000);
     hf_slice key;
-    char buf[64];
+    char buf[CORE_KEY_TEXT_MAX];
     int64_t deadline;
     CHECK_EQ(core_page_get(b, 0, &key, buf, &deadline), CORE_PAGE_DRAINING);
     CHECK_EQ(deadline, 105000);
@@ -1287,6 +1397,8 @@ int main(void)
     RUN(a_demoted_page_that_is_used_again_no_longer_goes_first);
     RUN(the_most_recently_demoted_page_goes_first);
     RUN(keys_of_every_shape_are_distinct_and_round_trip);
+    RUN(hex_keys_with_a_suffix_round_trip_at_every_bound_of_their_shape);
+    RUN(suffixes_past_the_interned_bound_stay_external_and_lookups_intern_nothing);
     RUN(hex64_keys_pack_every_digit_at_every_position_and_keep_any_other_key_verbatim);
     RUN(namespaces_with_the_same_rank_are_separate_pools);
     RUN(exists_and_lookup_count_as_a_use_that_keeps_the_key_over_an_unused_one);

@@ -47,7 +47,7 @@ enum { NNS = 2, NRANKS = 3, MAXP = 6, NKEYS = 14, STEPS = 200000, MAXS = 8 };
 static const hf_slice NS[NNS] = {HF_SLICE_LIT("kv"), HF_SLICE_LIT("ns2")};
 static const int64_t RESERVE_MS = 1000, LEASE_MS = 500, WRITE_LEASE_MS = 700, GRACE_MS = 300;
 
-static char key_names[NKEYS][80];
+static char key_names[NKEYS][96];
 static hf_slice key_slices[NKEYS];
 
 typedef struct mpage {
@@ -400,7 +400,7 @@ static void compare_all(long step)
                 continue;
             for (int i = 0; i < m->num_pages; i++) {
                 hf_slice key;
-                char buf[64];
+                char buf[CORE_KEY_TEXT_MAX];
                 core_page_state st = engine.page(&engine, NS[ns], (uint32_t)r, (uint64_t)i, now,
                                                  &key, buf);
                 if (st != m->pages[i].state)

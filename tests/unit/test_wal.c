@@ -112,6 +112,19 @@ TEST(every_event_type_the_log_writes_round_trips_through_the_record_encoding)
          HF_SLICE_LIT("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"),
          1700000600000},
         {CORE_EV_RESERVE, HF_SLICE_LIT("kv"), 3, 5, HF_SLICE_LIT("ABCDEF"), 1699999000000},
+        /* <32|64 hex><suffix>: packed with their suffix, at the bounds */
+        {CORE_EV_RESERVE, HF_SLICE_LIT("kv"), 3, 7,
+         HF_SLICE_LIT("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff-k"), 0},
+        {CORE_EV_RESERVE, HF_SLICE_LIT("kv"), 3, 8,
+         HF_SLICE_LIT("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeffa"), 0},
+        {CORE_EV_RESERVE, HF_SLICE_LIT("kv"), 3, 9,
+         HF_SLICE_LIT("00112233445566778899aabbccddeeff_0123456789abcde"), 0},
+        {CORE_EV_RESERVE, HF_SLICE_LIT("kv"), 3, 10,
+         HF_SLICE_LIT("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+                      "_0123456789abcdef"),
+         0},
+        {CORE_EV_RESERVE, HF_SLICE_LIT("kv"), 3, 11,
+         HF_SLICE_LIT("00112233445566778899AABBCCDDEEFF00112233445566778899aabbccddeeff-v"), 0},
         {CORE_EV_RESERVE, HF_SLICE_LIT("kv"), 3, 6, HF_SLICE_LIT("abc"), 1},
         {CORE_EV_RESERVE, HF_SLICE_LIT("other"), 0, 1, {bin_key, sizeof bin_key}, 0},
         {CORE_EV_OWN, HF_SLICE_LIT("kv"), 3, 5, {"", 0}, 0},
@@ -185,6 +198,33 @@ static void replay_records(wal_decoder *dec, const hf_buf *out, uint32_t salt, c
                  WAL_FRAME_OK);
         CHECK_EQ(wal__decode(dec, body, body_len, wal__apply_event, core, &end), WAL_DEC_OK);
         off += rec_len;
+    }
+}
+
+/* A key field of a version 4 file (packed hex, no suffix byte) reads as it
+ * was written; the same bytes are short of the suffix byte at version 5. */
+TEST(packed_keys_of_version_4_files_read_back_and_version_5_adds_the_suffix)
+{
+    /* RESERVE, pool 0, page 1, no deadline, key: 2 packed bytes "abcd" */
+    static const uint8_t v4[] = {WAL_REC_RESERVE, 0, 1, 0, 2 << 1 | 1, 0xab, 0xcd};
+    static const uint8_t v5[] = {WAL_REC_RESERVE, 0, 1, 0, 2 << 1 | 1, 0xab, 0xcd, 2, '-', 'k'};
+    static const uint8_t init[] = {WAL_REC_POOL_INIT, 0, 0, 8, 2, 'k', 'v'};
+    for (uint32_t version = 4; version <= 5; version++) {
+        wal_decoder dec;
+        wal__dec_init(&dec);
+        dec.version = version;
+        randops_events got = {0};
+        uint64_t end = 0;
+        CHECK_EQ(wal__decode(&dec, init, sizeof init, collect, &got, &end), WAL_DEC_OK);
+        CHECK_EQ(wal__decode(&dec, v4, sizeof v4, collect, &got, &end),
+                 version == 4 ? WAL_DEC_OK : WAL_DEC_MALFORMED);
+        CHECK_EQ(wal__decode(&dec, v5, sizeof v5, collect, &got, &end),
+                 version == 5 ? WAL_DEC_OK : WAL_DEC_MALFORMED);
+        CHECK_EQ(got.len, 2);
+        CHECK(hf_slice_eq(got.items[1].ev.key,
+                          version == 4 ? HF_SLICE_LIT("abcd") : HF_SLICE_LIT("abcd-k")));
+        randops_events_free(&got);
+        wal__dec_free(&dec);
     }
 }
 
@@ -910,6 +950,7 @@ int main(void)
     make_keys();
     RUN(sync_latencies_fall_in_the_first_bucket_whose_bound_they_do_not_exceed);
     RUN(every_event_type_the_log_writes_round_trips_through_the_record_encoding);
+    RUN(packed_keys_of_version_4_files_read_back_and_version_5_adds_the_suffix);
     RUN(reads_write_nothing_to_the_log);
     RUN(use_and_demote_records_of_older_versions_are_checked_and_ignored);
     RUN(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state);

@@ -395,9 +395,13 @@ static core_event random_event(char *keybuf)
     ev.deadline = d[next() % 7];
     ev.key = (hf_slice){"", 0};
     if (ev.type == CORE_EV_RESERVE) {
-        size_t len = next() % 200;
+        /* any bytes; `<32|64 hex><suffix of 0..18>` (the packed shape and
+         * past its bound); lowercase hex of any length up to 100 */
+        unsigned shape = (unsigned)(next() % 3);
+        size_t hex = shape == 0 ? 0 : shape == 1 ? (next() % 2 ? 64 : 32) : next() % 101;
+        size_t len = shape == 0 ? next() % 200 : shape == 1 ? hex + next() % 19 : hex;
         for (size_t i = 0; i < len; i++)
-            keybuf[i] = (char)next();
+            keybuf[i] = i < hex ? "0123456789abcdef"[next() % 16] : (char)next();
         ev.key = (hf_slice){keybuf, len};
     }
     if (ev.type == CORE_EV_CLEAR_ALL)
@@ -405,24 +409,42 @@ static core_event random_event(char *keybuf)
     return ev;
 }
 
+static void event_append(hf_buf *b, const core_event *ev, bool packed)
+{
+    if (packed)
+        wire_event_append_packed(b, ev);
+    else
+        wire_event_append(b, ev);
+}
+
+static int event_next(const char *p, size_t len, size_t *pos, core_event *ev, hf_buf *scratch)
+{
+    return scratch ? wire_event_next_packed(p, len, pos, HF_SLICE_LIT("ns"), ev, scratch)
+                   : wire_event_next(p, len, pos, HF_SLICE_LIT("ns"), ev);
+}
+
+/* Both forms: the commands' and a saved value's (keys packed). */
 TEST(events_round_trip_and_truncated_or_malformed_events_are_refused)
 {
     static char keys[50][200];
-    for (int round = 0; round < 300; round++) {
+    hf_buf scratch_buf = {0};
+    for (int round = 0; round < 600; round++) {
+        bool packed = round % 2;
+        hf_buf *scratch = packed ? &scratch_buf : NULL;
         size_t n = 1 + next() % 50;
         core_event evs[50];
         hf_buf b = {0};
         size_t ends[50];
         for (size_t i = 0; i < n; i++) {
             evs[i] = random_event(keys[i]);
-            wire_event_append(&b, &evs[i]);
+            event_append(&b, &evs[i], packed);
             ends[i] = b.len;
         }
         char *p = exact((const char *)b.ptr, b.len);
         size_t pos = 0;
         for (size_t i = 0; i < n; i++) {
             core_event got;
-            CHECK_EQ(wire_event_next(p, b.len, &pos, HF_SLICE_LIT("ns"), &got), 1);
+            CHECK_EQ(event_next(p, b.len, &pos, &got, scratch), 1);
             CHECK_EQ(pos, ends[i]);
             CHECK_EQ(got.type, evs[i].type);
             CHECK(hf_slice_eq(got.ns, evs[i].ns));
@@ -432,18 +454,19 @@ TEST(events_round_trip_and_truncated_or_malformed_events_are_refused)
             CHECK(hf_slice_eq(got.key, evs[i].key));
         }
         core_event got;
-        CHECK_EQ(wire_event_next(p, b.len, &pos, HF_SLICE_LIT("ns"), &got), 0);
+        CHECK_EQ(event_next(p, b.len, &pos, &got, scratch), 0);
         free(p);
         /* the last event cut anywhere inside: refused, never read beyond */
         size_t start = n > 1 ? ends[n - 2] : 0;
         for (size_t cut = start + 1; cut < b.len; cut++) {
             char *q = exact((const char *)b.ptr, cut);
             size_t at = start;
-            CHECK_EQ(wire_event_next(q, cut, &at, HF_SLICE_LIT("ns"), &got), -1);
+            CHECK_EQ(event_next(q, cut, &at, &got, scratch), -1);
             free(q);
         }
         hf_buf_free(&b);
     }
+    hf_buf_free(&scratch_buf);
     /* unknown types */
     for (int t = 0; t < 256; t++) {
         if (t >= CORE_EV_POOL_INIT && t <= CORE_EV_SWEEP)
