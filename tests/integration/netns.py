@@ -129,6 +129,7 @@ class Host:
         self.ns = "%s%d-%s" % (PREFIX, os.getpid(), name)
         self.ip = ip
         self.veth = "%s%dx%d" % (VETH, os.getpid(), n)
+        self.sets = ([], [])  # (mute, deaf) as last written into its nftables
 
     def __repr__(self):
         return "%s(%s)" % (self.name, self.ip)
@@ -249,6 +250,9 @@ class Net:
         for h in self.hosts:
             mute = sorted(b.ip for a, b in self.cuts if a is h)
             deaf = sorted(a.ip for a, b in self.cuts if b is h)
+            if h.sets == (mute, deaf):
+                continue
+            h.sets = (mute, deaf)
             script = "flush set inet hf3fs mute\nflush set inet hf3fs deaf\n"
             if mute:
                 script += "add element inet hf3fs mute { %s }\n" % ", ".join(mute)
