@@ -281,6 +281,11 @@ class Net:
             _kill_in(h.ns)
         for h in self.hosts:
             _run([IP, "netns", "del", h.ns], check=False)
+        # a namespace outlives its name while a process killed above is
+        # still exiting, and its veth pair with it: deleted by name
+        for h in self.hosts:
+            if os.path.exists("/sys/class/net/" + h.veth):
+                _run([IP, "link", "del", h.veth], check=False)
         _run([IP, "link", "del", self.bridge], check=False)
         if self._lock:
             self._lock.close()
