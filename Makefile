@@ -14,6 +14,10 @@
 #                   the include arrows of src/ (tests/check-layers.sh)
 #                   (mk/lint.mk); any finding fails
 #   make format-check  the C files clang-format (.clang-format) would change
+#   make test-partitions  every nemesis of tests/integration/test_partitions.py
+#                  (root: a Redis Cluster and two front ends in network
+#                  namespaces, links cut under load; make test runs two and a
+#                  short random run)
 #   make deb       the Debian package build/deb/hf3fs-metad_<VERSION>_<arch>.deb,
 #                  checked by lintian; make test-deb also runs what it holds (mk/deb.mk)
 #
@@ -44,7 +48,8 @@ LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread
 # Debian packages the build and the tests need (checked by `make deps`).
 BUILD_DEPS := gcc make libhttp-parser-dev libyajl-dev libhiredis-dev pkg-config
 TEST_DEPS  := python3 python3-requests python3-yaml curl prometheus clang libclang-rt-14-dev faketime \
-              redis-server redis-sentinel redis-tools clang-tidy clang-format cppcheck valgrind
+              redis-server redis-sentinel redis-tools clang-tidy clang-format cppcheck valgrind \
+              iproute2 nftables
 
 SERVER_MAIN := src/server/main.c
 MODULE_MAIN := $(wildcard src/module/*.c)
@@ -54,7 +59,8 @@ LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all run test check test-normal test-upgrade test-asan asan deps clean lint tsan format-check
+.PHONY: all run test check test-normal test-upgrade test-asan asan deps clean lint tsan format-check \
+        test-partitions
 
 JOBS     ?= 6
 # Compiler processes at once for the builds that make test and make check start.
@@ -123,6 +129,10 @@ check: deps
 test-upgrade: deps
 	$(MAKE) -j$(BUILD_JOBS) all
 	HF3FS_UPGRADE_FULL=1 /usr/bin/python3 tests/integration/test_upgrade.py
+
+test-partitions: deps
+	$(MAKE) -j$(BUILD_JOBS) all
+	$(PYTHON) tests/integration/test_partitions.py
 
 test-normal: all units
 	./tests/run-all.sh -j $(JOBS) $(BUILD)

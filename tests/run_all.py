@@ -74,7 +74,12 @@ FUZZ_SHARDS = 4
 # test_docs (the docs' shell sessions, as a reader runs them: the normal
 # build, its Redis module loaded by a redis-server without the ASan runtime)
 # runs once, and only when the first build is not sanitized.
-ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs", "test_upgrade"]
+# test_partitions (a cluster and two front ends in network namespaces, links
+# cut under load) runs once, against the first build, as two jobs of
+# PARTITION_JOBS; `make test-partitions` runs all of it.
+ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs", "test_upgrade", "test_partitions"]
+PARTITION_JOBS = [("cut primary, front end cut", ["with_one_front_end", "every_redis_node"], {}),
+                  ("random, short", ["random"], {"HF3FS_PARTITION_RANDOM_SECONDS": "10"})]
 # Sanitizer options for the sanitized builds (a leak at exit fails the suite).
 SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
@@ -109,7 +114,7 @@ TSAN_ENV = {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:second_deadlock_stack=1
 # redis-servers each) run at once: more, on 2 cores, starve the nodes of the
 # CPU they need to answer within the engine's command timeout.
 CLUSTER_JOBS = 3
-CLUSTER_SCRIPTS = ("test_redis_cluster.py", "test_cluster_engine.py")
+CLUSTER_SCRIPTS = ("test_redis_cluster.py", "test_cluster_engine.py", "test_partitions.py")
 # The scripts that run longest under the sanitizers (test_redis.py: about
 # 100 s under ASan, 70 s under TSan), weighted with the heaviest jobs in
 # every build (the TSan build's too): without measured times they start
@@ -243,6 +248,12 @@ def once_jobs(build, check):
                    server, weight=2)
         docs.cluster = True  # many-nodes.md brings a Redis Cluster up (6 redis-servers)
         jobs.append(docs)
+        for label, words, env in PARTITION_JOBS:
+            job = Job("test_partitions.py[%s]" % label,
+                      [PYTHON, os.path.join("tests", "integration", "test_partitions.py")] + words,
+                      dict(server, **env), weight=3)
+            job.cluster = True
+            jobs.append(job)
     jobs += [Job("test_fuzz_corpus.py", fuzz, server, weight=4),
              Job("test_bench_smoke.py",
                  [PYTHON, os.path.join("tests", "integration", "test_bench_smoke.py")],

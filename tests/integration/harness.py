@@ -182,9 +182,14 @@ class Server:
     """One hf3fs-metad process. Use as a context manager, or start()/stop()."""
 
     def __init__(self, *flags, debug_api=True, persistence=True, port=None, store=None,
-                 env=None, default_stripes=False, default_wait=False, binary=None):
+                 env=None, default_stripes=False, default_wait=False, binary=None,
+                 host="127.0.0.1", prefix=()):
         self.flags = [str(f) for f in flags]
         self.binary = binary  # another build's hf3fs-metad (default BIN)
+        # the address it listens on, and what runs it (netns.py: `ip netns
+        # exec NS`, a network namespace of its own whose address host is)
+        self.host = host
+        self.prefix = list(prefix)
         # over a cluster: --redis-wait 0 unless given, or default_wait (the
         # store's own choice: 1 when every primary has a replica)
         self.default_wait = default_wait
@@ -218,8 +223,8 @@ class Server:
         for _attempt in range(5):
             self.workdir = tempfile.mkdtemp(prefix="hf3fs-metad-test-")
             self.port = self.fixed_port or free_port()
-            args = WRAPPER + [os.path.abspath(self.binary or BIN), "--host", "127.0.0.1",
-                              "--port", str(self.port)]
+            args = self.prefix + WRAPPER + [os.path.abspath(self.binary or BIN), "--host",
+                                            self.host, "--port", str(self.port)]
             if self.store:
                 args += ["--store", self.store]
                 if os.environ.get("HF3FS_TEST_STRIPES") and not self.default_stripes:
@@ -279,7 +284,7 @@ class Server:
                 raise ServerError("server exited with status %s during start-up (%s)\n%s"
                                   % (rc, " ".join(self.args), _tail(self.stderr())))
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1.0)
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
                 conn.request("GET", "/health")
                 resp = conn.getresponse()
                 resp.read()
@@ -360,8 +365,12 @@ class Server:
 
     # -- talking to it ----------------------------------------------------
 
+    @property
+    def url(self):
+        return "http://%s:%d" % (self.host, self.port)
+
     def client(self, timeout=None):
-        c = Client(self.port, timeout)
+        c = Client(self.port, timeout, self.host)
         self._clients.append(c)
         return c
 
@@ -370,7 +379,7 @@ class Server:
 
     def get_once(self, path):
         """GET path on a connection of its own, closed after the answer."""
-        c = Client(self.port)
+        c = Client(self.port, host=self.host)
         try:
             return c.get(path)
         finally:
@@ -482,9 +491,9 @@ def encode_body(body):
 class Client:
     """A keep-alive HTTP/1.1 client on one connection (http.client)."""
 
-    def __init__(self, port, timeout=None):
+    def __init__(self, port, timeout=None, host="127.0.0.1"):
         self.port = port
-        self.conn = http.client.HTTPConnection("127.0.0.1", port,
+        self.conn = http.client.HTTPConnection(host, port,
                                                timeout=timeout or REQUEST_TIMEOUT)
 
     def request(self, method, path, body=None, headers=None):

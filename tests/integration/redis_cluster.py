@@ -63,8 +63,8 @@ def _text(reply):
 class Conn(Resp):
     """One connection to one node; call() answers with str, not bytes."""
 
-    def __init__(self, port, password=None, timeout=5.0):
-        super().__init__(port=port, timeout=timeout)
+    def __init__(self, port, password=None, timeout=5.0, host="127.0.0.1"):
+        super().__init__(host=host, port=port, timeout=timeout)
         if password:
             self.call("AUTH", password)
 
@@ -175,7 +175,7 @@ class RedisCluster:
             self._create_small()
             return
         cmd = [REDIS_CLI, "--cluster", "create"]
-        cmd += ["127.0.0.1:%d" % p for p in self.nodes]
+        cmd += ["%s:%d" % (self.host(p), p) for p in self.nodes]
         cmd += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
         if self.password:
             cmd += ["-a", self.password, "--no-auth-warning"]
@@ -196,7 +196,7 @@ class RedisCluster:
             last = 16383 if i == len(prim) - 1 else (i + 1) * per - 1
             self.call(p, "CLUSTER", "ADDSLOTSRANGE", str(i * per), str(last))
         for p in ports[1:]:
-            self.call(p, "CLUSTER", "MEET", "127.0.0.1", str(ports[0]))
+            self.call(p, "CLUSTER", "MEET", self.host(ports[0]), str(ports[0]))
         deadline = time.monotonic() + 30
         while True:
             known = [len(self.call(p, "CLUSTER", "NODES").strip().splitlines()) for p in ports]
@@ -213,18 +213,22 @@ class RedisCluster:
 
     def call(self, port, *args, errors=False):
         """One command on one node (a connection per call)."""
-        c = Conn(port, self.password)
+        c = Conn(port, self.password, host=self.host(port))
         try:
             return c.call(*args, errors=errors)
         finally:
             c.close()
+
+    def host(self, port):
+        """The address of the node on port (netns.py's nodes each have one)."""
+        return "127.0.0.1"
 
     def ports(self):
         """The ports of the nodes that run."""
         return [p for p, n in self.nodes.items() if n.proc and n.proc.poll() is None]
 
     def seeds(self):
-        return ",".join("127.0.0.1:%d" % p for p in self.nodes)
+        return ",".join("%s:%d" % (self.host(p), p) for p in self.nodes)
 
     def node_id(self, port):
         return self.call(port, "CLUSTER", "MYID")
@@ -387,7 +391,7 @@ class RedisCluster:
                 self.call(src, "CLUSTER", "GETKEYSINSLOT", slot, 100)
             if not batch:
                 return
-            self.call(src, "MIGRATE", "127.0.0.1", dst, "", 0, 5000, *auth, "KEYS", *batch)
+            self.call(src, "MIGRATE", self.host(dst), dst, "", 0, 5000, *auth, "KEYS", *batch)
             if keys is not None:
                 return
 

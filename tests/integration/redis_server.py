@@ -106,20 +106,21 @@ def pick_port(taken=()):
     return ports.pick(20000, 22700, taken, also_free=10000)
 
 
-def spawn(args, port, password=None, timeout=10.0, env=None):
+def spawn(args, port, password=None, timeout=10.0, env=None, host="127.0.0.1", prefix=()):
     """redis-server with args (flags or a config file), once it answers PING
-    on 127.0.0.1:port (AUTH first with password) and its own process
+    on host:port (AUTH first with password) and its own process
     listens there (ports.listens): another test's server that took the port
     in the meantime does not count. None if it
     exited (the port taken) or did not answer within timeout (then it is
-    killed). env: its environment (default ours)."""
-    proc = subprocess.Popen([REDIS_SERVER] + list(args), env=env,
+    killed). env: its environment (default ours); prefix: what runs it
+    (netns.py: `ip netns exec NS`, which execs it: the same process)."""
+    proc = subprocess.Popen(list(prefix) + [REDIS_SERVER] + list(args), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _live.add(proc)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            c = Resp(port=port)
+            c = Resp(host=host, port=port, timeout=min(timeout, 2.0))
             try:
                 if password:
                     c.cmd("AUTH", password)

@@ -249,7 +249,7 @@ def run_engines(srv_holder, seconds, restart_at=None, extra_flags=(), restarter=
             [SglangSaver] * SGLANG_WORKERS + [SglangLoader] * 2
 
     def base_of(i):  # worker i talks to front end i % len(srv_holder)
-        return lambda: "http://127.0.0.1:%d" % srv_holder[i % len(srv_holder)].port
+        return lambda: srv_holder[i % len(srv_holder)].url
 
     workers = [kind(files, base_of(seed), stop, seed) for seed, kind in enumerate(kinds)]
     for w in workers:

@@ -575,6 +575,14 @@ void redis_link_exec(redis_link *l, redis_cmd *cmds, size_t n, bool change)
     if (n == 0)
         return;
     atomic_fetch_add(&l->calls, n);
+    if (l->cluster && !atomic_load(&l->up_flag) && atomic_load(&l->none_answer)) {
+        /* not one primary passed the monitor's last look (every 200 ms
+         * while down): refused at once, as over one Redis, rather than
+         * each command spending --redis-connect-timeout on a node that
+         * does not answer (a front end cut off from the cluster) */
+        atomic_fetch_add(&l->refused_down, 1);
+        return;
+    }
     if (!l->cluster)
         link__one_exec(l, cmds, n, change);
     else
