@@ -14,8 +14,9 @@
  * The switch: on x86-64 a few instructions of our own (hf__fiber_switch:
  * the callee-saved registers, the SSE and x87 control words, the stack
  * pointer), since glibc's swapcontext also saves the signal mask, a system
- * call per switch (measured: 11% of a front end's time under load);
- * elsewhere swapcontext. Fibers never change the signal mask.
+ * call per switch; elsewhere, and in a build that keeps shadow stacks,
+ * swapcontext. Fibers never change
+ * the signal mask.
  *
  * An fd wait arms the descriptor in the loop's epoll set with EPOLLONESHOT
  * and the fiber itself as data.ptr (its first member is a tag that tells it
@@ -59,23 +60,55 @@
 
 enum fiber_state { F_IDLE, F_RUNNING, F_PARKED, F_READY };
 
-#if defined(__x86_64__)
+/* The switch of our own on x86-64, unless the build keeps shadow stacks
+ * (-fcf-protection=full or =return: __CET__ bit 2): it moves between
+ * stacks with a plain ret, which a shadow stack would refuse, and glibc's
+ * swapcontext keeps each context's shadow stack. Under indirect-branch
+ * tracking (bit 1) it starts with endbr64, as the compiler's functions do. */
+#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2))
 #define FIBER_ASM 1
+#if defined(__CET__) && (__CET__ & 1)
+#define FIBER_ENDBR "    endbr64\n"
+#else
+#define FIBER_ENDBR ""
+#endif
 /* Saves the caller's registers on its stack and its stack pointer in
  * *save, then goes on with the stack at load (as saved by an earlier call,
- * or as fiber_new lays out a new one). */
+ * or as fiber_new lays out a new one).
+ *
+ * The CFI directives describe the frame for debuggers and profilers (gdb,
+ * perf --call-graph dwarf): the return address and the saved registers
+ * relative to the stack pointer. Both stacks hold the same layout at the
+ * same depth at the moment the stack pointer is loaded, so the same rules
+ * unwind the stack being left before that instruction and the stack being
+ * entered after it: a backtrace taken inside the switch reaches the
+ * fiber's entry function on a fiber's stack, and the loop on the loop's. */
 void hf__fiber_switch(void **save, void *load);
 __asm__(".text\n"
         ".globl hf__fiber_switch\n"
         ".type hf__fiber_switch,@function\n"
         "hf__fiber_switch:\n"
+        "    .cfi_startproc\n" FIBER_ENDBR
         "    pushq %rbp\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    .cfi_rel_offset %rbp, 0\n"
         "    pushq %rbx\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    .cfi_rel_offset %rbx, 0\n"
         "    pushq %r12\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    .cfi_rel_offset %r12, 0\n"
         "    pushq %r13\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    .cfi_rel_offset %r13, 0\n"
         "    pushq %r14\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    .cfi_rel_offset %r14, 0\n"
         "    pushq %r15\n"
+        "    .cfi_adjust_cfa_offset 8\n"
+        "    .cfi_rel_offset %r15, 0\n"
         "    subq $8, %rsp\n"
+        "    .cfi_adjust_cfa_offset 8\n"
         "    stmxcsr (%rsp)\n"
         "    fnstcw 4(%rsp)\n"
         "    movq %rsp, (%rdi)\n"
@@ -83,13 +116,27 @@ __asm__(".text\n"
         "    ldmxcsr (%rsp)\n"
         "    fldcw 4(%rsp)\n"
         "    addq $8, %rsp\n"
+        "    .cfi_adjust_cfa_offset -8\n"
         "    popq %r15\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    .cfi_restore %r15\n"
         "    popq %r14\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    .cfi_restore %r14\n"
         "    popq %r13\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    .cfi_restore %r13\n"
         "    popq %r12\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    .cfi_restore %r12\n"
         "    popq %rbx\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    .cfi_restore %rbx\n"
         "    popq %rbp\n"
+        "    .cfi_adjust_cfa_offset -8\n"
+        "    .cfi_restore %rbp\n"
         "    ret\n"
+        "    .cfi_endproc\n"
         ".size hf__fiber_switch, .-hf__fiber_switch\n"
         ".section .note.GNU-stack,\"\",@progbits\n"
         ".text\n");
@@ -219,7 +266,13 @@ static hf_fiber *fiber_new(hf_sched *s)
                 f->map_size);
         abort();
     }
-    mprotect(f->map, page, PROT_NONE);
+    if (mprotect(f->map, page, PROT_NONE) != 0) {
+        /* without its guard page an overflow would write into whatever
+         * mapping lies below the stack, silently */
+        fprintf(stderr, "hf3fs-metad: fatal: cannot protect a fiber stack's guard page: %s\n",
+                strerror(errno));
+        abort();
+    }
 #if FIBER_ASM
     /* What hf__fiber_switch pops, from the stack pointer up: the control
      * words (MXCSR and x87 at their defaults), r15..r12, rbx, rbp (zero),
