@@ -158,8 +158,12 @@ struct hf_fiber {
     void *arg;
     enum fiber_state state; /* under s->mu */
     int64_t until_us;       /* PARKED: its deadline (INT64_MAX: none) */
-    int wait_fd;            /* armed in the loop's epoll set, or -1 */
-    bool fd_ready;
+    int wait_fd;            /* waited on (the loop's thread): its own registration or a host's */
+    bool fd_ready;          /* its registration's event came (under s->mu) */
+    uint32_t fd_events;     /* its registration's: its own events and its guests' */
+    hf_fiber *fd_host;      /* a guest: the fiber whose registration it shares */
+    hf_fiber *fd_guests;    /* a host: the fibers sharing its registration */
+    hf_fiber *fd_next;      /* on its host's guest list */
     size_t alive_at;  /* index in s->alive */
     hf_fiber *next;   /* on the ready list or the idle list */
     void *asan_fake;  /* AddressSanitizer's fake stack, saved across a switch */
@@ -407,15 +411,18 @@ static bool make_ready(hf_sched *s, hf_fiber *f)
     return true;
 }
 
+static void release_guests(hf_sched *s, hf_fiber *host);
+
 bool hf_sched_event(hf_sched *s, void *ptr)
 {
     hf_fiber *f = ptr;
     if (!f || f->tag != FIBER_TAG || f->s != s)
         return false;
     pthread_mutex_lock(&s->mu);
-    if (f->state == F_PARKED && f->wait_fd >= 0) { /* else a stale event: ignored */
+    if (f->state == F_PARKED && f->wait_fd >= 0 && !f->fd_host) { /* else a stale event */
         f->fd_ready = true;
         make_ready(s, f);
+        release_guests(s, f);
     }
     pthread_mutex_unlock(&s->mu);
     return true;
@@ -529,53 +536,167 @@ void hf_park_wake(hf_park *k)
         s->wake(s->wake_ctx);
 }
 
-/* The running fiber parks until until_us or for a millisecond, whichever
- * is sooner: for waits nothing wakes a fiber from, looked at again. */
-static void nap(hf_fiber *f, int64_t until_us, pthread_mutex_t *mu)
+/* ---- wait lists ---- */
+
+struct hf_wait_entry {
+    hf_park park;
+    hf_wait_entry *next, *prev;
+    bool listed; /* in the list (under the caller's mutex) */
+};
+
+void hf_wait_list_wait(hf_wait_list *l, pthread_mutex_t *mu, int64_t until_us)
 {
-    int64_t soon = hf_clock_mono_us() + 1000;
-    park(f, until_us < soon ? until_us : soon, mu);
+    hf_wait_entry e = {.next = l->first, .prev = NULL, .listed = true};
+    hf_park_init(&e.park);
+    if (l->first)
+        l->first->prev = &e;
+    l->first = &e;
+    hf_park_wait(&e.park, mu, until_us);
+    if (e.listed) { /* the deadline, or a spurious wake-up: leave the list */
+        if (e.prev)
+            e.prev->next = e.next;
+        else
+            l->first = e.next;
+        if (e.next)
+            e.next->prev = e.prev;
+    }
+    hf_park_destroy(&e.park);
 }
 
-void hf_cond_wait_or_park(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+void hf_wait_list_wake_all(hf_wait_list *l)
 {
-    hf_fiber *f = tls_current;
-    if (!f) {
-        hf_cond_wait_until_us(cv, mu, until_us);
-        return;
+    while (l->first) {
+        hf_wait_entry *e = l->first;
+        l->first = e->next;
+        e->listed = false;
+        hf_park_wake(&e->park);
     }
-    nap(f, until_us, mu);
-    pthread_mutex_lock(mu);
 }
 
-void hf_fiber_lock(pthread_mutex_t *mu)
+bool hf_wait_list_empty(const hf_wait_list *l)
 {
-    hf_fiber *f = tls_current;
-    if (!f) {
-        pthread_mutex_lock(mu);
+    return l->first == NULL;
+}
+
+/* ---- the fiber mutex ---- */
+
+struct hf_fiber_mutex_waiter {
+    hf_park park;
+    hf_fiber_mutex_waiter *next;
+    bool granted; /* the mutex was handed to it */
+};
+
+void hf_fiber_mutex_init(hf_fiber_mutex *m)
+{
+    pthread_mutex_init(&m->mu, NULL);
+    m->held = false;
+    m->first = m->last = NULL;
+}
+
+void hf_fiber_mutex_destroy(hf_fiber_mutex *m)
+{
+    HF_ASSERT(!m->held && !m->first);
+    pthread_mutex_destroy(&m->mu);
+}
+
+void hf_fiber_lock(hf_fiber_mutex *m)
+{
+    pthread_mutex_lock(&m->mu);
+    if (!m->held) {
+        m->held = true;
+        pthread_mutex_unlock(&m->mu);
         return;
     }
-    while (pthread_mutex_trylock(mu) != 0)
-        nap(f, INT64_MAX, NULL);
+    hf_fiber_mutex_waiter w = {.next = NULL, .granted = false};
+    hf_park_init(&w.park);
+    if (m->last)
+        m->last->next = &w;
+    else
+        m->first = &w;
+    m->last = &w;
+    while (!w.granted)
+        hf_park_wait(&w.park, &m->mu, INT64_MAX);
+    pthread_mutex_unlock(&m->mu);
+    hf_park_destroy(&w.park);
 }
+
+void hf_fiber_unlock(hf_fiber_mutex *m)
+{
+    pthread_mutex_lock(&m->mu);
+    HF_ASSERT(m->held);
+    hf_fiber_mutex_waiter *w = m->first;
+    if (w) { /* to the first in line: held stays */
+        m->first = w->next;
+        if (!m->first)
+            m->last = NULL;
+        w->granted = true;
+        hf_park_wake(&w->park);
+    } else {
+        m->held = false;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- the offload pool ---- */
 
 typedef struct offload_job {
     void (*fn)(void *arg);
     void *arg;
-    pthread_mutex_t mu;
-    hf_park park;
-    bool done;
+    hf_park park; /* the fiber waiting for it (under pool.mu) */
+    bool done;    /* under pool.mu */
+    struct offload_job *next;
 } offload_job;
 
-static void *offload_main(void *p)
+/* One for the process: the loops' fibers share it. */
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t mu;
+    pthread_cond_t work;       /* a job queued, for an idle thread (CLOCK_MONOTONIC) */
+    offload_job *first, *last; /* queued, not taken yet */
+    unsigned threads, idle;
+} pool = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void pool_init(void)
 {
-    offload_job *j = p;
-    j->fn(j->arg);
-    pthread_mutex_lock(&j->mu);
-    j->done = true;
-    hf_park_wake(&j->park);
-    pthread_mutex_unlock(&j->mu);
+    hf_cond_init_mono(&pool.work);
+}
+
+static void *offload_main(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        if (!pool.first) {
+            int64_t until = hf_clock_mono_us() + HF_OFFLOAD_IDLE_MS * 1000;
+            pool.idle++;
+            while (!pool.first && hf_clock_mono_us() < until)
+                hf_cond_wait_until_us(&pool.work, &pool.mu, until);
+            pool.idle--;
+            if (!pool.first)
+                break; /* idle for HF_OFFLOAD_IDLE_MS */
+        }
+        offload_job *j = pool.first;
+        pool.first = j->next;
+        if (!pool.first)
+            pool.last = NULL;
+        pthread_mutex_unlock(&pool.mu);
+        j->fn(j->arg);
+        pthread_mutex_lock(&pool.mu);
+        j->done = true;
+        hf_park_wake(&j->park); /* past this, under pool.mu, j is not touched */
+    }
+    pool.threads--;
+    pthread_mutex_unlock(&pool.mu);
     return NULL;
+}
+
+void hf_offload_threads(unsigned *threads, unsigned *idle)
+{
+    pthread_once(&pool.once, pool_init);
+    pthread_mutex_lock(&pool.mu);
+    *threads = pool.threads;
+    *idle = pool.idle;
+    pthread_mutex_unlock(&pool.mu);
 }
 
 void hf_fiber_offload(void (*fn)(void *arg), void *arg)
@@ -584,22 +705,42 @@ void hf_fiber_offload(void (*fn)(void *arg), void *arg)
         fn(arg);
         return;
     }
+    pthread_once(&pool.once, pool_init);
     offload_job j = {.fn = fn, .arg = arg};
-    pthread_mutex_init(&j.mu, NULL);
     hf_park_init(&j.park);
-    pthread_t t;
-    if (pthread_create(&t, NULL, offload_main, &j) != 0) {
-        fn(arg); /* no thread to be had: here, blocking the loop */
-    } else {
-        pthread_mutex_lock(&j.mu);
-        while (!j.done)
-            hf_park_wait(&j.park, &j.mu, hf_clock_mono_us() + 1000000);
-        pthread_mutex_unlock(&j.mu);
-        pthread_join(t, NULL); /* it is past its last use of j: at once */
+    pthread_mutex_lock(&pool.mu);
+    if (pool.last)
+        pool.last->next = &j;
+    else
+        pool.first = &j;
+    pool.last = &j;
+    /* a thread for it if none is idle to take it (the idle ones may all
+     * be woken for jobs queued before it: then those take them in turn) */
+    if (pool.idle == 0 && pool.threads < HF_OFFLOAD_THREADS) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, offload_main, NULL) == 0)
+            pool.threads++;
+        pthread_attr_destroy(&attr);
+    } else if (pool.idle > 0) {
+        pthread_cond_signal(&pool.work);
     }
+    if (pool.threads == 0) { /* no thread to be had: here, blocking the loop */
+        pool.first = pool.last = NULL;
+        pthread_mutex_unlock(&pool.mu);
+        hf_park_destroy(&j.park);
+        fn(arg);
+        return;
+    }
+    while (!j.done)
+        hf_park_wait(&j.park, &pool.mu, INT64_MAX);
+    pthread_mutex_unlock(&pool.mu);
     hf_park_destroy(&j.park);
-    pthread_mutex_destroy(&j.mu);
 }
+
+/* ---- fd waits ---- */
 
 static int poll_until(int fd, short events, int64_t until_us)
 {
@@ -613,13 +754,40 @@ static int poll_until(int fd, short events, int64_t until_us)
     }
 }
 
-/* Whether another fiber of s waits on fd now. */
-static bool fd_taken(const hf_sched *s, int fd)
+/* The fiber of s whose registration in the epoll set holds fd now (its
+ * host), if any. */
+static hf_fiber *fd_host(const hf_sched *s, int fd)
 {
-    for (size_t i = 0; i < s->nalive; i++)
-        if (s->alive[i]->wait_fd == fd)
-            return true;
-    return false;
+    for (size_t i = 0; i < s->nalive; i++) {
+        hf_fiber *g = s->alive[i];
+        if (g->wait_fd == fd && !g->fd_host)
+            return g;
+    }
+    return NULL;
+}
+
+/* The guests of host's registration are readied to look at the fd again
+ * (s->mu held): its event came, or it left first. */
+static void release_guests(hf_sched *s, hf_fiber *host)
+{
+    while (host->fd_guests) {
+        hf_fiber *g = host->fd_guests;
+        host->fd_guests = g->fd_next;
+        g->fd_host = NULL;
+        g->fd_next = NULL;
+        make_ready(s, g);
+    }
+}
+
+/* A guest leaves its host's list (its deadline came first). */
+static void leave_host(hf_fiber *f)
+{
+    hf_fiber **at = &f->fd_host->fd_guests;
+    while (*at != f)
+        at = &(*at)->fd_next;
+    *at = f->fd_next;
+    f->fd_next = NULL;
+    f->fd_host = NULL;
 }
 
 int hf_wait_fd(int fd, short events, int64_t until_us)
@@ -628,32 +796,51 @@ int hf_wait_fd(int fd, short events, int64_t until_us)
     if (!f)
         return poll_until(fd, events, until_us);
     hf_sched *s = f->s;
-    struct epoll_event ev = {.events = EPOLLONESHOT, .data.ptr = f};
-    if (events & POLLIN)
-        ev.events |= EPOLLIN;
-    if (events & POLLOUT)
-        ev.events |= EPOLLOUT;
-    bool armed = !fd_taken(s, fd);
-    if (armed && epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
-        armed = errno == ENOENT && epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
-    if (!armed) {
-        /* another fiber of this loop waits on fd (a reader and a writer of
-         * one connection), or epoll refused it: look every millisecond */
-        for (;;) {
-            int r = poll_until(fd, events, 0);
-            if (r != 0)
-                return r;
-            if (hf_clock_mono_us() >= until_us)
-                return 0;
-            nap(f, until_us, NULL);
+    uint32_t want = EPOLLONESHOT | (events & POLLIN ? EPOLLIN : 0u) |
+                    (events & POLLOUT ? EPOLLOUT : 0u);
+    for (;;) {
+        hf_fiber *host = fd_host(s, fd);
+        bool exact = false; /* woken by an event for exactly its own events */
+        if (host) {
+            /* another fiber of this loop waits on fd (a reader and a writer
+             * of one connection): its registration covers this one's events
+             * too, and its event or its leaving readies this one */
+            struct epoll_event ev = {.events = host->fd_events | want, .data.ptr = host};
+            if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
+                return poll_until(fd, events, until_us); /* cannot be: host's is in */
+            host->fd_events = ev.events;
+            f->wait_fd = fd;
+            f->fd_host = host;
+            f->fd_next = host->fd_guests;
+            host->fd_guests = f;
+            park(f, until_us, NULL);
+            if (f->fd_host)
+                leave_host(f);
+            f->wait_fd = -1;
+        } else {
+            struct epoll_event ev = {.events = want, .data.ptr = f};
+            if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) != 0 &&
+                !(errno == ENOENT && epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) == 0))
+                /* epoll refuses fd (a regular file, always ready): poll it */
+                return poll_until(fd, events, until_us);
+            f->fd_events = want;
+            f->wait_fd = fd;
+            f->fd_ready = false;
+            park(f, until_us, NULL);
+            f->wait_fd = -1;
+            pthread_mutex_lock(&s->mu);
+            release_guests(s, f);
+            pthread_mutex_unlock(&s->mu);
+            if (!f->fd_ready) /* the deadline came first */
+                epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+            exact = f->fd_ready && f->fd_events == want;
         }
+        if (exact)
+            return 1;
+        /* an event for a guest's events, this one's deadline, or its host
+         * gone: look */
+        int r = poll_until(fd, events, 0);
+        if (r != 0 || hf_clock_mono_us() >= until_us)
+            return r;
     }
-    f->wait_fd = fd;
-    f->fd_ready = false;
-    park(f, until_us, NULL);
-    f->wait_fd = -1;
-    if (f->fd_ready)
-        return 1;
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL); /* the deadline came first */
-    return poll_until(fd, events, 0);
 }

@@ -87,22 +87,54 @@ void hf_park_wait(hf_park *k, pthread_mutex_t *mu, int64_t until_us);
 /* mu held (the waiter's): wake the waiter, if any. */
 void hf_park_wake(hf_park *k);
 
-/* hf_cond_wait_until_us(cv, mu, until_us) for a condition variable with
- * many waiters (broadcast), which cannot wake a fiber: on a fiber, it
- * parks until until_us or for a millisecond, whichever is sooner (mu
- * released meanwhile), for the caller to look again. */
-void hf_cond_wait_or_park(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
+/* A line of waiters for a condition that many wait on (room under a
+ * bound, the outcome of a connection being opened), under the caller's
+ * mutex: each waiter on its own stack with a park, so that a fiber parks
+ * and a thread sleeps alike, and a wake-up reaches each of them at once. */
+typedef struct hf_wait_entry hf_wait_entry;
+typedef struct hf_wait_list {
+    hf_wait_entry *first; /* under the caller's mutex */
+} hf_wait_list;
 
-/* pthread_mutex_lock, for a mutex held across waits that may park (on a
- * fiber, a holder parked on the same thread would never let it go): on a
- * fiber, it parks and tries again every millisecond. */
-void hf_fiber_lock(pthread_mutex_t *mu);
+#define HF_WAIT_LIST_INIT {NULL}
+/* mu held: join l, release mu and wait until hf_wait_list_wake_all, until
+ * until_us, or spuriously; then hold mu again, out of l. The caller looks
+ * at its condition again. */
+void hf_wait_list_wait(hf_wait_list *l, pthread_mutex_t *mu, int64_t until_us);
+/* mu held (the waiters'): wake every waiter of l (each leaves it). */
+void hf_wait_list_wake_all(hf_wait_list *l);
+bool hf_wait_list_empty(const hf_wait_list *l);
+
+/* A mutex that may be held across waits that park (the quota lock across
+ * store calls): a pthread mutex held by a parked fiber would block its
+ * loop's thread when another fiber of the loop asked for it, and never be
+ * let go. Its waiters, fibers or threads, wait in line on parks; unlock
+ * hands it to the first directly, so nobody overtakes the line. */
+typedef struct hf_fiber_mutex_waiter hf_fiber_mutex_waiter;
+typedef struct hf_fiber_mutex {
+    pthread_mutex_t mu; /* guards what follows; never held across a wait */
+    bool held;
+    hf_fiber_mutex_waiter *first, *last;
+} hf_fiber_mutex;
+
+void hf_fiber_mutex_init(hf_fiber_mutex *m);
+void hf_fiber_mutex_destroy(hf_fiber_mutex *m);
+void hf_fiber_lock(hf_fiber_mutex *m);
+void hf_fiber_unlock(hf_fiber_mutex *m);
 
 /* Run fn(arg), which may block its thread (blocking I/O of a library, a
- * sleep): on a fiber, on a thread of its own while the fiber parks, so
- * that its loop serves others meanwhile (the thread costs tens of
- * microseconds: for slow paths only); elsewhere, here. */
+ * sleep): on a fiber, on a thread of a process-wide pool while the fiber
+ * parks, so that its loop serves others meanwhile; elsewhere, here. The
+ * pool starts a thread when a call finds none idle, up to
+ * HF_OFFLOAD_THREADS; past that the calls wait in line (their fibers
+ * parked) for the first thread free. A thread idle for
+ * HF_OFFLOAD_IDLE_MS ends. The calls run must not wait for one another:
+ * one waiting for a call behind it in the line would wait forever. */
+#define HF_OFFLOAD_THREADS 32
+#define HF_OFFLOAD_IDLE_MS 10000
 void hf_fiber_offload(void (*fn)(void *arg), void *arg);
+/* Threads of the pool now, and those idle (for tests and figures). */
+void hf_offload_threads(unsigned *threads, unsigned *idle);
 
 /* Wait until fd is ready for events (POLLIN and/or POLLOUT) or until_us
  * (monotonic) passes. > 0: ready (or hung up, or failed: the next read or

@@ -40,12 +40,11 @@ struct pconn {
 
 struct pipe {
     pthread_mutex_t mu;
-    pthread_cond_t room;
+    hf_wait_list room; /* callers waiting for room under the bound, or for an opening */
     node_link *nl;
-    pconn *c;              /* NULL until a caller connects */
-    size_t cmds;           /* commands admitted and not answered (the bound) */
-    unsigned room_waiters; /* callers waiting on room: for room, or for an opening */
-    bool opening;          /* a caller opens c, without the lock */
+    pconn *c;          /* NULL until a caller connects */
+    size_t cmds;       /* commands admitted and not answered (the bound) */
+    bool opening;      /* a caller opens c, without the lock */
     uint64_t openings;     /* openings ended, to tell a waiter its own has */
     atomic_size_t load;    /* cmds, read without the lock to choose a pipe */
 };
@@ -68,7 +67,7 @@ node_link *link__node_new(redis_link *r, const char *host, size_t hostlen, int p
     nl->pipes = hf_xcalloc(nl->npipes, sizeof *nl->pipes);
     for (size_t i = 0; i < nl->npipes; i++) {
         pthread_mutex_init(&nl->pipes[i].mu, NULL);
-        hf_cond_init_mono(&nl->pipes[i].room);
+        nl->pipes[i].room = (hf_wait_list)HF_WAIT_LIST_INIT;
         nl->pipes[i].nl = nl;
     }
     return nl;
@@ -93,8 +92,8 @@ void link__node_free(node_link *nl)
             p->c->retired = true;
             pconn_maybe_free(p->c);
         }
+        HF_ASSERT(hf_wait_list_empty(&p->room));
         pthread_mutex_destroy(&p->mu);
-        pthread_cond_destroy(&p->room);
     }
     free(nl->pipes);
     free(nl->host);
@@ -139,8 +138,7 @@ static void give_back(struct pipe *p, size_t n)
     HF_ASSERT(p->cmds >= n);
     p->cmds -= n;
     atomic_store(&p->load, p->cmds);
-    if (p->room_waiters)
-        pthread_cond_broadcast(&p->room);
+    hf_wait_list_wake_all(&p->room);
 }
 
 /* A caller's call answered (pipe lock held): its figures, its wake-up, room. */
@@ -530,10 +528,8 @@ static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
         uint64_t seen = p->openings;
         int64_t until = hf_clock_mono_us() +
                         (r->opt.connect_timeout_ms + 2 * r->opt.command_timeout_ms) * 1000;
-        p->room_waiters++;
         while (p->openings == seen && hf_clock_mono_us() < until)
-            hf_cond_wait_or_park(&p->room, &p->mu, until);
-        p->room_waiters--;
+            hf_wait_list_wait(&p->room, &p->mu, until);
         return p->openings != seen ? p->c : NULL;
     }
     p->opening = true;
@@ -543,8 +539,7 @@ static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
     pthread_mutex_lock(&p->mu);
     p->opening = false;
     p->openings++;
-    if (p->room_waiters)
-        pthread_cond_broadcast(&p->room);
+    hf_wait_list_wake_all(&p->room);
     if (!j.ctx) {
         node_failed(r, p->nl, j.err);
         return NULL;
@@ -601,9 +596,7 @@ static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *
         if (!*waited)
             atomic_fetch_add(&r->waited_for_room, 1);
         *waited = true;
-        p->room_waiters++;
-        hf_cond_wait_or_park(&p->room, &p->mu, until);
-        p->room_waiters--;
+        hf_wait_list_wait(&p->room, &p->mu, until);
     }
     return true;
 }
