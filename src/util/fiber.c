@@ -190,6 +190,55 @@ struct hf_sched {
 static _Thread_local hf_fiber *tls_current;
 static _Thread_local hf_sched *tls_sched;
 
+/* The locks the thread holds through the wrappers of fiber.h, as noted by
+ * callers built with HF_ASSERTS (most recent last). */
+#define HELD_MAX 8
+static _Thread_local const void *tls_held[HELD_MAX];
+static _Thread_local unsigned tls_nheld;
+
+void hf__lock_noted(const void *lock, bool taken)
+{
+    if (taken) {
+        if (tls_nheld == HELD_MAX) {
+            fprintf(stderr, "hf3fs-metad: fatal: more than %d locks held at once\n", HELD_MAX);
+            abort();
+        }
+        tls_held[tls_nheld++] = lock;
+        return;
+    }
+    for (unsigned i = tls_nheld; i-- > 0;)
+        if (tls_held[i] == lock) {
+            memmove(&tls_held[i], &tls_held[i + 1], (tls_nheld - i - 1) * sizeof *tls_held);
+            tls_nheld--;
+            return;
+        }
+    fprintf(stderr, "hf3fs-metad: fatal: a lock let go that was not taken through hf_mutex_lock "
+                    "or hf_rwlock_*\n");
+    abort();
+}
+
+/* Whether mu was noted as held (then it is not any more): a fiber parks
+ * with it released. */
+/* Only callers built with HF_ASSERTS note their locks: elsewhere no lock
+ * is ever noted, and the checks cost a thread-local load. */
+__attribute__((noreturn, cold)) static void locks_held_at(const char *what)
+{
+    fprintf(stderr, "hf3fs-metad: fatal: %s holding %u lock(s) taken through hf_mutex_lock or "
+                    "hf_rwlock_* (util/fiber.h: no lock held when parking)\n",
+            what, tls_nheld);
+    abort();
+}
+
+static bool lock_forget(const void *mu)
+{
+    for (unsigned i = tls_nheld; i-- > 0;)
+        if (tls_held[i] == mu) {
+            hf__lock_noted(mu, false);
+            return true;
+        }
+    return false;
+}
+
 bool hf_fiber_active(void)
 {
     return tls_current != NULL;
@@ -226,6 +275,8 @@ static void to_loop(hf_fiber *f)
 static void to_fiber(hf_sched *s, hf_fiber *f)
 {
     HF_ASSERT(!tls_current && tls_sched == s);
+    if (tls_nheld != 0) /* a fiber taking it would block the loop's thread */
+        locks_held_at("the loop switches to a fiber");
     tls_current = f;
 #if FIBER_ASAN
     __sanitizer_start_switch_fiber(&s->main_fake, f->map + sysconf(_SC_PAGESIZE),
@@ -480,9 +531,13 @@ int hf_sched_timeout_ms(hf_sched *s, int dflt)
 /* ---- waiting ---- */
 
 /* The running fiber leaves until readied (mu, if any, released meanwhile;
- * the caller takes it again). */
-static void park(hf_fiber *f, int64_t until_us, pthread_mutex_t *mu)
+ * the caller takes it again). Whether mu was noted as held through
+ * hf_mutex_lock (assert build): the caller notes it again. */
+static bool park(hf_fiber *f, int64_t until_us, pthread_mutex_t *mu)
 {
+    bool noted = mu && lock_forget(mu);
+    if (tls_nheld != 0)
+        locks_held_at("a fiber parks");
     hf_sched *s = f->s;
     pthread_mutex_lock(&s->mu);
     f->state = F_PARKED;
@@ -492,6 +547,7 @@ static void park(hf_fiber *f, int64_t until_us, pthread_mutex_t *mu)
         pthread_mutex_unlock(mu);
     to_loop(f);
     f->until_us = INT64_MAX;
+    return noted;
 }
 
 void hf_park_init(hf_park *k)
@@ -513,8 +569,10 @@ void hf_park_wait(hf_park *k, pthread_mutex_t *mu, int64_t until_us)
         return;
     }
     k->fiber = f;
-    park(f, until_us, mu);
+    bool noted = park(f, until_us, mu);
     pthread_mutex_lock(mu);
+    if (noted)
+        hf__lock_noted(mu, true);
     if (k->fiber == f)
         k->fiber = NULL;
 }
@@ -813,7 +871,7 @@ int hf_wait_fd(int fd, short events, int64_t until_us)
             f->fd_host = host;
             f->fd_next = host->fd_guests;
             host->fd_guests = f;
-            park(f, until_us, NULL);
+            (void)park(f, until_us, NULL);
             if (f->fd_host)
                 leave_host(f);
             f->wait_fd = -1;
@@ -826,7 +884,7 @@ int hf_wait_fd(int fd, short events, int64_t until_us)
             f->fd_events = want;
             f->wait_fd = fd;
             f->fd_ready = false;
-            park(f, until_us, NULL);
+            (void)park(f, until_us, NULL);
             f->wait_fd = -1;
             pthread_mutex_lock(&s->mu);
             release_guests(s, f);

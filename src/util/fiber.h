@@ -26,7 +26,8 @@
  *   - hf_wait_fd: poll() one descriptor, or park the fiber on the loop's
  *     epoll until the descriptor is ready.
  * A fiber must hold no lock when it parks other than the mutex it hands to
- * hf_park_wait (which is released meanwhile), and nothing run on an event
+ * hf_park_wait (which is released meanwhile; the assert build checks the
+ * locks taken through hf_mutex_lock and hf_rwlock_*), and nothing run on an event
  * loop's thread may block the thread on something only another fiber of
  * the same loop can do: that fiber would never run again.
  *
@@ -135,6 +136,57 @@ void hf_fiber_unlock(hf_fiber_mutex *m);
 void hf_fiber_offload(void (*fn)(void *arg), void *arg);
 /* Threads of the pool now, and those idle (for tests and figures). */
 void hf_offload_threads(unsigned *threads, unsigned *idle);
+
+/* "No lock held when parking", checked in the assert build (HF_ASSERTS):
+ * the locks taken through the wrappers below are noted per thread, and a
+ * fiber that parks, or a loop that switches to a fiber, holding any of
+ * them but the mutex handed to the wait that parks it (released while it
+ * is parked) ends the process with a message. Locks taken with pthread_* directly are not seen: the store's
+ * Redis engine (src/store/redis) and the tenants' rooms (api/room.c), the
+ * code that runs on fibers and parks, take theirs through the wrappers.
+ * hf_fiber_mutex, made to be held across parks, is not a lock here.
+ * Elsewhere the wrappers are the pthread calls. */
+void hf__lock_noted(const void *lock, bool taken);
+
+static inline void hf_mutex_lock(pthread_mutex_t *mu)
+{
+    pthread_mutex_lock(mu);
+#ifdef HF_ASSERTS
+    hf__lock_noted(mu, true);
+#endif
+}
+
+static inline void hf_mutex_unlock(pthread_mutex_t *mu)
+{
+#ifdef HF_ASSERTS
+    hf__lock_noted(mu, false);
+#endif
+    pthread_mutex_unlock(mu);
+}
+
+static inline void hf_rwlock_rdlock(pthread_rwlock_t *l)
+{
+    pthread_rwlock_rdlock(l);
+#ifdef HF_ASSERTS
+    hf__lock_noted(l, true);
+#endif
+}
+
+static inline void hf_rwlock_wrlock(pthread_rwlock_t *l)
+{
+    pthread_rwlock_wrlock(l);
+#ifdef HF_ASSERTS
+    hf__lock_noted(l, true);
+#endif
+}
+
+static inline void hf_rwlock_unlock(pthread_rwlock_t *l)
+{
+#ifdef HF_ASSERTS
+    hf__lock_noted(l, false);
+#endif
+    pthread_rwlock_unlock(l);
+}
 
 /* Wait until fd is ready for events (POLLIN and/or POLLOUT) or until_us
  * (monotonic) passes. > 0: ready (or hung up, or failed: the next read or

@@ -6,12 +6,15 @@
  * tenant's room (api/room.h), the wait line built on parks, as the API's
  * fibers use it.
  */
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "api/room.h"
@@ -637,6 +640,59 @@ TEST(offloads_past_the_pool_bound_wait_in_line_and_all_run_on_at_most_that_many_
     loop_close(&l);
 }
 
+/* ---- no lock held when parking (this file is built with HF_ASSERTS) ---- */
+
+static pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Parks with the handed mutex taken through hf_mutex_lock: allowed. */
+static void park_holding_the_handed_mutex(void *arg)
+{
+    shared *sh = arg;
+    hf_mutex_lock(&sh->mu);
+    while (!sh->flag)
+        hf_park_wait(&sh->park, &sh->mu, hf_clock_mono_us() + 5000000);
+    hf_mutex_unlock(&sh->mu);
+}
+
+/* Parks holding another lock taken through hf_mutex_lock: ends the process. */
+static void park_holding_another_lock(void *arg)
+{
+    hf_mutex_lock(&other_lock);
+    park_holding_the_handed_mutex(arg);
+    hf_mutex_unlock(&other_lock);
+}
+
+/* The exit status of a child that runs fn on a fiber until it is done. */
+static int status_of(void (*fn)(void *arg))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY); /* its fatal message is expected */
+        dup2(null, 2);
+        test_loop l;
+        loop_open(&l);
+        shared sh;
+        shared_init(&sh);
+        if (hf_sched_spawn(l.s, fn, &sh))
+            _exit(3); /* it was to park */
+        set_flag(&sh);
+        loop_drain(&l);
+        _exit(0);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+TEST(fiber_parking_holding_a_noted_lock_other_than_the_handed_mutex_ends_the_process)
+{
+    int ok = status_of(park_holding_the_handed_mutex);
+    CHECK_EQ(WIFEXITED(ok) && WEXITSTATUS(ok) == 0, true);
+    int bad = status_of(park_holding_another_lock);
+    CHECK_EQ(WIFSIGNALED(bad) && WTERMSIG(bad) == SIGABRT, true);
+}
+
 #define MANY 200
 
 typedef struct many_job {
@@ -809,6 +865,7 @@ int main(int argc, char **argv)
     RUN(wait_list_wakes_every_fiber_and_thread_in_it_at_once_and_lets_a_deadline_leave);
     RUN(offloaded_blocking_call_runs_on_another_thread_while_the_loop_serves_others);
     RUN(offloads_past_the_pool_bound_wait_in_line_and_all_run_on_at_most_that_many_threads);
+    RUN(fiber_parking_holding_a_noted_lock_other_than_the_handed_mutex_ends_the_process);
     RUN(many_fibers_parked_at_once_resume_in_any_order_with_their_own_stacks);
     RUN(room_hands_each_place_given_back_to_the_first_fiber_in_line);
     RUN(room_waiter_past_its_deadline_gives_up_and_leaves_the_line);

@@ -370,7 +370,7 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
         HF_ASSERT(c->flight && !c->queue && !c->flight_tail->next);
         atomic_fetch_add(&r->writes, 1);
         atomic_fetch_add(&p->nl->sent, ncmds);
-        pthread_mutex_unlock(&p->mu);
+        hf_mutex_unlock(&p->mu);
 
         const char *why = NULL;
         size_t off = 0;
@@ -393,7 +393,7 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
             }
         }
 
-        pthread_mutex_lock(&p->mu);
+        hf_mutex_lock(&p->mu);
         if (why && !c->broken)
             break_conn(r, p, c, why);
     }
@@ -413,7 +413,7 @@ static void read_replies(redis_link *r, struct pipe *p, pconn *c)
     for (waiter *w = c->flight; w; w = w->next)
         if (w->until_us < until)
             until = w->until_us;
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
 
     const char *why = NULL;
     redisReply **got = NULL;
@@ -454,7 +454,7 @@ static void read_replies(redis_link *r, struct pipe *p, pconn *c)
             break;
     }
 
-    pthread_mutex_lock(&p->mu);
+    hf_mutex_lock(&p->mu);
     c->reading = false;
     c->users--;
     size_t i = 0;
@@ -533,10 +533,10 @@ static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
         return p->openings != seen ? p->c : NULL;
     }
     p->opening = true;
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
     open_job j = {.r = r, .nl = p->nl};
     hf_fiber_offload(open_on, &j);
-    pthread_mutex_lock(&p->mu);
+    hf_mutex_lock(&p->mu);
     p->opening = false;
     p->openings++;
     hf_wait_list_wake_all(&p->room);
@@ -627,15 +627,15 @@ void link__waiter_free(waiter *w)
 bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
 {
     struct pipe *p = pick_pipe(nl);
-    pthread_mutex_lock(&p->mu);
+    hf_mutex_lock(&p->mu);
     bool waited = false;
     if (!admit(r, p, w->n, w->t0_us + r->opt.command_timeout_ms * 1000, &waited))
         goto refused;
     if (!nl->host && (waited || !p->c)) { /* Redis may have gone down: refuse, not reconnect */
-        pthread_mutex_lock(&r->lock);
+        hf_mutex_lock(&r->lock);
         bool up = r->up;
         gen = r->gen;
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
         if (!up) {
             atomic_fetch_add(&r->refused_down, 1);
             goto refused;
@@ -657,10 +657,10 @@ bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
     c->queue_tail = w;
     if (may_write(c))
         write_queue(r, p, c);
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
     return true;
 refused:
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
     if (!nl->host) /* a cluster node's go to a routing handle */
         atomic_fetch_add(&r->errors, w->n);
     return false;
@@ -671,7 +671,7 @@ refused:
 void link__pipe_await(redis_link *r, waiter *w)
 {
     struct pipe *p = w->p;
-    pthread_mutex_lock(&p->mu);
+    hf_mutex_lock(&p->mu);
     while (!w->done) {
         /* not freed while it holds an unanswered waiter (pconn_maybe_free:
          * nothing queued or in flight on it), which w is */
@@ -689,17 +689,17 @@ void link__pipe_await(redis_link *r, waiter *w)
     }
     /* done: w->c may be gone (freed by whoever broke it); roles were handed
      * on by whoever answered this call */
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
 }
 
 /* One Redis: the n commands queued on a pipe, written with whatever else
  * is queued there, their replies matched in order. */
 void link__one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     bool up = r->up;
     uint64_t gen = r->gen;
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     if (!up) {
         atomic_fetch_add(&r->refused_down, 1);
         atomic_fetch_add(&r->errors, n);
