@@ -21,7 +21,11 @@
  * An fd wait arms the descriptor in the loop's epoll set with EPOLLONESHOT
  * and the fiber itself as data.ptr (its first member is a tag that tells it
  * from the loop's own pointers): the event readies the fiber and disarms
- * the descriptor; a deadline that passes first removes it from the set.
+ * the descriptor; a deadline that passes first removes it from the set. A
+ * second fiber that waits on the same descriptor (one epoll registration
+ * per descriptor) is a guest of the first's registration, which it widens
+ * to its own events: the event readies both, as does the host's leaving,
+ * and each looks at the descriptor with poll() for its own events.
  */
 #include "util/fiber.h"
 

@@ -23,8 +23,13 @@
  *     On a fiber the waiter parks (its thread goes on with other work);
  *     elsewhere it sleeps on the condition variable. The waker must hold
  *     the same mutex as the waiter; it may run on any thread.
+ *   - hf_wait_list: a line of waiters for a condition many wait on,
+ *     woken all at once.
+ *   - hf_fiber_mutex: a mutex that may be held across parks.
  *   - hf_wait_fd: poll() one descriptor, or park the fiber on the loop's
  *     epoll until the descriptor is ready.
+ * None of them wakes a fiber on a timer to look again: a parked fiber
+ * costs nothing until its wake-up or its deadline.
  * A fiber must hold no lock when it parks other than the mutex it hands to
  * hf_park_wait (which is released meanwhile; the assert build checks the
  * locks taken through hf_mutex_lock and hf_rwlock_*), and nothing run on an event

@@ -484,7 +484,7 @@ static bool conn_dead(const pconn *c)
     return poll(&p, 1, 0) != 0;
 }
 
-/* A new connection, opened on a thread of its own when the caller is a
+/* A new connection, opened on an offload thread when the caller is a
  * fiber (hf_fiber_offload): connecting, AUTH and SELECT block for up to
  * their timeouts. */
 typedef struct open_job {
