@@ -92,8 +92,7 @@ __asm__(".text\n"
         ".globl hf__fiber_switch\n"
         ".type hf__fiber_switch,@function\n"
         "hf__fiber_switch:\n"
-        "    .cfi_startproc\n" FIBER_ENDBR
-        "    pushq %rbp\n"
+        "    .cfi_startproc\n" FIBER_ENDBR "    pushq %rbp\n"
         "    .cfi_adjust_cfa_offset 8\n"
         "    .cfi_rel_offset %rbp, 0\n"
         "    pushq %rbx\n"
@@ -168,10 +167,10 @@ struct hf_fiber {
     hf_fiber *fd_host;      /* a guest: the fiber whose registration it shares */
     hf_fiber *fd_guests;    /* a host: the fibers sharing its registration */
     hf_fiber *fd_next;      /* on its host's guest list */
-    size_t alive_at;  /* index in s->alive */
-    hf_fiber *next;   /* on the ready list or the idle list */
-    void *asan_fake;  /* AddressSanitizer's fake stack, saved across a switch */
-    void *tsan_fiber; /* ThreadSanitizer's context */
+    size_t alive_at;        /* index in s->alive */
+    hf_fiber *next;         /* on the ready list or the idle list */
+    void *asan_fake;        /* AddressSanitizer's fake stack, saved across a switch */
+    void *tsan_fiber;       /* ThreadSanitizer's context */
 };
 
 struct hf_sched {
@@ -227,8 +226,9 @@ void hf__lock_noted(const void *lock, bool taken)
  * is ever noted, and the checks cost a thread-local load. */
 __attribute__((noreturn, cold)) static void locks_held_at(const char *what)
 {
-    fprintf(stderr, "hf3fs-metad: fatal: %s holding %u lock(s) taken through hf_mutex_lock or "
-                    "hf_rwlock_* (util/fiber.h: no lock held when parking)\n",
+    fprintf(stderr,
+            "hf3fs-metad: fatal: %s holding %u lock(s) taken through hf_mutex_lock or "
+            "hf_rwlock_* (util/fiber.h: no lock held when parking)\n",
             what, tls_nheld);
     abort();
 }

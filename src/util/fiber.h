@@ -102,7 +102,7 @@ typedef struct hf_wait_list {
     hf_wait_entry *first; /* under the caller's mutex */
 } hf_wait_list;
 
-#define HF_WAIT_LIST_INIT {NULL}
+#define HF_WAIT_LIST_INIT ((hf_wait_list){.first = NULL})
 /* mu held: join l, release mu and wait until hf_wait_list_wake_all, until
  * until_us, or spuriously; then hold mu again, out of l. The caller looks
  * at its condition again. */

@@ -466,7 +466,7 @@ TEST(fiber_lock_waiters_park_without_a_timer_and_take_the_mutex_in_line_when_it_
     CHECK_EQ(loop_once(&l, 20), 0);
     CHECK_EQ(sh.norder, 1);
     CHECK_EQ(hf_sched_spawn(l.s, set_flag, &sh), true); /* notes 2 */
-    hf_sched_run_ready(l.s); /* a lets go; b, then c, take it in turn */
+    hf_sched_run_ready(l.s);                            /* a lets go; b, then c, take it in turn */
     CHECK_EQ(hf_sched_live(l.s), 0);
     CHECK_EQ(sh.norder, 4);
     CHECK_EQ(sh.order[2], 2);
@@ -525,7 +525,7 @@ TEST(wait_list_wakes_every_fiber_and_thread_in_it_at_once_and_lets_a_deadline_le
     int64_t until = hf_clock_mono_us() + 5000000;
     while (!early.done && hf_clock_mono_us() < until)
         loop_once(&l, 100);
-    CHECK_EQ(early.saw_go, false); /* left at its deadline */
+    CHECK_EQ(early.saw_go, false);                    /* left at its deadline */
     CHECK_INT(hf_sched_timeout_ms(l.s, -1), >, 1000); /* the others' 5 s deadlines, no nap */
     /* the thread, started 20 ms ago, waits in the list too (else it sees go
      * at once); were it not woken it would sleep until its deadline, 5 s */

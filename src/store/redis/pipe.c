@@ -42,11 +42,11 @@ struct pipe {
     pthread_mutex_t mu;
     hf_wait_list room; /* callers waiting for room under the bound, or for an opening */
     node_link *nl;
-    pconn *c;          /* NULL until a caller connects */
-    size_t cmds;       /* commands admitted and not answered (the bound) */
-    bool opening;      /* a caller opens c, without the lock */
-    uint64_t openings;     /* openings ended, to tell a waiter its own has */
-    atomic_size_t load;    /* cmds, read without the lock to choose a pipe */
+    pconn *c;           /* NULL until a caller connects */
+    size_t cmds;        /* commands admitted and not answered (the bound) */
+    bool opening;       /* a caller opens c, without the lock */
+    uint64_t openings;  /* openings ended, to tell a waiter its own has */
+    atomic_size_t load; /* cmds, read without the lock to choose a pipe */
 };
 
 
@@ -67,7 +67,7 @@ node_link *link__node_new(redis_link *r, const char *host, size_t hostlen, int p
     nl->pipes = hf_xcalloc(nl->npipes, sizeof *nl->pipes);
     for (size_t i = 0; i < nl->npipes; i++) {
         pthread_mutex_init(&nl->pipes[i].mu, NULL);
-        nl->pipes[i].room = (hf_wait_list)HF_WAIT_LIST_INIT;
+        nl->pipes[i].room = HF_WAIT_LIST_INIT;
         nl->pipes[i].nl = nl;
     }
     return nl;
