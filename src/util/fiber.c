@@ -890,9 +890,11 @@ int hf_wait_fd(int fd, short events, int64_t until_us)
             f->fd_ready = false;
             (void)park(f, until_us, NULL);
             f->wait_fd = -1;
-            pthread_mutex_lock(&s->mu);
-            release_guests(s, f);
-            pthread_mutex_unlock(&s->mu);
+            if (f->fd_guests) { /* guests join and leave on this thread only */
+                pthread_mutex_lock(&s->mu);
+                release_guests(s, f);
+                pthread_mutex_unlock(&s->mu);
+            }
             if (!f->fd_ready) /* the deadline came first */
                 epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
             exact = f->fd_ready && f->fd_events == want;
