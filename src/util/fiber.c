@@ -606,13 +606,22 @@ struct hf_wait_entry {
     bool listed; /* in the list (under the caller's mutex) */
 };
 
+/* e (on its waiter's stack, until it leaves) joins l first (mu held). */
+static void join_list(hf_wait_list *l, hf_wait_entry *e)
+{
+    e->next = l->first;
+    e->prev = NULL;
+    e->listed = true;
+    if (l->first)
+        l->first->prev = e;
+    l->first = e;
+}
+
 void hf_wait_list_wait(hf_wait_list *l, pthread_mutex_t *mu, int64_t until_us)
 {
-    hf_wait_entry e = {.next = l->first, .prev = NULL, .listed = true};
+    hf_wait_entry e;
     hf_park_init(&e.park);
-    if (l->first)
-        l->first->prev = &e;
-    l->first = &e;
+    join_list(l, &e);
     hf_park_wait(&e.park, mu, until_us);
     if (e.listed) { /* the deadline, or a spurious wake-up: leave the list */
         if (e.prev)
@@ -661,6 +670,19 @@ void hf_fiber_mutex_destroy(hf_fiber_mutex *m)
     pthread_mutex_destroy(&m->mu);
 }
 
+/* w (on its waiter's stack, until it is handed the mutex) joins the end
+ * of m's line (m->mu held). */
+static void join_line(hf_fiber_mutex *m, hf_fiber_mutex_waiter *w)
+{
+    w->next = NULL;
+    w->granted = false;
+    if (m->last)
+        m->last->next = w;
+    else
+        m->first = w;
+    m->last = w;
+}
+
 void hf_fiber_lock(hf_fiber_mutex *m)
 {
     pthread_mutex_lock(&m->mu);
@@ -669,13 +691,9 @@ void hf_fiber_lock(hf_fiber_mutex *m)
         pthread_mutex_unlock(&m->mu);
         return;
     }
-    hf_fiber_mutex_waiter w = {.next = NULL, .granted = false};
+    hf_fiber_mutex_waiter w;
     hf_park_init(&w.park);
-    if (m->last)
-        m->last->next = &w;
-    else
-        m->first = &w;
-    m->last = &w;
+    join_line(m, &w);
     while (!w.granted)
         hf_park_wait(&w.park, &m->mu, INT64_MAX);
     pthread_mutex_unlock(&m->mu);
