@@ -47,7 +47,7 @@ LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread
 
 # Debian packages the build and the tests need (checked by `make deps`).
 BUILD_DEPS := gcc make libhttp-parser-dev libyajl-dev libhiredis-dev pkg-config
-TEST_DEPS  := python3 python3-requests python3-yaml curl prometheus clang libclang-rt-14-dev faketime \
+TEST_DEPS  := python3 python3-requests python3-yaml curl prometheus clang libclang-rt-14-dev faketime gdb \
               redis-server redis-sentinel redis-tools clang-tidy clang-format cppcheck valgrind \
               iproute2 nftables
 

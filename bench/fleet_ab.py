@@ -13,7 +13,7 @@ hf3fs_metad_redis.so (e.g. a worktree of an older commit built with
 SGLang's; 66: its "<64 hex>-k" and "-v") on 2 ranks (pools of 131,072
 pages); then runs of `r` (128-key batch_exists, wrk) or `w` (allocate 128 + confirm, loadgen
 save) alternate between the two, --runs times. Printed: every run, then per
-side the median rate, p50 and its redis-server's CPU per request or pair
+side the median rate, p50, p99 and its redis-server's CPU per request or pair
 (/proc), and NEW over OLD. Load on CPU 0, servers on CPU 1, as
 bench/fleet_bench.py (whose setups and measures this uses).
 """
@@ -61,8 +61,9 @@ def main():
             for name in ("old", "new"):
                 m = fb.measure(sides[name], a.kind, 0, 1, a.conns, a, bodies)
                 runs[name].append(m)
-                print("%s run %d: %.0f/s, p50 %.0f us, Redis CPU %.1f us"
-                      % (name, i + 1, m["rate"], m["p50_us"], m["cpu_us"][0]), flush=True)
+                print("%s run %d: %.0f/s, p50 %.0f us, p99 %.0f us, Redis CPU %.1f us"
+                      % (name, i + 1, m["rate"], m["p50_us"], m["p99_us"], m["cpu_us"][0]),
+                      flush=True)
     finally:
         for s in sides.values():
             s.close()
@@ -71,11 +72,12 @@ def main():
     med = {name: fb.median_row(rs) for name, rs in runs.items()}
     what = "128-key reads" if a.kind == "r" else "allocate 128 + confirm pairs"
     for name in ("old", "new"):
-        print("%s: %s %.0f/s, p50 %.0f us, Redis CPU %.1f us (medians of %d, %d connections)"
-              % (name, what, med[name]["rate"], med[name]["p50_us"], med[name]["cpu_us"][0],
-                 a.runs, a.conns))
-    print("new / old: rate %.2fx, p50 %.2fx, Redis CPU %.2fx"
+        print("%s: %s %.0f/s, p50 %.0f us, p99 %.0f us, Redis CPU %.1f us (medians of %d, %d "
+              "connections)" % (name, what, med[name]["rate"], med[name]["p50_us"],
+                                med[name]["p99_us"], med[name]["cpu_us"][0], a.runs, a.conns))
+    print("new / old: rate %.2fx, p50 %.2fx, p99 %.2fx, Redis CPU %.2fx"
           % (med["new"]["rate"] / med["old"]["rate"], med["new"]["p50_us"] / med["old"]["p50_us"],
+             med["new"]["p99_us"] / med["old"]["p99_us"],
              med["new"]["cpu_us"][0] / med["old"]["cpu_us"][0]))
 
 

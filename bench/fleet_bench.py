@@ -108,7 +108,7 @@ class Setup:
 
 def run_load(kind, ports, conns, a, bodies):
     """One run of `kind` over the front ends `ports` at once, `conns`
-    connections in all: (rate, p50 us, requests answered)."""
+    connections in all: (rate, p50 us, requests answered, p99 us)."""
     procs = []
     for i, port in enumerate(ports):
         c = conns // len(ports) + (1 if i < conns % len(ports) else 0)
@@ -122,7 +122,7 @@ def run_load(kind, ports, conns, a, bodies):
                                             stderr=subprocess.STDOUT, text=True,
                                             env=dict(os.environ, KEYCHARS=KEYCHARS))))
     rate = answered = 0.0
-    p50 = []
+    p50, p99 = [], []
     for cmd, p in procs:
         out = p.communicate()[0]
         line = [x for x in out.splitlines() if x.startswith("requests=")]
@@ -135,22 +135,24 @@ def run_load(kind, ports, conns, a, bodies):
         answered += got.get("answered_pairs", 0) if kind == "w" else got.get(
             "answered", got["requests"])
         p50.append(got.get("p50_us", 0))
-    return rate, statistics.median(p50), answered
+        p99.append(got.get("p99_us", 0))
+    return rate, statistics.median(p50), answered, statistics.median(p99)
 
 
 def measure(setup, kind, first, fronts, conns, a, bodies):
     """One run over front ends first..first+fronts-1 of the setup."""
     pids = setup.redis_pids
     c0 = [cpu_seconds(pid) for pid in pids]
-    rate, p50, n = run_load(kind, setup.ports[first:first + fronts], conns, a, bodies)
+    rate, p50, n, p99 = run_load(kind, setup.ports[first:first + fronts], conns, a, bodies)
     c1 = [cpu_seconds(pid) for pid in pids]
-    return {"rate": rate, "p50_us": p50,
+    return {"rate": rate, "p50_us": p50, "p99_us": p99,
             "cpu_us": [1e6 * (y - x) / (n or 1) for x, y in zip(c0, c1)]}
 
 
 def median_row(runs):
     return {"rate": statistics.median(r["rate"] for r in runs),
             "p50_us": statistics.median(r["p50_us"] for r in runs),
+            "p99_us": statistics.median(r["p99_us"] for r in runs),
             "cpu_us": [statistics.median(r["cpu_us"][i] for r in runs)
                        for i in range(len(runs[0]["cpu_us"]))]}
 

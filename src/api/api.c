@@ -54,7 +54,7 @@ struct api {
     size_t nretired;
     uint64_t seed;               /* of the tables' hash */
     pthread_mutex_t reload_lock; /* reloads, one at a time */
-    pthread_mutex_t quota_lock;  /* initializes of tenants with a quota, one at a time */
+    hf_fiber_mutex quota_lock;   /* initializes of tenants with a quota, one at a time */
     const api__route **routes;
     size_t nroutes;
     const char **route_names; /* metric labels: the patterns, then "unmatched" */
@@ -88,7 +88,7 @@ api_t *api_new(store_t *store, const api_config *config)
     if (getrandom(&api->seed, sizeof api->seed, 0) != (ssize_t)sizeof api->seed)
         api->seed = (uint64_t)hf_clock_mono_ns();
     pthread_mutex_init(&api->reload_lock, NULL);
-    pthread_mutex_init(&api->quota_lock, NULL);
+    hf_fiber_mutex_init(&api->quota_lock);
     atomic_init(&api->tenants, NULL);
     api->config.auth_token = NULL;
     api->config.auth_token_len = 0;
@@ -119,7 +119,7 @@ void api_free(api_t *api)
         tenant_table_free(api->retired[i]);
     free(api->retired);
     pthread_mutex_destroy(&api->reload_lock);
-    pthread_mutex_destroy(&api->quota_lock);
+    hf_fiber_mutex_destroy(&api->quota_lock);
     free(api);
 }
 
@@ -632,7 +632,7 @@ int api__init_pool(api__req *req, hf_slice ns, uint64_t num_pages, bool *created
     quota_count q = {.ns = ns, .rank = req->rank};
     int err = api__pools(req, count_pages, &q);
     if (err == STORE_OK && !q.exists && (num_pages > quota || q.pages > quota - num_pages)) {
-        pthread_mutex_unlock(&req->api->quota_lock);
+        hf_fiber_unlock(&req->api->quota_lock);
         char problem[320];
         snprintf(problem, sizeof problem,
                  "tenant '%s' has a quota of %" PRIu64 " pages: its "
@@ -643,7 +643,7 @@ int api__init_pool(api__req *req, hf_slice ns, uint64_t num_pages, bool *created
     }
     if (err == STORE_OK)
         err = store->ops->init_pool(store, sns, req->rank, num_pages, created, existing);
-    pthread_mutex_unlock(&req->api->quota_lock);
+    hf_fiber_unlock(&req->api->quota_lock);
     return err;
 }
 

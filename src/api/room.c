@@ -69,11 +69,11 @@ static void unlink_waiter(tenant_room *r, waiter *w)
 
 bool tenant_room_enter(tenant_room *r, unsigned places, int64_t until_us, bool *waited)
 {
-    pthread_mutex_lock(&r->mu);
+    hf_mutex_lock(&r->mu);
     *waited = false;
     if (r->taken < places && !r->first) {
         r->taken++;
-        pthread_mutex_unlock(&r->mu);
+        hf_mutex_unlock(&r->mu);
         return true;
     }
     *waited = true;
@@ -85,14 +85,14 @@ bool tenant_room_enter(tenant_room *r, unsigned places, int64_t until_us, bool *
     if (!w.granted)
         unlink_waiter(r, &w);
     bool taken = w.granted;
-    pthread_mutex_unlock(&r->mu);
+    hf_mutex_unlock(&r->mu);
     hf_park_destroy(&w.park);
     return taken;
 }
 
 void tenant_room_leave(tenant_room *r)
 {
-    pthread_mutex_lock(&r->mu);
+    hf_mutex_lock(&r->mu);
     HF_ASSERT(r->taken > 0);
     waiter *w = r->first;
     if (w) { /* the place goes to the first in line: taken stays */
@@ -104,13 +104,13 @@ void tenant_room_leave(tenant_room *r)
     } else {
         r->taken--;
     }
-    pthread_mutex_unlock(&r->mu);
+    hf_mutex_unlock(&r->mu);
 }
 
 unsigned tenant_room_taken(tenant_room *r)
 {
-    pthread_mutex_lock(&r->mu);
+    hf_mutex_lock(&r->mu);
     unsigned n = r->taken;
-    pthread_mutex_unlock(&r->mu);
+    hf_mutex_unlock(&r->mu);
     return n;
 }

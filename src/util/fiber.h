@@ -23,10 +23,16 @@
  *     On a fiber the waiter parks (its thread goes on with other work);
  *     elsewhere it sleeps on the condition variable. The waker must hold
  *     the same mutex as the waiter; it may run on any thread.
+ *   - hf_wait_list: a line of waiters for a condition many wait on,
+ *     woken all at once.
+ *   - hf_fiber_mutex: a mutex that may be held across parks.
  *   - hf_wait_fd: poll() one descriptor, or park the fiber on the loop's
  *     epoll until the descriptor is ready.
+ * None of them wakes a fiber on a timer to look again: a parked fiber
+ * costs nothing until its wake-up or its deadline.
  * A fiber must hold no lock when it parks other than the mutex it hands to
- * hf_park_wait (which is released meanwhile), and nothing run on an event
+ * hf_park_wait (which is released meanwhile; the assert build checks the
+ * locks taken through hf_mutex_lock and hf_rwlock_*), and nothing run on an event
  * loop's thread may block the thread on something only another fiber of
  * the same loop can do: that fiber would never run again.
  *
@@ -87,22 +93,105 @@ void hf_park_wait(hf_park *k, pthread_mutex_t *mu, int64_t until_us);
 /* mu held (the waiter's): wake the waiter, if any. */
 void hf_park_wake(hf_park *k);
 
-/* hf_cond_wait_until_us(cv, mu, until_us) for a condition variable with
- * many waiters (broadcast), which cannot wake a fiber: on a fiber, it
- * parks until until_us or for a millisecond, whichever is sooner (mu
- * released meanwhile), for the caller to look again. */
-void hf_cond_wait_or_park(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
+/* A line of waiters for a condition that many wait on (room under a
+ * bound, the outcome of a connection being opened), under the caller's
+ * mutex: each waiter on its own stack with a park, so that a fiber parks
+ * and a thread sleeps alike, and a wake-up reaches each of them at once. */
+typedef struct hf_wait_entry hf_wait_entry;
+typedef struct hf_wait_list {
+    hf_wait_entry *first; /* under the caller's mutex */
+} hf_wait_list;
 
-/* pthread_mutex_lock, for a mutex held across waits that may park (on a
- * fiber, a holder parked on the same thread would never let it go): on a
- * fiber, it parks and tries again every millisecond. */
-void hf_fiber_lock(pthread_mutex_t *mu);
+#define HF_WAIT_LIST_INIT ((hf_wait_list){.first = NULL})
+/* mu held: join l, release mu and wait until hf_wait_list_wake_all, until
+ * until_us, or spuriously; then hold mu again, out of l. The caller looks
+ * at its condition again. */
+void hf_wait_list_wait(hf_wait_list *l, pthread_mutex_t *mu, int64_t until_us);
+/* mu held (the waiters'): wake every waiter of l (each leaves it). */
+void hf_wait_list_wake_all(hf_wait_list *l);
+bool hf_wait_list_empty(const hf_wait_list *l);
+
+/* A mutex that may be held across waits that park (the quota lock across
+ * store calls): a pthread mutex held by a parked fiber would block its
+ * loop's thread when another fiber of the loop asked for it, and never be
+ * let go. Its waiters, fibers or threads, wait in line on parks; unlock
+ * hands it to the first directly, so nobody overtakes the line. */
+typedef struct hf_fiber_mutex_waiter hf_fiber_mutex_waiter;
+typedef struct hf_fiber_mutex {
+    pthread_mutex_t mu; /* guards what follows; never held across a wait */
+    bool held;
+    hf_fiber_mutex_waiter *first, *last;
+} hf_fiber_mutex;
+
+void hf_fiber_mutex_init(hf_fiber_mutex *m);
+void hf_fiber_mutex_destroy(hf_fiber_mutex *m);
+void hf_fiber_lock(hf_fiber_mutex *m);
+void hf_fiber_unlock(hf_fiber_mutex *m);
 
 /* Run fn(arg), which may block its thread (blocking I/O of a library, a
- * sleep): on a fiber, on a thread of its own while the fiber parks, so
- * that its loop serves others meanwhile (the thread costs tens of
- * microseconds: for slow paths only); elsewhere, here. */
+ * sleep): on a fiber, on a thread of a process-wide pool while the fiber
+ * parks, so that its loop serves others meanwhile; elsewhere, here. The
+ * pool starts a thread when a call finds none idle, up to
+ * HF_OFFLOAD_THREADS; past that the calls wait in line (their fibers
+ * parked) for the first thread free. A thread idle for
+ * HF_OFFLOAD_IDLE_MS ends. The calls run must not wait for one another:
+ * one waiting for a call behind it in the line would wait forever. */
+#define HF_OFFLOAD_THREADS 32
+#define HF_OFFLOAD_IDLE_MS 10000
 void hf_fiber_offload(void (*fn)(void *arg), void *arg);
+/* Threads of the pool now, and those idle (for tests and figures). */
+void hf_offload_threads(unsigned *threads, unsigned *idle);
+
+/* "No lock held when parking", checked in the assert build (HF_ASSERTS):
+ * the locks taken through the wrappers below are noted per thread, and a
+ * fiber that parks, or a loop that switches to a fiber, holding any of
+ * them but the mutex handed to the wait that parks it (released while it
+ * is parked) ends the process with a message. Locks taken with pthread_* directly are not seen: the store's
+ * Redis engine (src/store/redis) and the tenants' rooms (api/room.c), the
+ * code that runs on fibers and parks, take theirs through the wrappers.
+ * hf_fiber_mutex, made to be held across parks, is not a lock here.
+ * Elsewhere the wrappers are the pthread calls. */
+void hf__lock_noted(const void *lock, bool taken);
+
+static inline void hf_mutex_lock(pthread_mutex_t *mu)
+{
+    pthread_mutex_lock(mu);
+#ifdef HF_ASSERTS
+    hf__lock_noted(mu, true);
+#endif
+}
+
+static inline void hf_mutex_unlock(pthread_mutex_t *mu)
+{
+#ifdef HF_ASSERTS
+    hf__lock_noted(mu, false);
+#endif
+    pthread_mutex_unlock(mu);
+}
+
+static inline void hf_rwlock_rdlock(pthread_rwlock_t *l)
+{
+    pthread_rwlock_rdlock(l);
+#ifdef HF_ASSERTS
+    hf__lock_noted(l, true);
+#endif
+}
+
+static inline void hf_rwlock_wrlock(pthread_rwlock_t *l)
+{
+    pthread_rwlock_wrlock(l);
+#ifdef HF_ASSERTS
+    hf__lock_noted(l, true);
+#endif
+}
+
+static inline void hf_rwlock_unlock(pthread_rwlock_t *l)
+{
+#ifdef HF_ASSERTS
+    hf__lock_noted(l, false);
+#endif
+    pthread_rwlock_unlock(l);
+}
 
 /* Wait until fd is ready for events (POLLIN and/or POLLOUT) or until_us
  * (monotonic) passes. > 0: ready (or hung up, or failed: the next read or

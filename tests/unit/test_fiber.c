@@ -6,12 +6,15 @@
  * tenant's room (api/room.h), the wait line built on parks, as the API's
  * fibers use it.
  */
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "api/room.h"
@@ -315,6 +318,47 @@ TEST(fd_wait_past_its_deadline_returns_0_and_leaves_the_epoll_set)
     loop_close(&l);
 }
 
+TEST(fd_wait_on_a_socket_another_fiber_waits_on_sets_no_timer_and_wakes_with_its_event)
+{
+    test_loop l;
+    loop_open(&l);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    int64_t far = hf_clock_mono_us() + 5000000;
+    fd_job a = {.fd = sv[0], .until_us = far}, b = {.fd = sv[0], .until_us = far};
+    CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &a), false);
+    CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &b), false); /* shares a's registration */
+    CHECK_INT(hf_sched_timeout_ms(l.s, -1), >, 1000);        /* their deadlines only */
+    CHECK_EQ(loop_once(&l, 10), 0);
+    CHECK_EQ(a.done || b.done, false);
+    CHECK_EQ(write(sv[1], "x", 1), 1);
+    CHECK_EQ(loop_once(&l, 1000), 1); /* one event, both go on */
+    CHECK_EQ(a.done && b.done, true);
+    CHECK_INT(a.result, >, 0);
+    CHECK_INT(b.result, >, 0);
+    char c;
+    CHECK_EQ(read(sv[0], &c, 1), 1);
+    /* the first leaves at its deadline: the second goes on waiting, on a
+     * registration of its own, and wakes with the next byte */
+    a = (fd_job){.fd = sv[0], .until_us = hf_clock_mono_us() + 20000};
+    b = (fd_job){.fd = sv[0], .until_us = far};
+    CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &a), false);
+    CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &b), false);
+    int64_t until = hf_clock_mono_us() + 5000000;
+    while (!a.done && hf_clock_mono_us() < until)
+        loop_once(&l, 100);
+    CHECK_EQ(a.result, 0);
+    CHECK_EQ(b.done, false);
+    CHECK_INT(hf_sched_timeout_ms(l.s, -1), >, 1000);
+    CHECK_EQ(write(sv[1], "y", 1), 1);
+    CHECK_EQ(loop_once(&l, 1000), 1);
+    CHECK_EQ(b.done, true);
+    CHECK_INT(b.result, >, 0);
+    close(sv[0]);
+    close(sv[1]);
+    loop_close(&l);
+}
+
 TEST(fd_wait_off_a_fiber_polls)
 {
     int sv[2];
@@ -345,7 +389,7 @@ TEST(park_off_a_fiber_sleeps_on_its_condition_variable_until_woken)
 }
 
 typedef struct lock_job {
-    pthread_mutex_t *held;
+    hf_fiber_mutex *held;
     shared *sh;
     int id;
 } lock_job;
@@ -360,7 +404,7 @@ static void lock_and_park(void *arg)
     hf_park_wait(&j->sh->park, &j->sh->mu, hf_clock_mono_us() + 20000);
     pthread_mutex_unlock(&j->sh->mu);
     note(j->sh, j->id + 10);
-    pthread_mutex_unlock(j->held);
+    hf_fiber_unlock(j->held);
 }
 
 static void lock_then_note(void *arg)
@@ -368,7 +412,7 @@ static void lock_then_note(void *arg)
     lock_job *j = arg;
     hf_fiber_lock(j->held);
     note(j->sh, j->id);
-    pthread_mutex_unlock(j->held);
+    hf_fiber_unlock(j->held);
 }
 
 TEST(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex)
@@ -377,7 +421,8 @@ TEST(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex)
     loop_open(&l);
     shared sh;
     shared_init(&sh);
-    pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER;
+    hf_fiber_mutex held;
+    hf_fiber_mutex_init(&held);
     lock_job a = {&held, &sh, 1}, b = {&held, &sh, 2};
     CHECK_EQ(hf_sched_spawn(l.s, lock_and_park, &a), false);
     CHECK_EQ(hf_sched_spawn(l.s, lock_then_note, &b), false); /* would block the thread */
@@ -386,7 +431,117 @@ TEST(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex)
     CHECK_EQ(sh.order[0], 1);
     CHECK_EQ(sh.order[1], 11);
     CHECK_EQ(sh.order[2], 2);
+    hf_fiber_mutex_destroy(&held);
     shared_free(&sh);
+    loop_close(&l);
+}
+
+/* Takes the mutex, then parks holding it until sh->flag is set. */
+static void lock_and_wait_for_flag(void *arg)
+{
+    lock_job *j = arg;
+    hf_fiber_lock(j->held);
+    note(j->sh, j->id);
+    pthread_mutex_lock(&j->sh->mu);
+    while (!j->sh->flag)
+        hf_park_wait(&j->sh->park, &j->sh->mu, INT64_MAX);
+    pthread_mutex_unlock(&j->sh->mu);
+    hf_fiber_unlock(j->held);
+}
+
+TEST(fiber_lock_waiters_park_without_a_timer_and_take_the_mutex_in_line_when_it_is_let_go)
+{
+    test_loop l;
+    loop_open(&l);
+    shared sh;
+    shared_init(&sh);
+    hf_fiber_mutex held;
+    hf_fiber_mutex_init(&held);
+    lock_job a = {&held, &sh, 1}, b = {&held, &sh, 2}, c = {&held, &sh, 3};
+    CHECK_EQ(hf_sched_spawn(l.s, lock_and_wait_for_flag, &a), false);
+    CHECK_EQ(hf_sched_spawn(l.s, lock_then_note, &b), false);
+    CHECK_EQ(hf_sched_spawn(l.s, lock_then_note, &c), false);
+    /* nothing to look at again: the loop may sleep until woken */
+    CHECK_EQ(hf_sched_timeout_ms(l.s, -1), -1);
+    CHECK_EQ(loop_once(&l, 20), 0);
+    CHECK_EQ(sh.norder, 1);
+    CHECK_EQ(hf_sched_spawn(l.s, set_flag, &sh), true); /* notes 2 */
+    hf_sched_run_ready(l.s);                            /* a lets go; b, then c, take it in turn */
+    CHECK_EQ(hf_sched_live(l.s), 0);
+    CHECK_EQ(sh.norder, 4);
+    CHECK_EQ(sh.order[2], 2);
+    CHECK_EQ(sh.order[3], 3);
+    hf_fiber_mutex_destroy(&held);
+    shared_free(&sh);
+    loop_close(&l);
+}
+
+/* ---- wait lists ---- */
+
+typedef struct list_job {
+    pthread_mutex_t *mu;
+    hf_wait_list *list;
+    int *go; /* under mu */
+    int64_t until_us;
+    bool saw_go, done;
+} list_job;
+
+static void wait_on_list(void *arg)
+{
+    list_job *j = arg;
+    pthread_mutex_lock(j->mu);
+    while (!*j->go && hf_clock_mono_us() < j->until_us)
+        hf_wait_list_wait(j->list, j->mu, j->until_us);
+    j->saw_go = *j->go != 0;
+    pthread_mutex_unlock(j->mu);
+    j->done = true;
+}
+
+static void *wait_on_list_thread(void *arg)
+{
+    wait_on_list(arg);
+    return NULL;
+}
+
+TEST(wait_list_wakes_every_fiber_and_thread_in_it_at_once_and_lets_a_deadline_leave)
+{
+    test_loop l;
+    loop_open(&l);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    hf_wait_list list = HF_WAIT_LIST_INIT;
+    int go = 0;
+    int64_t far = hf_clock_mono_us() + 5000000;
+    list_job early = {&mu, &list, &go, hf_clock_mono_us() + 20000, false, false};
+    list_job fibers[3], thread_job = {&mu, &list, &go, far, false, false};
+    CHECK_EQ(hf_sched_spawn(l.s, wait_on_list, &early), false);
+    for (int i = 0; i < 3; i++) {
+        fibers[i] = (list_job){&mu, &list, &go, far, false, false};
+        CHECK_EQ(hf_sched_spawn(l.s, wait_on_list, &fibers[i]), false);
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, wait_on_list_thread, &thread_job);
+    /* the only timer is the early one's deadline: no polling */
+    CHECK_IN(hf_sched_timeout_ms(l.s, -1), 0, 20);
+    int64_t until = hf_clock_mono_us() + 5000000;
+    while (!early.done && hf_clock_mono_us() < until)
+        loop_once(&l, 100);
+    CHECK_EQ(early.saw_go, false);                    /* left at its deadline */
+    CHECK_INT(hf_sched_timeout_ms(l.s, -1), >, 1000); /* the others' 5 s deadlines, no nap */
+    /* the thread, started 20 ms ago, waits in the list too (else it sees go
+     * at once); were it not woken it would sleep until its deadline, 5 s */
+    int64_t t0 = hf_clock_mono_us();
+    pthread_mutex_lock(&mu);
+    go = 1;
+    hf_wait_list_wake_all(&list);
+    CHECK_EQ(hf_wait_list_empty(&list), true);
+    pthread_mutex_unlock(&mu);
+    hf_sched_run_ready(l.s);
+    CHECK_EQ(hf_sched_live(l.s), 0);
+    pthread_join(t, NULL);
+    CHECK_INT(hf_clock_mono_us() - t0, <, 2000000);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(fibers[i].saw_go, true);
+    CHECK_EQ(thread_job.saw_go, true);
     loop_close(&l);
 }
 
@@ -431,6 +586,111 @@ TEST(offloaded_blocking_call_runs_on_another_thread_while_the_loop_serves_others
     CHECK_EQ(pthread_equal(j.ran_on, pthread_self()) != 0, true);
     shared_free(&sh);
     loop_close(&l);
+}
+
+typedef struct pool_job {
+    int *running, *most; /* offloads running at once, and the most seen */
+    bool done;
+} pool_job;
+
+static void block_20ms_counted(void *arg)
+{
+    pool_job *j = arg;
+    int now = __atomic_add_fetch(j->running, 1, __ATOMIC_SEQ_CST);
+    int most = __atomic_load_n(j->most, __ATOMIC_SEQ_CST);
+    while (now > most && !__atomic_compare_exchange_n(j->most, &most, now, false, __ATOMIC_SEQ_CST,
+                                                      __ATOMIC_SEQ_CST)) {}
+    usleep(20000);
+    __atomic_sub_fetch(j->running, 1, __ATOMIC_SEQ_CST);
+}
+
+static void offload_counted(void *arg)
+{
+    pool_job *j = arg;
+    hf_fiber_offload(block_20ms_counted, j);
+    j->done = true;
+}
+
+#define OVER_THE_BOUND (HF_OFFLOAD_THREADS + 8)
+
+TEST(offloads_past_the_pool_bound_wait_in_line_and_all_run_on_at_most_that_many_threads)
+{
+    test_loop l;
+    loop_open(&l);
+    int running = 0, most = 0;
+    pool_job jobs[OVER_THE_BOUND];
+    for (int i = 0; i < OVER_THE_BOUND; i++) {
+        jobs[i] = (pool_job){&running, &most, false};
+        CHECK_EQ(hf_sched_spawn(l.s, offload_counted, &jobs[i]), false);
+    }
+    loop_drain(&l);
+    for (int i = 0; i < OVER_THE_BOUND; i++)
+        CHECK_EQ(jobs[i].done, true);
+    CHECK_IN(most, 1, HF_OFFLOAD_THREADS);
+    unsigned threads, idle;
+    hf_offload_threads(&threads, &idle);
+    CHECK_IN(threads, 1u, (unsigned)HF_OFFLOAD_THREADS);
+    /* the threads stay for the next calls: one more starts none */
+    pool_job again = {&running, &most, false};
+    CHECK_EQ(hf_sched_spawn(l.s, offload_counted, &again), false);
+    loop_drain(&l);
+    unsigned after, idle_after;
+    hf_offload_threads(&after, &idle_after);
+    CHECK_EQ(after, threads);
+    loop_close(&l);
+}
+
+/* ---- no lock held when parking (this file is built with HF_ASSERTS) ---- */
+
+static pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Parks with the handed mutex taken through hf_mutex_lock: allowed. */
+static void park_holding_the_handed_mutex(void *arg)
+{
+    shared *sh = arg;
+    hf_mutex_lock(&sh->mu);
+    while (!sh->flag)
+        hf_park_wait(&sh->park, &sh->mu, hf_clock_mono_us() + 5000000);
+    hf_mutex_unlock(&sh->mu);
+}
+
+/* Parks holding another lock taken through hf_mutex_lock: ends the process. */
+static void park_holding_another_lock(void *arg)
+{
+    hf_mutex_lock(&other_lock);
+    park_holding_the_handed_mutex(arg);
+    hf_mutex_unlock(&other_lock);
+}
+
+/* The exit status of a child that runs fn on a fiber until it is done. */
+static int status_of(void (*fn)(void *arg))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY); /* its fatal message is expected */
+        dup2(null, 2);
+        test_loop l;
+        loop_open(&l);
+        shared sh;
+        shared_init(&sh);
+        if (hf_sched_spawn(l.s, fn, &sh))
+            _exit(3); /* it was to park */
+        set_flag(&sh);
+        loop_drain(&l);
+        _exit(0);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+TEST(fiber_parking_holding_a_noted_lock_other_than_the_handed_mutex_ends_the_process)
+{
+    int ok = status_of(park_holding_the_handed_mutex);
+    CHECK_EQ(WIFEXITED(ok) && WEXITSTATUS(ok) == 0, true);
+    int bad = status_of(park_holding_another_lock);
+    CHECK_EQ(WIFSIGNALED(bad) && WTERMSIG(bad) == SIGABRT, true);
 }
 
 #define MANY 200
@@ -597,10 +857,15 @@ int main(int argc, char **argv)
     RUN(park_deadline_bounds_the_loop_sleep_and_resumes_the_fiber);
     RUN(fd_wait_parks_the_fiber_until_the_socket_is_readable);
     RUN(fd_wait_past_its_deadline_returns_0_and_leaves_the_epoll_set);
+    RUN(fd_wait_on_a_socket_another_fiber_waits_on_sets_no_timer_and_wakes_with_its_event);
     RUN(fd_wait_off_a_fiber_polls);
     RUN(park_off_a_fiber_sleeps_on_its_condition_variable_until_woken);
     RUN(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex);
+    RUN(fiber_lock_waiters_park_without_a_timer_and_take_the_mutex_in_line_when_it_is_let_go);
+    RUN(wait_list_wakes_every_fiber_and_thread_in_it_at_once_and_lets_a_deadline_leave);
     RUN(offloaded_blocking_call_runs_on_another_thread_while_the_loop_serves_others);
+    RUN(offloads_past_the_pool_bound_wait_in_line_and_all_run_on_at_most_that_many_threads);
+    RUN(fiber_parking_holding_a_noted_lock_other_than_the_handed_mutex_ends_the_process);
     RUN(many_fibers_parked_at_once_resume_in_any_order_with_their_own_stacks);
     RUN(room_hands_each_place_given_back_to_the_first_fiber_in_line);
     RUN(room_waiter_past_its_deadline_gives_up_and_leaves_the_line);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/fiber.h"
 #include "util/xalloc.h"
 #include "wire/wire.h"
 
@@ -36,7 +37,7 @@ static prefix_row *prefix_find(prefix_row *row, hf_slice ns)
 
 void redis__prefix_count(store_redis *r, hf_slice ns, const bool *present, size_t n)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     prefix_row *row = prefix_find(r->prefix, ns);
     if (!row) {
         row = hf_xcalloc(1, sizeof *row + ns.len + 1);
@@ -47,7 +48,7 @@ void redis__prefix_count(store_redis *r, hf_slice ns, const bool *present, size_
         r->prefix = row;
     }
     reuse_prefix_count(&row->c, present, n);
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
 }
 
 void redis__prefix_free(prefix_row *row)
@@ -272,14 +273,14 @@ int redis__stats(store_t *s, store_stats_visitor fn, void *ctx)
             stats_of(sums[j].v, &st);
             if (j == 0) { /* the namespace's figures go with its first pool */
                 hf_slice name = {v[i].p, v[i].len};
-                pthread_mutex_lock(&r->lock);
+                hf_mutex_lock(&r->lock);
                 const prefix_row *row = prefix_find(r->prefix, name);
                 if (row) {
                     st.prefix_requests = row->c.requests;
                     st.prefix_blocks = row->c.blocks;
                     st.prefix_hits = row->c.hit_blocks;
                 }
-                pthread_mutex_unlock(&r->lock);
+                hf_mutex_unlock(&r->lock);
             }
             fn(ctx, (hf_slice){v[i].p, v[i].len}, (uint32_t)sums[j].v[0], &st);
         }

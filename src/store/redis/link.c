@@ -286,7 +286,7 @@ static int probe_one(redis_link *r, redisContext *c, const char *w, char *err, s
 
 void link__mark_down(redis_link *r, const char *why)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     if (r->up) {
         r->up = false;
         atomic_store(&r->up_flag, false);
@@ -295,7 +295,7 @@ void link__mark_down(redis_link *r, const char *why)
         log_msg(LOG_WARN, "Redis unavailable: %s; refusing calls until it answers again", why);
         pthread_cond_signal(&r->wake);
     }
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
 }
 
 /* The monitors' pause (r->lock held): wait_ms, or less if woken. */
@@ -357,14 +357,14 @@ static void *monitor_main(void *arg)
     int64_t backoff_max = r->sentinel ? 500 : 2000;
     int64_t backoff_ms = 100;
     bool switched = false; /* over Sentinel: a new primary named since it went down */
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     while (!r->stopping) {
         int64_t wait_ms = r->up ? 1000 : backoff_ms;
         link__monitor_wait(r, wait_ms);
         if (r->stopping)
             break;
         bool was_up = r->up;
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
 
         char err[512] = "";
         int code = 0;
@@ -401,11 +401,11 @@ static void *monitor_main(void *arg)
             backoff_ms = 100;
             if (!was_up) {
                 char w[300];
-                pthread_mutex_lock(&r->lock);
+                hf_mutex_lock(&r->lock);
                 r->up = true;
                 atomic_store(&r->up_flag, true);
                 r->reason[0] = '\0';
-                pthread_mutex_unlock(&r->lock);
+                hf_mutex_unlock(&r->lock);
                 atomic_fetch_add(&r->reconnects, 1);
                 if (switched) {
                     /* what the old primary refused says nothing of this one */
@@ -428,14 +428,14 @@ static void *monitor_main(void *arg)
                 link__mark_down(r, err);
             else if (backoff_ms < backoff_max)
                 backoff_ms = backoff_ms * 2 > backoff_max ? backoff_max : backoff_ms * 2;
-            pthread_mutex_lock(&r->lock);
+            hf_mutex_lock(&r->lock);
             if (!r->up)
                 snprintf(r->reason, sizeof r->reason, "%s", err);
-            pthread_mutex_unlock(&r->lock);
+            hf_mutex_unlock(&r->lock);
         }
-        pthread_mutex_lock(&r->lock);
+        hf_mutex_lock(&r->lock);
     }
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     if (ctx)
         redisFree(ctx);
     return NULL;
@@ -452,9 +452,9 @@ int64_t link__wait_ms(const redis_link *r)
  * while (redis_link_health). */
 static void change_failed(redis_link *r, const char *why)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     snprintf(r->change_reason, sizeof r->change_reason, "%s", why);
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     atomic_store(&r->change_bad_us, hf_clock_mono_us());
 }
 
@@ -518,9 +518,9 @@ bool link__replicas_short(const char *info, unsigned want, const char *addr, cha
 void link__set_repl_short(redis_link *r, bool short_, const char *why)
 {
     if (short_) {
-        pthread_mutex_lock(&r->lock);
+        hf_mutex_lock(&r->lock);
         snprintf(r->repl_reason, sizeof r->repl_reason, "%s", why);
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
     }
     atomic_store(&r->repl_short, short_);
 }
@@ -693,23 +693,23 @@ store_mode redis_link_health(redis_link *r, char *reason, size_t len)
          * primary answers, else the slots of those that answer serve */
         store_mode mode = r->cluster && !atomic_load(&r->none_answer) ? STORE_READS_ONLY
                                                                       : STORE_DOWN;
-        pthread_mutex_lock(&r->lock);
+        hf_mutex_lock(&r->lock);
         snprintf(reason, len, "Redis at %s is unavailable: %s", redis_link_where(r, w, sizeof w),
                  r->reason[0] ? r->reason : "not reached yet");
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
         return mode;
     }
     if (atomic_load(&r->repl_short)) {
-        pthread_mutex_lock(&r->lock);
+        hf_mutex_lock(&r->lock);
         snprintf(reason, len, "%s", r->repl_reason);
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
         return STORE_READS_ONLY;
     }
     int64_t bad = atomic_load(&r->change_bad_us), ok = atomic_load(&r->change_ok_us);
     if (bad != 0 && bad > ok && hf_clock_mono_us() - bad < LINK_CHANGE_FAILED_HOLD_US) {
-        pthread_mutex_lock(&r->lock);
+        hf_mutex_lock(&r->lock);
         snprintf(reason, len, "%s", r->change_reason);
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
         return STORE_READS_ONLY;
     }
     return STORE_SERVING;
@@ -749,9 +749,9 @@ void redis_link_metrics(redis_link *r, const store_emitter *e)
 
     char w[300], reason[512];
     redis_link_where(r, w, sizeof w);
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     snprintf(reason, sizeof reason, "%s", r->reason);
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     store_emit_null(e, "persistence"); /* Redis's own: its appendonly settings */
     store_emit_object(e, "store");
     if (r->cluster)
@@ -825,10 +825,10 @@ void redis_link_close(redis_link *r)
 {
     if (!r)
         return;
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     r->stopping = true;
     pthread_cond_signal(&r->wake);
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     if (r->monitoring)
         pthread_join(r->monitor, NULL);
     link_free(r);

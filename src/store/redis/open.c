@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/fiber.h"
 #include "util/xalloc.h"
 #include "util/log.h"
 #include "wire/wire.h"
@@ -130,11 +131,11 @@ static int module_check(void *ctx, redisReply *const *rep, const char *addr, cha
     m.agreed = base < 0 ? 0
                         : wire_version_agree(m.lowest, m.highest, HF3FS_MODULE_VERSION,
                                              HF3FS_WIRE_HIGHEST);
-    pthread_mutex_lock(&r->seen_lock);
+    hf_mutex_lock(&r->seen_lock);
     module_seen *e = seen_of(r, addr);
     snprintf(m.addr, sizeof m.addr, "%s", e->addr);
     *e = m;
-    pthread_mutex_unlock(&r->seen_lock);
+    hf_mutex_unlock(&r->seen_lock);
     if (m.agreed)
         return STORE_OK;
     snprintf(err, errlen,
@@ -149,31 +150,31 @@ static int module_check(void *ctx, redisReply *const *rep, const char *addr, cha
 bool redis__node_can(store_redis *r, const char *addr, unsigned cap)
 {
     bool can = false;
-    pthread_mutex_lock(&r->seen_lock);
+    hf_mutex_lock(&r->seen_lock);
     for (size_t i = 0; i < r->nseen && !can; i++)
         can = strcmp(r->seen[i].addr, addr) == 0 && r->seen[i].agreed && (r->seen[i].caps & cap);
-    pthread_mutex_unlock(&r->seen_lock);
+    hf_mutex_unlock(&r->seen_lock);
     return can;
 }
 
 bool redis__all_can(store_redis *r, unsigned cap)
 {
-    pthread_mutex_lock(&r->seen_lock);
+    hf_mutex_lock(&r->seen_lock);
     bool can = r->nseen > 0;
     for (size_t i = 0; i < r->nseen && can; i++)
         can = r->seen[i].agreed && (r->seen[i].caps & cap);
-    pthread_mutex_unlock(&r->seen_lock);
+    hf_mutex_unlock(&r->seen_lock);
     return can;
 }
 
 void redis__modules_metrics(store_redis *r, const store_emitter *e)
 {
-    pthread_mutex_lock(&r->seen_lock);
+    hf_mutex_lock(&r->seen_lock);
     size_t n = r->nseen;
     module_seen *seen = hf_xreallocarray(NULL, n ? n : 1, sizeof *seen);
     if (n)
         memcpy(seen, r->seen, n * sizeof *seen);
-    pthread_mutex_unlock(&r->seen_lock);
+    hf_mutex_unlock(&r->seen_lock);
     store_emit_family(e, "hf3fs_metad_store_module_info", STORE_METRIC_GAUGE,
                       "The hf3fs-metad module of each Redis node as its last probe saw it: "
                       "release, the command sets it speaks, the one this front end speaks to it "

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "util/hf_assert.h"
+#include "util/fiber.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 #include "wire/wire.h"
@@ -505,10 +506,10 @@ static int rd_clear_all(store_t *s)
     int code = redis__judge_all(r, cmds, n);
     redis_cmds_free(cmds, n);
     redis__layouts_forget(r);
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     redis__prefix_free(r->prefix);
     r->prefix = NULL;
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     return code;
 }
 

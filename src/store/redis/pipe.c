@@ -40,14 +40,13 @@ struct pconn {
 
 struct pipe {
     pthread_mutex_t mu;
-    pthread_cond_t room;
+    hf_wait_list room; /* callers waiting for room under the bound, or for an opening */
     node_link *nl;
-    pconn *c;              /* NULL until a caller connects */
-    size_t cmds;           /* commands admitted and not answered (the bound) */
-    unsigned room_waiters; /* callers waiting on room: for room, or for an opening */
-    bool opening;          /* a caller opens c, without the lock */
-    uint64_t openings;     /* openings ended, to tell a waiter its own has */
-    atomic_size_t load;    /* cmds, read without the lock to choose a pipe */
+    pconn *c;           /* NULL until a caller connects */
+    size_t cmds;        /* commands admitted and not answered (the bound) */
+    bool opening;       /* a caller opens c, without the lock */
+    uint64_t openings;  /* openings ended, to tell a waiter its own has */
+    atomic_size_t load; /* cmds, read without the lock to choose a pipe */
 };
 
 
@@ -68,7 +67,7 @@ node_link *link__node_new(redis_link *r, const char *host, size_t hostlen, int p
     nl->pipes = hf_xcalloc(nl->npipes, sizeof *nl->pipes);
     for (size_t i = 0; i < nl->npipes; i++) {
         pthread_mutex_init(&nl->pipes[i].mu, NULL);
-        hf_cond_init_mono(&nl->pipes[i].room);
+        nl->pipes[i].room = HF_WAIT_LIST_INIT;
         nl->pipes[i].nl = nl;
     }
     return nl;
@@ -93,8 +92,8 @@ void link__node_free(node_link *nl)
             p->c->retired = true;
             pconn_maybe_free(p->c);
         }
+        HF_ASSERT(hf_wait_list_empty(&p->room));
         pthread_mutex_destroy(&p->mu);
-        pthread_cond_destroy(&p->room);
     }
     free(nl->pipes);
     free(nl->host);
@@ -139,8 +138,7 @@ static void give_back(struct pipe *p, size_t n)
     HF_ASSERT(p->cmds >= n);
     p->cmds -= n;
     atomic_store(&p->load, p->cmds);
-    if (p->room_waiters)
-        pthread_cond_broadcast(&p->room);
+    hf_wait_list_wake_all(&p->room);
 }
 
 /* A caller's call answered (pipe lock held): its figures, its wake-up, room. */
@@ -372,7 +370,7 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
         HF_ASSERT(c->flight && !c->queue && !c->flight_tail->next);
         atomic_fetch_add(&r->writes, 1);
         atomic_fetch_add(&p->nl->sent, ncmds);
-        pthread_mutex_unlock(&p->mu);
+        hf_mutex_unlock(&p->mu);
 
         const char *why = NULL;
         size_t off = 0;
@@ -395,7 +393,7 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
             }
         }
 
-        pthread_mutex_lock(&p->mu);
+        hf_mutex_lock(&p->mu);
         if (why && !c->broken)
             break_conn(r, p, c, why);
     }
@@ -415,7 +413,7 @@ static void read_replies(redis_link *r, struct pipe *p, pconn *c)
     for (waiter *w = c->flight; w; w = w->next)
         if (w->until_us < until)
             until = w->until_us;
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
 
     const char *why = NULL;
     redisReply **got = NULL;
@@ -456,7 +454,7 @@ static void read_replies(redis_link *r, struct pipe *p, pconn *c)
             break;
     }
 
-    pthread_mutex_lock(&p->mu);
+    hf_mutex_lock(&p->mu);
     c->reading = false;
     c->users--;
     size_t i = 0;
@@ -486,7 +484,7 @@ static bool conn_dead(const pconn *c)
     return poll(&p, 1, 0) != 0;
 }
 
-/* A new connection, opened on a thread of its own when the caller is a
+/* A new connection, opened on an offload thread when the caller is a
  * fiber (hf_fiber_offload): connecting, AUTH and SELECT block for up to
  * their timeouts. */
 typedef struct open_job {
@@ -530,21 +528,18 @@ static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
         uint64_t seen = p->openings;
         int64_t until = hf_clock_mono_us() +
                         (r->opt.connect_timeout_ms + 2 * r->opt.command_timeout_ms) * 1000;
-        p->room_waiters++;
         while (p->openings == seen && hf_clock_mono_us() < until)
-            hf_cond_wait_or_park(&p->room, &p->mu, until);
-        p->room_waiters--;
+            hf_wait_list_wait(&p->room, &p->mu, until);
         return p->openings != seen ? p->c : NULL;
     }
     p->opening = true;
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
     open_job j = {.r = r, .nl = p->nl};
     hf_fiber_offload(open_on, &j);
-    pthread_mutex_lock(&p->mu);
+    hf_mutex_lock(&p->mu);
     p->opening = false;
     p->openings++;
-    if (p->room_waiters)
-        pthread_cond_broadcast(&p->room);
+    hf_wait_list_wake_all(&p->room);
     if (!j.ctx) {
         node_failed(r, p->nl, j.err);
         return NULL;
@@ -601,9 +596,7 @@ static bool admit(redis_link *r, struct pipe *p, size_t n, int64_t until, bool *
         if (!*waited)
             atomic_fetch_add(&r->waited_for_room, 1);
         *waited = true;
-        p->room_waiters++;
-        hf_cond_wait_or_park(&p->room, &p->mu, until);
-        p->room_waiters--;
+        hf_wait_list_wait(&p->room, &p->mu, until);
     }
     return true;
 }
@@ -634,15 +627,15 @@ void link__waiter_free(waiter *w)
 bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
 {
     struct pipe *p = pick_pipe(nl);
-    pthread_mutex_lock(&p->mu);
+    hf_mutex_lock(&p->mu);
     bool waited = false;
     if (!admit(r, p, w->n, w->t0_us + r->opt.command_timeout_ms * 1000, &waited))
         goto refused;
     if (!nl->host && (waited || !p->c)) { /* Redis may have gone down: refuse, not reconnect */
-        pthread_mutex_lock(&r->lock);
+        hf_mutex_lock(&r->lock);
         bool up = r->up;
         gen = r->gen;
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
         if (!up) {
             atomic_fetch_add(&r->refused_down, 1);
             goto refused;
@@ -664,10 +657,10 @@ bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
     c->queue_tail = w;
     if (may_write(c))
         write_queue(r, p, c);
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
     return true;
 refused:
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
     if (!nl->host) /* a cluster node's go to a routing handle */
         atomic_fetch_add(&r->errors, w->n);
     return false;
@@ -678,7 +671,7 @@ refused:
 void link__pipe_await(redis_link *r, waiter *w)
 {
     struct pipe *p = w->p;
-    pthread_mutex_lock(&p->mu);
+    hf_mutex_lock(&p->mu);
     while (!w->done) {
         /* not freed while it holds an unanswered waiter (pconn_maybe_free:
          * nothing queued or in flight on it), which w is */
@@ -696,17 +689,17 @@ void link__pipe_await(redis_link *r, waiter *w)
     }
     /* done: w->c may be gone (freed by whoever broke it); roles were handed
      * on by whoever answered this call */
-    pthread_mutex_unlock(&p->mu);
+    hf_mutex_unlock(&p->mu);
 }
 
 /* One Redis: the n commands queued on a pipe, written with whatever else
  * is queued there, their replies matched in order. */
 void link__one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     bool up = r->up;
     uint64_t gen = r->gen;
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     if (!up) {
         atomic_fetch_add(&r->refused_down, 1);
         atomic_fetch_add(&r->errors, n);

@@ -35,7 +35,7 @@ void link__cl_fold(redis_link *r, conn *c)
     }
     cluster_stats t;
     cluster_get_stats(c->cl, &t);
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     r->cl_refreshes += t.refreshes - c->seen_totals.refreshes;
     r->cl_refresh_failures += t.refresh_failures - c->seen_totals.refresh_failures;
     r->cl_rounds += t.rounds - c->seen_totals.rounds;
@@ -66,7 +66,7 @@ void link__cl_fold(redis_link *r, conn *c)
         f->s.slots = ns.slots;
         c->seen[i] = ns;
     }
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
 }
 
 conn *link__cl_open(redis_link *r, int *code, char *err, size_t errlen)
@@ -93,11 +93,11 @@ void link__cl_free(conn *c)
 
 conn *link__cl_borrow(redis_link *r)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     conn *c = r->idle;
     if (c)
         r->idle = c->next;
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     if (c)
         return c;
     char err[512];
@@ -111,10 +111,10 @@ conn *link__cl_borrow(redis_link *r)
 void link__cl_give_back(redis_link *r, conn *c)
 {
     link__cl_fold(r, c);
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     c->next = r->idle;
     r->idle = c;
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
 }
 
 /* The primaries of the handle's map, as commands of argv to each (*m). */
@@ -288,23 +288,23 @@ void link__cl_map_take(redis_link *r, cluster_t *cl)
 {
     size_t n = cluster_node_count(cl);
     uint16_t *of = hf_xcalloc(n ? n : 1, sizeof *of);
-    pthread_rwlock_wrlock(&r->map_lock);
+    hf_rwlock_wrlock(&r->map_lock);
     for (size_t i = 0; i < n; i++) {
         cluster_node_stats ns;
         cluster_get_node_stats(cl, i, &ns);
         of[i] = ns.primary ? node_index(r, ns.addr) : NO_NODE;
     }
-    pthread_rwlock_unlock(&r->map_lock);
+    hf_rwlock_unlock(&r->map_lock);
     uint16_t *map = hf_xmalloc(sizeof r->slot_node);
     for (int s = 0; s < CLUSTER_SLOTS; s++) {
         int k = cluster_slot_node(cl, s);
         map[s] = k < 0 || (size_t)k >= n ? NO_NODE : of[k];
     }
-    pthread_rwlock_wrlock(&r->map_lock);
+    hf_rwlock_wrlock(&r->map_lock);
     memcpy(r->slot_node, map, sizeof r->slot_node);
     r->map_us = hf_clock_mono_us();
     atomic_store(&r->map_stale, false);
-    pthread_rwlock_unlock(&r->map_lock);
+    hf_rwlock_unlock(&r->map_lock);
     free(map);
     free(of);
 }
@@ -337,9 +337,9 @@ static void slow_on_handle(void *arg)
     conn *c = link__cl_borrow(r);
     if (c) {
         link__cl_exec(r, c, j->sub, j->m, j->change);
-        pthread_rwlock_rdlock(&r->map_lock);
+        hf_rwlock_rdlock(&r->map_lock);
         bool take = atomic_load(&r->map_stale) && hf_clock_mono_us() - r->map_us > 10000;
-        pthread_rwlock_unlock(&r->map_lock);
+        hf_rwlock_unlock(&r->map_lock);
         if (take)
             link__cl_map_take(r, c->cl);
         link__cl_give_back(r, c);
@@ -400,7 +400,7 @@ void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
     size_t *at = hf_xmalloc(n * sizeof *at); /* cmds[i]'s group */
     bool *slow = hf_xcalloc(n, sizeof *slow);
     size_t g = 0;
-    pthread_rwlock_rdlock(&r->map_lock);
+    hf_rwlock_rdlock(&r->map_lock);
     for (size_t i = 0; i < n; i++) {
         uint16_t k = cmds[i].slot >= 0 && cmds[i].slot < CLUSTER_SLOTS ? r->slot_node[cmds[i].slot]
                                                                        : NO_NODE;
@@ -417,7 +417,7 @@ void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change)
         at[i] = j;
         gs[j].n++;
     }
-    pthread_rwlock_unlock(&r->map_lock);
+    hf_rwlock_unlock(&r->map_lock);
 
     /* each group's commands side by side in sub, back[k] the command of sub[k] */
     for (size_t j = 0, off = 0; j < g; j++) {
@@ -600,13 +600,13 @@ void *link__cl_monitor_main(void *arg)
 {
     redis_link *r = arg;
     conn *m = NULL;
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     while (!r->stopping) {
         int64_t pause_ms = r->up ? 1000 : 200;
         link__monitor_wait(r, pause_ms);
         if (r->stopping)
             break;
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
         char err[512] = "";
         int code;
         if (!m)
@@ -618,7 +618,7 @@ void *link__cl_monitor_main(void *arg)
             cl_check_replicas(r, m);
         if (m)
             link__cl_map_take(r, m->cl);
-        pthread_mutex_lock(&r->lock);
+        hf_mutex_lock(&r->lock);
         if (ok && !r->up) {
             r->reason[0] = '\0';
             log_msg(LOG_INFO, "Redis Cluster: every slot served, every primary answers");
@@ -632,7 +632,7 @@ void *link__cl_monitor_main(void *arg)
         r->up = ok;
         atomic_store(&r->up_flag, ok);
     }
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     if (m)
         link__cl_free(m);
     return NULL;
@@ -642,16 +642,16 @@ void *link__cl_monitor_main(void *arg)
 
 void link__cl_metrics(redis_link *r, const store_emitter *e)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     size_t n = r->nfigs;
     node_fig *figs = hf_xreallocarray(NULL, n ? n : 1, sizeof *figs);
     if (n)
         memcpy(figs, r->figs, n * sizeof *figs);
     uint64_t refreshes = r->cl_refreshes, failures = r->cl_refresh_failures, rounds = r->cl_rounds;
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     /* the pipes' part of each node's figures: the commands they wrote and
      * the redirects they met (whose commands a routing handle then carried) */
-    pthread_rwlock_rdlock(&r->map_lock);
+    hf_rwlock_rdlock(&r->map_lock);
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < r->nnodes; j++)
             if (strcmp(r->nodes[j]->addr, figs[i].s.addr) == 0) {
@@ -659,7 +659,7 @@ void link__cl_metrics(redis_link *r, const store_emitter *e)
                 figs[i].s.moved += atomic_load(&r->nodes[j]->moved);
                 figs[i].s.ask += atomic_load(&r->nodes[j]->ask);
             }
-    pthread_rwlock_unlock(&r->map_lock);
+    hf_rwlock_unlock(&r->map_lock);
     const store_metric_type counter = STORE_METRIC_COUNTER, gauge = STORE_METRIC_GAUGE;
     store_emit_metric(e, "hf3fs_metad_store_cluster_nodes", gauge,
                       "Redis Cluster nodes known to this front end (primaries and replicas, "

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/fiber.h"
 #include "util/hf_assert.h"
 #include "util/hostport.h"
 #include "util/log.h"
@@ -189,7 +190,7 @@ int link__sentinel_ask(redis_link *r, char *host, size_t hostlen, int *port, cha
 
 bool link__sentinel_follow(redis_link *r, const char *host, int port)
 {
-    pthread_mutex_lock(&r->addr_lock);
+    hf_mutex_lock(&r->addr_lock);
     bool moved = strcmp(r->primary_host, host) != 0 || r->primary_port != port;
     char was[300];
     snprintf(was, sizeof was, "%s:%d", r->primary_host, r->primary_port);
@@ -198,7 +199,7 @@ bool link__sentinel_follow(redis_link *r, const char *host, int port)
         snprintf(r->primary_host, sizeof r->primary_host, "%s", host);
         r->primary_port = port;
     }
-    pthread_mutex_unlock(&r->addr_lock);
+    hf_mutex_unlock(&r->addr_lock);
     if (moved && first)
         log_msg(LOG_INFO, "the sentinels name %s:%d the primary of %s", host, port, r->master_name);
     else if (moved)
@@ -209,10 +210,10 @@ bool link__sentinel_follow(redis_link *r, const char *host, int port)
 
 void link__sentinel_primary(redis_link *r, char *host, size_t hostlen, int *port)
 {
-    pthread_mutex_lock(&r->addr_lock);
+    hf_mutex_lock(&r->addr_lock);
     snprintf(host, hostlen, "%s", r->primary_host);
     *port = r->primary_port;
-    pthread_mutex_unlock(&r->addr_lock);
+    hf_mutex_unlock(&r->addr_lock);
 }
 
 int link__sentinel_role(redis_link *r, redisContext *c, const char *addr, char *err, size_t errlen)

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "util/fiber.h"
 #include "util/clock.h"
 #include "util/hf_assert.h"
 #include "util/log.h"
@@ -78,7 +79,7 @@ void redis__settle_later(store_redis *r, const layout *L, uint32_t stripe, uint3
     HF_ASSERT(stripe < L->count && id >= 0);
     if (id == 0) /* sent without an id (a node without "settle"): ends with its lease */
         return;
-    pthread_mutex_lock(&q->lock);
+    hf_mutex_lock(&q->lock);
     if (q->n == SETTLE_QUEUE_MAX) {
         if (q->dropped++ == 0)
             log_msg(LOG_WARN,
@@ -86,7 +87,7 @@ void redis__settle_later(store_redis *r, const layout *L, uint32_t stripe, uint3
                     "those that come meanwhile are not (their reservations end with their "
                     "lease; counted in /v1/stats, settle.dropped)",
                     SETTLE_QUEUE_MAX);
-        pthread_mutex_unlock(&q->lock);
+        hf_mutex_unlock(&q->lock);
         return;
     }
     if (q->n == q->cap) {
@@ -96,7 +97,7 @@ void redis__settle_later(store_redis *r, const layout *L, uint32_t stripe, uint3
     int64_t lease = r->cfg.reservation_ms > 0 ? r->cfg.reservation_ms : 600000;
     q->items[q->n++] = (settle_item){L, stripe, rank, id, hf_clock_mono_ms() + lease};
     pthread_cond_signal(&q->wake);
-    pthread_mutex_unlock(&q->lock);
+    hf_mutex_unlock(&q->lock);
 }
 
 /* One round: SETTLE for (at most SETTLE_BATCH of) the items queued, all at
@@ -104,11 +105,11 @@ void redis__settle_later(store_redis *r, const layout *L, uint32_t stripe, uint3
 static void settle_round(store_redis *r)
 {
     settle_queue *q = r->settle;
-    pthread_mutex_lock(&q->lock);
+    hf_mutex_lock(&q->lock);
     size_t m = q->n < SETTLE_BATCH ? q->n : SETTLE_BATCH;
     settle_item *mine = hf_xmalloc((m ? m : 1) * sizeof *mine);
     memcpy(mine, q->items, m * sizeof *mine);
-    pthread_mutex_unlock(&q->lock);
+    hf_mutex_unlock(&q->lock);
     if (m == 0) {
         free(mine);
         return;
@@ -145,7 +146,7 @@ static void settle_round(store_redis *r)
                 settled, freed);
     /* only this thread removes items, and others only append: the first m
      * are still those sent */
-    pthread_mutex_lock(&q->lock);
+    hf_mutex_lock(&q->lock);
     HF_ASSERT(q->n >= m);
     size_t w = 0;
     for (size_t i = 0; i < q->n; i++) {
@@ -156,7 +157,7 @@ static void settle_round(store_redis *r)
     q->n = w;
     q->settled += settled;
     q->pages_freed += freed;
-    pthread_mutex_unlock(&q->lock);
+    hf_mutex_unlock(&q->lock);
     free(done);
     free(mine);
 }
@@ -165,7 +166,7 @@ static void *settle_thread(void *arg)
 {
     store_redis *r = arg;
     settle_queue *q = r->settle;
-    pthread_mutex_lock(&q->lock);
+    hf_mutex_lock(&q->lock);
     while (!q->stop) {
         if (q->n == 0) {
             pthread_cond_wait(&q->wake, &q->lock);
@@ -178,11 +179,11 @@ static void *settle_thread(void *arg)
             hf_cond_wait_until_us(&q->wake, &q->lock, until);
         if (q->stop)
             break;
-        pthread_mutex_unlock(&q->lock);
+        hf_mutex_unlock(&q->lock);
         settle_round(r);
-        pthread_mutex_lock(&q->lock);
+        hf_mutex_lock(&q->lock);
     }
-    pthread_mutex_unlock(&q->lock);
+    hf_mutex_unlock(&q->lock);
     return NULL;
 }
 
@@ -205,10 +206,10 @@ void redis__settle_stop(store_redis *r)
     settle_queue *q = r->settle;
     if (!q)
         return;
-    pthread_mutex_lock(&q->lock);
+    hf_mutex_lock(&q->lock);
     q->stop = true;
     pthread_cond_signal(&q->wake);
-    pthread_mutex_unlock(&q->lock);
+    hf_mutex_unlock(&q->lock);
     pthread_join(q->thread, NULL);
     pthread_cond_destroy(&q->wake);
     pthread_mutex_destroy(&q->lock);
@@ -221,9 +222,9 @@ void redis__settle_stop(store_redis *r)
 void redis__settle_metrics(store_redis *r, const store_emitter *e)
 {
     settle_queue *q = r->settle;
-    pthread_mutex_lock(&q->lock);
+    hf_mutex_lock(&q->lock);
     uint64_t pending = q->n, settled = q->settled, pages = q->pages_freed, dropped = q->dropped;
-    pthread_mutex_unlock(&q->lock);
+    hf_mutex_unlock(&q->lock);
     store_emit_object(e, "settle");
     store_emit_number(e, "pending", store_int(pending));
     store_emit_number(e, "settled", store_int(settled));

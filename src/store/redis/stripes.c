@@ -117,6 +117,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/fiber.h"
 #include "util/fmt.h"
 #include "util/log.h"
 #include "util/xalloc.h"
@@ -167,11 +168,11 @@ static bool layout_is(const layout *L, hf_slice ns)
 
 static const layout *layout_cached(store_redis *r, hf_slice ns)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     layout *L = r->layouts;
     while (L && !layout_is(L, ns))
         L = L->next;
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     return L;
 }
 
@@ -179,13 +180,13 @@ static const layout *layout_cached(store_redis *r, hf_slice ns)
  * anchor's word). */
 static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count, uint32_t placement)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     layout **at = &r->layouts;
     while (*at && !layout_is(*at, ns))
         at = &(*at)->next;
     layout *L = *at;
     if (L && L->count == count && L->placement == placement) {
-        pthread_mutex_unlock(&r->lock);
+        hf_mutex_unlock(&r->lock);
         return L;
     }
     if (L) { /* stale: retired, not freed */
@@ -196,7 +197,7 @@ static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count, uin
     L = redis__layout_new(ns, count, placement);
     L->next = r->layouts;
     r->layouts = L;
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
     if (r->stripes && count != r->stripes)
         log_msg(LOG_WARN,
                 "namespace '%.*s' has %" PRIu32 " stripe(s), recorded when it was created: "
@@ -209,14 +210,14 @@ static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count, uin
 /* Forget every cached layout (after a clear of everything). */
 void redis__layouts_forget(store_redis *r)
 {
-    pthread_mutex_lock(&r->lock);
+    hf_mutex_lock(&r->lock);
     while (r->layouts) {
         layout *L = r->layouts;
         r->layouts = L->next;
         L->next = r->retired;
         r->retired = L;
     }
-    pthread_mutex_unlock(&r->lock);
+    hf_mutex_unlock(&r->lock);
 }
 
 /* The stripe count and placement ns's anchor records (count 0: no anchor,
