@@ -3,7 +3,7 @@
  * header comment): file headers, record framing with CRC-32C, and the codec
  * between core events and record bodies.
  *
- * Internal to src/wal (wal.c, recover.c) and to tests/unit/test_wal.c.
+ * Internal to src/wal and to tests/unit/test_wal.c.
  * Names are wal__*. Nothing here does I/O or takes locks.
  */
 #ifndef HF_WAL_FORMAT_H

@@ -1,6 +1,9 @@
 /*
- * wal.c: the write-ahead log of hf3fs-metad: file format, group commit,
- * snapshots and failures. Recovery is in recover.c, the codec in format.c.
+ * wal.c: the write-ahead log of hf3fs-metad: its specification (file
+ * format, group commit, snapshots, failures) and the live log: the writer
+ * thread, group commit, publishing and waiting, failures, open and close.
+ * Snapshots and the keeper thread are in snapshot.c, the data directory's
+ * files in files.c, recovery in recover.c, the codec in format.c.
  *
  * WHAT IS LOGGED
  *   The core reports every change of state as an event (core.h, "Events"):
@@ -185,18 +188,11 @@
  */
 #include "wal/wal_internal.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util/clock.h"
@@ -208,265 +204,6 @@
 #error "crc32c.c reads words little-endian"
 #endif
 
-#define REPAIR_FIRST_DELAY_MS 500
-#define REPAIR_MAX_DELAY_MS 8000
-#define SNAPSHOT_RETRY_MS 10000
-#define KEEPER_TICK_MS 100
-
-/* ------------------------------------------------------------- helpers */
-
-uint32_t wal__new_salt(void)
-{
-    uint32_t salt;
-    if (getrandom(&salt, sizeof salt, GRND_NONBLOCK) != (ssize_t)sizeof salt)
-        salt = (uint32_t)(hf_clock_wall_ms() * 2654435761u) ^ (uint32_t)getpid();
-    return salt;
-}
-
-void wal__seg_name(char out[WAL_NAME_MAX], uint64_t seq)
-{
-    snprintf(out, WAL_NAME_MAX, "log-%016" PRIx64 ".wal", seq);
-}
-
-void wal__snap_name(char out[WAL_NAME_MAX], uint64_t seq)
-{
-    snprintf(out, WAL_NAME_MAX, "snapshot-%016" PRIx64 ".snap", seq);
-}
-
-void wal__snap_tmp_name(char out[WAL_NAME_MAX], uint64_t seq)
-{
-    snprintf(out, WAL_NAME_MAX, "snapshot-%016" PRIx64 ".tmp", seq);
-}
-
-/* "prefix<16 hex>suffix" -> seq. */
-static bool parse_seq_name(const char *name, const char *prefix, const char *suffix, uint64_t *seq)
-{
-    size_t lp = strlen(prefix), ls = strlen(suffix), len = strlen(name);
-    if (len != lp + 16 + ls || strncmp(name, prefix, lp) != 0 ||
-        strcmp(name + lp + 16, suffix) != 0)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = lp; i < lp + 16; i++) {
-        char c = name[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return false;
-        v = v << 4 | (uint64_t)d;
-    }
-    *seq = v;
-    return true;
-}
-
-int wal__classify(const char *name, uint64_t *seq)
-{
-    size_t len = strlen(name);
-    *seq = 0;
-    if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, "lost+found") ||
-        !strncmp(name, ".nfs", 4))
-        return WAL_FILE_IGNORED;
-    if (!strcmp(name, WAL_LOCK_NAME))
-        return WAL_FILE_LOCK;
-    if (!strcmp(name, WAL_IMPORT_MARK) || !strcmp(name, WAL_IMPORT_MARK ".tmp"))
-        return WAL_FILE_IGNORED;
-    if (parse_seq_name(name, "log-", ".wal", seq))
-        return WAL_FILE_SEGMENT;
-    if (parse_seq_name(name, "snapshot-", ".snap", seq))
-        return WAL_FILE_SNAPSHOT;
-    if (parse_seq_name(name, "snapshot-", ".tmp", seq))
-        return WAL_FILE_SNAPSHOT_TMP;
-    if (len > 8 && !strcmp(name + len - 8, ".damaged"))
-        return WAL_FILE_DAMAGED;
-    return WAL_FILE_UNKNOWN;
-}
-
-/* --------------------------------------------------------------- file I/O */
-
-int wal__write_all(int fd, const void *p, size_t n)
-{
-    const char *q = p;
-    while (n > 0) {
-        ssize_t k = write(fd, q, n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (k == 0)
-            return -EIO;
-        q += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-int wal__datasync(int fd)
-{
-    return fdatasync(fd) == 0 ? 0 : -errno;
-}
-
-int wal__sync_dir(wal_t *w)
-{
-    return fsync(w->dir_fd) == 0 ? 0 : -errno;
-}
-
-int wal__segment_create(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base, uint32_t salt,
-                        uint32_t flags)
-{
-    char name[WAL_NAME_MAX];
-    wal__seg_name(name, seq);
-    int fd = openat(w->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -errno;
-    wal_file_header h = {WAL_MAGIC_LOG, WAL_VERSION, flags, seq, lsn, time_base, salt};
-    uint8_t hdr[WAL_HEADER_SIZE];
-    wal__header_encode(&h, hdr);
-    int rc = wal__write_all(fd, hdr, sizeof hdr);
-    if (rc == 0)
-        rc = wal__datasync(fd);
-    if (rc == 0)
-        rc = wal__sync_dir(w);
-    if (rc < 0) {
-        close(fd);
-        unlinkat(w->dir_fd, name, 0);
-        return rc;
-    }
-    return fd;
-}
-
-/* ------------------------------------------------------ the import record */
-
-int wal_mark_get(wal_t *w, char *out, size_t cap)
-{
-    out[0] = 0;
-    int fd = openat(w->dir_fd, WAL_IMPORT_MARK, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? 0 : -errno;
-    ssize_t n = read(fd, out, cap - 1);
-    int rc = n < 0 ? -errno : (int)n;
-    close(fd);
-    out[n > 0 ? (size_t)n : 0] = 0;
-    return rc;
-}
-
-int wal_mark_set(wal_t *w, const char *text)
-{
-    const char *tmp = WAL_IMPORT_MARK ".tmp";
-    int fd = openat(w->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -errno;
-    int rc = wal__write_all(fd, text, strlen(text));
-    if (rc == 0)
-        rc = wal__datasync(fd);
-    if (close(fd) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && renameat(w->dir_fd, tmp, w->dir_fd, WAL_IMPORT_MARK) != 0)
-        rc = -errno;
-    return rc == 0 ? wal__sync_dir(w) : rc;
-}
-
-/* ------------------------------------------------------------- snapshots */
-
-typedef struct snap_writer {
-    wal_t *w;
-    int fd;
-    int err;
-    uint64_t bytes;
-} snap_writer;
-
-static void snap_drain(snap_writer *s)
-{
-    hf_buf *out = &s->w->enc.out;
-    if (s->err == 0 && out->len)
-        s->err = wal__write_all(s->fd, out->ptr, out->len);
-    s->bytes += out->len;
-    out->len = 0;
-}
-
-static void snap_event(void *ctx, const core_event *ev)
-{
-    snap_writer *s = ctx;
-    wal__enc_event(&s->w->enc, ev);
-    if (s->w->enc.out.len >= WAL_SNAPSHOT_CHUNK)
-        snap_drain(s);
-}
-
-int wal__snapshot_write(wal_t *w, uint64_t seq, uint64_t lsn, int64_t time_base, uint64_t *bytes)
-{
-    char tmp[WAL_NAME_MAX], name[WAL_NAME_MAX];
-    wal__snap_tmp_name(tmp, seq);
-    wal__snap_name(name, seq);
-    snap_writer s = {w, -1, 0, WAL_HEADER_SIZE};
-    s.fd = openat(w->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (s.fd < 0) {
-        int err = errno;
-        log_msg(LOG_ERROR, "snapshot: cannot create %s/%s: %s", w->dir, tmp, strerror(err));
-        return -err;
-    }
-    wal_encoder *e = &w->enc;
-    wal_file_header h = {WAL_MAGIC_SNAPSHOT, WAL_VERSION, 0, seq, lsn, time_base, wal__new_salt()};
-    uint8_t hdr[WAL_HEADER_SIZE];
-    wal__header_encode(&h, hdr);
-    s.err = wal__write_all(s.fd, hdr, sizeof hdr);
-    /* The encoder is between operations: no open batch, nothing staged. */
-    e->snapshot = true;
-    e->records = 0;
-    e->out.len = 0;
-    e->time_base = time_base;
-    e->salt = h.salt;
-    core_walk_state(w->core, snap_event, &s);
-    wal__enc_flush(e);
-    wal__enc_end(e);
-    snap_drain(&s);
-    e->snapshot = false;
-    const char *step = "write";
-    if (s.err == 0) {
-        step = "fdatasync";
-        s.err = wal__datasync(s.fd);
-    }
-    if (close(s.fd) != 0 && s.err == 0)
-        s.err = -errno;
-    if (s.err == 0) {
-        step = "rename";
-        if (renameat(w->dir_fd, tmp, w->dir_fd, name) != 0)
-            s.err = -errno;
-    }
-    if (s.err == 0) {
-        step = "directory fsync";
-        s.err = wal__sync_dir(w);
-    }
-    if (s.err != 0) {
-        log_msg(LOG_ERROR, "snapshot %s/%s: %s failed: %s", w->dir, name, step, strerror(-s.err));
-        unlinkat(w->dir_fd, tmp, 0);
-        return s.err;
-    }
-    if (bytes)
-        *bytes = s.bytes;
-    return 0;
-}
-
-void wal__delete_covered(wal_t *w, uint64_t seq)
-{
-    int fd = openat(w->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        log_msg(LOG_WARN, "cannot list %s to delete old log segments: %s", w->dir, strerror(errno));
-        return;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        uint64_t n;
-        int kind = wal__classify(de->d_name, &n);
-        bool old = (kind == WAL_FILE_SEGMENT || kind == WAL_FILE_SNAPSHOT ||
-                    kind == WAL_FILE_SNAPSHOT_TMP) &&
-                   n < seq;
-        if (old && unlinkat(w->dir_fd, de->d_name, 0) != 0)
-            log_msg(LOG_WARN, "cannot delete %s/%s: %s", w->dir, de->d_name, strerror(errno));
-    }
-    closedir(d);
-    wal__sync_dir(w);
-}
 
 /* ---------------------------------------------------------- failure state */
 
@@ -476,27 +213,9 @@ HF_ASSERT_HELPER static bool state_held(const wal_t *w)
     return !w->host.held || w->host.held(w->host.ctx);
 }
 
-/* The LSNs, under mu: what is synced was written, what was written was
- * appended (`written` does not move while the segment is broken). */
-HF_ASSERT_HELPER static bool lsns_in_order(const wal_t *w)
-{
-    return w->synced <= w->written && (w->broken || w->written <= w->appended);
-}
-
-/* The failure flags (FAILURES), under mu once the log is open: a repair runs
- * only while the log is failed; a segment is given up only by a failure;
- * published records are kept unless the log failed and no repair runs; a
- * pending switch falls within `pending`. */
-HF_ASSERT_HELPER static bool flags_consistent(const wal_t *w)
-{
-    return (!w->repairing || w->failed) && (!w->broken || w->failed) &&
-           w->accepting == (!w->failed || w->repairing) &&
-           (!w->rotate.pending || w->rotate.off <= w->pending.len);
-}
-
 /* A repair succeeds when its snapshot and its new segment are both durable
  * and nothing failed since it began. Under mu. */
-static void repair_settle_locked(wal_t *w)
+void wal__repair_settle_locked(wal_t *w)
 {
     if (!w->repairing)
         return;
@@ -509,7 +228,7 @@ static void repair_settle_locked(wal_t *w)
     HF_ASSERT(w->failed && w->accepting && !w->broken); /* the repair's segment is current */
     w->repairing = false;
     w->failed = false;
-    w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
+    w->repair_delay_ms = WAL_REPAIR_FIRST_DELAY_MS;
     log_msg(LOG_WARN,
             "write-ahead log repaired (snapshot %016" PRIx64 " and a new segment are "
             "durable): changes are accepted again",
@@ -544,14 +263,13 @@ static void fail_locked(wal_t *w, const char *what, int err)
         w->rotate.repair = true;
     }
     w->failures++;
-    repair_settle_locked(w);
+    wal__repair_settle_locked(w);
     if (!w->repairing)
         w->next_repair_ms = hf_clock_mono_ms() + w->repair_delay_ms;
-    HF_ASSERT(!w->repairing && !w->accepting && flags_consistent(w));
+    HF_ASSERT(!w->repairing && !w->accepting && wal__flags_consistent(w));
     pthread_cond_broadcast(&w->durable_cv);
     pthread_cond_signal(&w->keeper_cv);
 }
-
 /* ---------------------------------------------------------------- writer */
 
 /* fdatasync the current segment, counting its latency. Writer only. */
@@ -715,7 +433,7 @@ static void *writer_main(void *arg)
                 w->written = w->synced = rot.lsn > w->synced ? rot.lsn : w->synced;
                 if (rot.repair && w->repairing) {
                     w->repair_segment_done = true;
-                    repair_settle_locked(w);
+                    wal__repair_settle_locked(w);
                 }
             }
             if (!w->broken && (!broken || rot.pending)) {
@@ -730,7 +448,7 @@ static void *writer_main(void *arg)
         /* what is synced was written; what was written was appended */
         HF_ASSERT(w->synced <= w->written);
         HF_ASSERT(w->broken || w->written <= w->appended);
-        HF_ASSERT(flags_consistent(w));
+        HF_ASSERT(wal__flags_consistent(w));
         pthread_cond_broadcast(&w->durable_cv);
         w->batch.len = 0;
         if (w->batch.cap > (8u << 20)) {
@@ -780,7 +498,7 @@ uint64_t wal_publish(wal_t *w, bool change)
     }
     HF_ASSERT(w->enc.records >= w->records_published); /* a count of this process's records */
     w->records_published = w->enc.records;
-    HF_ASSERT(lsns_in_order(w) && flags_consistent(w));
+    HF_ASSERT(wal__lsns_in_order(w) && wal__flags_consistent(w));
     pthread_mutex_unlock(&w->mu);
     out->len = 0;
     if (out->cap > (4u << 20))
@@ -816,195 +534,6 @@ int wal_wait(wal_t *w, uint64_t lsn)
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
-
-/* ---------------------------------------------------------------- keeper */
-
-static void child_main(wal_t *w, pid_t parent, uint64_t seq, uint64_t lsn, int64_t base)
-{
-    /* Die with the server: a kill -9 of the parent must not leave a writer
-     * behind in the directory of the next server. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(1);
-    /* Keep only the directory: the child must not hold the server's
-     * sockets (a connection the parent closes would stay open). */
-    if (w->dir_fd > 3)
-        close_range(3, (unsigned)w->dir_fd - 1, 0);
-    close_range((unsigned)w->dir_fd + 1, ~0u, 0);
-    _exit(wal__snapshot_write(w, seq, lsn, base, NULL) == 0 ? 0 : 1);
-}
-
-static void start_snapshot(wal_t *w, bool repair)
-{
-    w->host.lock(w->host.ctx);
-    /* The child must not need malloc for its output (fork in a threaded
-     * process): give the encoder its whole chunk now. */
-    hf_buf_reserve(&w->enc.out, WAL_SNAPSHOT_CHUNK + (64u << 10));
-    uint64_t seq = w->next_seq++;
-    int64_t base = hf_clock_wall_ms();
-    uint32_t salt = wal__new_salt();
-    pthread_mutex_lock(&w->mu);
-    HF_ASSERT(w->child == 0); /* one snapshot at a time */
-    /* a repair only of a failed log, and one at a time */
-    HF_ASSERT(!repair || (w->failed && !w->repairing));
-    uint64_t lsn = w->appended;
-    if (repair) {
-        w->pending.len = 0;
-        w->accepting = true;
-        w->repairing = true;
-        w->repair_snapshot_done = w->repair_segment_done = false;
-        w->repair_failures = w->failures;
-    }
-    w->rotate = (wal_rotation){true, w->pending.len, seq, lsn, base, salt, repair || w->broken};
-    HF_ASSERT(flags_consistent(w));
-    if (!w->writer_busy)
-        pthread_cond_signal(&w->writer_cv);
-    pthread_mutex_unlock(&w->mu);
-    w->enc.time_base = base;
-    w->enc.salt = salt;
-    pid_t parent = getpid();
-    int64_t started = hf_clock_mono_ms();
-    pid_t pid = fork();
-    if (pid == 0)
-        child_main(w, parent, seq, lsn, base);
-    int fork_err = errno;
-    w->host.unlock(w->host.ctx);
-
-    pthread_mutex_lock(&w->mu);
-    if (pid < 0) {
-        log_msg(LOG_ERROR, "snapshot: fork failed: %s", strerror(fork_err));
-        if (repair) {
-            w->repairing = false;
-            w->accepting = false;
-            w->broken = true;
-            w->pending.len = 0;
-            w->next_repair_ms = hf_clock_mono_ms() + w->repair_delay_ms;
-        }
-        w->hold_until_ms = hf_clock_mono_ms() + SNAPSHOT_RETRY_MS;
-    } else {
-        w->child = pid;
-        w->child_seq = seq;
-        w->child_lsn = lsn;
-        w->child_repair = repair;
-        w->child_started_ms = started;
-    }
-    HF_ASSERT(flags_consistent(w));
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* The child is done (status from waitpid). Not under mu. */
-static void finish_snapshot(wal_t *w, int status)
-{
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    char name[WAL_NAME_MAX];
-    uint64_t bytes = 0;
-    if (ok) {
-        struct stat st;
-        wal__snap_name(name, w->child_seq);
-        if (fstatat(w->dir_fd, name, &st, 0) == 0)
-            bytes = (uint64_t)st.st_size;
-        wal__delete_covered(w, w->child_seq);
-    } else {
-        wal__snap_tmp_name(name, w->child_seq);
-        unlinkat(w->dir_fd, name, 0);
-        if (WIFSIGNALED(status) && !w->stop)
-            log_msg(LOG_ERROR, "snapshot %016" PRIx64 ": the child died of signal %d", w->child_seq,
-                    WTERMSIG(status));
-    }
-    int64_t now = hf_clock_mono_ms();
-    pthread_mutex_lock(&w->mu);
-    HF_ASSERT(w->child > 0 && w->child_lsn <= w->appended);
-    /* snapshots cover more and more of the log, under rising numbers */
-    HF_ASSERT(!ok || (w->child_lsn >= w->snapshot_lsn && w->child_seq > w->snapshot_seq));
-    if (ok) {
-        if (w->child_lsn > w->synced)
-            w->synced = w->child_lsn;
-        if (w->child_lsn > w->written)
-            w->written = w->child_lsn;
-        w->snapshots++;
-        w->snapshot_bytes = bytes;
-        w->snapshot_time_ms = hf_clock_wall_ms();
-        w->snapshot_lsn = w->child_lsn;
-        w->snapshot_seq = w->child_seq;
-        w->next_save_ms = now + w->opt.save_interval_ms;
-        w->hold_until_ms = 0;
-        log_msg(LOG_DEBUG, "snapshot %016" PRIx64 ": %" PRIu64 " bytes in %" PRId64 " ms",
-                w->child_seq, bytes, now - w->child_started_ms);
-        if (w->child_repair && w->repairing) {
-            w->repair_snapshot_done = true;
-            repair_settle_locked(w);
-        }
-        pthread_cond_broadcast(&w->durable_cv);
-    } else {
-        w->hold_until_ms = now + SNAPSHOT_RETRY_MS;
-        if (w->child_repair && w->repairing) {
-            w->repairing = false;
-            w->accepting = false;
-            w->broken = true;
-            w->pending.len = 0;
-        }
-    }
-    if (w->child_repair && w->failed && !w->repairing) {
-        w->next_repair_ms = now + w->repair_delay_ms;
-        log_msg(LOG_WARN, "write-ahead log repair failed; next attempt in %" PRId64 " ms",
-                w->repair_delay_ms);
-        w->repair_delay_ms = w->repair_delay_ms * 2 > REPAIR_MAX_DELAY_MS ? REPAIR_MAX_DELAY_MS
-                                                                          : w->repair_delay_ms * 2;
-    }
-    w->child = 0;
-    HF_ASSERT(lsns_in_order(w) && flags_consistent(w));
-    pthread_mutex_unlock(&w->mu);
-}
-
-static bool snapshot_due_locked(const wal_t *w, int64_t now)
-{
-    if (w->failed || w->rotate.pending || now < w->hold_until_ms)
-        return false;
-    uint64_t grown = w->appended - w->snapshot_lsn;
-    if (w->opt.snapshot_log_bytes > 0 && grown >= w->opt.snapshot_log_bytes)
-        return true;
-    return w->opt.save_interval_ms > 0 && now >= w->next_save_ms && grown > 0;
-}
-
-static void *keeper_main(void *arg)
-{
-    wal_t *w = arg;
-    pthread_mutex_lock(&w->mu);
-    while (!w->stop) {
-        int64_t now = hf_clock_mono_ms();
-        if (w->child > 0) {
-            int status;
-            pid_t r = waitpid(w->child, &status, WNOHANG);
-            if (r == w->child) {
-                pthread_mutex_unlock(&w->mu);
-                finish_snapshot(w, status);
-                pthread_mutex_lock(&w->mu);
-                continue;
-            }
-            hf_cond_wait_until_us(&w->keeper_cv, &w->mu, hf_clock_mono_us() + 10 * 1000);
-            continue;
-        }
-        bool repair = w->failed && !w->repairing && now >= w->next_repair_ms;
-        if (repair || snapshot_due_locked(w, now)) {
-            pthread_mutex_unlock(&w->mu);
-            start_snapshot(w, repair);
-            pthread_mutex_lock(&w->mu);
-            continue;
-        }
-        hf_cond_wait_until_us(&w->keeper_cv, &w->mu, hf_clock_mono_us() + KEEPER_TICK_MS * 1000);
-    }
-    pid_t child = w->child;
-    pthread_mutex_unlock(&w->mu);
-    if (child > 0) { /* the final snapshot supersedes it */
-        kill(child, SIGKILL);
-        int status;
-        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
-            ;
-        finish_snapshot(w, status);
-    }
-    return NULL;
-}
-
 /* ------------------------------------------------------------- life cycle */
 
 static void wal_free(wal_t *w)
@@ -1042,7 +571,7 @@ int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t *
     hf_cond_init_mono(&w->durable_cv);
     hf_cond_init_mono(&w->keeper_cv);
     wal__enc_init(&w->enc, hf_clock_wall_ms());
-    w->repair_delay_ms = REPAIR_FIRST_DELAY_MS;
+    w->repair_delay_ms = WAL_REPAIR_FIRST_DELAY_MS;
     w->gather_target = 1;
     w->gather_max_us = 100;
 
@@ -1056,7 +585,7 @@ int wal_open(const wal_options *opt, core_t *core, const wal_host *host, wal_t *
     w->next_save_ms = hf_clock_mono_ms() + opt->save_interval_ms;
     core_set_observer(core, wal__enc_event, &w->enc);
     if (pthread_create(&w->writer_thread, NULL, writer_main, w) != 0 ||
-        pthread_create(&w->keeper_thread, NULL, keeper_main, w) != 0) {
+        pthread_create(&w->keeper_thread, NULL, wal__keeper_main, w) != 0) {
         snprintf(err, errlen, "cannot start the log threads");
         abort(); /* like out-of-memory: nothing sensible is left to do */
     }

@@ -1,6 +1,7 @@
 /*
- * wal_internal.h: the log's state shared by wal.c (the live log: writer,
- * group commit, snapshots) and recover.c (start-up), and the file helpers.
+ * wal_internal.h: the log's state shared by its files: wal.c (the live log:
+ * writer, group commit, failures), snapshot.c (snapshots and the keeper
+ * thread), files.c (the data directory's files) and recover.c (start-up).
  */
 #ifndef HF_WAL_INTERNAL_H
 #define HF_WAL_INTERNAL_H
@@ -8,6 +9,7 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include "util/hf_assert.h"
 #include "wal/format.h"
 #include "wal/wal.h"
 
@@ -17,6 +19,9 @@
 #define WAL_MAX_PENDING (256u << 20)
 /* The snapshot encoder writes its buffer out at this size. */
 #define WAL_SNAPSHOT_CHUNK (1u << 20)
+/* A failed log's repairs: the first after this, then doubling up to the maximum. */
+#define WAL_REPAIR_FIRST_DELAY_MS 500
+#define WAL_REPAIR_MAX_DELAY_MS 8000
 
 /* A pending segment switch, set under the state lock and mu, done by the writer. */
 typedef struct wal_rotation {
@@ -129,5 +134,30 @@ void wal__delete_covered(wal_t *w, uint64_t seq);
 /* recover.c: lock the directory, rebuild w->core, create the next segment,
  * set w's LSNs, sequence numbers and encoder pool table. */
 int wal__recover(wal_t *w, char *err, size_t errlen);
+
+/* wal.c: a repair whose snapshot and segment are both durable ends the
+ * failure (wal.c, "FAILURES"). Under mu. */
+void wal__repair_settle_locked(wal_t *w);
+
+/* snapshot.c: the keeper thread (snapshots, repairs), started by wal_open. */
+void *wal__keeper_main(void *arg);
+
+/* The LSNs, under mu: what is synced was written, what was written was
+ * appended (`written` does not move while the segment is broken). */
+HF_ASSERT_HELPER static inline bool wal__lsns_in_order(const wal_t *w)
+{
+    return w->synced <= w->written && (w->broken || w->written <= w->appended);
+}
+
+/* The failure flags (FAILURES), under mu once the log is open: a repair runs
+ * only while the log is failed; a segment is given up only by a failure;
+ * published records are kept unless the log failed and no repair runs; a
+ * pending switch falls within `pending`. */
+HF_ASSERT_HELPER static inline bool wal__flags_consistent(const wal_t *w)
+{
+    return (!w->repairing || w->failed) && (!w->broken || w->failed) &&
+           w->accepting == (!w->failed || w->repairing) &&
+           (!w->rotate.pending || w->rotate.off <= w->pending.len);
+}
 
 #endif
