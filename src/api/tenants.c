@@ -12,6 +12,7 @@
 #include "api/auth.h"
 #include "api/room.h"
 #include "util/hash.h"
+#include "util/hf_assert.h"
 #include "util/xalloc.h"
 
 const tenant tenant_default = {
@@ -127,9 +128,11 @@ static bool parse_quota(const char *p, size_t len, uint64_t *pages)
 /* The tenant named name[0..len), added if new; its index. */
 static uint32_t tenant_index(tenant_table *t, const char *name, size_t len)
 {
+    HF_ASSERT(t->names && valid_name(name, len)); /* while parsing, a checked name */
     uint32_t *slot = probe(t, t->name_slots, t->names, name, len);
     if (*slot)
         return *slot - 1;
+    HF_ASSERT(2 * (t->ntenants + 1) <= t->mask + 1); /* the table stays at most half full */
     tenant *x = &t->tenants[t->ntenants];
     x->name = copy_slice(name, len);
     t->names[t->ntenants] = x->name;
@@ -154,6 +157,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): started above; clang 14's analyzer says otherwise on some paths
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return -1;
@@ -182,6 +186,7 @@ static size_t split_words(const char *p, const char *end, hf_slice *words, size_
 static int add_line(tenant_table *t, const hf_slice *w, size_t nwords, size_t line, char *err,
                     size_t errlen)
 {
+    HF_ASSERT(t->quota_named && nwords >= 1 && w[0].len > 0); /* while parsing, a word */
     if (nwords > 3)
         return fail(err, errlen, "line %zu has %zu words; a line is TOKEN [TENANT [pages=N]]", line,
                     nwords);
@@ -216,7 +221,9 @@ static int add_line(tenant_table *t, const hf_slice *w, size_t nwords, size_t li
                         x->name.ptr);
         t->quota_named[owner] = true;
         x->quota_pages = quota;
+        HF_ASSERT(!x->operator_ && x->room); /* a quota is a tenant's, never the operator's */
     }
+    HF_ASSERT(2 * (t->ntokens + 1) <= t->mask + 1);
     t->tokens[t->ntokens] = copy_slice(w[0].ptr, w[0].len);
     t->owners[t->ntokens] = owner;
     *slot = (uint32_t)++t->ntokens;
@@ -277,6 +284,7 @@ int tenant_table_parse(const char *text, size_t len, uint64_t seed, tenant_table
 
 const tenant *tenant_table_find(const tenant_table *t, const char *secret, size_t len)
 {
+    HF_ASSERT(!t->names && t->ntokens > 0); /* a table parsed whole */
     uint32_t id = *probe(t, t->token_slots, t->tokens, secret, len);
     return id ? &t->tenants[t->owners[id - 1]] : NULL;
 }

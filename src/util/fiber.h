@@ -123,6 +123,15 @@ typedef struct hf_fiber_mutex {
     hf_fiber_mutex_waiter *first, *last;
 } hf_fiber_mutex;
 
+/* Whether some fiber or thread holds m (for HF_ASSERT). */
+static inline bool hf_fiber_mutex_held(hf_fiber_mutex *m)
+{
+    pthread_mutex_lock(&m->mu);
+    bool held = m->held;
+    pthread_mutex_unlock(&m->mu);
+    return held;
+}
+
 void hf_fiber_mutex_init(hf_fiber_mutex *m);
 void hf_fiber_mutex_destroy(hf_fiber_mutex *m);
 void hf_fiber_lock(hf_fiber_mutex *m);

@@ -16,6 +16,9 @@
 #ifndef HF_UTIL_HF_ASSERT_H
 #define HF_UTIL_HF_ASSERT_H
 
+#include <pthread.h>
+#include <stdbool.h>
+
 #ifdef HF_ASSERTS
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,5 +39,24 @@ __attribute__((noreturn, cold)) static inline void hf_assert_fail(const char *fi
 /* Marks a static function that only HF_ASSERT calls: where the asserts are
  * compiled out nothing calls it, and no compiler may call that an error. */
 #define HF_ASSERT_HELPER __attribute__((unused))
+
+/* Whether some thread holds the mutex, for HF_ASSERT(hf_mutex_held(&m))
+ * where the caller must hold it: a plain mutex cannot tell which thread
+ * does, so this catches a lock not taken, not a lock taken by another
+ * thread (store/mem.c keeps its holder where that matters). Never for
+ * "not held": another thread may hold it for a moment. */
+#ifdef HF_ASSERTS
+static inline bool hf_mutex_held(pthread_mutex_t *m)
+{
+    if (pthread_mutex_trylock(m) != 0)
+        return true;
+    pthread_mutex_unlock(m);
+    return false;
+}
+#else
+/* Type-checked like the asserts that name it, never called (the static
+ * analyzer of make lint then need not follow it either). */
+#define hf_mutex_held(m) ((void)(pthread_mutex_t *){(m)}, true)
+#endif
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "util/fiber.h"
+#include "util/hf_assert.h"
 #include "util/xalloc.h"
 #include "wire/wire.h"
 
@@ -28,8 +29,11 @@ typedef struct prefix_row {
     char name[];
 } prefix_row;
 
-static prefix_row *prefix_find(prefix_row *row, hf_slice ns)
+/* ns's row of the prefix counters, or NULL. Under r->lock. */
+static prefix_row *prefix_find(store_redis *r, hf_slice ns)
 {
+    HF_ASSERT(hf_mutex_held(&r->lock));
+    prefix_row *row = r->prefix;
     while (row && !(row->len == ns.len && memcmp(row->name, ns.ptr, ns.len) == 0))
         row = row->next;
     return row;
@@ -37,8 +41,9 @@ static prefix_row *prefix_find(prefix_row *row, hf_slice ns)
 
 void redis__prefix_count(store_redis *r, hf_slice ns, const bool *present, size_t n)
 {
+    HF_ASSERT((ns.ptr || ns.len == 0) && (present || n == 0));
     hf_mutex_lock(&r->lock);
-    prefix_row *row = prefix_find(r->prefix, ns);
+    prefix_row *row = prefix_find(r, ns);
     if (!row) {
         row = hf_xcalloc(1, sizeof *row + ns.len + 1);
         row->len = ns.len;
@@ -215,6 +220,7 @@ static int per_stripe(store_redis *r, const char *cmd, bool with_now, const ns_n
  * clear) has no pools. */
 int redis__stats(store_t *s, store_stats_visitor fn, void *ctx)
 {
+    HF_ASSERT(fn);
     store_redis *r = R(s);
     ns_name *v;
     size_t n;
@@ -274,7 +280,7 @@ int redis__stats(store_t *s, store_stats_visitor fn, void *ctx)
             if (j == 0) { /* the namespace's figures go with its first pool */
                 hf_slice name = {v[i].p, v[i].len};
                 hf_mutex_lock(&r->lock);
-                const prefix_row *row = prefix_find(r->prefix, name);
+                const prefix_row *row = prefix_find(r, name);
                 if (row) {
                     st.prefix_requests = row->c.requests;
                     st.prefix_blocks = row->c.blocks;
@@ -296,6 +302,7 @@ int redis__stats(store_t *s, store_stats_visitor fn, void *ctx)
  * STORE_EUNAVAILABLE / STORE_EUNCERTAIN when Redis could not be asked. */
 int redis__check(store_t *s, char *err, size_t errlen)
 {
+    HF_ASSERT(err && errlen > 0);
     store_redis *r = R(s);
     ns_name *v;
     size_t n;
@@ -340,6 +347,7 @@ int redis__check(store_t *s, char *err, size_t errlen)
 int store_redis_pages(store_t *s, hf_slice ns, uint32_t rank, store_redis_page *pages,
                       size_t npages)
 {
+    HF_ASSERT(pages || npages == 0);
     store_redis *r = R(s);
     const layout *L;
     int rc = redis__layout_of(r, ns, false, &L);

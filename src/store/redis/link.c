@@ -286,7 +286,10 @@ static int probe_one(redis_link *r, redisContext *c, const char *w, char *err, s
 
 void link__mark_down(redis_link *r, const char *why)
 {
+    HF_ASSERT(why);
     hf_mutex_lock(&r->lock);
+    /* up and its lock-free copy agree under the lock: they change together */
+    HF_ASSERT(r->up == atomic_load(&r->up_flag));
     if (r->up) {
         r->up = false;
         atomic_store(&r->up_flag, false);
@@ -294,6 +297,7 @@ void link__mark_down(redis_link *r, const char *why)
         snprintf(r->reason, sizeof r->reason, "%s", why);
         log_msg(LOG_WARN, "Redis unavailable: %s; refusing calls until it answers again", why);
         pthread_cond_signal(&r->wake);
+        HF_ASSERT(!atomic_load(&r->up_flag) && r->reason[0] == why[0]);
     }
     hf_mutex_unlock(&r->lock);
 }
@@ -301,6 +305,7 @@ void link__mark_down(redis_link *r, const char *why)
 /* The monitors' pause (r->lock held): wait_ms, or less if woken. */
 void link__monitor_wait(redis_link *r, int64_t wait_ms)
 {
+    HF_ASSERT(hf_mutex_held(&r->lock) && wait_ms >= 0);
     hf_cond_wait_until_us(&r->wake, &r->lock, hf_clock_mono_us() + wait_ms * 1000);
 }
 
@@ -402,6 +407,8 @@ static void *monitor_main(void *arg)
             if (!was_up) {
                 char w[300];
                 hf_mutex_lock(&r->lock);
+                /* down to up: only the monitor brings it up, and it saw it down */
+                HF_ASSERT(!r->up && !atomic_load(&r->up_flag));
                 r->up = true;
                 atomic_store(&r->up_flag, true);
                 r->reason[0] = '\0';
@@ -826,6 +833,7 @@ void redis_link_close(redis_link *r)
     if (!r)
         return;
     hf_mutex_lock(&r->lock);
+    HF_ASSERT(!r->stopping); /* closed once */
     r->stopping = true;
     pthread_cond_signal(&r->wake);
     hf_mutex_unlock(&r->lock);

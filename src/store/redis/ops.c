@@ -92,6 +92,7 @@ static int rd_init_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_pag
                         uint64_t *existing_pages)
 {
     store_redis *r = R(s);
+    HF_ASSERT(created && existing_pages);
     if (num_pages > r->cfg.max_pages || rank >= r->cfg.max_ranks)
         return STORE_EINVAL;
     init_call c = {rank, num_pages, false, 0, 1};
@@ -279,6 +280,8 @@ static int alloc_fn(store_redis *r, const layout *L, void *ctx, bool last)
 static int rd_allocate(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n,
                        core_alloc_mode mode, int64_t *pages, bool *existed)
 {
+    HF_ASSERT((keys && pages) || n == 0);
+    HF_ASSERT(mode == CORE_ALLOC_PARTIAL || mode == CORE_ALLOC_ALL_OR_NOTHING);
     bool *hits = existed ? existed : hf_xmalloc(n ? n : 1);
     keys_call c = {.rank = rank,
                    .keys = keys,
@@ -359,6 +362,7 @@ static int confirm_fn(store_redis *r, const layout *L, void *ctx, bool last)
 static int rd_confirm(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys,
                       const int64_t *pages, size_t n, const int64_t *release, size_t nrel)
 {
+    HF_ASSERT(((keys && pages) || n == 0) && (release || nrel == 0));
     keys_call c = {
         .rank = rank, .keys = keys, .n = n, .in_pages = pages, .release = release, .nrel = nrel};
     int rc = no_pool(redis__run_striped(R(s), ns, confirm_fn, &c));
@@ -474,6 +478,7 @@ static int delete_fn(store_redis *r, const layout *L, void *ctx, bool last)
 
 static int rd_delete_keys(store_t *s, hf_slice ns, uint32_t rank, const hf_slice *keys, size_t n)
 {
+    HF_ASSERT(keys || n == 0);
     keys_call c = {.rank = rank, .keys = keys, .n = n};
     return no_pool(redis__run_striped(R(s), ns, delete_fn, &c));
 }
@@ -523,6 +528,7 @@ static int rd_import_pool(store_t *s, hf_slice ns, uint32_t rank, uint64_t num_p
                           const hf_slice *keys, const int64_t *pages, size_t n)
 {
     store_redis *r = R(s);
+    HF_ASSERT((keys && pages) || n == 0);
     layout *one = redis__layout_new(ns, 1, WIRE_PLACE_WINDOW);
     batch b;
     redis__batch_init(&b, 1);
@@ -576,6 +582,7 @@ static int rd_import_mark_get(store_t *s, char *out, size_t cap)
 
 static int rd_import_mark_set(store_t *s, const char *text)
 {
+    HF_ASSERT(text);
     redisReply *rep;
     int rc = mark_cmd(R(s), "SET", text, true, &rep);
     if (rc == STORE_OK)

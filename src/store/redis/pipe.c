@@ -75,6 +75,7 @@ node_link *link__node_new(redis_link *r, const char *host, size_t hostlen, int p
 
 static void pconn_maybe_free(pconn *c)
 {
+    HF_ASSERT(c && c->ctx);
     if (!(c->broken || c->retired) || c->users || c->queue || c->flight)
         return;
     redisFree(c->ctx);
@@ -509,6 +510,7 @@ static void open_on(void *arg)
  * node unreachable (node_failed). */
 static pconn *pipe_conn(redis_link *r, struct pipe *p, uint64_t gen)
 {
+    HF_ASSERT(hf_mutex_held(&p->mu));
     pconn *c = p->c;
     if (c && c->gen != gen) {
         c->retired = true;

@@ -178,6 +178,16 @@ static const layout *layout_cached(store_redis *r, hf_slice ns)
 
 /* Cache ns as a namespace of `count` stripes placed by `placement` (the
  * anchor's word). */
+/* At most one cached layout names ns (a stale one is retired when its
+ * successor comes). Under r->lock. */
+HF_ASSERT_HELPER static bool layout_unique(const store_redis *r, hf_slice ns)
+{
+    int found = 0;
+    for (const layout *L = r->layouts; L; L = L->next)
+        found += layout_is(L, ns);
+    return found <= 1;
+}
+
 static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count, uint32_t placement)
 {
     hf_mutex_lock(&r->lock);
@@ -197,6 +207,7 @@ static const layout *layout_put(store_redis *r, hf_slice ns, uint32_t count, uin
     L = redis__layout_new(ns, count, placement);
     L->next = r->layouts;
     r->layouts = L;
+    HF_ASSERT(layout_unique(r, ns));
     hf_mutex_unlock(&r->lock);
     if (r->stripes && count != r->stripes)
         log_msg(LOG_WARN,
