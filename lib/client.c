@@ -13,9 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The server's parser of host:port, shared by path (header-only, libc only):
- * lib/ is built without -Isrc. */
-#include "../src/util/hostport.h"
+/* The server's parser of host:port (header-only, libc only), through
+ * -iquote src like every header of src/util lib/ uses (mk/client.mk). */
+#include "util/hostport.h"
 
 const char *hf3fs_meta_version(void)
 {

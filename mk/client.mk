@@ -14,14 +14,15 @@
 # and with hidden visibility: only the HF3FS_META_API functions are exported.
 # Of src/ it includes only the header-only helpers of src/util listed in
 # CLIENT_SHARED_HDR (static inline, no server code: UTF-8 validation shared
-# with the server's JSON), through -iquote src.
+# with the server's JSON, the host:port parser), as "util/NAME.h" through
+# -iquote src: -Isrc is taken out, so no <...> include reaches src/.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
 INSTALL ?= install
 
 CLIENT_LIB_SRC := $(wildcard lib/*.c)
-CLIENT_SHARED_HDR := src/util/utf8.h
+CLIENT_SHARED_HDR := src/util/utf8.h src/util/hostport.h
 CLIENT_LIB_HDR := include/hf3fs_meta.h $(wildcard lib/*.h) $(CLIENT_SHARED_HDR)
 CLIENT_LIB_OBJ := $(CLIENT_LIB_SRC:lib/%.c=$(BUILD)/lib-obj/%.o)
 CLIENT_PIC_OBJ := $(CLIENT_LIB_SRC:lib/%.c=$(BUILD)/lib-pic/%.o)

@@ -2,8 +2,8 @@
 #
 #   clang-tidy   the checks of .clang-tidy (bugs, not style), every warning an
 #                error; each file with the include paths and defines of its
-#                build (src: -Isrc -Iinclude; lib: -Iinclude -Ilib; cli:
-#                -Iinclude), $(BUILD_JOBS) at once
+#                build (src: -Isrc -Iinclude; lib: -Iinclude -Ilib -iquote
+#                src; cli: -Iinclude), $(BUILD_JOBS) at once
 #   cppcheck     --enable=warning,portability,performance over each folder with
 #                the same paths; a finding exits 1
 #   layers       tests/check-layers.sh: no include of src/ points up (nothing

@@ -4,16 +4,21 @@
 #
 # Each rule names a folder of SRC (default src) and the folders its files
 # (.c and .h, in it or below it: src/store/redis is store) may not include
-# from. Nothing below the api knows about JSON or
-# HTTP; the Redis module links the core, the wire encodings and util only,
-# never an engine of the store; the core is pure and includes only itself
-# and util. Prints file:line: the include, for every one that breaks a rule;
-# exits 1 if there is any.
+# from. The HTTP layer knows the api and util only, the api nothing above it;
+# nothing below the api knows about JSON or HTTP; the Redis module links the
+# core, the wire encodings and util only, never an engine of the store; the
+# core is pure and includes only itself and util. The client library (lib/,
+# beside SRC) includes of src/ only util's header-only helpers, one way:
+# "util/NAME.h" through -iquote src (mk/client.mk), never a path into src/.
+# Prints file:line: the include, for every one that breaks a rule; exits 1
+# if there is any.
 set -uo pipefail
 SRC=${1:-src}
 
 RULES=(
     # folder    may not include from
+    "http       server store wal cluster wire core module"
+    "api        http server"
     "store      api http server"
     "wal        api http server"
     "cluster    api http server"
@@ -37,5 +42,15 @@ for rule in "${RULES[@]}"; do
         status=1
     fi
 done
+# lib/: no folder of src/ but util, and no path into src/ ("../src/...")
+LIB=$(dirname "$SRC")/lib
+if [ -d "$LIB" ]; then
+    pattern='^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]((\.\./)+|(\.\./)*src/|(api|http|server|store|wal|cluster|wire|core|module)/)'
+    found=$(grep -rEHn --include='*.[ch]' "$pattern" "$LIB" 2>/dev/null)
+    if [ -n "$found" ]; then
+        sed 's|$| (lib may include of src/ only "util/NAME.h", through -iquote src)|' <<<"$found"
+        status=1
+    fi
+fi
 [ $status -eq 0 ] || echo "check-layers: an include points up (docs/architecture.md)"
 exit $status

@@ -76,10 +76,11 @@ bool redis__all_can(store_redis *r, unsigned cap);
 /* The figures of the modules seen ("redis_modules", module_info). */
 void redis__modules_metrics(store_redis *r, const store_emitter *e);
 
-/* Outcomes of a call beside the STORE_* codes, never returned by an op. */
+/* Outcomes of a call beside the STORE_* codes, never returned by an op: at
+ * the end of the store's range (docs/architecture.md, "Errors and memory"). */
 enum {
-    RESTRIPE = -100,     /* a stripe says the layout is stale (-ESTRIPES) */
-    NO_NAMESPACE = -299, /* the namespace has no value (the end of the store's range) */
+    RESTRIPE = -298,     /* a stripe says the layout is stale (-ESTRIPES) */
+    NO_NAMESPACE = -299, /* the namespace has no value */
 };
 
 static inline store_redis *R(store_t *s)
