@@ -28,6 +28,7 @@ HF3FS_CLUSTER_LONG=1: three failovers in a row, and three slot moves.
 These tests run whatever HF3FS_TEST_ENGINE says (they start their own cluster).
 """
 
+import contextlib
 import os
 import random
 import signal
@@ -255,41 +256,67 @@ def test_concurrent_requests_share_the_flag_s_pipelined_connections_to_each_prim
                   "no read needed a routing handle")
 
 
-def test_failover_of_the_pool_primary_under_load_loses_no_acknowledged_confirmation():
+@contextlib.contextmanager
+def pool_under_load():
+    """The set-up of the load tests: a cluster, a front end over it with its
+    pool, and the rounds to run (3 when LONG, else 1)."""
     rc = cluster()
-    rounds = 3 if LONG else 1
     with front_end(rc) as srv:
         init_pool(srv)
+        yield rc, srv, range(3 if LONG else 1)
+
+
+def load_round(srv, total, seed, warm_s, disturb):
+    """One round of a load test: a Load started warm_s before disturb(load)
+    runs, finished 1 s after disturb returns the moment from which a success
+    counts as the service back; that success came, the load was acknowledged,
+    and every round's acknowledged confirmations (total) are still there.
+    Returns the Load and the time of that first success."""
+    load = Load(srv, seed=seed)
+    load.start()
+    time.sleep(warm_s)
+    t_back = disturb(load)
+    time.sleep(1.0)
+    load.finish()
+    back = load.first_success_after(t_back)
+    expect_true(back is not None, "no success after the disturbance")
+    expect_true(len(load.acked) > 0, "the load was acknowledged")
+    total.update(load.acked)
+    verify(srv, total)
+    return load, back
+
+
+def test_failover_of_the_pool_primary_under_load_loses_no_acknowledged_confirmation():
+    with pool_under_load() as (rc, srv, rounds):
         total = {}
-        for n in range(rounds):
+        for n in rounds:
             rc.wait_ok()
             victim = rc.slot_owner(pool_slot(rc))
-            load = Load(srv, seed=n)
-            load.start()
-            time.sleep(1.0)
-            expect_true(load.acked, "the load was acknowledged before the kill")
-            t_kill = rc.kill9(victim)
-            promoted, t_promo = rc.wait_failover(victim)
-            # --redis-wait 1 needs a replica: the killed node comes back as
-            # the promoted one's (as a supervisor would restart it)
-            rc.restart(victim)
-            deadline = t_promo + FAILOVER_BOUND_S + 5
-            while time.monotonic() < deadline and load.first_success_after(t_promo) is None:
-                time.sleep(0.05)
-            time.sleep(1.0)
-            load.finish()
-            back = load.first_success_after(t_promo)
-            expect_true(back is not None, "no success after the promotion")
+            seen = {}
+
+            def kill_the_primary(load):
+                expect_true(load.acked, "the load was acknowledged before the kill")
+                seen["kill"] = rc.kill9(victim)
+                seen["promoted"], seen["promo"] = rc.wait_failover(victim)
+                # --redis-wait 1 needs a replica: the killed node comes back as
+                # the promoted one's (as a supervisor would restart it)
+                rc.restart(victim)
+                deadline = seen["promo"] + FAILOVER_BOUND_S + 5
+                while (time.monotonic() < deadline
+                       and load.first_success_after(seen["promo"]) is None):
+                    time.sleep(0.05)
+                return seen["promo"]
+
+            load, back = load_round(srv, total, n, 1.0, kill_the_primary)
+            t_kill, t_promo = seen["kill"], seen["promo"]
             print("  failover %d: primary %d -> %d; kill -> promotion %.2f s, promotion -> "
                   "first success %.2f s, 5xx/broken answers for %.2f s; %d confirmations "
-                  "acknowledged" % (n + 1, victim, promoted, t_promo - t_kill,
+                  "acknowledged" % (n + 1, victim, seen["promoted"], t_promo - t_kill,
                                     max(0.0, back - t_promo), load.failure_span(t_kill),
                                     len(load.acked)))
             expect_true(back - t_promo <= FAILOVER_BOUND_S,
                         "service back %.2f s after the promotion (bound %.0f s)"
                         % (back - t_promo, FAILOVER_BOUND_S))
-            total.update(load.acked)
-            verify(srv, total)
             rc.wait_ok()
         # the front end's figures name the nodes and the errors of the dead one
         stats = srv.client().get("/v1/stats").json()
@@ -338,37 +365,31 @@ def test_pages_read_before_a_cluster_failover_are_kept_for_one_read_lease_by_the
 
 
 def test_moving_the_pool_slot_under_load_loses_no_acknowledged_confirmation():
-    rc = cluster()
-    rounds = 3 if LONG else 1
-    with front_end(rc) as srv:
-        init_pool(srv)
+    with pool_under_load() as (rc, srv, rounds):
         total = {}
-        for n in range(rounds):
+        for n in rounds:
             rc.wait_ok()
             slot = pool_slot(rc)
             src = rc.slot_owner(slot)
             dst = [p for p in rc.primaries_ports() if p != src][n % 2]
-            load = Load(srv, seed=100 + n)
-            load.start()
-            time.sleep(0.5)
-            t0 = time.monotonic()
-            rc.begin_migration(slot, src, dst)
-            time.sleep(0.2)  # calls meet the slot half moved
-            rc.move_keys(slot, src, dst)
-            rc.end_migration(slot, dst)
-            t_moved = time.monotonic()
-            rc.wait_ok()
-            time.sleep(1.0)
-            load.finish()
-            back = load.first_success_after(t_moved)
-            expect_true(back is not None, "no success after the move")
+            seen = {}
+
+            def move_the_slot(load):
+                seen["start"] = time.monotonic()
+                rc.begin_migration(slot, src, dst)
+                time.sleep(0.2)  # calls meet the slot half moved
+                rc.move_keys(slot, src, dst)
+                rc.end_migration(slot, dst)
+                seen["moved"] = time.monotonic()
+                rc.wait_ok()
+                return seen["moved"]
+
+            load, back = load_round(srv, total, 100 + n, 0.5, move_the_slot)
+            t0, t_moved = seen["start"], seen["moved"]
             print("  move %d: slot %d %d -> %d in %.2f s; first success %.2f s after; 5xx "
                   "answers for %.2f s; %d confirmations acknowledged"
                   % (n + 1, slot, src, dst, t_moved - t0, back - t_moved,
                      load.failure_span(t0), len(load.acked)))
-            expect_true(len(load.acked) > 0, "the load was acknowledged")
-            total.update(load.acked)
-            verify(srv, total)
         stats = srv.client().get("/v1/stats").json()
         nodes = stats["server"]["store"]["cluster"]["nodes"]
         expect_true(sum(x["moved"] + x["ask"] for x in nodes.values()) > 0,
