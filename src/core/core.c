@@ -27,6 +27,16 @@
 
 /* ------------------------------------------------------ pools and core */
 
+core_config core_config_default(uint64_t max_pages, uint32_t max_ranks, uint64_t hash_seed)
+{
+    return (core_config){.reservation_ms = 600000,
+                         .read_lease_ms = 5000,
+                         .evict = true,
+                         .max_pages = max_pages,
+                         .max_ranks = max_ranks,
+                         .hash_seed = hash_seed};
+}
+
 core_t *core_new(const core_config *config)
 {
     core_t *core = hf_xcalloc(1, sizeof *core);

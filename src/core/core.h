@@ -223,6 +223,12 @@ typedef struct core_pool_stats {
 typedef struct core core_t;
 typedef struct core_pool core_pool_t;
 
+/* The protocol's leases (docs/protocol.md: reservations 600 s, read leases
+ * 5 s) and the CLOCK rule, no write lease and no release grace, with the
+ * given limits and hash seed: the configuration the tests and the Redis
+ * module start from. */
+core_config core_config_default(uint64_t max_pages, uint32_t max_ranks, uint64_t hash_seed);
+
 /* Never NULL: out of memory aborts (util/xalloc.h). The config is copied;
  * max_pages 0 or above CORE_MAX_PAGES_LIMIT means CORE_MAX_PAGES_LIMIT. */
 core_t *core_new(const core_config *config);

@@ -32,13 +32,8 @@ hf_slice value_ns(const hf_value *v)
  * that changes a value brings its caller's configuration anyway. */
 core_config default_config(void)
 {
-    core_config cfg = {.reservation_ms = 600000,
-                       .read_lease_ms = 5000,
-                       .write_lease_ms = 30000,
-                       .release_grace_ms = 0,
-                       .evict = true,
-                       .max_pages = CORE_MAX_PAGES_LIMIT,
-                       .max_ranks = CORE_MAX_RANKS_LIMIT};
+    core_config cfg = core_config_default(CORE_MAX_PAGES_LIMIT, CORE_MAX_RANKS_LIMIT, 0);
+    cfg.write_lease_ms = 30000;
     return cfg;
 }
 

@@ -12,14 +12,7 @@ static const hf_slice KV = HF_SLICE_LIT("kv");
 
 static core_config test_config(void)
 {
-    return (core_config){
-        .reservation_ms = 600000,
-        .read_lease_ms = 5000,
-        .evict = true,
-        .max_pages = 4000000000ull,
-        .max_ranks = 1024,
-        .hash_seed = 12345,
-    };
+    return core_config_default(4000000000ull, 1024, 12345);
 }
 
 static core_t *core;

@@ -135,14 +135,7 @@ static int stand_in_metrics(store_t *s, const store_emitter *e)
 
 static core_config test_core_config(void)
 {
-    return (core_config){
-        .reservation_ms = 600000,
-        .read_lease_ms = 5000,
-        .evict = true,
-        .max_pages = 1000000,
-        .max_ranks = 64,
-        .hash_seed = 7,
-    };
+    return core_config_default(1000000, 64, 7);
 }
 
 static api_config test_api_config(const char *token)

@@ -156,12 +156,7 @@ TEST(window_halves_the_counts_and_keeps_the_ratio)
 
 static core_config cfg(void)
 {
-    return (core_config){.reservation_ms = 600000,
-                         .read_lease_ms = 5000,
-                         .evict = true,
-                         .max_pages = 4000000000ull,
-                         .max_ranks = 64,
-                         .hash_seed = 7};
+    return core_config_default(4000000000ull, 64, 7);
 }
 
 static int events;

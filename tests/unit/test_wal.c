@@ -23,12 +23,13 @@
 #include "wal/wal.h"
 #include "wal/wal_internal.h"
 
-static const core_config CFG = {.reservation_ms = 600000,
-                                .read_lease_ms = 5000,
-                                .evict = true,
-                                .max_pages = 1000,
-                                .max_ranks = 8,
-                                .hash_seed = 11};
+/* The cores of these tests: the default leases, small limits. */
+static const core_config *cfg(void)
+{
+    static core_config c;
+    c = core_config_default(1000, 8, 11);
+    return &c;
+}
 
 /* ------------------------------------------------------------- rendering */
 
@@ -230,7 +231,7 @@ TEST(packed_keys_of_version_4_files_read_back_and_version_5_adds_the_suffix)
 
 TEST(reads_write_nothing_to_the_log)
 {
-    core_t *core = core_new(&CFG);
+    core_t *core = core_new(cfg());
     wal_encoder enc;
     wal__enc_init(&enc, 1000);
     core_set_observer(core, wal__enc_event, &enc);
@@ -274,7 +275,7 @@ TEST(reads_write_nothing_to_the_log)
  * pools, and then change nothing. */
 TEST(use_and_demote_records_of_older_versions_are_checked_and_ignored)
 {
-    core_t *live = core_new(&CFG);
+    core_t *live = core_new(cfg());
     wal_encoder enc;
     wal__enc_init(&enc, 1000);
     core_set_observer(live, wal__enc_event, &enc);
@@ -287,7 +288,7 @@ TEST(use_and_demote_records_of_older_versions_are_checked_and_ignored)
     CHECK_EQ(page, 0);
     wal__enc_flush(&enc);
 
-    core_t *replayed = core_new(&CFG);
+    core_t *replayed = core_new(cfg());
     wal_decoder dec;
     wal__dec_init(&dec);
     dec.time_base = enc.time_base;
@@ -324,7 +325,7 @@ TEST(use_and_demote_records_of_older_versions_are_checked_and_ignored)
 /* The encoder as the store uses it: events of an operation, then a flush. */
 TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
 {
-    core_t *live = core_new(&CFG);
+    core_t *live = core_new(cfg());
     wal_encoder enc;
     wal__enc_init(&enc, 1700000000000);
     enc.salt = 99;
@@ -339,7 +340,7 @@ TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
         if (step % 1000 != 0)
             continue;
         /* (a) the whole log */
-        core_t *copy = core_new(&CFG);
+        core_t *copy = core_new(cfg());
         wal_decoder dec;
         wal__dec_init(&dec);
         dec.time_base = enc.time_base;
@@ -349,7 +350,7 @@ TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
         core_free(copy);
         /* (b) the previous snapshot plus the log since */
         if (snapshot.len) {
-            copy = core_new(&CFG);
+            copy = core_new(cfg());
             wal__dec_free(&dec);
             wal__dec_init(&dec);
             dec.time_base = enc.time_base;
@@ -506,7 +507,7 @@ static void apply_to(void *ctx, const core_event *ev)
 
 static core_t *copy_state(const core_t *from)
 {
-    core_t *copy = core_new(&CFG);
+    core_t *copy = core_new(cfg());
     core_walk_state(from, apply_to, copy);
     core_apply_finish(copy);
     return copy;
@@ -537,7 +538,7 @@ static int mini_open(mini *m, const char *dir, const wal_options *extra)
         opt.dir = dir;
     }
     pthread_mutex_init(&m->lock, NULL);
-    m->core = core_new(&CFG);
+    m->core = core_new(cfg());
     m->wal = NULL;
     char err[1024];
     wal_host host = {mini_lock, mini_unlock, m, NULL};
@@ -657,7 +658,7 @@ static core_t *state_after_records(const char *seg, size_t keep_bytes)
     close(fd);
     wal_file_header h;
     CHECK_EQ(wal__header_decode(p, len, &h), WAL_HDR_OK);
-    core_t *core = core_new(&CFG);
+    core_t *core = core_new(cfg());
     wal_decoder dec;
     wal__dec_init(&dec);
     dec.time_base = h.time_base;
