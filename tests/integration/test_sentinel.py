@@ -202,11 +202,7 @@ def test_a_primary_killed_under_load_is_followed_to_its_promoted_replica_and_no_
         print("# " + ", ".join("%s %.2f s" % kv for kv in fig.items()), flush=True)
         integrity.check_run("primary killed, sentinels' failover", files, stats)
         srv.check()
-        store = c.get("/v1/stats").json()["server"]["store"]
-        expect_true(store["address"].startswith("127.0.0.1:%d " % new.port),
-                    "the front end follows the promoted replica: %r" % store)
-        expect_true(store["primary_switches"] >= 1, "switches: %r" % store)
-        expect_true(srv.alive(), "the front end was not restarted")
+        expect_followed(srv, c, new, "the promoted replica")
     finally:
         srv.stop()
 
@@ -248,13 +244,19 @@ def test_a_switch_that_demotes_a_live_primary_is_followed_without_a_restart():
                  what="a change acknowledged by the new primary")
         print("# SENTINEL FAILOVER -> the sentinels name the replica %.2f s, -> a change "
               "acknowledged %.2f s later" % (t1 - t0, time.monotonic() - t1), flush=True)
-        store = c.get("/v1/stats").json()["server"]["store"]
-        expect_true(store["address"].startswith("127.0.0.1:%d " % new.port),
-                    "the front end follows the new primary: %r" % store)
-        expect_true(store["primary_switches"] >= 1, "switches: %r" % store)
-        expect_true(srv.alive(), "the front end was not restarted")
+        expect_followed(srv, c, new, "the new primary")
     finally:
         srv.stop()
+
+
+def expect_followed(srv, c, new, what):
+    """The front end srv (its client c) talks to `new` now, counted a switch,
+    without a restart."""
+    store = c.get("/v1/stats").json()["server"]["store"]
+    expect_true(store["address"].startswith("127.0.0.1:%d " % new.port),
+                "the front end follows %s: %r" % (what, store))
+    expect_true(store["primary_switches"] >= 1, "switches: %r" % store)
+    expect_true(srv.alive(), "the front end was not restarted")
 
 
 def harness_errors():
