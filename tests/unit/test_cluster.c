@@ -97,9 +97,9 @@ TEST(open_on_an_unreachable_seed_fails_naming_it)
 TEST(strerror_names_every_code)
 {
     CHECK(strcmp(cluster_strerror(CLUSTER_OK), "unknown error") != 0);
-    for (int code = CLUSTER_EINVAL; code >= CLUSTER_ENOMEM; code--)
+    for (int code = CLUSTER_EINVAL; code >= CLUSTER_EREFUSED; code--)
         CHECK(strcmp(cluster_strerror(code), "unknown error") != 0);
-    CHECK(strcmp(cluster_strerror(CLUSTER_ENOMEM - 1), "unknown error") == 0);
+    CHECK(strcmp(cluster_strerror(CLUSTER_EREFUSED - 1), "unknown error") == 0);
 }
 
 int main(void)
