@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,22 +23,11 @@ typedef struct import_priv {
     int64_t *pages; /* their pages */
 } import_priv;
 
-static void fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fail(err, errlen, "%s: %s", path, strerror(errno));
+        hf_errf(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -53,7 +41,7 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
     int bad = ferror(f);
     fclose(f);
     if (bad) {
-        fail(err, errlen, "%s: cannot be read", path);
+        hf_errf(err, errlen, "%s: cannot be read", path);
         hf_xfree(buf);
         return NULL;
     }
@@ -103,30 +91,30 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
 {
     const char *pn = name->u.str;
     if (parse_pool_name(json_slice(name), lim->max_ranks, &p->rank, &p->ns) != 0) {
-        fail(err, errlen,
-             "pool \"%s\": not \"rank\" or \"rank:namespace\" with a rank below "
-             "--max-ranks %" PRIu64,
-             pn, lim->max_ranks);
+        hf_errf(err, errlen,
+                "pool \"%s\": not \"rank\" or \"rank:namespace\" with a rank below "
+                "--max-ranks %" PRIu64,
+                pn, lim->max_ranks);
         return -1;
     }
     if (p->ns.len > lim->max_key_bytes) {
-        fail(err, errlen, "pool \"%s\": the namespace is longer than --max-key-bytes", pn);
+        hf_errf(err, errlen, "pool \"%s\": the namespace is longer than --max-key-bytes", pn);
         return -1;
     }
     const json_node *np = json_get(v, "num_pages"), *fp = json_get(v, "free_pages"),
                     *kti = json_get(v, "key_to_index");
     if (v->type != JSON_OBJECT || !np || np->type != JSON_INT || !fp || fp->type != JSON_ARRAY ||
         !kti || kti->type != JSON_ARRAY) {
-        fail(err, errlen,
-             "pool \"%s\": not an object with num_pages (an integer), free_pages "
-             "and key_to_index (lists)",
-             pn);
+        hf_errf(err, errlen,
+                "pool \"%s\": not an object with num_pages (an integer), free_pages "
+                "and key_to_index (lists)",
+                pn);
         return -1;
     }
     if (np->u.i < 0 || (uint64_t)np->u.i > lim->max_pages) {
-        fail(err, errlen,
-             "pool \"%s\": num_pages %" PRId64 " is not in 0..%" PRIu64 " (--max-pages)", pn,
-             np->u.i, lim->max_pages);
+        hf_errf(err, errlen,
+                "pool \"%s\": num_pages %" PRId64 " is not in 0..%" PRIu64 " (--max-pages)", pn,
+                np->u.i, lim->max_pages);
         return -1;
     }
     p->num_pages = (uint64_t)np->u.i;
@@ -137,25 +125,25 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
         const json_node *it = &kti->u.items[i];
         if (it->type != JSON_ARRAY || it->len != 2 || it->u.items[0].type != JSON_STRING ||
             it->u.items[1].type != JSON_INT || it->u.items[0].len == 0) {
-            fail(err, errlen,
-                 "pool \"%s\": key_to_index item %" PRIu32 " is not [key, page] "
-                 "with a non-empty key",
-                 pn, i);
+            hf_errf(err, errlen,
+                    "pool \"%s\": key_to_index item %" PRIu32 " is not [key, page] "
+                    "with a non-empty key",
+                    pn, i);
             return -1;
         }
         keys[i] = json_slice(&it->u.items[0]);
         pages[i] = it->u.items[1].u.i;
         char kb[84];
         if (keys[i].len > lim->max_key_bytes) {
-            fail(err, errlen, "pool \"%s\": key \"%s\" is longer than --max-key-bytes %" PRIu64, pn,
-                 shown(keys[i], kb), lim->max_key_bytes);
+            hf_errf(err, errlen, "pool \"%s\": key \"%s\" is longer than --max-key-bytes %" PRIu64,
+                    pn, shown(keys[i], kb), lim->max_key_bytes);
             return -1;
         }
         if (pages[i] < 0 || (uint64_t)pages[i] >= p->num_pages) {
-            fail(err, errlen,
-                 "pool \"%s\": key \"%s\" is at page %" PRId64 ", out of range "
-                 "(num_pages %" PRIu64 ")",
-                 pn, shown(keys[i], kb), pages[i], p->num_pages);
+            hf_errf(err, errlen,
+                    "pool \"%s\": key \"%s\" is at page %" PRId64 ", out of range "
+                    "(num_pages %" PRIu64 ")",
+                    pn, shown(keys[i], kb), pages[i], p->num_pages);
             return -1;
         }
     }
@@ -163,10 +151,10 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     for (uint32_t i = 0; i < fp->len; i++) {
         const json_node *it = &fp->u.items[i];
         if (it->type != JSON_INT || it->u.i < 0 || (uint64_t)it->u.i >= p->num_pages) {
-            fail(err, errlen,
-                 "pool \"%s\": free_pages item %" PRIu32 " is not a page in "
-                 "0..%" PRIu64,
-                 pn, i, p->num_pages ? p->num_pages - 1 : 0);
+            hf_errf(err, errlen,
+                    "pool \"%s\": free_pages item %" PRIu32 " is not a page in "
+                    "0..%" PRIu64,
+                    pn, i, p->num_pages ? p->num_pages - 1 : 0);
             hf_xfree(fl);
             return -1;
         }
@@ -177,10 +165,10 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     int rc = 0;
     char k1[84], k2[84];
     if (core_repeated_page(pages, n, order, &a, &b)) {
-        fail(err, errlen,
-             "pool \"%s\": page %" PRId64 " is owned twice (keys \"%s\" and "
-             "\"%s\")",
-             pn, pages[a], shown(keys[a], k1), shown(keys[b], k2));
+        hf_errf(err, errlen,
+                "pool \"%s\": page %" PRId64 " is owned twice (keys \"%s\" and "
+                "\"%s\")",
+                pn, pages[a], shown(keys[a], k1), shown(keys[b], k2));
         rc = -1;
     }
     /* Listed free pages that are owned, and the distinct free ones. */
@@ -200,8 +188,8 @@ static int read_pool(const json_node *name, const json_node *v, const import_lim
     p->listed_free = fp->len;
     p->in_flight = p->num_pages - n - distinct_free;
     if (rc == 0 && core_repeated_key(keys, n, order, &a, &b)) {
-        fail(err, errlen, "pool \"%s\": key \"%s\" is listed twice (items %zu and %zu)", pn,
-             shown(keys[a], k1), a, b);
+        hf_errf(err, errlen, "pool \"%s\": key \"%s\" is listed twice (items %zu and %zu)", pn,
+                shown(keys[a], k1), a, b);
         rc = -1;
     }
     hf_xfree(order);
@@ -223,7 +211,7 @@ int import_already_done(store_t *s, const char *path, char *err, size_t errlen)
     char have[IMPORT_MARK_MAX + 1], mark[IMPORT_MARK_MAX];
     int rc = s->ops->import_mark_get(s, have, sizeof have);
     if (rc < 0) {
-        fail(err, errlen, "cannot read what was imported: %s", store_describe(s, rc));
+        hf_errf(err, errlen, "cannot read what was imported: %s", store_describe(s, rc));
         return -1;
     }
     if (rc == 0)
@@ -253,11 +241,11 @@ int import_sglang_read(const char *path, const import_limits *limits, import_sta
     json_doc_init(&pv->doc, &(json_limits){.max_depth = 8, .max_nodes = SIZE_MAX});
     const json_node *root;
     if (json_parse(&pv->doc, text, len, &root, why, sizeof why) != 0) {
-        fail(err, errlen, "%s: not JSON: %s", path, why);
+        hf_errf(err, errlen, "%s: not JSON: %s", path, why);
         goto bad;
     }
     if (root->type != JSON_OBJECT) {
-        fail(err, errlen, "%s: not SGLang's state (a JSON object of pools)", path);
+        hf_errf(err, errlen, "%s: not SGLang's state (a JSON object of pools)", path);
         goto bad;
     }
     size_t total = 0;
@@ -273,15 +261,15 @@ int import_sglang_read(const char *path, const import_limits *limits, import_sta
         import_pool *p = &out->pools[i];
         if (read_pool(&root->u.items[2 * i], &root->u.items[2 * i + 1], limits, p, pv->keys + at,
                       pv->pages + at, why, sizeof why) != 0) {
-            fail(err, errlen, "%s: %s", path, why);
+            hf_errf(err, errlen, "%s: %s", path, why);
             goto bad;
         }
         at += p->nkeys;
         out->npools++;
         for (size_t j = 0; j < i; j++)
             if (out->pools[j].rank == p->rank && hf_slice_eq(out->pools[j].ns, p->ns)) {
-                fail(err, errlen, "%s: pool \"%s\" is listed twice", path,
-                     root->u.items[2 * i].u.str);
+                hf_errf(err, errlen, "%s: pool \"%s\" is listed twice", path,
+                        root->u.items[2 * i].u.str);
                 goto bad;
             }
     }
@@ -324,18 +312,18 @@ int import_sglang_apply(store_t *s, const import_state *st, const char *path, ch
                         size_t errlen)
 {
     if (!s->ops->import_pool) {
-        fail(err, errlen, "this store cannot import");
+        hf_errf(err, errlen, "this store cannot import");
         return -1;
     }
     int has = import_target_pools(s);
     if (has != 0) {
         if (has == 1)
-            fail(err, errlen,
-                 "refused to import %s: the target state is not empty (it holds "
-                 "pools already); nothing was imported",
-                 path);
+            hf_errf(err, errlen,
+                    "refused to import %s: the target state is not empty (it holds "
+                    "pools already); nothing was imported",
+                    path);
         else
-            fail(err, errlen, "cannot look at the target state: %s", store_describe(s, has));
+            hf_errf(err, errlen, "cannot look at the target state: %s", store_describe(s, has));
         return -1;
     }
     uint64_t keys = 0, pages = 0;
@@ -343,13 +331,13 @@ int import_sglang_apply(store_t *s, const import_state *st, const char *path, ch
         const import_pool *p = &st->pools[i];
         int rc = s->ops->import_pool(s, p->ns, p->rank, p->num_pages, p->keys, p->pages, p->nkeys);
         if (rc != STORE_OK) {
-            fail(err, errlen,
-                 "importing %s: pool %" PRIu32 ":%.*s failed: %s (%zu of %zu "
-                 "pools were imported before it)",
-                 path, p->rank, (int)p->ns.len, p->ns.ptr,
-                 rc == STORE_EEXIST ? "it exists already (made meanwhile by another process)"
-                                    : store_describe(s, rc),
-                 i, st->npools);
+            hf_errf(err, errlen,
+                    "importing %s: pool %" PRIu32 ":%.*s failed: %s (%zu of %zu "
+                    "pools were imported before it)",
+                    path, p->rank, (int)p->ns.len, p->ns.ptr,
+                    rc == STORE_EEXIST ? "it exists already (made meanwhile by another process)"
+                                       : store_describe(s, rc),
+                    i, st->npools);
             return -1;
         }
         keys += p->nkeys;

@@ -4,7 +4,6 @@
 #include "api/tenants.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include "api/room.h"
 #include "util/hash.h"
 #include "util/hf_assert.h"
+#include "util/log.h"
 #include "util/xalloc.h"
 
 const tenant tenant_default = {
@@ -150,19 +150,6 @@ static uint32_t tenant_index(tenant_table *t, const char *name, size_t len)
     return *slot - 1;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): started above; clang 14's analyzer says otherwise on some paths
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* One line's words (at most 4 looked at); their count. */
 static size_t split_words(const char *p, const char *end, hf_slice *words, size_t max)
 {
@@ -188,37 +175,37 @@ static int add_line(tenant_table *t, const hf_slice *w, size_t nwords, size_t li
 {
     HF_ASSERT(t->quota_named && nwords >= 1 && w[0].len > 0); /* while parsing, a word */
     if (nwords > 3)
-        return fail(err, errlen, "line %zu has %zu words; a line is TOKEN [TENANT [pages=N]]", line,
-                    nwords);
+        return hf_errf(err, errlen, "line %zu has %zu words; a line is TOKEN [TENANT [pages=N]]",
+                       line, nwords);
     if (w[0].len > TENANT_TOKEN_MAX)
-        return fail(err, errlen, "line %zu: the token is over %d bytes", line, TENANT_TOKEN_MAX);
+        return hf_errf(err, errlen, "line %zu: the token is over %d bytes", line, TENANT_TOKEN_MAX);
     for (size_t i = 0; i < w[0].len; i++)
         if (w[0].ptr[i] <= ' ' || w[0].ptr[i] > '~')
-            return fail(err, errlen,
-                        "line %zu: the token holds a control character or a "
-                        "non-ASCII byte; a token is one word of printable ASCII",
-                        line);
+            return hf_errf(err, errlen,
+                           "line %zu: the token holds a control character or a "
+                           "non-ASCII byte; a token is one word of printable ASCII",
+                           line);
     hf_slice name = nwords > 1 ? w[1] : tenant_default.name;
     if (!valid_name(name.ptr, name.len))
-        return fail(err, errlen,
-                    "line %zu: tenant '%.*s' is not a name of 1 to %d characters "
-                    "a-z 0-9 _ -, nor *",
-                    line, (int)(name.len > 80 ? 80 : name.len), name.ptr, TENANT_NAME_MAX);
+        return hf_errf(err, errlen,
+                       "line %zu: tenant '%.*s' is not a name of 1 to %d characters "
+                       "a-z 0-9 _ -, nor *",
+                       line, (int)(name.len > 80 ? 80 : name.len), name.ptr, TENANT_NAME_MAX);
     uint64_t quota = TENANT_NO_QUOTA;
     if (nwords > 2 && !parse_quota(w[2].ptr, w[2].len, &quota))
-        return fail(err, errlen, "line %zu: '%.*s' is not pages=N (N a whole number of pages)",
-                    line, (int)(w[2].len > 80 ? 80 : w[2].len), w[2].ptr);
+        return hf_errf(err, errlen, "line %zu: '%.*s' is not pages=N (N a whole number of pages)",
+                       line, (int)(w[2].len > 80 ? 80 : w[2].len), w[2].ptr);
     uint32_t *slot = probe(t, t->token_slots, t->tokens, w[0].ptr, w[0].len);
     if (*slot)
-        return fail(err, errlen, "line %zu: the token is listed twice", line);
+        return hf_errf(err, errlen, "line %zu: the token is listed twice", line);
     uint32_t owner = tenant_index(t, name.ptr, name.len);
     tenant *x = &t->tenants[owner];
     if (nwords > 2) {
         if (x->operator_)
-            return fail(err, errlen, "line %zu: the operator * has no pages to bound", line);
+            return hf_errf(err, errlen, "line %zu: the operator * has no pages to bound", line);
         if (t->quota_named[owner] && x->quota_pages != quota)
-            return fail(err, errlen, "line %zu: tenant '%s' was given another quota before", line,
-                        x->name.ptr);
+            return hf_errf(err, errlen, "line %zu: tenant '%s' was given another quota before",
+                           line, x->name.ptr);
         t->quota_named[owner] = true;
         x->quota_pages = quota;
         HF_ASSERT(!x->operator_ && x->room); /* a quota is a tenant's, never the operator's */
@@ -266,9 +253,9 @@ int tenant_table_parse(const char *text, size_t len, uint64_t seed, tenant_table
     }
     if (t->ntokens == 0) {
         tenant_table_free(t);
-        return fail(err, errlen,
-                    "holds no token (it is empty, or only blank lines and "
-                    "comments)");
+        return hf_errf(err, errlen,
+                       "holds no token (it is empty, or only blank lines and "
+                       "comments)");
     }
     for (size_t i = 0; i < t->ntenants; i++)
         t->nclients += !t->tenants[i].operator_;

@@ -95,3 +95,12 @@ void log_msg(log_level level, const char *fmt, ...)
     log_vmsg(level, fmt, ap);
     va_end(ap);
 }
+
+int hf_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}

@@ -5,13 +5,15 @@
  * written with a single write(2), so lines of concurrent threads never
  * interleave. Messages above the level set with log_set_level() are dropped
  * before formatting. Thread-safe. Used by every layer of the server (main,
- * http, api, store, wal); the level is set once by main.
+ * http, api, store, wal); the level is set once by main. Beside it, hf_errf:
+ * a message for the caller instead of the log.
  */
 #ifndef HF_UTIL_LOG_H
 #define HF_UTIL_LOG_H
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef enum log_level {
     LOG_ERROR = 0,
@@ -31,5 +33,10 @@ void log_vmsg(log_level level, const char *fmt, va_list ap) __attribute__((forma
 /* A line tagged `tag` instead of a level, written whatever the level (the
  * access log, which has its own flag). */
 void log_line(const char *tag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A message into the caller's buffer err[errlen] (the err, errlen pairs of
+ * the parsers and loaders, which log nothing themselves); returns -1, for
+ * `return hf_errf(err, errlen, ...)`. */
+int hf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif
