@@ -135,15 +135,20 @@ static int parse_url(redis_link *r, const char *url, char *err, size_t errlen)
     }
     r->host = link__dup_n(hp.host, hp.host_len);
     r->port = hp.port ? hp.port : 6379;
-    if (*end == '/' && end[1]) {
-        char *stop;
-        long db = strtol(end + 1, &stop, 10);
-        if (*stop || db < 0 || db > 1000000) {
-            snprintf(err, errlen, "--store %s: the database must be a number", url);
-            return STORE_ECONFIG;
-        }
-        r->db = (int)db;
+    return link__parse_db(r, end, url, err, errlen);
+}
+
+int link__parse_db(redis_link *r, const char *p, const char *url, char *err, size_t errlen)
+{
+    if (*p != '/' || !p[1])
+        return STORE_OK;
+    char *stop;
+    long db = strtol(p + 1, &stop, 10);
+    if (*stop || db < 0 || db > 1000000) {
+        snprintf(err, errlen, "--store %s: the database must be a number", url);
+        return STORE_ECONFIG;
     }
+    r->db = (int)db;
     return STORE_OK;
 }
 

@@ -177,6 +177,9 @@ struct waiter {
 /* ------------------------------------------------------------ link.c */
 
 char *link__dup_n(const char *p, size_t n);
+/* The URL's "/db" at p, if any (a "/" and digits, 0 to 1,000,000), into
+ * r->db; STORE_OK, or STORE_ECONFIG with err naming the URL. */
+int link__parse_db(redis_link *r, const char *p, const char *url, char *err, size_t errlen);
 /* A new connection to the one Redis (nl NULL or without a host) or to the
  * cluster node nl: connected, authenticated, db selected (one Redis). NULL,
  * *code and err. */

@@ -39,15 +39,8 @@ int link__sentinel_parse(redis_link *r, const char *p, const char *url, char *er
         return STORE_ECONFIG;
     }
     const char *name = slash + 1, *name_end = name + strcspn(name, "/");
-    if (*name_end == '/' && name_end[1]) {
-        char *stop;
-        long db = strtol(name_end + 1, &stop, 10);
-        if (*stop || db < 0 || db > 1000000) {
-            snprintf(err, errlen, "--store %s: the database must be a number", url);
-            return STORE_ECONFIG;
-        }
-        r->db = (int)db;
-    }
+    if (link__parse_db(r, name_end, url, err, errlen) != STORE_OK)
+        return STORE_ECONFIG;
     size_t n = 1;
     for (const char *q = p; q < slash; q++)
         n += *q == ',';
