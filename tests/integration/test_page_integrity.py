@@ -160,14 +160,19 @@ class Worker(threading.Thread):
         c = self.rng.choice(chains)
         return c[:self.rng.randint(1, len(c))]
 
+    def chain_to_save(self):
+        """A chain of the class's chains, a rank, and the chain as a save
+        sends it: each key with the key before it (None for the first)."""
+        keys = self.chain(self.chains)
+        rank = self.rng.randrange(RANKS)
+        return keys, rank, [[k, keys[i - 1] if i else None] for i, k in enumerate(keys)]
+
 
 class VllmSaver(Worker):
     chains = chain_keys("vllm")
 
     def step(self):
-        keys = self.chain(self.chains)
-        rank = self.rng.randrange(RANKS)
-        items = [[k, keys[i - 1] if i else None] for i, k in enumerate(keys)]
+        keys, rank, items = self.chain_to_save()
         res = self.post("/keys/batch_allocate", {"rank": rank, "keys": items})["results"]
         if any(page == -1 for _, page in res):
             self.files.count("saves given up")
@@ -200,9 +205,7 @@ class SglangSaver(Worker):
     chains = chain_keys("sglang")
 
     def step(self):
-        keys = self.chain(self.chains)
-        rank = self.rng.randrange(RANKS)
-        items = [[k, keys[i - 1] if i else None] for i, k in enumerate(keys)]
+        keys, rank, items = self.chain_to_save()
         idx = self.post("/%d/reserve_and_allocate_page_indices" % rank,
                         {"keys": items, "namespace": SG_NS})["indices"]
         written, release = [], []
