@@ -435,18 +435,9 @@ def test_a_session_fails_on_other_output_a_failing_command_or_an_unmarked_block(
         # a process left running that never listens is a doc that runs
         # only by luck of timing
         fails("<!-- doctest: run -->\n```console\n$ sleep 600 &\n```\n", "did not listen")
-        _, blocks, _ = doc("text\n```console\n$ true\n```\n")
-        try:
-            parse_mark(blocks[0])
-            raise AssertionError("a block without a mark was accepted")
-        except DocError as e:
-            expect_true("without a <!-- doctest" in str(e), str(e))
-        _, blocks, _ = doc("<!-- doctest: skip: -->\n```sh\ntrue\n```\n")
-        try:
-            parse_mark(blocks[0])
-            raise AssertionError("a skip without a reason was accepted")
-        except DocError as e:
-            expect_true("a reason is required" in str(e), str(e))
+        # marks refused before anything runs: none, a skip without its reason
+        fails("text\n```console\n$ true\n```\n", "without a <!-- doctest")
+        fails("<!-- doctest: skip: -->\n```sh\ntrue\n```\n", "a reason is required")
         _, _, stray = doc("<!-- doctest: run -->\nprose\n```console\n$ true\n```\n")
         expect_true(stray == ["%s:1" % os.path.relpath(os.path.join(scratch, "doc.md"), ROOT)],
                     "a mark away from its block was not reported: %r" % stray)
