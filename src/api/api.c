@@ -134,11 +134,9 @@ int api_reload_tokens(api_t *api, const char *text, size_t len, char *err, size_
     if (tenant_table_parse(text, len, api->seed, &table, err, errlen) != 0)
         return -1;
     pthread_mutex_lock(&api->reload_lock);
-    HF_ASSERT(table && api->nretired < SIZE_MAX);
     api->retired = hf_xreallocarray(api->retired, api->nretired + 1, sizeof *api->retired);
     api->retired[api->nretired++] = atomic_exchange(&api->tenants, table);
-    /* a table is retired once, never the one now in use */
-    HF_ASSERT(api->retired[api->nretired - 1] && api->retired[api->nretired - 1] != table);
+    HF_ASSERT(api->retired[api->nretired - 1] != table); /* retired once, never the one in use */
     pthread_mutex_unlock(&api->reload_lock);
     return 0;
 }
@@ -633,10 +631,8 @@ int api__init_pool(api__req *req, hf_slice ns, uint64_t num_pages, bool *created
     /* One at a time, so that two initializes cannot pass the quota together
      * (within this process: docs/operations.md). Held across store calls,
      * which may park a fiber (util/fiber.h). */
-    /* the operator has no quota: only a tenant's initialize takes the lock */
-    HF_ASSERT(!req->tenant->operator_);
+    HF_ASSERT(!req->tenant->operator_); /* the operator has no quota: a tenant's initialize */
     hf_fiber_lock(&req->api->quota_lock);
-    HF_ASSERT(hf_fiber_mutex_held(&req->api->quota_lock));
     quota_count q = {.ns = ns, .rank = req->rank};
     int err = api__pools(req, count_pages, &q);
     HF_ASSERT(hf_fiber_mutex_held(&req->api->quota_lock)); /* across the store calls */
