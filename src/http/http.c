@@ -315,10 +315,11 @@ static void *loop_run(void *arg)
         if (lp->sched)
             timeout = hf_sched_timeout_ms(lp->sched, timeout);
         int n = epoll_wait(lp->epfd, events, MAX_EVENTS, timeout);
+        bool acceptable = false;
         for (int i = 0; i < n; i++) {
             void *ptr = events[i].data.ptr;
             if (ptr == server) {
-                on_acceptable(lp);
+                acceptable = true; /* after the batch's reads, below */
             } else if (ptr == lp) {
                 uint64_t v;
                 if (read(lp->wake_fd, &v, sizeof v) < 0) { /* the flag says why */
@@ -339,6 +340,12 @@ static void *loop_run(void *arg)
                     http__flush(c);
             }
         }
+        /* Accepting comes after the batch's reads: at the connection limit
+         * it may shed the oldest incomplete request, and a client whose
+         * whole request is already waiting in its socket should have it
+         * read (and so be no longer incomplete) first. */
+        if (acceptable)
+            on_acceptable(lp);
         if (lp->sched)
             hf_sched_run_ready(lp->sched);
         /* the answers first: a conn whose parked request just ended has
