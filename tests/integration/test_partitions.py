@@ -136,7 +136,11 @@ class Setup:
             integrity.initialize(self.fes[0])
             self.wait_acknowledging(30 * harness.SLOWDOWN, what="the fresh cluster")
             self.primary = self.colocate()
-            self.replica = rc.replicas_of(self.primary)[0]
+            # CLUSTER REPLICAS is another node's view: gossip may not have
+            # told it of the replica yet
+            self.replica = wait_for(lambda: (rc.replicas_of(self.primary) or [None])[0],
+                                    10 * harness.SLOWDOWN, interval=0.1,
+                                    what="the primary's replica known to the cluster")
         except BaseException:
             self.stop()
             raise
