@@ -30,6 +30,7 @@
 #define HF_STORE_REDIS_INTERNAL_H
 
 #include <hiredis/hiredis.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -66,12 +67,12 @@ typedef struct store_redis {
     pthread_mutex_t seen_lock;   /* the probe's checker runs on any thread */
     module_seen *seen;           /* every node's module as last probed */
     size_t nseen;
+    atomic_uint all_caps; /* the capabilities every node in seen listed (0: none seen) */
 } store_redis;
 
-/* Whether the node at addr listed the capability cap (WIRE_CAP_*) at its
- * last probe: an additive command goes only to a node that did. */
-bool redis__node_can(store_redis *r, const char *addr, unsigned cap);
-/* Whether every node met so far listed capability cap (false before any). */
+/* Whether every node met so far listed capability cap (WIRE_CAP_*) at its
+ * last probe (false before any): an additive command goes only where it
+ * is known. Lock-free: on every allocation. */
 bool redis__all_can(store_redis *r, unsigned cap);
 /* The figures of the modules seen ("redis_modules", module_info). */
 void redis__modules_metrics(store_redis *r, const store_emitter *e);

@@ -135,6 +135,11 @@ static int module_check(void *ctx, redisReply *const *rep, const char *addr, cha
     module_seen *e = seen_of(r, addr);
     snprintf(m.addr, sizeof m.addr, "%s", e->addr);
     *e = m;
+    /* what every node met can do, read lock-free by the calls (all_can) */
+    unsigned all = ~0u;
+    for (size_t i = 0; i < r->nseen; i++)
+        all &= r->seen[i].agreed ? r->seen[i].caps : 0u;
+    atomic_store_explicit(&r->all_caps, all, memory_order_relaxed);
     hf_mutex_unlock(&r->seen_lock);
     if (m.agreed)
         return STORE_OK;
@@ -147,24 +152,9 @@ static int module_check(void *ctx, redisReply *const *rep, const char *addr, cha
     return STORE_ENOMODULE;
 }
 
-bool redis__node_can(store_redis *r, const char *addr, unsigned cap)
-{
-    bool can = false;
-    hf_mutex_lock(&r->seen_lock);
-    for (size_t i = 0; i < r->nseen && !can; i++)
-        can = strcmp(r->seen[i].addr, addr) == 0 && r->seen[i].agreed && (r->seen[i].caps & cap);
-    hf_mutex_unlock(&r->seen_lock);
-    return can;
-}
-
 bool redis__all_can(store_redis *r, unsigned cap)
 {
-    hf_mutex_lock(&r->seen_lock);
-    bool can = r->nseen > 0;
-    for (size_t i = 0; i < r->nseen && can; i++)
-        can = r->seen[i].agreed && (r->seen[i].caps & cap);
-    hf_mutex_unlock(&r->seen_lock);
-    return can;
+    return (atomic_load_explicit(&r->all_caps, memory_order_relaxed) & cap) == cap;
 }
 
 void redis__modules_metrics(store_redis *r, const store_emitter *e)
