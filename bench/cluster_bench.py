@@ -65,8 +65,9 @@ beside it the part spent inside hf3fs.* commands, commandstats' usec, which
 on a shared CPU also counts waits for it), and the front end's (user + system time of hf3fs-metad, /proc); then the
 ratios of each S to the first one of the list, and the issue's targets.
 
---smoke: one run of 1 s, 2,000 keys (tests/integration/test_bench_smoke.py
-checks that the script works, not any figure).
+--smoke: one run of 1 s, 2,000 keys, 2 primaries unless --primaries is
+given (tests/integration/test_bench_smoke.py checks that the script works,
+not any figure: two shards show the split as three would).
 """
 
 import argparse
@@ -324,7 +325,7 @@ def bench_stripes(a, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--primaries", default="1,2,3")
+    ap.add_argument("--primaries", default=None, help="default 1,2,3 (--smoke: 2)")
     ap.add_argument("--namespaces", type=int, default=6)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--keys", type=int, default=20000)
@@ -338,6 +339,8 @@ def main():
     a = ap.parse_args()
     if a.smoke:
         a.runs, a.seconds, a.keys, a.pages, a.conns = 1, 1, 2000, 100000, 4
+    if a.primaries is None:
+        a.primaries = "2" if a.smoke else "1,2,3"
     for tool in (SERVER, LOADGEN):
         if not os.path.exists(tool):
             sys.exit("cluster_bench: %s is missing (make all bench-tools)" % tool)

@@ -11,10 +11,12 @@ runner can split a long replay into N processes, each with a Redis of its own.
 
 The targets are built by `make units` (mk/fuzz.mk, clang with libFuzzer, ASan
 and UBSan) into $HF3FS_FUZZ_DIR (default build/fuzz). Seconds of fuzzing per
-target: $HF3FS_FUZZ_TEST_SECONDS (default 4). The long form is `make fuzz`.
+target: $HF3FS_FUZZ_TEST_SECONDS (default 4; 0: the replay alone). The long
+form is `make fuzz`.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -96,12 +98,24 @@ def replay(target):
 
 
 def short_run(target):
+    """The whole seed corpus first (libFuzzer runs every file of it before it
+    mutates: that is the replay, each file at its full length), then
+    SECONDS of fuzzing from it."""
     work = tempfile.mkdtemp(prefix="hf3fs-fuzz-%s-" % target)
+    seeds = corpus(target)
+    files = os.listdir(seeds)
+    longest = max(os.path.getsize(os.path.join(seeds, f)) for f in files)
     try:
-        run(target, ["-max_total_time=%d" % SECONDS, "-max_len=4096", "-seed=1", work,
-                     corpus(target)], timeout=SECONDS + 300 * harness.SLOWDOWN)
+        # SECONDS 0 (run-all.sh --check): the replay alone
+        fuzz = ["-max_total_time=%d" % SECONDS] if SECONDS > 0 else ["-runs=0"]
+        out = run(target, fuzz + ["-max_len=%d" % max(4096, longest),
+                           "-seed=1", work, seeds], timeout=SECONDS + 300 * harness.SLOWDOWN)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    m = re.search(r"seed corpus: files: (\d+)", out)
+    harness.expect_true(m is not None and "INITED" in out,
+                        "fuzz_%s did not run its seed corpus:\n%s" % (target, out[-2000:]))
+    harness.expect_eq(int(m.group(1)), len(files), "files of fuzz/corpus/%s run" % target)
 
 
 def _make_tests():
@@ -112,14 +126,16 @@ def _make_tests():
 
         def short_test(t=target):
             short_run(t)
-        # With HF3FS_TEST_ENGINE=redis only the sequence fuzzer (tests/engines.h:
-        # it drives the engine the variable names) replays its corpus, over
-        # this process's redis-server.
-        if target != "sequence":
-            replay_test = harness.embedded_only(replay_test)
-        short_test = harness.embedded_only(short_test)
-        tests["test_fuzz_%s_replays_its_seed_corpus_without_a_finding" % target] = replay_test
-        tests["test_fuzz_%s_finds_nothing_in_a_short_run" % target] = short_test
+        # The embedded engine: one libFuzzer run replays the corpus and then
+        # fuzzes. With HF3FS_TEST_ENGINE=redis (run-all.sh) only the sequence
+        # fuzzer (tests/engines.h: it drives the engine the variable names)
+        # replays its corpus, over this process's redis-server, and does not
+        # fuzz.
+        if target == "sequence":
+            tests["test_fuzz_sequence_replays_its_seed_corpus_over_redis_without_a_finding"] = \
+                harness.redis_only(replay_test)
+        tests["test_fuzz_%s_replays_its_seed_corpus_then_finds_nothing_in_a_short_run"
+              % target] = harness.embedded_only(short_test)
     return tests
 
 
