@@ -115,7 +115,7 @@ TSAN_ABUSE = ["trickling", "stalled", "max_connections", "flood", "oversized", "
 # of them over a cluster, run no thread but main's).
 # Not the moment's starvation under load (test_redis_starved...): the
 # flag's shared connections under load are share_the_flag's.
-TSAN_REDIS = ["under_load", "stopped", "frozen", "front_end", "redis_wait_ack",
+TSAN_REDIS = ["killed_under_load", "stopped", "frozen", "front_end", "redis_wait_ack",
               "share_the_flag", "in_flight_bound"]
 TSAN_SUITES = [("test_concurrency", None, []), ("test_abuse", None, TSAN_ABUSE),
                ("test_load", None, []), ("test_redis", None, TSAN_REDIS),

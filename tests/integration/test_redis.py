@@ -194,8 +194,11 @@ def _worker(srv_ports, rank, stop, errors, acked, seed):
 
 
 def test_workers_split_across_two_front_ends_never_share_a_page():
-    with RedisServer() as r, Server("--read-lease", "0.05", store=r.url) as a, \
-            Server("--read-lease", "0.05", store=r.url) as b:
+    # --redis-timeout 10 (as the suites run again over Redis): its subject is
+    # the pages, and on a CPU-starved machine (make test's jobs on 2 cores) a
+    # round trip can pass the default 2 s, a 507 that would fail it for that
+    slow = ("--read-lease", "0.05", "--redis-timeout", "10")
+    with RedisServer() as r, Server(*slow, store=r.url) as a, Server(*slow, store=r.url) as b:
         c = a.client()
         for rank in range(2):
             v_init(c, rank, 48)  # small pools: evictions all the time
