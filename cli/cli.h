@@ -49,6 +49,7 @@ typedef struct cli {
     double duration;
     int clients;
     int keys_per_request;
+    int64_t page_bytes; /* 0: not given */
     /* the command and its arguments */
     const char *command;
     char **args;
@@ -77,7 +78,7 @@ void cli_free_keys(char **keys, size_t n);
 bool cli_parse_page(const char *s, int64_t *out);
 
 /* The commands, each `int cmd_<name>(cli *o)` returning its exit code:
- * commands.c (one library call each), stats.c (stats, watch), load.c. */
+ * commands.c (one library call each), stats.c (stats, watch, advise), load.c. */
 /* one command a line */
 // clang-format off
 #define CLI_COMMANDS(X) \
@@ -92,6 +93,7 @@ bool cli_parse_page(const char *s, int64_t *out);
     X(health)           \
     X(stats)            \
     X(watch)            \
+    X(advise)           \
     X(load)
 // clang-format on
 #define CLI_DECLARE_COMMAND(name) int cmd_##name(cli *o);

@@ -30,6 +30,7 @@ enum opt_id {
     OPT_DURATION,
     OPT_CLIENTS,
     OPT_KEYS_PER_REQUEST,
+    OPT_PAGE_BYTES,
     OPT_MAX,
 };
 
@@ -56,6 +57,7 @@ static const struct option long_options[] = {
     {"duration", required_argument, NULL, OPT_DURATION},
     {"clients", required_argument, NULL, OPT_CLIENTS},
     {"keys-per-request", required_argument, NULL, OPT_KEYS_PER_REQUEST},
+    {"page-bytes", required_argument, NULL, OPT_PAGE_BYTES},
     {NULL, 0, NULL, 0},
 };
 
@@ -100,6 +102,13 @@ static const command commands[] = {
     {"stats", cmd_stats, 0, "stats",
      "Per-pool table: namespace, rank, pages, used %, keys, reserved pages, hit rate,\n"
      "evictions. --json prints the server's GET /v1/stats answer as it is.\n"},
+    {"advise", cmd_advise, BIT(OPT_PAGE_BYTES), "advise [--page-bytes B]",
+     "Per namespace, the server's sizing advice (docs/sizing.md): pages per rank now,\n"
+     "the estimated prefix-hit ratio now, the target (the server's --hit-ratio-target),\n"
+     "the smallest pages per rank that reach it, what doubling the pool gains and what\n"
+     "halving it frees and costs (ratios in points). With --page-bytes B (one rank's KV\n"
+     "block in bytes, which only the engine knows) also the advised bytes per rank.\n"
+     "--json prints the server's GET /v1/stats answer as it is.\n"},
     {"watch", cmd_watch, BIT(OPT_INTERVAL) | BIT(OPT_COUNT), "watch [--interval S] [--count N]",
      "The stats table refreshed in place every S seconds (default 2); stops after N\n"
      "refreshes with --count (default: until interrupted). --json prints one stats\n"
@@ -321,6 +330,15 @@ static int apply_option(cli *o, int id, const char *arg)
             return cli_usage_error(o, "--keys-per-request must be 1 .. 100000, not %s", arg);
         o->keys_per_request = (int)v;
         break;
+    case OPT_PAGE_BYTES: {
+        char *end;
+        errno = 0;
+        long long b = strtoll(arg, &end, 10);
+        if (errno || end == arg || *end || b < 1)
+            return cli_usage_error(o, "--page-bytes must be an integer >= 1, not %s", arg);
+        o->page_bytes = b;
+        break;
+    }
     default: break;
     }
     return 0;

@@ -1,5 +1,5 @@
 /* stats.c: the per-pool table of GET /v1/stats, once (stats) or refreshed in
- * place (watch). */
+ * place (watch), and its namespaces' sizing advice (advise). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,8 +53,32 @@ static void print_table(FILE *f, hf3fs_meta_pool_stats *pools, size_t n)
         fprintf(f, "(no pools: nothing initialized yet)\n");
 }
 
-/* Fetch the stats; with --json print them raw, else as the table. */
-static int show(const cli *o, hf3fs_meta_client *c, const char *banner)
+/* A view of GET /v1/stats' text: decodes it and prints it (banner first
+ * when given); an exit code. */
+typedef int (*stats_view)(const cli *o, const char *json, size_t len, const char *banner);
+
+static int parse_failed(const cli *o, int rc)
+{
+    fprintf(stderr, "%s: %s: GET /v1/stats: %s\n", o->prog, o->command, hf3fs_meta_strerror(rc));
+    return cli_exit_code(rc);
+}
+
+static int view_pools(const cli *o, const char *json, size_t len, const char *banner)
+{
+    hf3fs_meta_pool_stats *pools = NULL;
+    size_t n = 0;
+    int rc = hf3fs_meta_stats_parse(json, len, &pools, &n);
+    if (rc)
+        return parse_failed(o, rc);
+    if (banner)
+        printf("%s\n\n", banner);
+    print_table(stdout, pools, n);
+    hf3fs_meta_free(pools);
+    return CLI_OK;
+}
+
+/* Fetch the stats; with --json print them raw, else as the view shows them. */
+static int show(const cli *o, hf3fs_meta_client *c, const char *banner, stats_view view)
 {
     char *json = NULL;
     size_t len = 0;
@@ -67,23 +91,11 @@ static int show(const cli *o, hf3fs_meta_client *c, const char *banner)
             if (json[i] == '\n' || json[i] == '\r')
                 json[i] = ' ';
         printf("%s\n", json);
-        hf3fs_meta_free(json);
-        return CLI_OK;
+    } else {
+        rc = view(o, json, len, banner);
     }
-    hf3fs_meta_pool_stats *pools = NULL;
-    size_t n = 0;
-    rc = hf3fs_meta_stats_parse(json, len, &pools, &n);
     hf3fs_meta_free(json);
-    if (rc) {
-        fprintf(stderr, "%s: %s: GET /v1/stats: %s\n", o->prog, o->command,
-                hf3fs_meta_strerror(rc));
-        return cli_exit_code(rc);
-    }
-    if (banner)
-        printf("%s\n\n", banner);
-    print_table(stdout, pools, n);
-    hf3fs_meta_free(pools);
-    return CLI_OK;
+    return rc;
 }
 
 int cmd_stats(cli *o)
@@ -92,7 +104,7 @@ int cmd_stats(cli *o)
     int rc = cli_no_arguments(o);
     if (rc || (rc = cli_connect(o, &c)) != 0)
         return rc;
-    rc = show(o, c, NULL);
+    rc = show(o, c, NULL, view_pools);
     hf3fs_meta_close(c);
     return rc;
 }
@@ -127,13 +139,82 @@ int cmd_watch(cli *o)
             printf("\033[H\033[2J"); /* home and clear: refresh in place */
         else if (i > 1 && !o->json)
             printf("\n");
-        rc = show(o, c, o->json ? NULL : banner);
+        rc = show(o, c, o->json ? NULL : banner, view_pools);
         fflush(stdout);
         if (rc)
             break;
         if (o->count == 0 || i < o->count)
             sleep_seconds(o->interval);
     }
+    hf3fs_meta_close(c);
+    return rc;
+}
+
+/* Bytes as B, KiB, MiB, GiB, TiB or PiB. */
+static void format_bytes(char *buf, size_t len, double b)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (b >= 1024 && u < 5) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+}
+
+static void print_advice(FILE *f, const hf3fs_meta_ns_advice *a, size_t n, int64_t page_bytes)
+{
+    size_t coarse = 0;
+    fprintf(f, "%-16s %10s %7s %7s %10s", "NAMESPACE", "PAGES", "HIT", "TARGET", "ADVISED");
+    if (page_bytes)
+        fprintf(f, " %12s", "BYTES");
+    fprintf(f, " %9s %10s %9s\n", "DOUBLE", "HALF-FREES", "HALF");
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "%-16s", a[i].ns);
+        print_count(f, 10, a[i].pages_now);
+        if (!a[i].known) {
+            fprintf(f, "  (no sampled read yet: no advice)\n");
+            continue;
+        }
+        char advised[32], bytes[32];
+        snprintf(advised, sizeof advised, "%s%s%lld", a[i].coarse ? "~" : "",
+                 a[i].reached ? "" : ">", (long long)a[i].pages);
+        coarse += a[i].coarse != 0;
+        fprintf(f, " %6.1f%% %6.1f%% %10s", (double)a[i].hit_ratio_now / 1e4,
+                (double)a[i].target / 1e4, advised);
+        if (page_bytes) {
+            format_bytes(bytes, sizeof bytes, (double)a[i].pages * (double)page_bytes);
+            fprintf(f, " %12s", bytes);
+        }
+        fprintf(f, " %+7.1fpt %10lld %+7.1fpt\n", (double)a[i].doubling_gain / 1e4,
+                (long long)a[i].halving_frees, -(double)a[i].halving_cost / 1e4);
+    }
+    if (n == 0)
+        fprintf(f, "(no namespaces: nothing read yet)\n");
+    if (coarse)
+        fprintf(f, "~: coarse, from 5 sizes (a Redis node's module lacks the capability "
+                   "fine-curve; docs/sizing.md)\n");
+}
+
+static int view_advice(const cli *o, const char *json, size_t len, const char *banner)
+{
+    hf3fs_meta_ns_advice *a = NULL;
+    size_t n = 0;
+    int rc = hf3fs_meta_advice_parse(json, len, &a, &n);
+    if (rc)
+        return parse_failed(o, rc);
+    print_advice(stdout, a, n, o->page_bytes);
+    hf3fs_meta_free(a);
+    return CLI_OK;
+}
+
+int cmd_advise(cli *o)
+{
+    hf3fs_meta_client *c;
+    int rc = cli_no_arguments(o);
+    if (rc || (rc = cli_connect(o, &c)) != 0)
+        return rc;
+    rc = show(o, c, NULL, view_advice);
     hf3fs_meta_close(c);
     return rc;
 }

@@ -394,6 +394,32 @@ typedef struct hf3fs_meta_pool_stats {
 HF3FS_META_API int hf3fs_meta_stats_parse(const char *json, size_t len,
                                           hf3fs_meta_pool_stats **pools_out, size_t *n_out);
 
+/** One namespace's sizing advice of GET /v1/stats ("namespaces"[i]."advice",
+ * docs/sizing.md), decoded by hf3fs_meta_advice_parse(). Ratios are in
+ * millionths. known is 0 while the server has no sampled use (then only ns
+ * and pages_now, -1 when unknown, are set). */
+typedef struct hf3fs_meta_ns_advice {
+    const char *ns; /**< namespace, NUL-terminated; inside the parse result */
+    int known;
+    int reached;           /**< some size up to 4 times reaches the target */
+    int coarse;            /**< from the 5-size curve: a Redis node's module lacks "fine-curve" */
+    int64_t pages_now;     /**< pages per rank now */
+    int64_t pages;         /**< advised pages per rank */
+    int64_t target;        /**< the target ratio */
+    int64_t hit_ratio_now; /**< the estimate at the pages now */
+    int64_t doubling_gain;
+    int64_t halving_frees; /**< pages */
+    int64_t halving_cost;
+} hf3fs_meta_ns_advice;
+
+/** Decode the "namespaces" of hf3fs_meta_stats()'s text, as
+ * hf3fs_meta_stats_parse() does the pools: one allocation, freed with
+ * hf3fs_meta_free(*out). @return 0, HF3FS_META_EINVAL, HF3FS_META_ENOMEM,
+ * HF3FS_META_EPROTO (no "namespaces" array, a namespace without a string
+ * "namespace", an advice member of the wrong type). */
+HF3FS_META_API int hf3fs_meta_advice_parse(const char *json, size_t len, hf3fs_meta_ns_advice **out,
+                                           size_t *n_out);
+
 /** Any request: method ("GET", "POST", ...; a token of letters), path (must
  * start with '/'; sent as given, after the URL's base path), an optional body
  * (body_len bytes, sent with Content-Type: application/json when body is not

@@ -80,25 +80,31 @@ static const struct {
 #undef COUNTER
 };
 
-int hf3fs_meta_stats_parse(const char *json, size_t len, hf3fs_meta_pool_stats **pools_out,
-                           size_t *n_out)
+/* Fills one row from a member's object (its "namespace" already copied). */
+typedef int (*row_fill)(const hf3fs_meta__json_doc *doc, uint32_t obj, void *row);
+
+/* The array `member` of GET /v1/stats' text as rows of row_size bytes, in
+ * one allocation (the rows, then their namespace strings, each row's const
+ * char * at ns_offset), freed with hf3fs_meta_free(*rows_out). Every object
+ * must have a string "namespace". */
+static int parse_rows(const char *json, size_t len, const char *member, size_t row_size,
+                      size_t ns_offset, row_fill fill, void **rows_out, size_t *n_out)
 {
-    if (pools_out)
-        *pools_out = NULL;
+    if (rows_out)
+        *rows_out = NULL;
     if (n_out)
         *n_out = 0;
-    if (!json || !pools_out || !n_out)
+    if (!json || !rows_out || !n_out)
         return HF3FS_META_EINVAL;
     hf3fs_meta__json_doc doc;
     int rc = hf3fs_meta__json_parse(&doc, json, len, HF3FS_META__JSON_DEFAULT_DEPTH);
-    uint32_t pools = rc == 0 ? hf3fs_meta__json_get(&doc, 0, "pools") : HF3FS_META__JSON_NONE;
+    uint32_t list = rc == 0 ? hf3fs_meta__json_get(&doc, 0, member) : HF3FS_META__JSON_NONE;
     if (rc == 0 &&
-        (pools == HF3FS_META__JSON_NONE || doc.nodes[pools].type != HF3FS_META__JSON_ARRAY))
+        (list == HF3FS_META__JSON_NONE || doc.nodes[list].type != HF3FS_META__JSON_ARRAY))
         rc = HF3FS_META_EPROTO;
-    /* One block: the array, then the namespace strings. */
-    size_t n = rc == 0 ? doc.nodes[pools].count : 0, strings = 0;
-    for (uint32_t p = rc == 0 ? hf3fs_meta__json_first(&doc, pools) : HF3FS_META__JSON_NONE;
-         p != HF3FS_META__JSON_NONE; p = hf3fs_meta__json_next(&doc, pools, p)) {
+    size_t n = rc == 0 ? doc.nodes[list].count : 0, strings = 0;
+    for (uint32_t p = rc == 0 ? hf3fs_meta__json_first(&doc, list) : HF3FS_META__JSON_NONE;
+         p != HF3FS_META__JSON_NONE; p = hf3fs_meta__json_next(&doc, list, p)) {
         size_t ns_len;
         if (!hf3fs_meta__json_string(&doc, hf3fs_meta__json_get(&doc, p, "namespace"), &ns_len)) {
             rc = HF3FS_META_EPROTO;
@@ -106,40 +112,57 @@ int hf3fs_meta_stats_parse(const char *json, size_t len, hf3fs_meta_pool_stats *
         }
         strings += ns_len + 1;
     }
-    hf3fs_meta_pool_stats *out = NULL;
+    char *out = NULL;
     if (rc == 0 && n) {
-        out = malloc(n * sizeof *out + strings);
+        out = calloc(1, n * row_size + strings);
         if (!out)
             rc = HF3FS_META_ENOMEM;
     }
-    char *str = out ? (char *)(out + n) : NULL;
+    char *str = out ? out + n * row_size : NULL;
     size_t i = 0;
-    for (uint32_t p = rc == 0 && n ? hf3fs_meta__json_first(&doc, pools) : HF3FS_META__JSON_NONE;
-         p != HF3FS_META__JSON_NONE && rc == 0; p = hf3fs_meta__json_next(&doc, pools, p), i++) {
+    for (uint32_t p = rc == 0 && n ? hf3fs_meta__json_first(&doc, list) : HF3FS_META__JSON_NONE;
+         p != HF3FS_META__JSON_NONE && rc == 0; p = hf3fs_meta__json_next(&doc, list, p), i++) {
         size_t ns_len;
         const char *ns = hf3fs_meta__json_string(&doc, hf3fs_meta__json_get(&doc, p, "namespace"),
                                                  &ns_len);
         memcpy(str, ns, ns_len + 1);
-        out[i].ns = str;
+        memcpy(out + i * row_size + ns_offset, &str, sizeof str);
         str += ns_len + 1;
-        for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
-            uint32_t v = hf3fs_meta__json_get(&doc, p, counters[k].name);
-            int64_t *field = (int64_t *)((char *)&out[i] + counters[k].offset);
-            *field = -1;
-            if (v == HF3FS_META__JSON_NONE && k != 0)
-                continue; /* optional counter */
-            if (hf3fs_meta__json_int(&doc, v, field) != 0)
-                rc = HF3FS_META_EPROTO;
-        }
+        rc = fill(&doc, p, out + i * row_size);
     }
     hf3fs_meta__json_free(&doc);
     if (rc) {
         free(out);
         return rc;
     }
-    *pools_out = out;
+    *rows_out = out;
     *n_out = n;
     return 0;
+}
+
+static int pool_of(const hf3fs_meta__json_doc *doc, uint32_t obj, void *row)
+{
+    for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+        uint32_t v = hf3fs_meta__json_get(doc, obj, counters[k].name);
+        int64_t *field = (int64_t *)((char *)row + counters[k].offset);
+        *field = -1;
+        if (v == HF3FS_META__JSON_NONE && k != 0)
+            continue; /* optional counter */
+        if (hf3fs_meta__json_int(doc, v, field) != 0)
+            return HF3FS_META_EPROTO;
+    }
+    return 0;
+}
+
+int hf3fs_meta_stats_parse(const char *json, size_t len, hf3fs_meta_pool_stats **pools_out,
+                           size_t *n_out)
+{
+    void *rows = NULL;
+    int rc = parse_rows(json, len, "pools", sizeof **pools_out, offsetof(hf3fs_meta_pool_stats, ns),
+                        pool_of, pools_out ? &rows : NULL, n_out);
+    if (pools_out)
+        *pools_out = rows;
+    return rc;
 }
 
 static bool valid_method(const char *m)
@@ -195,4 +218,82 @@ int hf3fs_meta_request(hf3fs_meta_client *c, const char *method, const char *pat
         *body_out = text;
     }
     return 0;
+}
+
+/* A JSON number as millionths (the server writes ratios with 6 decimals). */
+static int ppm_of(const hf3fs_meta__json_doc *doc, uint32_t v, int64_t *out)
+{
+    if (v == HF3FS_META__JSON_NONE || doc->nodes[v].type != HF3FS_META__JSON_NUMBER ||
+        doc->nodes[v].len >= 32)
+        return HF3FS_META_EPROTO;
+    char text[32];
+    memcpy(text, doc->input + doc->nodes[v].off, doc->nodes[v].len);
+    text[doc->nodes[v].len] = '\0';
+    double x = strtod(text, NULL) * 1e6;
+    *out = (int64_t)(x < 0 ? x - 0.5 : x + 0.5);
+    return 0;
+}
+
+static int advice_of(const hf3fs_meta__json_doc *doc, uint32_t a, hf3fs_meta_ns_advice *out)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+        bool ratio;
+    } fields[] = {
+        {"pages", offsetof(hf3fs_meta_ns_advice, pages), false},
+        {"target", offsetof(hf3fs_meta_ns_advice, target), true},
+        {"hit_ratio_now", offsetof(hf3fs_meta_ns_advice, hit_ratio_now), true},
+        {"doubling_gain", offsetof(hf3fs_meta_ns_advice, doubling_gain), true},
+        {"halving_frees", offsetof(hf3fs_meta_ns_advice, halving_frees), false},
+        {"halving_cost", offsetof(hf3fs_meta_ns_advice, halving_cost), true},
+    };
+    for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+        uint32_t v = hf3fs_meta__json_get(doc, a, fields[k].name);
+        int64_t *field = (int64_t *)((char *)out + fields[k].offset);
+        int rc = fields[k].ratio ? ppm_of(doc, v, field) : hf3fs_meta__json_int(doc, v, field);
+        if (rc)
+            return HF3FS_META_EPROTO;
+    }
+    static const struct {
+        const char *name;
+        size_t offset;
+    } flags[] = {
+        {"reached", offsetof(hf3fs_meta_ns_advice, reached)},
+        {"coarse", offsetof(hf3fs_meta_ns_advice, coarse)},
+    };
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
+        uint32_t r = hf3fs_meta__json_get(doc, a, flags[k].name);
+        if (r == HF3FS_META__JSON_NONE || (doc->nodes[r].type != HF3FS_META__JSON_TRUE &&
+                                           doc->nodes[r].type != HF3FS_META__JSON_FALSE))
+            return HF3FS_META_EPROTO;
+        *(int *)((char *)out + flags[k].offset) = doc->nodes[r].type == HF3FS_META__JSON_TRUE;
+    }
+    out->known = 1;
+    return hf3fs_meta__json_int(doc, hf3fs_meta__json_get(doc, a, "pages_now"), &out->pages_now);
+}
+
+/* One namespace's advice, or only pages_now -1 and known 0 without one. */
+static int ns_advice_of(const hf3fs_meta__json_doc *doc, uint32_t obj, void *row)
+{
+    hf3fs_meta_ns_advice *out = row;
+    out->pages_now = -1;
+    uint32_t a = hf3fs_meta__json_get(doc, obj, "advice");
+    if (a != HF3FS_META__JSON_NONE && doc->nodes[a].type == HF3FS_META__JSON_OBJECT)
+        return advice_of(doc, a, out);
+    if (a != HF3FS_META__JSON_NONE && doc->nodes[a].type != HF3FS_META__JSON_NULL)
+        return HF3FS_META_EPROTO;
+    return 0;
+}
+
+int hf3fs_meta_advice_parse(const char *json, size_t len, hf3fs_meta_ns_advice **out_rows,
+                            size_t *n_out)
+{
+    void *rows = NULL;
+    int rc = parse_rows(json, len, "namespaces", sizeof **out_rows,
+                        offsetof(hf3fs_meta_ns_advice, ns), ns_advice_of, out_rows ? &rows : NULL,
+                        n_out);
+    if (out_rows)
+        *out_rows = rows;
+    return rc;
 }

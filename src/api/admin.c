@@ -15,7 +15,12 @@
  *                  figures of CORE_POOL_FIGURES (core.h) in its order,
  *                  refused_confirmations{...}, refused_releases{...}}],
  *                  "namespaces":[{tenant, namespace, prefix{...},
- *                  hit_ratio_at, hit_ratio_sampled_blocks}]}
+ *                  hit_ratio_at (21 scales, reuse.h; the coarse curve's 5
+ *                  over a Redis node without "fine-curve"),
+ *                  hit_ratio_sampled_blocks, advice (null before a sampled
+ *                  use, else {target, reached, coarse, pages, pages_now,
+ *                  hit_ratio_now, doubling_gain, halving_frees,
+ *                  halving_cost}: reuse.h reuse_advise)}]}
  *   GET /v1/check  200 {"ok":true} or 500 {"ok":false,"detail":...} (503 when the
  *                  store could not be asked); only with
  *                  --debug-api (it walks every pool), else 404
@@ -129,10 +134,23 @@ bool api__ns_first(const api__pool_figures *prev, const api__pool_figures *p)
 
 bool api__est_ratio(const core_pool_stats *s, int j, store_number *out)
 {
-    if (s->est_blocks == 0)
+    if (s->est_blocks == 0 || !reuse_scale_in(s->est_coarse, j))
         return false;
     *out = (store_number){s->est_hits[j] * 1000000 / s->est_blocks, 6};
     return true;
+}
+
+void api__advice(const api__req *req, const api__pool_figures *p, reuse_advice *a)
+{
+    double t = req->hit_ratio_target;
+    int64_t target = t < 0 ? -1 : (int64_t)(t * 1e6 + 0.5);
+    reuse_advise(p->stats.num_pages, p->stats.est_blocks, p->stats.est_hits, p->stats.est_coarse,
+                 target, a);
+}
+
+store_number api__ppm(int64_t ppm)
+{
+    return (store_number){ppm < 0 ? 0 : (uint64_t)ppm, 6};
 }
 
 /* ---- /v1/stats ---- */
@@ -184,7 +202,7 @@ static void put_pool_json(json_buf *out, const api__pool_figures *p)
 }
 
 /* A namespace's prefix-hit figures, in the stats of its first pool. */
-static void put_ns_json(json_buf *out, const api__pool_figures *p)
+static void put_ns_json(const api__req *req, json_buf *out, const api__pool_figures *p)
 {
     const core_pool_stats *s = &p->stats;
     put_names(out, p);
@@ -194,19 +212,44 @@ static void put_ns_json(json_buf *out, const api__pool_figures *p)
     put_counter(out, "hit_blocks", s->prefix_hits);
     json_put_lit(out, "},\"hit_ratio_at\":");
     store_number x;
-    if (!api__est_ratio(s, 0, &x)) {
+    if (s->est_blocks == 0) {
         json_put_lit(out, "null");
     } else {
+        char sep = '{';
         for (int j = 0; j < REUSE_SCALES; j++) {
-            api__est_ratio(s, j, &x);
-            json_put_char(out, j ? ',' : '{');
+            if (!api__est_ratio(s, j, &x))
+                continue;
+            json_put_char(out, sep);
+            sep = ',';
             json_put_key(out, reuse_scale_names[j]);
             api__put_number(out, x);
         }
         json_put_char(out, '}');
     }
     put_counter(out, "hit_ratio_sampled_blocks", s->est_blocks);
-    json_put_char(out, '}');
+    json_put_lit(out, ",\"advice\":");
+    reuse_advice a;
+    api__advice(req, p, &a);
+    if (!a.known) {
+        json_put_lit(out, "null}");
+        return;
+    }
+    json_put_lit(out, "{\"target\":");
+    api__put_number(out, api__ppm(a.target_ppm));
+    json_put_lit(out, ",\"reached\":");
+    json_put_bool(out, a.reached);
+    json_put_lit(out, ",\"coarse\":");
+    json_put_bool(out, a.coarse);
+    put_counter(out, "pages", a.pages);
+    put_counter(out, "pages_now", p->stats.num_pages);
+    json_put_lit(out, ",\"hit_ratio_now\":");
+    api__put_number(out, api__ppm(a.ratio_ppm));
+    json_put_lit(out, ",\"doubling_gain\":");
+    api__put_number(out, api__ppm(a.double_ppm));
+    put_counter(out, "halving_frees", a.halve_frees);
+    json_put_lit(out, ",\"halving_cost\":");
+    api__put_number(out, api__ppm(a.halve_ppm));
+    json_put_lit(out, "}}");
 }
 
 /* ---- the store's own figures (store_emitter) as JSON ---- */
@@ -360,7 +403,7 @@ static void stats(api__req *req)
             continue;
         if (k++)
             json_put_char(out, ',');
-        put_ns_json(out, p);
+        put_ns_json(req, out, p);
     }
     json_put_lit(out, "]}");
 }

@@ -869,6 +869,7 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *autho
         .api = api,
         .store = api->store,
         .limits = &api->config.limits,
+        .hit_ratio_target = api->config.hit_ratio_target,
         .resp = resp,
         .out = &resp->body,
         .doc = &resp->doc,

@@ -54,6 +54,9 @@ typedef struct api_config {
     /* With two tenants or more: each tenant's requests running at once at
      * most (a tenant's room, room.h); 0: no bound. */
     unsigned tenant_max_in_flight;
+    /* The sizing advice's target prefix-hit ratio (0..1), or negative: the
+     * estimate at the largest scale less a point (core/reuse.h). */
+    double hit_ratio_target;
 } api_config;
 
 typedef struct api api_t;

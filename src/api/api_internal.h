@@ -137,6 +137,7 @@ struct api__req {
     api_t *api;
     store_t *store;
     const api_limits *limits;
+    double hit_ratio_target; /* api_config's */
     const api__route *route;
     api_response *resp;
     json_buf *out;         /* == &resp->body */
@@ -264,8 +265,14 @@ int api__gather_pools(api__req *req, api__pool_figures **head);
  * carry the namespace's figures)? prev is the pool before it, or NULL. */
 bool api__ns_first(const api__pool_figures *prev, const api__pool_figures *p);
 /* The estimated prefix-hit ratio at scale j (reuse.h), or false when the
- * window has no sampled block use. */
+ * window has no sampled block use or the figures lack scale j (coarse). */
 bool api__est_ratio(const core_pool_stats *s, int j, store_number *out);
+/* The sizing advice of a namespace from its first pool's figures, at the
+ * server's target (api_config.hit_ratio_target); a.known false when there
+ * is no sampled use yet. */
+void api__advice(const api__req *req, const api__pool_figures *p, reuse_advice *a);
+/* A ratio in millionths as a number (negatives written as 0). */
+store_number api__ppm(int64_t ppm);
 
 /* GET /metrics (prometheus.c). */
 void api__prometheus(api__req *req);

@@ -147,9 +147,54 @@ static void put_hit_ratios(json_buf *out, const api__pool_figures *pools)
         store_number x;
         if (!api__ns_first(prev, p))
             continue;
-        for (int j = 0; j < REUSE_SCALES && api__est_ratio(&p->stats, j, &x); j++) {
+        for (int j = 0; j < REUSE_SCALES; j++) {
+            if (!api__est_ratio(&p->stats, j, &x))
+                continue;
             api__prom_label scale = {"pool_scale", hf_slice_from_cstr(reuse_scale_names[j])};
             put_pool_sample(out, name, p, true, scale, x);
+        }
+    }
+}
+
+/* The sizing advice (reuse.h reuse_advise): a family per figure, a sample
+ * per namespace with a sampled use. */
+enum { ADV_TARGET, ADV_PAGES, ADV_DOUBLING, ADV_HALVING_FREES, ADV_HALVING_COST, ADV_COUNT };
+
+static store_number advice_value(const reuse_advice *a, int k)
+{
+    switch (k) {
+    case ADV_TARGET: return api__ppm(a->target_ppm);
+    case ADV_PAGES: return store_int(a->pages);
+    case ADV_DOUBLING: return api__ppm(a->double_ppm);
+    case ADV_HALVING_FREES: return store_int(a->halve_frees);
+    default: return api__ppm(a->halve_ppm);
+    }
+}
+
+static void put_advice(const api__req *req, json_buf *out, const api__pool_figures *pools)
+{
+    static const char *const names[ADV_COUNT][2] = {
+        {"hf3fs_metad_hit_ratio_target",
+         "The prefix-hit ratio the sizing advice seeks (--hit-ratio-target, or the estimate at "
+         "the largest pool_scale less 0.01)."},
+        {"hf3fs_metad_pool_advised_pages",
+         "Smallest pages per rank whose estimated prefix-hit ratio reaches the target (4 times "
+         "the pages when none up to that does)."},
+        {"hf3fs_metad_hit_ratio_doubling_gain",
+         "Estimated prefix-hit ratio at twice the pages less that at the pages now."},
+        {"hf3fs_metad_pool_halving_frees_pages", "Pages per rank that halving the pool frees."},
+        {"hf3fs_metad_hit_ratio_halving_cost",
+         "Estimated prefix-hit ratio at the pages now less that at half of them."},
+    };
+    for (int k = 0; k < ADV_COUNT; k++) {
+        api__prom_family(out, names[k][0], "gauge", names[k][1]);
+        for (const api__pool_figures *prev = NULL, *p = pools; p; prev = p, p = p->next) {
+            reuse_advice a;
+            if (!api__ns_first(prev, p))
+                continue;
+            api__advice(req, p, &a);
+            if (a.known)
+                put_pool_sample(out, names[k][0], p, true, no_label, advice_value(&a, k));
         }
     }
 }
@@ -304,4 +349,5 @@ void api__prometheus(api__req *req)
 #undef REFUSALS
     put_figures(out, pools, VIEW_NS);
     put_hit_ratios(out, pools);
+    put_advice(req, out, pools);
 }

@@ -215,9 +215,12 @@ typedef struct core_pool_stats {
      * first pool (the lowest rank) and 0 in the others: the completeness
      * reads counted by core_prefix_count, and the estimator's sampled block
      * uses (est_blocks) with, per scale, those in their request's leading
-     * run of hits (est_hits; ratio = est_hits / est_blocks). */
+     * run of hits (est_hits; ratio = est_hits / est_blocks). est_coarse:
+     * est_hits holds the coarse curve's scales only (reuse.h: a Redis node
+     * whose module lacks the capability "fine-curve"), the others 0. */
     uint64_t prefix_requests, prefix_blocks, prefix_hits;
     uint64_t est_blocks, est_hits[REUSE_SCALES];
+    bool est_coarse;
 } core_pool_stats;
 
 typedef struct core core_t;

@@ -1,25 +1,52 @@
 /*
  * reuse.c: see reuse.h.
  *
- * The list runs from the most recently used key (head) to the least; the
- * keys of segment j are those at positions [c(j-1), c(j)) where c(j) is
- * the cache size of scale j, so a key of segment s is a hit at every scale
- * j >= s. last[j] is segment j's least recent key: when segment j holds
- * one key too many, that key moves into segment j + 1 (it stays where it
- * is in the list). The index maps a sampled key's hash to its entry (open
- * addressing, linear probing, backward-shift deletion, load <= 1/2).
+ * The simulated keys live in the index (keys[] and times[]: open
+ * addressing, linear probing, backward-shift deletion, load <= 1/2), each
+ * with the time of its last use (NIL16: the slot is empty). The ring maps a
+ * time to the slot of the key last used then and whether that use was a hot
+ * key's (RING_HOT), or NIL16 once that key was used again or left. The
+ * Fenwick tree sums the weights by time, so the weight of the keys used
+ * after time t is fen_total - prefix(t).
+ *
+ * What an access costs, the read path's (docs/performance.md):
+ * - Appending at the newest time sets that node of the tree from its
+ *   children (times come in order: a node is complete once its time
+ *   comes, so nodes past the newest time are never kept up to date), one
+ *   step on average; a removal walks up only to the newest time.
+ * - An evicted key (the least recent) stays in the tree: every distance
+ *   asked is of a live key, used after every evicted one, so the evicted
+ *   weights cancel out of fen_total - prefix(t).
+ * - Times run from 0 to ring_len - 1, ring_len twice the keys: when the
+ *   ring is full, the live times are renumbered 0, 1, ... in order and the
+ *   tree rebuilt, once per cap accesses at least (amortized O(1)). The
+ *   least recent key is the first live time from tail on.
  */
 #include "core/reuse.h"
 
 #include <string.h>
 
+#include "util/hf_assert.h"
 #include "util/xalloc.h"
 
-#define NIL UINT32_MAX
+#define NIL16 UINT16_MAX
+#define RING_HOT 0x8000u  /* a ring entry's flag: that use was a hot key's */
+#define RING_SLOT 0x7fffu /* a ring entry's slot */
+_Static_assert(REUSE_MAX_KEYS <= 8192u,
+               "at most 16,384 slots: a slot number fits a ring entry beside RING_HOT");
+_Static_assert(2u * (REUSE_MAX_KEYS + REUSE_HOT) < NIL16, "a time fits 16 bits below NIL16");
 
-const char *const reuse_scale_names[REUSE_SCALES] = {"0.25", "0.5", "1", "2", "4"};
-/* the scales in quarters */
-static const uint32_t scale_quarters[REUSE_SCALES] = {1, 2, 4, 8, 16};
+const char *const reuse_scale_names[REUSE_SCALES] = {
+    "0.125",  "0.1487", "0.1768", "0.2102", "0.25",   "0.2973", "0.3536",
+    "0.4204", "0.5",    "0.5946", "0.7071", "0.8409", "1",      "1.189",
+    "1.414",  "1.682",  "2",      "2.378",  "2.828",  "3.364",  "4"};
+const double reuse_scales[REUSE_SCALES] = {
+    0.125, 0.14865088937534013, 0.17677669529663689, 0.21022410381342863,
+    0.25,  0.29730177875068026, 0.35355339059327379, 0.42044820762685725,
+    0.5,   0.59460355750136051, 0.70710678118654757, 0.8408964152537145,
+    1,     1.189207115002721,   1.4142135623730951,  1.681792830507429,
+    2,     2.3784142300054421,  2.8284271247461903,  3.363585661014858,
+    4};
 
 void reuse_prefix_count(reuse_prefix *c, const bool *present, size_t n)
 {
@@ -33,8 +60,10 @@ void reuse_prefix_count(reuse_prefix *c, const bool *present, size_t n)
 
 static void release(reuse_t *r)
 {
-    hf_xfree(r->e);
-    hf_xfree(r->slots);
+    hf_xfree(r->keys);
+    hf_xfree(r->times);
+    hf_xfree(r->ring);
+    hf_xfree(r->fen);
 }
 
 void reuse_reset(reuse_t *r, uint64_t pages)
@@ -54,26 +83,39 @@ void reuse_reset(reuse_t *r, uint64_t pages)
     r->hot_weight = hot < 1 ? 1 : (uint32_t)hot;
     uint32_t below = 0; /* in sampled keys */
     for (int j = 0; j < REUSE_SCALES; j++) {
-        double keys = (double)pages * scale_quarters[j] / 4.0 * rate + 0.5;
+        double keys = (double)pages * reuse_scales[j] * rate + 0.5;
         uint32_t c = keys >= REUSE_MAX_KEYS ? REUSE_MAX_KEYS : (uint32_t)keys;
         if (c < below)
             c = below;
-        r->size[j] = (c - below) * REUSE_UNIT;
+        r->size[j] = c * REUSE_UNIT;
         below = c;
-        r->last[j] = NIL;
     }
-    r->head = NIL;
-    r->free = NIL;
+    /* scale_of's table: buckets of 2^bucket_shift weights, at most
+     * REUSE_BUCKETS up to the largest size; a bucket is at most 1/256 of
+     * it, narrower than the gap between two scales of a sampled pool, so a
+     * guess is at most one scale short there */
+    while ((r->size[REUSE_SCALES - 1] >> r->bucket_shift) >= REUSE_BUCKETS)
+        r->bucket_shift++;
+    for (uint32_t b = 0, j = 0; b < REUSE_BUCKETS; b++) {
+        while (j + 1 < REUSE_SCALES && r->size[j] < ((uint64_t)b << r->bucket_shift))
+            j++;
+        r->first_scale[b] = (uint8_t)j;
+    }
     if (below == 0)
         return;
     r->cap = below + REUSE_HOT; /* the hot keys weigh less than a sampled one */
-    r->e = hf_xmalloc(r->cap * sizeof *r->e);
     uint32_t nslots = 4;
     while (nslots < 2 * below || nslots <= r->cap)
         nslots *= 2;
-    r->slots = hf_xmalloc(nslots * sizeof *r->slots);
-    memset(r->slots, 0xff, nslots * sizeof *r->slots);
+    HF_ASSERT(nslots <= RING_SLOT + 1);
+    r->keys = hf_xmalloc(nslots * sizeof *r->keys);
+    r->times = hf_xmalloc(nslots * sizeof *r->times);
+    memset(r->times, 0xff, nslots * sizeof *r->times);
     r->slot_mask = nslots - 1;
+    r->ring_len = 2 * r->cap;
+    r->ring = hf_xmalloc(r->ring_len * sizeof *r->ring);
+    memset(r->ring, 0xff, r->ring_len * sizeof *r->ring);
+    r->fen = hf_xmalloc((r->ring_len + 1) * sizeof *r->fen);
 }
 
 reuse_t *reuse_new_at(uint64_t pages, uint32_t rate_div)
@@ -101,8 +143,10 @@ size_t reuse_memory(const reuse_t *r)
 {
     if (!r)
         return 0;
-    size_t slots = r->cap ? (size_t)r->slot_mask + 1 : 0;
-    return sizeof *r + (size_t)r->cap * sizeof *r->e + slots * sizeof *r->slots;
+    if (!r->cap)
+        return sizeof *r;
+    return sizeof *r + ((size_t)r->slot_mask + 1) * (sizeof *r->keys + sizeof *r->times) +
+           (size_t)r->ring_len * sizeof *r->ring + ((size_t)r->ring_len + 1) * sizeof *r->fen;
 }
 
 static uint32_t home(const reuse_t *r, uint32_t hash)
@@ -113,96 +157,147 @@ static uint32_t home(const reuse_t *r, uint32_t hash)
 static uint32_t slot_of(const reuse_t *r, uint32_t hash)
 {
     uint32_t s = home(r, hash);
-    while (r->slots[s] != NIL && r->e[r->slots[s]].key != hash)
+    while (r->times[s] != NIL16 && r->keys[s] != hash)
         s = (s + 1) & r->slot_mask;
     return s;
 }
 
+static uint32_t weight_of(const reuse_t *r, uint32_t ring_entry)
+{
+    return ring_entry & RING_HOT ? r->hot_weight : REUSE_UNIT;
+}
+
+/* ---- the Fenwick tree of weights by time (index time + 1), kept up to
+ * date up to the newest time (now - 1) ---- */
+
+/* Time r->now gets weight w: its node is its own weight and its children's. */
+static void fen_append(reuse_t *r, uint32_t w)
+{
+    uint32_t *fen = r->fen, i = r->now + 1, low = i & (0u - i), sum = w;
+    for (uint32_t j = i - 1; j > i - low; j &= j - 1)
+        sum += fen[j];
+    fen[i] = sum;
+    r->fen_total += w;
+}
+
+static void fen_remove(reuse_t *r, uint32_t time, uint32_t w)
+{
+    uint32_t *fen = r->fen, last = r->now;
+    for (uint32_t i = time + 1; i <= last; i += i & (0u - i))
+        fen[i] -= w;
+    r->fen_total -= w;
+}
+
+/* The weight in the tree of times <= time. */
+static uint32_t fen_prefix(const reuse_t *r, uint32_t time)
+{
+    const uint32_t *fen = r->fen;
+    uint32_t sum = 0;
+    for (uint32_t i = time + 1; i > 0; i &= i - 1)
+        sum += fen[i];
+    return sum;
+}
+
+/* The ring is full: the live times become 0, 1, ... in order, the tree
+ * holds their weights alone. */
+static void compact(reuse_t *r)
+{
+    uint32_t n = 0;
+    for (uint32_t t = r->tail; t < r->now; t++) {
+        uint16_t e = r->ring[t];
+        if (e == NIL16)
+            continue;
+        r->ring[n] = e;
+        r->times[e & RING_SLOT] = (uint16_t)n;
+        n++;
+    }
+    HF_ASSERT(n <= r->cap);
+    memset(r->ring + n, 0xff, (r->ring_len - n) * sizeof *r->ring);
+    for (uint32_t i = 1; i <= n; i++)
+        r->fen[i] = weight_of(r, r->ring[i - 1]);
+    for (uint32_t i = 1; i <= n; i++) {
+        uint32_t up = i + (i & (0u - i));
+        if (up <= n)
+            r->fen[up] += r->fen[i];
+    }
+    r->tail = 0;
+    r->now = n;
+    r->fen_total = r->total;
+}
+
 static void index_delete(reuse_t *r, uint32_t s)
 {
-    r->slots[s] = NIL;
-    for (uint32_t j = (s + 1) & r->slot_mask; r->slots[j] != NIL; j = (j + 1) & r->slot_mask) {
-        uint32_t h = home(r, r->e[r->slots[j]].key);
+    r->times[s] = NIL16;
+    for (uint32_t j = (s + 1) & r->slot_mask; r->times[j] != NIL16; j = (j + 1) & r->slot_mask) {
+        uint32_t h = home(r, r->keys[j]);
         /* the entry at j may move to s when s lies cyclically in [h, j) */
         if (((j - h) & r->slot_mask) >= ((j - s) & r->slot_mask)) {
-            r->slots[s] = r->slots[j];
-            r->slots[j] = NIL;
+            uint16_t t = r->times[j];
+            r->keys[s] = r->keys[j];
+            r->times[s] = t;
+            r->times[j] = NIL16;
+            r->ring[t] = (uint16_t)((r->ring[t] & RING_HOT) | s);
             s = j;
         }
     }
 }
 
-static void unlink_entry(reuse_t *r, uint32_t e)
-{
-    uint32_t p = r->e[e].prev, n = r->e[e].next, s = r->e[e].seg;
-    if (r->last[s] == e)
-        r->last[s] = p != NIL && r->e[p].seg == s ? p : NIL;
-    r->count[s] -= r->e[e].weight;
-    if (p != NIL)
-        r->e[p].next = n;
-    else
-        r->head = n;
-    if (n != NIL)
-        r->e[n].prev = p;
-}
-
-/* The least recent key leaves the simulation; its entry is free. */
+/* The least recent key leaves the simulation (its weight stays in the
+ * tree: above). */
 static void evict_last(reuse_t *r)
 {
-    int t = REUSE_SCALES - 1;
-    while (r->last[t] == NIL)
-        t--;
-    uint32_t e = r->last[t];
-    index_delete(r, slot_of(r, r->e[e].key));
-    unlink_entry(r, e);
-    r->e[e].next = r->free;
-    r->free = e;
+    while (r->ring[r->tail] == NIL16)
+        r->tail++;
+    HF_ASSERT(r->tail < r->now);
+    uint16_t e = r->ring[r->tail];
+    r->total -= weight_of(r, e);
+    r->ring[r->tail++] = NIL16;
+    r->used--;
+    index_delete(r, e & RING_SLOT);
+}
+
+/* The first scale whose cache holds a key at stack distance `dist` (in
+ * weights, the key itself included): the table's guess for dist's bucket
+ * (the first scale that could hold the bucket's least distance), then up. */
+static unsigned scale_of(const reuse_t *r, uint32_t dist)
+{
+    if (dist > r->size[REUSE_SCALES - 1])
+        return REUSE_SCALES;
+    unsigned j = r->first_scale[dist >> r->bucket_shift];
+    while (dist > r->size[j])
+        j++;
+    return j;
 }
 
 void reuse__access(reuse_t *r, uint32_t hash, uint32_t weight)
 {
     unsigned s = REUSE_SCALES; /* a miss at every scale */
     if (r->cap) {
-        uint32_t slot = slot_of(r, hash), e = r->slots[slot];
-        if (e != NIL) {
-            s = r->e[e].seg;
-            unlink_entry(r, e);
+        uint32_t slot = slot_of(r, hash), t = r->times[slot];
+        if (t != NIL16) {
+            uint32_t w = weight_of(r, r->ring[t]);
+            s = scale_of(r, r->fen_total - fen_prefix(r, t) + w);
+            fen_remove(r, t, w);
+            r->total -= w;
+            r->ring[t] = NIL16;
         } else {
-            if (r->free == NIL && r->used == r->cap) {
+            if (r->used == r->cap) {
                 evict_last(r);
                 slot = slot_of(r, hash);
             }
-            if (r->free != NIL) {
-                e = r->free;
-                r->free = r->e[e].next;
-            } else {
-                e = r->used++;
-            }
-            r->e[e].key = hash;
-            r->slots[slot] = e;
+            r->keys[slot] = hash;
+            r->used++;
         }
-        r->e[e].weight = weight & 0xffffff;
-        r->e[e].prev = NIL;
-        r->e[e].next = r->head;
-        if (r->head != NIL)
-            r->e[r->head].prev = e;
-        r->head = e;
-        r->e[e].seg = 0;
-        if (r->count[0] == 0)
-            r->last[0] = e;
-        r->count[0] += weight;
-        /* each segment too heavy passes its least recent keys on */
-        for (int j = 0; j + 1 < REUSE_SCALES; j++)
-            while (r->count[j] > r->size[j]) {
-                uint32_t x = r->last[j], p = r->e[x].prev;
-                r->count[j] -= r->e[x].weight;
-                r->last[j] = r->count[j] && p != NIL ? p : NIL;
-                r->e[x].seg = (uint32_t)(j + 1) & 0xff;
-                if (r->count[j + 1] == 0)
-                    r->last[j + 1] = x;
-                r->count[j + 1] += r->e[x].weight;
-            }
-        while (r->count[REUSE_SCALES - 1] > r->size[REUSE_SCALES - 1])
+        if (r->now == r->ring_len)
+            compact(r); /* the key is out of the ring: not renumbered */
+        uint32_t hot = weight == REUSE_UNIT ? 0 : RING_HOT;
+        r->times[slot] = (uint16_t)r->now;
+        r->ring[r->now] = (uint16_t)(slot | hot);
+        uint32_t w = weight_of(r, hot);
+        fen_append(r, w);
+        r->total += w;
+        r->now++;
+        while (r->total > r->size[REUSE_SCALES - 1])
             evict_last(r);
     }
     if (s > r->run)
@@ -257,4 +352,48 @@ void reuse_figures(const reuse_t *r, uint64_t *blocks, uint64_t hits[REUSE_SCALE
         hits[j] = sum / REUSE_UNIT;
     }
     *blocks = r->blocks / REUSE_UNIT;
+}
+
+static int64_t ratio_ppm(uint64_t blocks, const uint64_t hits[REUSE_SCALES], int j)
+{
+    return (int64_t)(hits[j] * 1000000 / blocks);
+}
+
+void reuse_advise(uint64_t pages, uint64_t blocks, const uint64_t hits[REUSE_SCALES], bool coarse,
+                  int64_t target_ppm, reuse_advice *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!blocks || !pages)
+        return;
+    out->known = true;
+    out->coarse = coarse;
+    const int one = REUSE_SCALE_ONE, top = REUSE_SCALES - 1;
+    const int first = coarse ? REUSE_COARSE_FIRST : 0, step = coarse ? REUSE_COARSE_STEP : 1;
+    out->target_ppm = target_ppm >= 0 ? target_ppm
+                                      : ratio_ppm(blocks, hits, top) - REUSE_TARGET_SLACK;
+    out->ratio_ppm = ratio_ppm(blocks, hits, one);
+    out->double_ppm = ratio_ppm(blocks, hits, one + 4) - out->ratio_ppm;
+    out->halve_ppm = out->ratio_ppm - ratio_ppm(blocks, hits, one - 4);
+    out->halve_frees = pages - pages / 2;
+    int j = first;
+    while (j <= top && ratio_ppm(blocks, hits, j) < out->target_ppm)
+        j += step;
+    out->reached = j <= top;
+    if (j > top) {
+        out->pages = (uint64_t)((double)pages * reuse_scales[top] + 0.5);
+        return;
+    }
+    double hi = (double)pages * reuse_scales[j];
+    if (j == first) {
+        out->pages = (uint64_t)(hi + 0.5);
+        return;
+    }
+    /* between the known scale below (under the target) and j (at or above it) */
+    double lo = (double)pages * reuse_scales[j - step];
+    double r0 = (double)ratio_ppm(blocks, hits, j - step), r1 = (double)ratio_ppm(blocks, hits, j);
+    double x = lo + (hi - lo) * ((double)out->target_ppm - r0) / (r1 - r0);
+    uint64_t advised = (uint64_t)x;
+    if ((double)advised < x)
+        advised++;
+    out->pages = advised;
 }

@@ -13,12 +13,16 @@
  *   Optimization using Miniature Simulations", USENIX ATC '17) of exact
  *   LRU on the keys sampled by hash as in SHARDS (Waldspurger et al.,
  *   "Efficient MRC Construction with SHARDS", FAST '15): a key is sampled
- *   when its hash is below rate * 2^32, and the simulated caches hold
- *   scale * pages * rate sampled keys, for the REUSE_SCALES scales 0.25,
- *   0.5, 1, 2 and 4 of the pool's pages. LRU is a stack algorithm (a cache
- *   of c keys holds the c most recently used), so one list with a segment
- *   per scale simulates the five caches at once: an access costs one hash
- *   probe and at most five boundary moves. A request's sampled keys, in
+ *   when its hash is below rate * 2^32, and a simulated cache of scale x
+ *   holds x * pages * rate sampled keys, for the REUSE_SCALES scales 2^(k/4),
+ *   k = -12..8 (1/8 to 4 times the pool's pages, 21 sizes, each 19% above
+ *   the one before). LRU is a stack algorithm (a cache of c keys holds the
+ *   c most recently used), so one simulation answers every size: a hit's
+ *   stack distance (the weight of the keys used since, itself included)
+ *   says the smallest scale that holds it. The distance is a prefix sum
+ *   over the keys' last-use times (Olken's method, in a Fenwick tree over a
+ *   ring of times that is compacted when it fills), so an access costs
+ *   O(log keys) whatever the number of scales. A request's sampled keys, in
  *   order, have a leading run of hits at each scale (the sampled keys
  *   before the first one that scale misses): their sums over the requests
  *   divided by the sampled keys estimate the prefix-hit ratio at that
@@ -26,13 +30,14 @@
  *   exact LRU (docs/eviction.md), so LRU is what the simulation runs.
  *
  *   rate = min(1 / REUSE_RATE_DIV, REUSE_MAX_KEYS / (4 * pages)): a request
- *   costs at most one simulated access per 8 keys, and at most 8,192 keys
- *   are simulated (the cost: docs/performance.md, "What the hit-ratio
- *   estimate costs"). Both bounds were chosen on the shipped traces
- *   (docs/sizing.md, "Accuracy"): at a rate of 1/8 the estimate stays
- *   within the issue's targets there, at 1/16 it does not.
- *   reuse_new_at(pages, 1) simulates pools up to REUSE_MAX_KEYS / 4 pages
- *   exactly (the unit tests of the rules).
+ *   costs at most one simulated access per REUSE_RATE_DIV keys, and at most
+ *   REUSE_MAX_KEYS keys are simulated (the cost: docs/performance.md, "What
+ *   the hit-ratio estimate costs"; the accuracy: docs/sizing.md,
+ *   "Accuracy"). reuse_new_at(pages, 1) simulates pools up to
+ *   REUSE_MAX_KEYS / 4 pages exactly (the unit tests of the rules). The
+ *   range stops at 4 times: 8 times would halve the rate of pools above
+ *   2,048 pages, and at half the rate the estimate at 1x missed the
+ *   measured ratio by 1.4 points on a shipped trace (docs/sizing.md).
  *   Hot prefixes: a few keys, the first blocks of a prompt every request
  *   shares, can carry several percent of all uses and always hit; sampled
  *   by hash, such a key is in the sample or not, and the estimate moves by
@@ -43,14 +48,20 @@
  *   REUSE_HOT_MIN) is simulated whether sampled or not, as one key rather
  *   than 1/rate of them: every simulated key has a weight, REUSE_UNIT for a
  *   sampled one and REUSE_UNIT * rate for a hot one, and both the caches'
- *   sizes and the counts are in weights.
+ *   sizes and the distances are in weights.
  *   Window: the counts are halved whenever REUSE_WINDOW sampled block uses
  *   (in weights) have been counted, so the ratios weigh the last
  *   REUSE_WINDOW to 2 x REUSE_WINDOW sampled uses (all of them before that).
- *   Memory: 16 bytes per simulated key and an index of 4-byte slots (a
- *   power of two, at least twice the keys): at most REUSE_MAX_KEYS +
- *   REUSE_HOT keys, so reuse_memory() <= 16 * 8,208 + 4 * 16,384 +
- *   sizeof(reuse_t) = 196,864 + sizeof(reuse_t) bytes per estimator.
+ *   Memory: per slot of the index (a power of two, at least twice the keys
+ *   sampled) 6 bytes, and per entry of the ring of times (twice the keys) 2
+ *   bytes and 4 of the Fenwick tree: at most REUSE_MAX_KEYS + REUSE_HOT
+ *   keys, so reuse_memory() <= REUSE_MEMORY_MAX = 6 * 16,384 + 6 * 16,416 +
+ *   4 = 196,804 bytes plus sizeof(reuse_t) per estimator.
+ *
+ * The advice (reuse_advise): from the figures, the smallest pool whose
+ *   estimated ratio reaches a target (linear in pages between the two
+ *   scales around it, so never below what the curve says), the gain of
+ *   doubling the pool and the cost of halving it. Pure arithmetic.
  *
  * Pure (no I/O, no clock, no lock); the caller serializes.
  */
@@ -61,7 +72,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define REUSE_SCALES 5 /* 0.25, 0.5, 1, 2, 4 times the pages */
+#define REUSE_SCALES 21    /* 2^(k/4) times the pages, k = -12..8 */
+#define REUSE_SCALE_ONE 12 /* the index of scale 1 */
+/* The coarse curve: the five scales 0.25, 0.5, 1, 2 and 4 (every fourth
+ * from index 4), all that a Redis module without the capability
+ * "fine-curve" answers (src/wire/wire.h). */
+#define REUSE_COARSE 5
+#define REUSE_COARSE_FIRST 4
+#define REUSE_COARSE_STEP 4
+static inline bool reuse_scale_in(bool coarse, int j)
+{
+    return !coarse ||
+           (j >= REUSE_COARSE_FIRST && (j - REUSE_COARSE_FIRST) % REUSE_COARSE_STEP == 0);
+}
 /* sampled keys simulated, at most; a build may set it lower to measure the
  * sampled estimate on small traces (docs/sizing.md, "Accuracy") */
 #ifndef REUSE_MAX_KEYS
@@ -76,9 +99,14 @@
 #define REUSE_HOT_SHARE 32 /* hot: at least 1/32 of the head keys' uses */
 #define REUSE_HOT_MIN 16   /* and at least 16 uses */
 #define REUSE_UNIT 65536u  /* a sampled key's weight */
+#define REUSE_BUCKETS 512  /* a distance's scale is looked up by its bucket of 1/512 */
+/* reuse_memory() beyond sizeof(reuse_t), at most (above) */
+#define REUSE_MEMORY_MAX (6u * 16384u + 12u * (REUSE_MAX_KEYS + REUSE_HOT) + 4u)
 
-/* The scales' names, "0.25" to "4", as /v1/stats and /metrics write them. */
+/* The scales' names, "0.125" to "4" (4 significant digits), as /v1/stats
+ * and /metrics write them, and their values. */
 extern const char *const reuse_scale_names[REUSE_SCALES];
+extern const double reuse_scales[REUSE_SCALES];
 
 typedef struct reuse_prefix {
     uint64_t requests, blocks, hit_blocks;
@@ -90,21 +118,22 @@ void reuse_prefix_count(reuse_prefix *c, const bool *present, size_t n);
 /* The estimator. Its members are reuse.c's; only reuse_key reads three. */
 typedef struct reuse {
     uint64_t threshold; /* a key is sampled when its hash is below this */
-    uint8_t run;        /* the request's leading run: the largest segment seen */
+    uint8_t run;        /* the request's leading run: the largest scale index missed */
     uint32_t pos;       /* the request's keys so far */
     uint64_t pages;
-    uint32_t rate_div;            /* the rate is at most 1 / rate_div */
-    uint32_t hot_weight;          /* a hot key's weight: REUSE_UNIT x rate */
-    uint32_t cap, used;           /* simulated keys: room, in use */
-    uint32_t size[REUSE_SCALES];  /* weight of each segment, at most */
-    uint32_t count[REUSE_SCALES]; /* weight of each segment */
-    uint32_t last[REUSE_SCALES];  /* each segment's least recent key */
-    uint32_t head, free;          /* the most recent key; a list of unused entries */
-    struct reuse_entry {
-        uint32_t key, prev, next; /* hash; list links (entry numbers) */
-        uint32_t seg : 8, weight : 24;
-    } * e; /* 16 bytes: an access reads one line per entry */
-    uint32_t *slots;
+    uint32_t rate_div;                  /* the rate is at most 1 / rate_div */
+    uint32_t hot_weight;                /* a hot key's weight: REUSE_UNIT x rate */
+    uint32_t cap, used;                 /* simulated keys: room, in use */
+    uint32_t size[REUSE_SCALES];        /* each scale's cache, in weights */
+    uint32_t bucket_shift;              /* scale_of's table: distances >> this ... */
+    uint8_t first_scale[REUSE_BUCKETS]; /* ... the first scale that could hold them */
+    uint32_t total;                     /* weight of the simulated keys */
+    uint32_t fen_total;                 /* weight in the tree: theirs and the evicted keys' */
+    uint32_t ring_len, tail, now;       /* the ring of times: length, least recent, next */
+    uint32_t *keys;                     /* the index: hashes, open addressing, linear probing */
+    uint16_t *times;                    /* each key's last use, in the ring (UINT16_MAX: empty) */
+    uint16_t *ring;                     /* time -> slot and a hot flag, or UINT16_MAX */
+    uint32_t *fen;                      /* Fenwick tree of the weights by time, 1-based */
     uint32_t slot_mask;
     struct reuse_hot {
         uint32_t key, count, error; /* Space-Saving: count - error <= uses */
@@ -150,5 +179,25 @@ static inline void reuse_key(reuse_t *r, uint32_t hash)
  * request's leading run of hits at each scale (in sampled keys: the
  * weights over REUSE_UNIT). */
 void reuse_figures(const reuse_t *r, uint64_t *blocks, uint64_t hits[REUSE_SCALES]);
+
+/* The advice for a pool of `pages` pages per rank, from reuse_figures'
+ * blocks and hits; coarse: only the coarse curve's scales are known (the
+ * others are not read). target_ppm: the hit ratio wanted, in millionths,
+ * or -1 for the default, the ratio at the largest scale less
+ * REUSE_TARGET_SLACK. known is false without sampled uses or pages. */
+#define REUSE_TARGET_SLACK 10000 /* 1 point, in millionths */
+typedef struct reuse_advice {
+    bool known;
+    bool reached;         /* some scale up to 4 reaches the target */
+    bool coarse;          /* from the coarse curve's five scales */
+    int64_t target_ppm;   /* the target it sought */
+    uint64_t pages;       /* the smallest pool reaching it (the largest scale's if none) */
+    int64_t ratio_ppm;    /* the estimate at scale 1 */
+    int64_t double_ppm;   /* the estimate at scale 2 less that at 1 */
+    uint64_t halve_frees; /* pages that halving frees */
+    int64_t halve_ppm;    /* the estimate at scale 1 less that at 1/2 */
+} reuse_advice;
+void reuse_advise(uint64_t pages, uint64_t blocks, const uint64_t hits[REUSE_SCALES], bool coarse,
+                  int64_t target_ppm, reuse_advice *out);
 
 #endif

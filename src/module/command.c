@@ -575,7 +575,8 @@ void run_cexists(cmd *c)
     hf_xfree(present);
 }
 
-/* HF3FS.STATS key now */
+/* HF3FS.STATS key now [FINE]: the estimate at the coarse curve's scales,
+ * or with FINE (the capability "fine-curve", wire.h) at every scale. */
 typedef struct stats_list {
     uint32_t *ranks;
     core_pool_stats *st;
@@ -596,8 +597,13 @@ static void collect_stats(void *ctx, hf_slice ns, uint32_t rank, const core_pool
 
 int cmd_stats(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
-    if (argc != 3)
+    if (argc != 3 && argc != 4)
         return rm_WrongArity(ctx);
+    hf_slice word = argc == 4 ? arg_bytes(argv[3]) : (hf_slice){NULL, 0};
+    bool fine = argc == 4;
+    if (fine && (word.len != strlen(WIRE_STATS_FINE) ||
+                 strncasecmp(word.ptr, WIRE_STATS_FINE, word.len) != 0))
+        return reply_err(ctx, "ERR HF3FS.STATS key now [" WIRE_STATS_FINE "]");
     cmd c;
     if (cmd_open(&c, ctx, argv) != 0)
         return REDISMODULE_OK;
@@ -614,8 +620,8 @@ int cmd_stats(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     for (size_t i = 0; i < l.n; i++) {
         const core_pool_stats *s = &l.st[i];
         /* rank, the figures and refusals (core.h lists both), the estimator */
-        rm_ReplyWithArray(ctx,
-                          1L + CORE_POOL_FIGURE_COUNT + 2L * CORE_REFUSE_COUNT + 1 + REUSE_SCALES);
+        rm_ReplyWithArray(ctx, 1L + CORE_POOL_FIGURE_COUNT + 2L * CORE_REFUSE_COUNT + 1 +
+                                   (fine ? REUSE_SCALES : REUSE_COARSE));
         rm_ReplyWithLongLong(ctx, (long long)l.ranks[i]);
 #define REPLY_FIGURE(field, ...) rm_ReplyWithLongLong(ctx, (long long)s->field);
         CORE_POOL_FIGURES(REPLY_FIGURE, CORE_POOL_NO_ALIAS)
@@ -628,8 +634,9 @@ int cmd_stats(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         /* the estimator of this stripe's keys (its prefix counters stay 0:
          * a stripe sees a part of each request; the front end counts) */
         rm_ReplyWithLongLong(ctx, (long long)s->est_blocks);
-        for (size_t k = 0; k < REUSE_SCALES; k++)
-            rm_ReplyWithLongLong(ctx, (long long)s->est_hits[k]);
+        for (int k = 0; k < REUSE_SCALES; k++)
+            if (reuse_scale_in(!fine, k))
+                rm_ReplyWithLongLong(ctx, (long long)s->est_hits[k]);
     }
     hf_xfree(l.ranks);
     hf_xfree(l.st);

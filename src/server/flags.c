@@ -157,6 +157,17 @@ static void read_save_interval(server_options *o, const char *flag, const char *
     o->save_interval_given = given;
 }
 
+static void read_hit_ratio_target(server_options *o, const char *flag, const char *arg, bool given)
+{
+    errno = 0;
+    char *end;
+    double t = strtod(arg, &end);
+    if (errno || end == arg || *end || !(t >= 0 && t <= 1))
+        bad_flag(flag, arg, "a ratio in 0..1");
+    o->hit_ratio_target = t;
+    o->hit_ratio_target_given = true;
+}
+
 static void read_redis_use_log_bytes(server_options *o, const char *flag, const char *arg,
                                      bool given)
 {
@@ -233,6 +244,9 @@ static const flag_row flags[] = {
              "{}; lru is accepted as another name for clock)"},
     {"debug-api", NULL, SWITCH(debug_api),
      .help = "serve GET /v1/check (walks every pool; for tests)"},
+    {"hit-ratio-target", "RATIO", OTHER(read_hit_ratio_target),
+     .help = "the sizing advice's prefix-hit ratio, 0 to 1 (default:\n"
+             "1 point below the estimate at 4x; docs/sizing.md)"},
     {"data-dir", "DIR", OTHER(read_data_dir), .dflt = "./hf3fs-metad-data",
      .help = "keep the state (write-ahead log and snapshots) in DIR\n"
              "(default {})"},

@@ -111,6 +111,7 @@ static api_config api_config_from(const server_options *o)
                 .max_body_bytes = (size_t)o->max_body_bytes,
             },
         .debug_api = o->debug_api,
+        .hit_ratio_target = o->hit_ratio_target_given ? o->hit_ratio_target : -1,
         .tenant_max_in_flight = (unsigned)o->tenant_max_in_flight,
     };
 }
@@ -308,6 +309,9 @@ static bool host_is_loopback(const char *host)
 static void log_settings(const server_options *o, uint16_t port)
 {
     bool v6 = strchr(o->host, ':') != NULL;
+    char target[32] = "the estimate at 4x less 1 point";
+    if (o->hit_ratio_target_given)
+        snprintf(target, sizeof target, "%g", o->hit_ratio_target);
     log_msg(LOG_INFO,
             "hf3fs-metad listening on http://%s%s%s:%u (threads %" PRIu64
             ", max-connections %" PRIu64 ", idle-timeout %" PRIu64 " s, header-timeout %" PRIu64
@@ -317,14 +321,14 @@ static void log_settings(const server_options *o, uint16_t port)
             ", max-ranks %" PRIu64 ", max-pages %" PRIu64
             ", reservation-timeout %g s, read-lease %g s, write-lease %g s, "
             "release-grace %g s, eviction %s, "
-            "debug-api %s, log-level %s, auth %s%s%s, access-log %s, log-summary-interval %g s, "
-            "import-sglang %s)",
+            "debug-api %s, hit-ratio-target %s, log-level %s, auth %s%s%s, access-log %s, "
+            "log-summary-interval %g s, import-sglang %s)",
             v6 ? "[" : "", o->host, v6 ? "]" : "", (unsigned)port, o->threads, o->max_connections,
             o->idle_timeout_s, o->header_timeout_s, o->body_timeout_s, o->body_min_rate,
             o->tenant_max_in_flight, o->max_body_bytes, o->max_header_bytes, o->max_keys,
             o->max_key_bytes, o->max_ranks, o->max_pages, o->reservation_timeout_s, o->read_lease_s,
             options_write_lease_s(o), o->release_grace_s, o->evict ? "clock" : "none",
-            o->debug_api ? "on" : "off", log_level_name(o->log_level),
+            o->debug_api ? "on" : "off", target, log_level_name(o->log_level),
             o->auth_token_file ? "on (auth-token-file " : "off",
             o->auth_token_file ? o->auth_token_file : "", o->auth_token_file ? ")" : "",
             o->access_log ? "on" : "off", o->log_summary_interval_s,

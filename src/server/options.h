@@ -43,6 +43,8 @@ typedef struct server_options {
     double release_grace_s;
     bool evict;
     bool debug_api;
+    double hit_ratio_target;
+    bool hit_ratio_target_given; /* else: the estimate at the largest size less a point */
     const char *persistence_path;
     double save_interval_s;
     bool save_interval_given;

@@ -58,10 +58,15 @@
 #define HF3FS_WIRE_HIGHEST 5
 /* The capabilities of this build (bit, name), in the order HF3FS.VERSION
  * lists them: "version" is HF3FS.VERSION itself; "settle" is HF3FS.ALLOC's
- * allocation id, HF3FS.SETTLE and HF3FS.NOTE (docs/redis-module.md). */
+ * allocation id, HF3FS.SETTLE and HF3FS.NOTE; "fine-curve" is HF3FS.STATS's
+ * last argument WIRE_STATS_FINE, with which a row carries the hit-ratio
+ * estimate at every scale of core/reuse.h instead of the five of the
+ * coarse curve (docs/redis-module.md). */
 #define HF3FS_CAPS(X)                                                                              \
     X(WIRE_CAP_VERSION, 1u << 0, "version")                                                        \
-    X(WIRE_CAP_SETTLE, 1u << 1, "settle")
+    X(WIRE_CAP_SETTLE, 1u << 1, "settle")                                                          \
+    X(WIRE_CAP_FINE_CURVE, 1u << 2, "fine-curve")
+#define WIRE_STATS_FINE "FINE"
 #define WIRE_CAP_ENUM(id, bit, name) id = (bit),
 enum { HF3FS_CAPS(WIRE_CAP_ENUM) };
 #undef WIRE_CAP_ENUM

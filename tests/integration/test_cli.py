@@ -421,6 +421,41 @@ def test_stats_json_is_the_servers_document():
                   [("kv", 0, 5)], "stats --json pools")
 
 
+def test_advise_table_shows_the_servers_advice_with_bytes_from_page_bytes():
+    """A cyclic scan of 64 keys over a pool of 32 pages (the rate at most 1/4 samples
+    about 16 of them): nothing hits now, everything after the first round would at
+    twice the pages, so the advice is above 32 pages and doubling gains most of it."""
+    with Server() as srv:
+        u = url_of(srv)
+        expect_exit(run("init", "--pages", 32, url=u), 0)
+        r = run("advise", url=u)
+        expect_exit(r, 0)
+        expect_true("no sampled read yet" in r.out, "before any read: %r" % r.out)
+        c = srv.client()
+        keys = ["%032x" % (i * 7919 + 5) for i in range(64)]
+        for _ in range(8):
+            for i in range(0, 64, 4):
+                chain = keys[i:i + 4]
+                c.post("/keys/batch_exists", {"keys": chain})
+                got = c.post("/keys/batch_allocate", {"rank": 0, "keys": chain}).json()
+                c.post("/keys/confirm_write", {"rank": 0, "confirmations": [
+                    [k, p] for k, p in got["results"] if p >= 0]})
+        advice = c.get("/v1/stats").json()["namespaces"][0]["advice"]
+        r = run("advise", "--page-bytes", 2 * 1024 * 1024, url=u)
+        expect_exit(r, 0)
+        expect_eq(r.lines()[0].split(), ["NAMESPACE", "PAGES", "HIT", "TARGET", "ADVISED",
+                                         "BYTES", "DOUBLE", "HALF-FREES", "HALF"], "header")
+        row = r.lines()[1].split()
+        expect_eq(row[:2], ["kv", "32"], "namespace and pages now")
+        expect_eq(row[4], str(advice["pages"]), "advised pages as the server says")
+        expect_true(advice["pages"] > 32, "the scan needs more than 32 pages: %r" % advice)
+        mib = advice["pages"] * 2.0
+        expect_eq(" ".join(row[5:7]), "%.1f %s" % ((mib / 1024, "GiB") if mib >= 1024
+                                                    else (mib, "MiB")), "advised bytes")
+        expect_eq(row[7], "%+.1fpt" % (advice["doubling_gain"] * 100), "doubling's gain")
+        expect_exit(run("advise", "--page-bytes", "0", url=u), 2)
+
+
 def test_watch_refreshes_the_table_count_times():
     with Server() as srv:
         u = url_of(srv)

@@ -741,6 +741,35 @@ def test_a_packed_key_list_names_the_same_keys_as_its_general_form():
             expect_error(lambda: r.cmd("HF3FS.EXISTS", k, T0, CFG, 0, bad), "ERR malformed")
 
 
+def test_stats_answers_the_coarse_curve_unless_a_front_end_asks_for_the_fine_one():
+    """HF3FS.STATS key now answers the estimate at the 5 scales 0.25 to 4, the
+    row a front end of the previous release reads; with FINE (the capability
+    "fine-curve", which HF3FS.VERSION lists) at the 21 scales 1/8 to 4, of
+    which the 5 are every fourth from the fifth."""
+    with server() as r:
+        caps = r.cmd("HF3FS.VERSION")
+        caps = caps[caps.index(b"capabilities") + 1]
+        expect_true(b"fine-curve" in caps, "HF3FS.VERSION lists fine-curve: %r" % caps)
+        ns = Ns(r, "kv")
+        ns.init(0, 64)
+        keys = ["key-%d" % i for i in range(40)]
+        pages, _ = ns.alloc(0, keys)
+        expect_eq(ns.confirm(0, list(zip(keys, pages))), 0)
+        for i in range(30):  # cyclic reads: hits at the larger scales only
+            ns.cexists(keys[i % 4 * 10:i % 4 * 10 + 10])
+        coarse, = r.cmd("HF3FS.STATS", ns.key, T0)
+        fine, = r.cmd("HF3FS.STATS", ns.key, T0, "FINE")
+        expect_eq(len(fine), len(coarse) + 16, "21 scales against 5")
+        head = len(coarse) - 5
+        expect_eq(coarse[:head], fine[:head], "the pool's figures and the sampled blocks")
+        expect_eq(coarse[head:], fine[head + 4::4], "the 5 scales are the fine curve's 0.25..4")
+        expect_true(fine[-1] > 0 and fine[head] < fine[-1],
+                    "hits climb with the scale: %r" % fine[head:])
+        expect_error(lambda: r.cmd("HF3FS.STATS", ns.key, T0, "FINER"), "ERR HF3FS.STATS")
+        expect_error(lambda: r.cmd("HF3FS.STATS", ns.key, T0, "FINE", "x"),
+                     "ERR wrong number of arguments")
+
+
 def test_clearall_deletes_this_nodes_values_on_its_replica_too():
     with server() as p, server() as rep:
         rep.cmd("REPLICAOF", "127.0.0.1", str(p.port))

@@ -120,6 +120,23 @@ def modules_seen(srv):
     return srv.client().get("/v1/stats").json()["server"]["redis_modules"]
 
 
+def expect_curve(srv, keys, coarse, advice=True):
+    """After a few completeness reads, the namespace's estimate: at the 5
+    scales 0.25 to 4 and advice marked coarse over a module without the
+    capability fine-curve (the previous release's) or from a front end of
+    the previous release (advice=False: it has none), at 21 scales
+    otherwise."""
+    c = srv.client()
+    for _ in range(3):
+        v_exists(c, keys)
+    ns = [n for n in c.get("/v1/stats").json()["namespaces"] if n["namespace"] == "kv"][0]
+    scales = sorted(ns["hit_ratio_at"] or {}, key=float)
+    expect_eq((len(scales), ns["advice"]["coarse"] if advice else "advice" in ns),
+              (5 if coarse else 21, coarse and advice), "the curve's scales: %r" % scales)
+    if coarse:
+        expect_eq(scales, ["0.25", "0.5", "1", "2", "4"], "the coarse curve's scales")
+
+
 def test_a_front_end_serves_on_while_its_redis_restarts_from_the_aof_onto_the_new_module():
     """Front ends first, then Redis: this release's front end over the
     previous release's module, Redis restarted from its AOF with this
@@ -133,11 +150,14 @@ def test_a_front_end_serves_on_while_its_redis_restarts_from_the_aof_onto_the_ne
             seen = modules_seen(srv)["127.0.0.1:%d" % redis.port]
             expect_eq((seen["release"], seen["lowest"], seen["highest"], seen["speaking"]),
                       (None, 5, 5, 5), "a module without HF3FS.VERSION speaks its baseline")
+            expect_curve(srv, vk, coarse=True)
             restart_redis_under_load(redis, srv, vk, module_path())
             expect_state(srv.client(), vk, sk, want)
             seen = modules_seen(srv)["127.0.0.1:%d" % redis.port]
-            expect_eq((seen["release"], seen["speaking"], seen["capabilities"]["version"]),
-                      (RELEASE, 5, True), "the new module as the front end learned it")
+            expect_eq((seen["release"], seen["speaking"], seen["capabilities"]["version"],
+                       seen["capabilities"]["fine-curve"]),
+                      (RELEASE, 5, True, True), "the new module as the front end learned it")
+            expect_curve(srv, vk, coarse=False)
             m = srv.client().get("/metrics").body.decode()
             expect_true(re.search(r'hf3fs_metad_store_module_info\{node="127\.0\.0\.1:%d",'
                                   r'release="%s",[^}]*speaking="5"' % (redis.port, RELEASE), m),
@@ -194,6 +214,8 @@ def test_a_front_end_of_the_previous_release_serves_on_through_a_redis_restarted
             want = (v_locations(c, 0, vk), s_pages(c, 0, sk, ns="sg"))
             restart_redis_under_load(redis, old, vk, module_path())
             expect_state(old.client(), vk, sk, want)
+            # its HF3FS.STATS without FINE: the new module answers the rows it reads
+            expect_curve(old, vk, coarse=True, advice=False)
         finally:
             old.stop()
         with Server(store=redis.url) as srv:

@@ -138,24 +138,36 @@ static int namespaces(store_redis *r, ns_name **out, size_t *nout)
 }
 
 /* An HF3FS.STATS row: the rank, the figures and the refusals (core.h lists
- * both), the estimator's sampled blocks and hits per scale. */
-enum { STATS_FIELDS = 1 + CORE_POOL_FIGURE_COUNT + 2 * CORE_REFUSE_COUNT + 1 + REUSE_SCALES };
+ * both), the estimator's sampled blocks and hits per scale: every scale
+ * with WIRE_STATS_FINE, else the coarse curve's (core/reuse.h). */
+enum {
+    STATS_EST = 1 + CORE_POOL_FIGURE_COUNT + 2 * CORE_REFUSE_COUNT + 1, /* the first scale's */
+    STATS_FIELDS = STATS_EST + REUSE_SCALES,
+    STATS_COARSE_FIELDS = STATS_EST + REUSE_COARSE,
+};
 
-/* One pool's row of HF3FS.STATS as numbers (v[0] the rank); -1 if
+/* One pool's row of HF3FS.STATS as numbers (v[0] the rank), a coarse row's
+ * scales at their places among every scale's (the others 0); -1 if
  * malformed. */
-static int stats_values(const redisReply *row, int64_t *v)
+static int stats_values(const redisReply *row, int64_t *v, bool *coarse)
 {
-    if (row->type != REDIS_REPLY_ARRAY || row->elements != STATS_FIELDS)
+    if (row->type != REDIS_REPLY_ARRAY ||
+        (row->elements != STATS_FIELDS && row->elements != STATS_COARSE_FIELDS))
         return -1;
-    for (size_t j = 0; j < STATS_FIELDS; j++) {
-        if (row->element[j]->type != REDIS_REPLY_INTEGER)
+    *coarse = row->elements == STATS_COARSE_FIELDS;
+    for (size_t j = 0, e = 0; j < STATS_FIELDS; j++) {
+        if (j >= STATS_EST && !reuse_scale_in(*coarse, (int)(j - STATS_EST))) {
+            v[j] = 0;
+            continue;
+        }
+        if (row->element[e]->type != REDIS_REPLY_INTEGER)
             return -1;
-        v[j] = row->element[j]->integer;
+        v[j] = row->element[e++]->integer;
     }
     return 0;
 }
 
-static void stats_of(const int64_t *v, core_pool_stats *st)
+static void stats_of(const int64_t *v, bool coarse, core_pool_stats *st)
 {
     size_t k = 1;
 #define READ_FIGURE(field, ...) st->field = (uint64_t)v[k++];
@@ -167,13 +179,16 @@ static void stats_of(const int64_t *v, core_pool_stats *st)
     CORE_POOL_REFUSALS(READ_REFUSALS)
 #undef READ_REFUSALS
     st->est_blocks = (uint64_t)v[k++];
-    for (int j = 0; j < REUSE_SCALES; j++)
-        st->est_hits[j] = (uint64_t)v[k++];
+    st->est_coarse = coarse;
+    for (int j = 0; j < REUSE_SCALES; j++, k++)
+        st->est_hits[j] = reuse_scale_in(coarse, j) ? (uint64_t)v[k] : 0;
 }
 
-/* A pool's figures summed over the stripes of its namespace. */
+/* A pool's figures summed over the stripes of its namespace: coarse if
+ * one stripe's row was (its node's module lacks "fine-curve"). */
 typedef struct pool_sum {
     int64_t v[STATS_FIELDS]; /* v[0]: the rank */
+    bool coarse;
 } pool_sum;
 
 static int sum_cmp(const void *x, const void *y)
@@ -183,10 +198,10 @@ static int sum_cmp(const void *x, const void *y)
 }
 
 /* Every namespace's layout (NULL: its anchor is gone) and one command per
- * stripe of each, CMD key [now], all at once: b's commands in namespace
- * then stripe order. */
-static int per_stripe(store_redis *r, const char *cmd, bool with_now, const ns_name *v, size_t n,
-                      const layout **Ls, batch *b, bool judged)
+ * stripe of each, CMD key [now] [word], all at once: b's commands in
+ * namespace then stripe order. */
+static int per_stripe(store_redis *r, const char *cmd, bool with_now, const char *word,
+                      const ns_name *v, size_t n, const layout **Ls, batch *b, bool judged)
 {
     int code = STORE_OK;
     size_t total = 0;
@@ -204,6 +219,8 @@ static int per_stripe(store_redis *r, const char *cmd, bool with_now, const ns_n
             redis__args_cmd_key(a, cmd, Ls[i]->key[j], Ls[i]->keylen[j], Ls[i]->slot[j]);
             if (with_now)
                 redis__args_int(a, redis__now_of(r));
+            if (word)
+                redis__args_str(a, word);
         }
     if (judged) {
         redis__batch_run(r, b, false);
@@ -229,7 +246,10 @@ int redis__stats(store_t *s, store_stats_visitor fn, void *ctx)
         return code;
     const layout **Ls = hf_xcalloc(n ? n : 1, sizeof *Ls);
     batch b;
-    code = per_stripe(r, "HF3FS.STATS", true, v, n, Ls, &b, true);
+    /* the whole curve only where every node met can send it (a node
+     * without the capability would refuse the argument) */
+    const char *fine = redis__all_can(r, WIRE_CAP_FINE_CURVE) ? WIRE_STATS_FINE : NULL;
+    code = per_stripe(r, "HF3FS.STATS", true, fine, v, n, Ls, &b, true);
     size_t k = 0;
     pool_sum *sums = NULL;
     size_t cap = 0;
@@ -250,7 +270,8 @@ int redis__stats(store_t *s, store_stats_visitor fn, void *ctx)
             }
             for (size_t e = 0; e < rep->elements; e++) {
                 int64_t row[STATS_FIELDS];
-                if (stats_values(rep->element[e], row) != 0) {
+                bool coarse;
+                if (stats_values(rep->element[e], row, &coarse) != 0) {
                     code = redis__malformed(r, NULL, "HF3FS.STATS");
                     break;
                 }
@@ -267,6 +288,7 @@ int redis__stats(store_t *s, store_stats_visitor fn, void *ctx)
                 }
                 for (size_t f = 1; f < STATS_FIELDS; f++)
                     sums[at].v[f] += row[f];
+                sums[at].coarse |= coarse;
             }
         }
         if (code != STORE_OK)
@@ -276,7 +298,7 @@ int redis__stats(store_t *s, store_stats_visitor fn, void *ctx)
         for (size_t j = 0; j < nsum; j++) {
             core_pool_stats st;
             memset(&st, 0, sizeof st);
-            stats_of(sums[j].v, &st);
+            stats_of(sums[j].v, sums[j].coarse, &st);
             if (j == 0) { /* the namespace's figures go with its first pool */
                 hf_slice name = {v[i].p, v[i].len};
                 hf_mutex_lock(&r->lock);
@@ -313,7 +335,7 @@ int redis__check(store_t *s, char *err, size_t errlen)
     }
     const layout **Ls = hf_xcalloc(n ? n : 1, sizeof *Ls);
     batch b;
-    code = per_stripe(r, "HF3FS.CHECK", false, v, n, Ls, &b, false);
+    code = per_stripe(r, "HF3FS.CHECK", false, NULL, v, n, Ls, &b, false);
     int bad = 0;
     if (code != STORE_OK) {
         snprintf(err, errlen, "Redis: %s", store_describe(s, code));
