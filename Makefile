@@ -49,7 +49,7 @@ LDLIBS   := -lhttp_parser -lyajl -lhiredis -pthread
 BUILD_DEPS := gcc make libhttp-parser-dev libyajl-dev libhiredis-dev pkg-config
 TEST_DEPS  := python3 python3-requests python3-yaml curl prometheus clang libclang-rt-14-dev faketime gdb \
               redis-server redis-sentinel redis-tools clang-tidy clang-format cppcheck valgrind \
-              iproute2 nftables
+              iproute2 nftables chromium-headless-shell
 
 SERVER_MAIN := src/server/main.c
 MODULE_MAIN := $(wildcard src/module/*.c)

@@ -91,7 +91,8 @@ FUZZ_SHARDS = 4
 # test_partitions (a cluster and two front ends in network namespaces, links
 # cut under load) runs once, against the first build, as two jobs of
 # PARTITION_JOBS; `make test-partitions` runs all of it.
-ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs", "test_upgrade", "test_partitions"]
+ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs", "test_upgrade", "test_partitions",
+        "test_ui"]
 PARTITION_JOBS = [("cut primary, front end cut", ["with_one_front_end", "every_redis_node"], {}),
                   ("random, short", ["random"], {"HF3FS_PARTITION_RANDOM_SECONDS": "10"})]
 # Sanitizer options for the sanitized builds (a leak at exit fails the suite).
@@ -281,6 +282,8 @@ def once_jobs(build, check):
                       dict(server, **env), weight=3)
             job.cluster = True
             jobs.append(job)
+    jobs.append(Job("test_ui.py", [PYTHON, os.path.join("tests", "integration", "test_ui.py")],
+                    server, weight=2))
     jobs += [Job("test_fuzz_corpus.py", fuzz, server, weight=4),
              Job("test_bench_smoke.py",
                  [PYTHON, os.path.join("tests", "integration", "test_bench_smoke.py")],

@@ -21,6 +21,7 @@
  *                  use, else {target, reached, coarse, pages, pages_now,
  *                  hit_ratio_now, doubling_gain, halving_frees,
  *                  halving_cost}: reuse.h reuse_advise)}]}
+ *   GET /ui        ui.c: the same figures as a page with the curves drawn
  *   GET /v1/check  200 {"ok":true} or 500 {"ok":false,"detail":...} (503 when the
  *                  store could not be asked); only with
  *                  --debug-api (it walks every pool), else 404
@@ -434,6 +435,7 @@ const api__route api__admin_routes[] = {
     API__ROUTE("GET", "/health", health, API__NO_BODY | API__OPERATOR_OK),
     API__ROUTE("GET", "/metrics", api__prometheus, API__NO_BODY | API__OPERATOR_OK),
     API__ROUTE("GET", "/v1/stats", stats, API__NO_BODY | API__OPERATOR_OK),
+    API__ROUTE("GET", "/ui", api__ui, API__NO_BODY | API__OPERATOR_OK),
     API__ROUTE("GET", "/v1/check", check, API__NO_BODY | API__DEBUG_ONLY | API__OPERATOR_OK),
 };
 const size_t api__admin_route_count = sizeof api__admin_routes / sizeof api__admin_routes[0];

@@ -883,7 +883,7 @@ void api_handle(api_t *api, const char *method, hf_slice path, const char *autho
         api__fail(&req, status, status == 405 ? "Method Not Allowed" : "Not Found");
     } else if (req.tenant->operator_ && !(api->routes[index]->flags & API__OPERATOR_OK)) {
         api__fail(&req, 403,
-                  "Forbidden: the operator's token reads /metrics, /v1/stats and "
+                  "Forbidden: the operator's token reads /metrics, /v1/stats, /ui and "
                   "the debug routes; %s needs a tenant's token",
                   api->routes[index]->pattern);
     } else {

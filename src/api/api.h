@@ -21,7 +21,7 @@
  * 401 {"detail": ...} with resp->www_authenticate set (auth.c). The token
  * names the request's tenant (tenants.h): the dialects, /clear, /v1/stats
  * and /metrics see only that tenant's namespaces; the operator's token ("*")
- * reads /metrics, /v1/stats and the debug routes of every tenant and gets
+ * reads /metrics, /v1/stats, /ui and the debug routes of every tenant and gets
  * 403 elsewhere.
  */
 #ifndef HF_API_API_H

@@ -273,6 +273,8 @@ bool api__est_ratio(const core_pool_stats *s, int j, store_number *out);
 void api__advice(const api__req *req, const api__pool_figures *p, reuse_advice *a);
 /* A ratio in millionths as a number (negatives written as 0). */
 store_number api__ppm(int64_t ppm);
+/* GET /ui (ui.c). */
+void api__ui(api__req *req);
 
 /* GET /metrics (prometheus.c). */
 void api__prometheus(api__req *req);
