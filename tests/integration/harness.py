@@ -953,23 +953,27 @@ def s_clear(c, rank, ns=None):
 STRIPES = (int(os.environ.get("HF3FS_TEST_STRIPES") or 1) if ENGINE in REDIS_ENGINES else 1)
 
 
-_replay = []
+_bench = {}
 
 
-def bench_replay():
-    """bench/replay as a module (its trace readers and its stripe_of), loaded
-    once."""
-    if not _replay:
+def bench_module(name):
+    """bench/<name> (a Python script without .py) as a module, loaded once."""
+    if name not in _bench:
         import importlib.machinery
         import importlib.util
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
-                            "replay")
-        loader = importlib.machinery.SourceFileLoader("bench_replay", path)
-        spec = importlib.util.spec_from_loader("bench_replay", loader)
+                            name)
+        loader = importlib.machinery.SourceFileLoader("bench_" + name, path)
+        spec = importlib.util.spec_from_loader("bench_" + name, loader)
         mod = importlib.util.module_from_spec(spec)
         loader.exec_module(mod)
-        _replay.append(mod)
-    return _replay[0]
+        _bench[name] = mod
+    return _bench[name]
+
+
+def bench_replay():
+    """bench/replay as a module (its trace readers and its stripe_of)."""
+    return bench_module("replay")
 
 
 def stripe_of(key, count):

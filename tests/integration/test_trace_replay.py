@@ -16,12 +16,16 @@ what it says.
   replay through a front end over Redis at 4 stripes runs: the server at most
   Belady, and pools that hold every block in every stripe give the infinite-cache
   ratio in every column.
+- the sizing advice (bench/hit_estimate --advise, its short form): on the first
+  requests of each shipped trace, the advice at three targets, replayed at the
+  advised size, reaches each target within 1 point (and passes it by at most 2).
 
 No figure depends on time: the replay's server runs without read lease.
 
     /usr/bin/python3 tests/integration/test_trace_replay.py
 """
 
+import argparse
 import json
 import os
 import random
@@ -279,6 +283,39 @@ def test_replay_over_redis_with_stripes():
                             % (what, r[what], r["infinite"]))
             expect_true(abs(float(r["lru_striped"]) - r["infinite"]) < 1e-9,
                         "LRU/stripe %s, infinite %.4f" % (r["lru_striped"], r["infinite"]))
+
+
+# the advice's check: its prefix of each trace, its pools (percent of the
+# prefix's unique blocks: the prefix's reuse grows late, so the targets lie
+# within 1/8 to 4 times them) and its targets (fractions of the prefix's
+# infinite-cache ratio); the long form, on the whole traces, is
+# `bench/hit_estimate --advise 0.5,0.65,0.8 --pools 10,20 --engine both`
+ADVICE_REQUESTS, ADVICE_POOL, ADVICE_FRACTIONS = 1000, 20.0, [0.35, 0.5, 0.65]
+
+
+def test_advice_at_three_targets_per_trace_reaches_each_within_a_point():
+    if harness.SLOWDOWN > 1:
+        raise harness.Skip("a sanitized build checks memory: the other tests replay the "
+                           "traces, and 300 requests are too few to size a pool")
+    est = harness.bench_module("hit_estimate")
+    args = argparse.Namespace(server=os.path.abspath(harness.BIN), tp=2)
+    server = est.replay.Server(args.server, [])
+    conn = est.replay.Conn("127.0.0.1", server.port)
+    try:
+        for path in (SYNTHETIC, CONVERSATION):
+            trace = est.replay.Trace(path, ADVICE_REQUESTS)
+            rows = est.advise(args, conn, trace, "vllm", ADVICE_POOL, ADVICE_FRACTIONS)
+            expect_eq(len(rows), 3, "three targets")
+            for target, advice, measured in rows:
+                ok, diff, verdict = est.advice_verdict(target, advice, measured)
+                print("  %s: target %.4f, advised %s pages, measured there %.4f: %s %s"
+                      % (trace.name, target, advice["pages"], measured or 0, diff, verdict))
+                expect_true(ok, "%s, target %.4f: %s, %s (advice %r)"
+                            % (trace.name, target, diff, verdict, advice))
+    finally:
+        conn.close()
+        problem = server.close()
+    expect_eq(problem, None, "the measuring server's end")
 
 
 if __name__ == "__main__":
