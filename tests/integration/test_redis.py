@@ -393,10 +393,9 @@ def test_by_default_a_primary_is_waited_on_once_it_has_a_replica_and_reads_only_
                 m = metrics_text.parse(c.get("/metrics").body.decode())
                 return metrics_text.value(m, "hf3fs_metad_store_unreplicated_primaries")
 
-            expect_true("Redis primary %s has no replica: its changes are not waited on; "
-                        "losing the node, or a partition that promotes a replica attached "
-                        "since, can lose acknowledged work" % addr in srv.stderr(),
-                        srv.stderr())
+            expect_true("Redis primary %s has no replica: its changes are not waited on, so "
+                        "no other node has them and losing this one can lose acknowledged work"
+                        % addr in srv.stderr(), srv.stderr())
             expect_eq(c.get("/health").json(), {"status": "ok", "unreplicated": [addr]},
                       "/health without a replica")
             expect_eq(unreplicated(), 1.0, "the gauge without a replica")

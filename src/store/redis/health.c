@@ -118,9 +118,9 @@ static void tell(const char *addr, int before, int now, bool waited, bool waits,
                 addr);
     else if (now == 0 && before != 0)
         log_msg(LOG_WARN,
-                "Redis primary %s has no replica: its changes are not waited on; losing the "
-                "node, or a partition that promotes a replica attached since, can lose "
-                "acknowledged work (they wait for one once a replica is in sync)",
+                "Redis primary %s has no replica: its changes are not waited on, so no other "
+                "node has them and losing this one can lose acknowledged work (they wait for "
+                "one once a replica is in sync)",
                 addr);
 }
 
