@@ -8,7 +8,9 @@
  *
  * The rule is node_waits, and nothing else decides it: a primary's changes
  * wait for one replica once a look finds one in sync, and go on waiting
- * for as long as it stays the primary, even when the replica goes. A change
+ * for as long as it stays the primary, even when the replica goes; a
+ * primary not looked at yet (one met since the last look, within a
+ * second) is waited on, since what it has is not known. A change
  * on a primary whose replica just vanished is exactly when acknowledged
  * work can be lost: a primary cut off from the cluster with the front ends
  * on its side hears from its replica no more, and that replica is promoted
@@ -40,10 +42,12 @@ static const uint64_t rtt_bounds_us[RTT_BUCKETS - 1] = {
 /* ------------------------------------------------------------- the rule */
 
 /* Under the default: whether a primary's changes wait for a replica, from
- * whether they did until now and its replicas in sync at this look. */
-static bool node_waits(bool waited, int in_sync)
+ * what the looks saw of it: seen_sync, its replicas in sync at the last
+ * look plus one (0: not looked at as a primary yet), and had_replica,
+ * whether a look found one in sync since it was judged afresh. */
+static bool node_waits(int seen_sync, bool had_replica)
 {
-    return waited || in_sync > 0;
+    return seen_sync != 1 || had_replica;
 }
 
 unsigned link__wait_count(const redis_link *r)
@@ -55,7 +59,8 @@ unsigned link__node_wait(redis_link *r, node_link *nl)
 {
     if (!r->opt.wait_auto)
         return r->opt.wait_replicas;
-    return atomic_load(&nl->waited) ? link__wait_count(r) : 0;
+    bool waits = node_waits(atomic_load(&nl->seen_sync), atomic_load(&nl->had_replica));
+    return waits ? link__wait_count(r) : 0;
 }
 
 unsigned link__wait_at(redis_link *r, conn *c, int slot, int node)
@@ -64,10 +69,10 @@ unsigned link__wait_at(redis_link *r, conn *c, int slot, int node)
         return r->opt.wait_replicas;
     int k = slot >= 0 ? cluster_slot_node(c->cl, slot) : node;
     if (k < 0 || (size_t)k >= cluster_node_count(c->cl))
-        return 0;
+        return link__wait_count(r); /* a primary not known: waited on */
     cluster_node_stats ns;
     cluster_get_node_stats(c->cl, (size_t)k, &ns);
-    unsigned want = 0;
+    unsigned want = link__wait_count(r);
     hf_rwlock_rdlock(&r->map_lock);
     for (size_t i = 0; i < r->nnodes; i++)
         if (strcmp(r->nodes[i]->addr, ns.addr) == 0) {
@@ -96,16 +101,17 @@ static int in_sync_of(const redisReply *rep)
 /* A node that is no primary now: judged afresh if it is one again. */
 static void forget(node_link *nl)
 {
-    atomic_store(&nl->waited, false);
+    atomic_store(&nl->had_replica, false);
     atomic_store(&nl->seen_sync, 0);
 }
 
 /* Under the default, what changed for the primary at addr (before: its
- * replicas in sync at the last look, -1 if none): logged. At open (first)
- * only the primaries without a replica have a line of their own. */
-static void tell(const char *addr, int before, int now, bool waited, bool waits, bool first)
+ * replicas in sync at the last look, -1 if none; was, waits: whether its
+ * changes waited, and do now): logged. At open (first) only the primaries
+ * without a replica have a line of their own. */
+static void tell(const char *addr, int before, int now, bool was, bool waits, bool first)
 {
-    if (waits && !waited && !first)
+    if (waits && !was && !first)
         log_msg(LOG_INFO,
                 "Redis primary %s has a replica in sync: its changes wait for one (WAIT 1) "
                 "from now on",
@@ -129,15 +135,19 @@ static void tell(const char *addr, int before, int now, bool waited, bool waits,
 static void judge(redis_link *r, node_link *nl, const char *addr, int in_sync, bool first,
                   primary_fig *fig)
 {
-    int before = atomic_load(&nl->seen_sync) - 1;
+    int seen = atomic_load(&nl->seen_sync);
     if (in_sync >= 0) {
-        bool waited = atomic_load(&nl->waited), waits = node_waits(waited, in_sync);
-        atomic_store(&nl->waited, waits);
+        bool had = atomic_load(&nl->had_replica);
+        bool was = node_waits(seen, had);
+        had = had || in_sync > 0;
+        /* in this order: a reader between the two sees the old decision or
+         * the new one */
+        atomic_store(&nl->had_replica, had);
         atomic_store(&nl->seen_sync, in_sync + 1);
         if (r->opt.wait_auto)
-            tell(addr, before, in_sync, waited, waits, first);
+            tell(addr, seen - 1, in_sync, was, node_waits(in_sync + 1, had), first);
     }
-    fig->in_sync = in_sync >= 0 ? in_sync : before;
+    fig->in_sync = in_sync >= 0 ? in_sync : seen - 1;
     fig->want = link__node_wait(r, nl);
 }
 
@@ -187,10 +197,10 @@ void link__replicas_seen(redis_link *r, conn *c, const redis_cmd *looks, size_t 
     bool first = !r->looked;
     r->looked = true;
     primary_fig *figs = hf_xcalloc(m, sizeof *figs);
-    for (size_t i = 0; i < m; i++) { /* a primary the pipes do not know yet */
+    for (size_t i = 0; i < m; i++) { /* a primary the pipes do not know yet: waited on */
         snprintf(figs[i].addr, sizeof figs[i].addr, "%s", looks[i].addr);
         figs[i].in_sync = in_sync_of(looks[i].reply);
-        figs[i].want = r->opt.wait_auto ? 0 : r->opt.wait_replicas;
+        figs[i].want = link__wait_count(r);
     }
     if (!c) {
         HF_ASSERT(m == 1);

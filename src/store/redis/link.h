@@ -60,7 +60,8 @@
  * waits for N replicas. Without it (wait_auto), each primary's from what
  * it has: a primary's changes wait for one replica (WAIT 1) from the first
  * look that finds one in sync (at open, then by the monitor every second)
- * for as long as it stays the primary, and a primary without one is not
+ * for as long as it stays the primary, a primary not looked at yet (met
+ * since the last look) is waited on, and a primary without one is not
  * waited on and is said so: the log at open and at each change,
  * redis_link_unreplicated, the figures. A primary that loses its only
  * replica stays waited on (its changes answer STORE_EUNCERTAIN, and health

@@ -73,10 +73,10 @@ struct node_link {
     atomic_int_fast64_t down_until_us, backoff_ms;
     /* figures: commands written, MOVED and ASK answers */
     atomic_uint_fast64_t sent, moved, ask;
-    /* health.c, under the default --redis-wait: whether its changes wait
-     * for a replica now; its replicas in sync at the monitor's last look,
-     * plus one (0: not looked at as a primary yet) */
-    atomic_bool waited;
+    /* health.c, the default --redis-wait's rule: whether a look found a
+     * replica in sync since it was judged afresh; its replicas in sync at
+     * the last look, plus one (0: not looked at as a primary yet) */
+    atomic_bool had_replica;
     atomic_int seen_sync;
 };
 
