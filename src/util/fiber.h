@@ -25,6 +25,7 @@
  *     the same mutex as the waiter; it may run on any thread.
  *   - hf_wait_list: a line of waiters for a condition many wait on,
  *     woken all at once.
+ *   - hf_line: a line of waiters handed something over in turn.
  *   - hf_fiber_mutex: a mutex that may be held across parks.
  *   - hf_wait_fd: poll() one descriptor, or park the fiber on the loop's
  *     epoll until the descriptor is ready.
@@ -111,16 +112,38 @@ void hf_wait_list_wait(hf_wait_list *l, pthread_mutex_t *mu, int64_t until_us);
 void hf_wait_list_wake_all(hf_wait_list *l);
 bool hf_wait_list_empty(const hf_wait_list *l);
 
+/* A line of waiters for something handed over one at a time, in the order
+ * they came (the fiber mutex below, a tenant's room in api/room.c), under
+ * the caller's mutex: each waiter on its own stack with a park. Handing
+ * over to the first directly, rather than waking it to try again, lets
+ * nobody overtake the line. */
+typedef struct hf_line_waiter hf_line_waiter;
+typedef struct hf_line {
+    hf_line_waiter *first, *last; /* under the caller's mutex */
+} hf_line;
+
+/* mu held: join the end of l, release mu and wait until handed over
+ * (hf_line_hand) or until hf_clock_mono_us() reaches until_us; then hold
+ * mu again. Whether it was handed over; if not, it has left the line. */
+bool hf_line_wait(hf_line *l, pthread_mutex_t *mu, int64_t until_us);
+/* mu held (the waiters'): hand over to the first in line, who leaves it;
+ * false if nobody waits. */
+bool hf_line_hand(hf_line *l);
+
+static inline bool hf_line_empty(const hf_line *l)
+{
+    return l->first == NULL;
+}
+
 /* A mutex that may be held across waits that park (the quota lock across
  * store calls): a pthread mutex held by a parked fiber would block its
  * loop's thread when another fiber of the loop asked for it, and never be
- * let go. Its waiters, fibers or threads, wait in line on parks; unlock
- * hands it to the first directly, so nobody overtakes the line. */
-typedef struct hf_fiber_mutex_waiter hf_fiber_mutex_waiter;
+ * let go. Its waiters, fibers or threads, wait on a line (hf_line): unlock
+ * hands it to the first directly. */
 typedef struct hf_fiber_mutex {
     pthread_mutex_t mu; /* guards what follows; never held across a wait */
     bool held;
-    hf_fiber_mutex_waiter *first, *last;
+    hf_line line;
 } hf_fiber_mutex;
 
 /* Whether some fiber or thread holds m (for HF_ASSERT). */

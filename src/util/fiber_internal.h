@@ -4,7 +4,7 @@
  *
  *   fiber.c          the scheduler, parking (hf_park_*) and fd waits
  *   fiber_switch.c   the switch between stacks, and a fiber's stack
- *   fiber_wait.c     wait lists and the fiber mutex, on hf_park_*
+ *   fiber_wait.c     wait lists, lines and the fiber mutex, on hf_park_*
  *   fiber_offload.c  the offload pool (hf_fiber_offload)
  */
 #ifndef HF_UTIL_FIBER_INTERNAL_H

@@ -1,11 +1,13 @@
 /*
  * fiber_wait.c: the waits of fiber.h built on hf_park_wait/hf_park_wake
- * (fiber.c): wait lists (many waiters of one condition, woken all at once)
- * and the fiber mutex (held across parks, handed to the first in line).
+ * (fiber.c): wait lists (many waiters of one condition, woken all at once),
+ * lines (waiters handed something over in turn) and the fiber mutex on a
+ * line.
  */
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "util/clock.h"
 #include "util/fiber.h"
 #include "util/hf_assert.h"
 
@@ -58,70 +60,87 @@ bool hf_wait_list_empty(const hf_wait_list *l)
     return l->first == NULL;
 }
 
-/* ---- the fiber mutex ---- */
+/* ---- lines ---- */
 
-struct hf_fiber_mutex_waiter {
+struct hf_line_waiter {
     hf_park park;
-    hf_fiber_mutex_waiter *next;
-    bool granted; /* the mutex was handed to it */
+    hf_line_waiter *next;
+    bool granted; /* handed over */
 };
+
+/* w leaves the line (its deadline came first), wherever it stands. */
+static void leave_line(hf_line *l, hf_line_waiter *w)
+{
+    hf_line_waiter **at = &l->first, *prev = NULL;
+    while (*at && *at != w) {
+        prev = *at;
+        at = &(*at)->next;
+    }
+    HF_ASSERT(*at == w);
+    *at = w->next;
+    if (l->last == w)
+        l->last = prev;
+}
+
+bool hf_line_wait(hf_line *l, pthread_mutex_t *mu, int64_t until_us)
+{
+    hf_line_waiter w = {.next = NULL, .granted = false};
+    hf_park_init(&w.park);
+    if (l->last)
+        l->last->next = &w;
+    else
+        l->first = &w;
+    l->last = &w;
+    while (!w.granted && hf_clock_mono_us() < until_us)
+        hf_park_wait(&w.park, mu, until_us);
+    if (!w.granted)
+        leave_line(l, &w);
+    hf_park_destroy(&w.park);
+    return w.granted;
+}
+
+bool hf_line_hand(hf_line *l)
+{
+    hf_line_waiter *w = l->first;
+    if (!w)
+        return false;
+    l->first = w->next;
+    if (!l->first)
+        l->last = NULL;
+    w->granted = true;
+    hf_park_wake(&w->park);
+    return true;
+}
+
+/* ---- the fiber mutex ---- */
 
 void hf_fiber_mutex_init(hf_fiber_mutex *m)
 {
     pthread_mutex_init(&m->mu, NULL);
     m->held = false;
-    m->first = m->last = NULL;
+    m->line = (hf_line){NULL, NULL};
 }
 
 void hf_fiber_mutex_destroy(hf_fiber_mutex *m)
 {
-    HF_ASSERT(!m->held && !m->first);
+    HF_ASSERT(!m->held && hf_line_empty(&m->line));
     pthread_mutex_destroy(&m->mu);
-}
-
-/* w (on its waiter's stack, until it is handed the mutex) joins the end
- * of m's line (m->mu held). */
-static void join_line(hf_fiber_mutex *m, hf_fiber_mutex_waiter *w)
-{
-    w->next = NULL;
-    w->granted = false;
-    if (m->last)
-        m->last->next = w;
-    else
-        m->first = w;
-    m->last = w;
 }
 
 void hf_fiber_lock(hf_fiber_mutex *m)
 {
     pthread_mutex_lock(&m->mu);
-    if (!m->held) {
-        m->held = true;
-        pthread_mutex_unlock(&m->mu);
-        return;
-    }
-    hf_fiber_mutex_waiter w;
-    hf_park_init(&w.park);
-    join_line(m, &w);
-    while (!w.granted)
-        hf_park_wait(&w.park, &m->mu, INT64_MAX);
+    if (m->held) /* until hf_fiber_unlock hands it over: held stays true */
+        (void)hf_line_wait(&m->line, &m->mu, INT64_MAX);
+    m->held = true;
     pthread_mutex_unlock(&m->mu);
-    hf_park_destroy(&w.park);
 }
 
 void hf_fiber_unlock(hf_fiber_mutex *m)
 {
     pthread_mutex_lock(&m->mu);
     HF_ASSERT(m->held);
-    hf_fiber_mutex_waiter *w = m->first;
-    if (w) { /* to the first in line: held stays */
-        m->first = w->next;
-        if (!m->first)
-            m->last = NULL;
-        w->granted = true;
-        hf_park_wake(&w->park);
-    } else {
+    if (!hf_line_hand(&m->line)) /* else to the first in line: held stays */
         m->held = false;
-    }
     pthread_mutex_unlock(&m->mu);
 }
