@@ -68,8 +68,9 @@ struct hf_sched {
     void (*wake)(void *ctx);
     void *wake_ctx;
     pthread_mutex_t mu;
-    hf_fiber *ready, *ready_tail; /* under mu */
-    hf_fiber **alive;             /* started and not returned (the loop's thread) */
+    hf_fiber *ready;      /* under mu */
+    hf_fiber **ready_end; /* the last ready fiber's next, or &ready (under mu) */
+    hf_fiber **alive;     /* started and not returned (the loop's thread) */
     size_t nalive, cap;
     hf_fiber *idle;
     size_t nidle;
@@ -230,6 +231,7 @@ hf_sched *hf_sched_new(int epfd, void (*wake)(void *ctx), void *ctx)
     s->epfd = epfd;
     s->wake = wake;
     s->wake_ctx = ctx;
+    s->ready_end = &s->ready;
     pthread_mutex_init(&s->mu, NULL);
 #if FIBER_TSAN
     s->tsan_main = __tsan_get_current_fiber();
@@ -312,11 +314,8 @@ static bool make_ready(hf_sched *s, hf_fiber *f)
         return false;
     f->state = F_READY;
     f->next = NULL;
-    if (s->ready_tail)
-        s->ready_tail->next = f;
-    else
-        s->ready = f;
-    s->ready_tail = f;
+    *s->ready_end = f;
+    s->ready_end = &f->next;
     return true;
 }
 
@@ -349,7 +348,8 @@ void hf_sched_run_ready(hf_sched *s)
                 make_ready(s, f);
         }
         hf_fiber *list = s->ready;
-        s->ready = s->ready_tail = NULL;
+        s->ready = NULL;
+        s->ready_end = &s->ready;
         pthread_mutex_unlock(&s->mu);
         if (!list)
             return;
