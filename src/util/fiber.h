@@ -185,43 +185,46 @@ void hf_offload_threads(unsigned *threads, unsigned *idle);
  * Elsewhere the wrappers are the pthread calls. */
 void hf__lock_noted(const void *lock, bool taken);
 
-static inline void hf_mutex_lock(pthread_mutex_t *mu)
+/* The lock noted as taken or let go, in the assert build only. */
+static inline void hf__lock_note(const void *lock, bool taken)
 {
-    pthread_mutex_lock(mu);
 #ifdef HF_ASSERTS
-    hf__lock_noted(mu, true);
+    hf__lock_noted(lock, taken);
+#else
+    (void)lock;
+    (void)taken;
 #endif
 }
 
-static inline void hf_mutex_unlock(pthread_mutex_t *mu)
+/* Taking a lock: the pthread call, then the note. */
+static inline void hf_mutex_lock(pthread_mutex_t *mu)
 {
-#ifdef HF_ASSERTS
-    hf__lock_noted(mu, false);
-#endif
-    pthread_mutex_unlock(mu);
+    pthread_mutex_lock(mu);
+    hf__lock_note(mu, true);
 }
 
 static inline void hf_rwlock_rdlock(pthread_rwlock_t *l)
 {
     pthread_rwlock_rdlock(l);
-#ifdef HF_ASSERTS
-    hf__lock_noted(l, true);
-#endif
+    hf__lock_note(l, true);
 }
 
 static inline void hf_rwlock_wrlock(pthread_rwlock_t *l)
 {
     pthread_rwlock_wrlock(l);
-#ifdef HF_ASSERTS
-    hf__lock_noted(l, true);
-#endif
+    hf__lock_note(l, true);
+}
+
+/* Letting one go: the note, then the pthread call. */
+static inline void hf_mutex_unlock(pthread_mutex_t *mu)
+{
+    hf__lock_note(mu, false);
+    pthread_mutex_unlock(mu);
 }
 
 static inline void hf_rwlock_unlock(pthread_rwlock_t *l)
 {
-#ifdef HF_ASSERTS
-    hf__lock_noted(l, false);
-#endif
+    hf__lock_note(l, false);
     pthread_rwlock_unlock(l);
 }
 
