@@ -361,6 +361,14 @@ def test_metrics_answer_200_with_store_up_0_and_no_pool_figures_while_redis_is_s
                     "hf3fs_metad_pools once Redis answers again")
 
 
+def replicate(replica, primary):
+    """replica follows primary, until the primary counts it in sync
+    (state=online: the replicas that WAIT counts)."""
+    replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
+    wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
+             10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
+
+
 def test_health_says_reads_only_while_redis_wait_lacks_its_replica_and_ok_once_it_is_back():
     """--redis-wait 1, the replica killed: a change answers 507 (after the
     WAIT timeout), /health answers 200 "reads_only" saying why (reads go
@@ -371,9 +379,7 @@ def test_health_says_reads_only_while_redis_wait_lacks_its_replica_and_ok_once_i
     # restart is the test's, not its wait
     with RedisServer(extra=["--repl-diskless-sync-delay", "0"]) as primary, \
             RedisServer(extra=[]) as replica:
-        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
-        wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
-                 10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
+        replicate(replica, primary)
         with Server("--redis-wait", "1", "--redis-wait-timeout", str(2 * harness.SLOWDOWN),
                     store=primary.url) as srv:
             c = srv.client()
@@ -477,9 +483,7 @@ def test_redis_wait_acknowledges_once_replicas_have_the_change():
             # no replica yet: the change is applied on the primary but unconfirmed
             resp = srv.client().post("/rank/0/initialize", {"role": "worker", "num_pages": 8})
             expect_error(resp, 507)
-        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
-        wait_for(lambda: b"master_link_status:up" in replica.cmd("INFO", "replication"),
-                 10 * harness.SLOWDOWN, what="replica in sync")
+        replicate(replica, primary)
         # A replica on a loaded machine can take longer than 0.3 s to confirm.
         with Server("--redis-wait", "1", "--redis-wait-timeout", str(5 * harness.SLOWDOWN),
                     store=primary.url) as srv:
@@ -499,9 +503,7 @@ def test_redis_wait_defaults_to_one_where_every_primary_has_a_replica_and_says_w
             expect_eq(wait_of(srv), 0, "redis-wait without a replica")
             expect_true("redis-wait 0 (the default): %s:%d has no connected replica in sync"
                         % ("127.0.0.1", primary.port) in srv.stderr(), srv.stderr())
-        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
-        wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
-                 10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
+        replicate(replica, primary)
         with Server("--redis-wait-timeout", str(5 * harness.SLOWDOWN),
                     store=primary.url) as srv:
             expect_eq(wait_of(srv), 1, "redis-wait with a replica")
