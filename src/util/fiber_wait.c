@@ -82,15 +82,21 @@ static void leave_line(hf_line *l, hf_line_waiter *w)
         l->last = prev;
 }
 
+/* w (on its waiter's stack, until it leaves) joins the end of l. */
+static void join_line(hf_line *l, hf_line_waiter *w)
+{
+    if (l->last)
+        l->last->next = w;
+    else
+        l->first = w;
+    l->last = w;
+}
+
 bool hf_line_wait(hf_line *l, pthread_mutex_t *mu, int64_t until_us)
 {
     hf_line_waiter w = {.next = NULL, .granted = false};
     hf_park_init(&w.park);
-    if (l->last)
-        l->last->next = &w;
-    else
-        l->first = &w;
-    l->last = &w;
+    join_line(l, &w);
     while (!w.granted && hf_clock_mono_us() < until_us)
         hf_park_wait(&w.park, mu, until_us);
     if (!w.granted)
