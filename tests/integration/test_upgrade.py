@@ -335,6 +335,25 @@ def step(what):
     print("# %.2f %s" % (time.monotonic() - T0[0], what), flush=True)
 
 
+def failover(rc, replica, primary):
+    """CLUSTER FAILOVER on replica until it is the primary: the runbook's
+    step 3. Redis drops a manual failover without a word after 5 s (seen
+    when another node's bus link to the replica was not up yet, which
+    wait_bus_linked now waits for), so the step is asked again while the
+    replica is still one."""
+    deadline = time.monotonic() + 30
+    while True:
+        rc.call(replica, "CLUSTER", "FAILOVER")
+        try:
+            wait_for(lambda: rc.role(replica) == "master" and rc.role(primary) == "slave",
+                     6, what="failover to %d" % replica)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            step("failover to %d not done in 6 s: asked again" % replica)
+
+
 def upgrade_shard(rc, primary, spare, module):
     """The runbook's steps for one shard (docs/operations.md): the spare
     (on the new module) follows its primary, so that WAIT always has a
@@ -347,17 +366,29 @@ def upgrade_shard(rc, primary, spare, module):
     rc.kill9(replica)
     rc.restart(replica, module)
     rc.wait_replicas_online(primary, 2)
+    rc.wait_bus_linked(replica)
     step("replica %d upgraded" % replica)
-    rc.call(replica, "CLUSTER", "FAILOVER")
-    wait_for(lambda: rc.role(replica) == "master" and rc.role(primary) == "slave",
-             30, what="failover to %d" % replica)
+    failover(rc, replica, primary)
     rc.wait_replicas_online(replica, 2)
     step("failed over to %d" % replica)
+    # the front ends' slot maps name the new primary within a second (their
+    # monitors take the map every second): after that no change goes to the
+    # old one, so none is in flight on it when it stops
+    time.sleep(2)
     rc.kill9(primary)
     rc.restart(primary, module)
     rc.wait_replicas_online(replica, 2)
     rc.wait_ok()
     step("old primary %d upgraded" % primary)
+
+
+def print_errors(holder):
+    """The front ends' error and warning lines (why a call failed)."""
+    for srv in holder:
+        with open(srv._stderr_path, errors="replace") as f:
+            for line in f:
+                if " error: " in line or " warn: " in line:
+                    print("# front end %d: %s" % (srv.port, line.rstrip()[:400]))
 
 
 def replace_front_end(holder, i, binary):
@@ -424,6 +455,7 @@ def rolling_upgrade(front_ends_first, shards):
             holder[0].check()
         finally:
             witness.stop.set()
+            print_errors(holder)
             for srv in holder:
                 srv.stop()
 
