@@ -182,7 +182,8 @@ def sequence_seeds():
 
 # Indexes of fuzz_routes (fuzz_common.c) that OP_RAW takes; keep in step with it.
 RT_V_ALLOC, RT_V_CONFIRM, RT_V_EXISTS, RT_V_LOCATIONS = 6, 7, 8, 9
-RT_S_EXISTS, RT_S_ALLOC, RT_S_ALLOC_1, RT_S_CONFIRM, RT_S_DELETE, RT_S_PAGES = 13, 15, 16, 17, 19, 21
+RT_S_EXISTS, RT_S_ALLOC, RT_S_ALLOC_1, RT_S_CONFIRM = 13, 15, 16, 17
+RT_S_DELETE, RT_S_PAGES = 19, 21
 
 
 def raw_op(route, body):
