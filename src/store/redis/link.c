@@ -435,6 +435,19 @@ int64_t link__wait_ms(const redis_link *r)
     return r->opt.wait_timeout_ms;
 }
 
+void link__wait_cmd(const redis_link *r, wait_cmd *w)
+{
+    w->want = link__wait_count(r);
+    int a = snprintf(w->n, sizeof w->n, "%u", w->want);
+    int b = snprintf(w->ms, sizeof w->ms, "%lld", (long long)link__wait_ms(r));
+    w->argv[0] = "WAIT";
+    w->argv[1] = w->n;
+    w->argv[2] = w->ms;
+    w->lens[0] = 4;
+    w->lens[1] = (size_t)a;
+    w->lens[2] = (size_t)b;
+}
+
 /* A change that failed while Redis answered: the mode is reads-only for a
  * while (redis_link_health). */
 static void change_failed(redis_link *r, const char *why)

@@ -213,6 +213,16 @@ void link__mark_down(redis_link *r, const char *why);
 void link__monitor_wait(redis_link *r, int64_t wait_ms);
 /* --redis-wait-timeout, the WAIT's argument. */
 int64_t link__wait_ms(const redis_link *r);
+/* The command "WAIT <link__wait_count> <link__wait_ms>" that follows a
+ * change on a primary whose changes wait; argv and lens point into the
+ * struct itself, so it is filled where it is used (link__wait_cmd). */
+typedef struct wait_cmd {
+    unsigned want;
+    char n[16], ms[24];
+    const char *argv[3];
+    size_t lens[3];
+} wait_cmd;
+void link__wait_cmd(const redis_link *r, wait_cmd *w);
 /* A change applied, but fewer replicas than the want its WAIT asked for
  * acknowledged it. */
 void link__wait_short(redis_link *r, long long acked, unsigned want);

@@ -160,9 +160,7 @@ void redis__modules_metrics(store_redis *r, const store_emitter *e)
 {
     hf_mutex_lock(&r->seen_lock);
     size_t n = r->nseen;
-    module_seen *seen = hf_xreallocarray(NULL, n ? n : 1, sizeof *seen);
-    if (n)
-        memcpy(seen, r->seen, n * sizeof *seen);
+    module_seen *seen = hf_xmemdup(r->seen, n, sizeof *seen);
     hf_mutex_unlock(&r->seen_lock);
     store_emit_family(e, "hf3fs_metad_store_module_info", STORE_METRIC_GAUGE,
                       "The hf3fs-metad module of each Redis node as its last probe saw it: "

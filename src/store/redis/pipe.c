@@ -352,12 +352,9 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
             w->c = c;
         }
         if (mark) {
-            char nrep[24], tmo[24];
-            int a = snprintf(nrep, sizeof nrep, "%u", want);
-            int b = snprintf(tmo, sizeof tmo, "%lld", (long long)link__wait_ms(r));
-            const char *argv[3] = {"WAIT", nrep, tmo};
-            size_t lens[3] = {4, (size_t)a, (size_t)b};
-            hf_resp_command(&c->wbuf, 3, argv, lens);
+            wait_cmd wc;
+            link__wait_cmd(r, &wc);
+            hf_resp_command(&c->wbuf, 3, wc.argv, wc.lens);
         }
         /* into the flight list before a byte goes out: replies may come at once */
         waiter *last = batch;

@@ -146,20 +146,16 @@ redis_cmd *link__cl_primaries(conn *c, int argc, const char **argv, const size_t
 static bool cl_wait_all(redis_link *r, conn *c)
 {
     atomic_fetch_add(&r->cl_rewaits, 1);
-    unsigned want = link__wait_count(r);
-    char wn[16], wt[24];
-    snprintf(wn, sizeof wn, "%u", want);
-    snprintf(wt, sizeof wt, "%lld", (long long)link__wait_ms(r));
-    const char *argv[3] = {"WAIT", wn, wt};
-    size_t lens[3] = {4, strlen(wn), strlen(wt)};
+    wait_cmd wc;
+    link__wait_cmd(r, &wc);
     size_t m, k = 0;
-    redis_cmd *p = link__cl_primaries(c, 3, argv, lens, &m);
+    redis_cmd *p = link__cl_primaries(c, 3, wc.argv, wc.lens, &m);
     cluster_cmd *cmds = hf_xcalloc(m ? m : 1, sizeof *cmds);
     for (size_t i = 0; i < m; i++)
         if (link__wait_at(r, c, -1, p[i].node) > 0)
             cmds[k++] = (cluster_cmd){.argc = 3,
-                                      .argv = argv,
-                                      .argvlen = lens,
+                                      .argv = wc.argv,
+                                      .argvlen = wc.lens,
                                       .slot = -1,
                                       .node = p[i].node,
                                       .flags = CLUSTER_CMD_IDEMPOTENT};
@@ -167,7 +163,7 @@ static bool cl_wait_all(redis_link *r, conn *c)
     bool ok = true;
     for (size_t i = 0; i < k; i++) {
         if (!cmds[i].reply || cmds[i].reply->type != REDIS_REPLY_INTEGER ||
-            cmds[i].reply->integer < (long long)want)
+            cmds[i].reply->integer < (long long)wc.want)
             ok = false;
         if (cmds[i].reply)
             freeReplyObject(cmds[i].reply);
@@ -187,12 +183,8 @@ static bool cl_wait_all(redis_link *r, conn *c)
  */
 void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool change)
 {
-    unsigned want = link__wait_count(r);
-    char wn[16], wt[24];
-    snprintf(wn, sizeof wn, "%u", want);
-    snprintf(wt, sizeof wt, "%lld", (long long)link__wait_ms(r));
-    const char *wargv[3] = {"WAIT", wn, wt};
-    size_t wlens[3] = {4, strlen(wn), strlen(wt)};
+    wait_cmd wc;
+    link__wait_cmd(r, &wc);
     cluster_cmd *batch = hf_xcalloc(2 * (n ? n : 1), sizeof *batch);
     bool *waits = hf_xcalloc(n ? n : 1, sizeof *waits);
     size_t m = 0;
@@ -206,8 +198,8 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
         waits[i] = change && link__wait_at(r, c, cmds[i].slot, cmds[i].node) > 0;
         if (waits[i])
             batch[m++] = (cluster_cmd){.argc = 3,
-                                       .argv = wargv,
-                                       .argvlen = wlens,
+                                       .argv = wc.argv,
+                                       .argvlen = wc.lens,
                                        .slot = cmds[i].slot,
                                        .node = cmds[i].node,
                                        .flags = CLUSTER_CMD_IDEMPOTENT};
@@ -246,13 +238,13 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
             }
             continue;
         }
-        if (w && !redirected && b->reply->type != REDIS_REPLY_ERROR && acked < (long long)want) {
-            link__wait_short(r, acked, want);
+        if (w && !redirected && b->reply->type != REDIS_REPLY_ERROR && acked < (long long)wc.want) {
+            link__wait_short(r, acked, wc.want);
             freeReplyObject(b->reply);
             cmds[i].code = STORE_EUNCERTAIN;
             continue;
         }
-        if (change && want > 0 && redirected)
+        if (change && wc.want > 0 && redirected)
             rewait = true;
         cmds[i].reply = b->reply;
         cmds[i].code = STORE_OK;
@@ -260,7 +252,7 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
     if (rewait && !cl_wait_all(r, c)) {
         for (size_t i = 0; i < n; i++)
             if (cmds[i].reply && cmds[i].reply->type != REDIS_REPLY_ERROR) {
-                link__wait_short(r, -1, want);
+                link__wait_short(r, -1, wc.want);
                 freeReplyObject(cmds[i].reply);
                 cmds[i].reply = NULL;
                 cmds[i].code = STORE_EUNCERTAIN;
@@ -650,9 +642,7 @@ void link__cl_metrics(redis_link *r, const store_emitter *e)
 {
     hf_mutex_lock(&r->lock);
     size_t n = r->nfigs;
-    node_fig *figs = hf_xreallocarray(NULL, n ? n : 1, sizeof *figs);
-    if (n)
-        memcpy(figs, r->figs, n * sizeof *figs);
+    node_fig *figs = hf_xmemdup(r->figs, n, sizeof *figs);
     uint64_t refreshes = r->cl_refreshes, failures = r->cl_refresh_failures, rounds = r->cl_rounds;
     hf_mutex_unlock(&r->lock);
     /* the pipes' part of each node's figures: the commands they wrote and
