@@ -2,6 +2,7 @@
 """settle_failover.py: pages left reserved after a failover under load.
 
     bench/settle_failover.py [--clients 4] [--pages 4096] [--watch 12]
+                             [--no-settle-replicate]
 
 A Redis Cluster of 3 primaries and 3 replicas (node timeout 2 s), one
 hf3fs-metad --redis-wait 1 --redis-timeout 1 over it, a vLLM pool of
@@ -61,12 +62,18 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--pages", type=int, default=4096)
     ap.add_argument("--watch", type=int, default=12)
+    ap.add_argument("--no-settle-replicate", action="store_true",
+                    help="load the module without settle-replicate (as while a fleet "
+                         "upgrades from the previous release)")
     a = ap.parse_args()
     tce.PAGES = a.pages
-    # settle-replicate: the replicas learn each allocation's reservations
-    # (HF3FS.NOTE), so the promoted one can settle them
+    # settle-replicate (the shipped configuration's): the replicas learn
+    # each allocation's reservations (HF3FS.NOTE), so the promoted one can
+    # settle them
+    args = [] if a.no_settle_replicate else ["settle-replicate"]
+    print("module arguments: %s" % (" ".join(args) or "(none)"))
     with redis_cluster.RedisCluster(primaries=3, replicas=1, node_timeout_ms=2000,
-                                    module_args=["settle-replicate"]) as rc:
+                                    module_args=args) as rc:
         with tce.front_end(rc) as srv:
             tce.init_pool(srv)
             victim = rc.slot_owner(tce.pool_slot(rc))

@@ -230,14 +230,10 @@ static int locate_call(const cli *o, hf3fs_meta_client *c, request *r)
 
 static bool locate_result(const cli *o, int64_t page, bool flag)
 {
-    if (o->json && page >= 0)
-        printf(",\"page\":%lld", (long long)page);
-    else if (o->json)
-        printf(",\"page\":null");
-    else if (page >= 0)
-        printf("%lld", (long long)page);
+    if (page >= 0)
+        printf(o->json ? ",\"page\":%lld" : "%lld", (long long)page);
     else
-        printf("-");
+        printf(o->json ? ",\"page\":null" : "-");
     return page >= 0;
 }
 

@@ -83,9 +83,11 @@ static const char *const keys[] = {
 /* The format version of the file being built (put_header): its key fields. */
 static uint32_t file_version = WAL_VERSION;
 
+/* x: bit 7 packs the key if its form allows; the other bits pick it (so
+ * that a seed's key stays the one it names when the list grows) */
 static void put_key(hf_buf *b, uint8_t x)
 {
-    const char *key = keys[x % NKEYS];
+    const char *key = keys[(x & 0x7f) % NKEYS];
     size_t len = strlen(key), hex = 0;
     while (hex < len &&
            ((key[hex] >= '0' && key[hex] <= '9') || (key[hex] >= 'a' && key[hex] <= 'f')))

@@ -16,6 +16,19 @@ import random
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEX = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+# SGLang's suffixed keys and the shapes at the bounds of their packed form
+# (util/hexkey.h: 32 or 64 lowercase hex, then a suffix of 1..16 bytes)
+SUFFIXED = {
+    "k": HEX + "-k", "v": HEX + "-v", "pool": HEX[:32] + "_mamba",
+    "upper": HEX.upper() + "-k",         # upper case hex: not packed
+    "hex63": HEX[:63] + "-k",            # 32 hex and a suffix of 33: not packed
+    "hex65": HEX + "0",                  # 64 hex and a suffix that looks like hex
+    "hex66": HEX + "ab",                 # 66 hex: 64 and the suffix "ab"
+    "hexsfx32": HEX[:32] + "abc",        # 32 hex and a hex suffix
+    "upsfx32": HEX[:32] + "ABCD",
+    "at64": HEX + "_" + "p" * 15, "past64": HEX + "_" + "p" * 16,  # a suffix of 16, 17
+    "at32": HEX[:32] + "_" + "p" * 15, "past32": HEX[:32] + "_" + "p" * 16,
+}
 
 
 def j(obj):
@@ -81,7 +94,22 @@ def request_bodies():
 
 # -- fuzz_request ------------------------------------------------------------------
 
+def suffixed_requests():
+    """(name, path, body): suffixed keys allocated (kv/1 has 4 free pages) and read."""
+    k = SUFFIXED
+    yield "mha", "/keys/batch_allocate", {"rank": 1, "keys": [[k["k"], ""], [k["v"], ""],
+                                                               [k["pool"], ""]]}
+    yield "bounds", "/keys/batch_allocate", {"rank": 1, "keys": [k["at64"], k["at32"],
+                                                                  k["past32"]]}
+    yield "shapes", "/keys/batch_allocate", {"rank": 1, "keys": [k["upper"], k["hex63"],
+                                                                  k["hex65"], k["hexsfx32"]]}
+    yield "exists", "/0/exists", {"keys": [k[x] for x in ("k", "pool", "upper", "hex66",
+                                                          "upsfx32", "at64", "past32")]}
+
+
 def request_seeds():
+    for name, path, body in suffixed_requests():
+        yield "seed-suffixed-" + name, b"\xff" + path.encode() + b"\n" + j(body)
     for i, (path, body) in enumerate(request_bodies()):
         yield "seed-%02d%s" % (i, path.replace("/", "_")), b"\xff" + path.encode() + b"\n" + body
     for i in range(40):  # the route table, by index, with a typical body
@@ -146,9 +174,73 @@ def sequence_seeds():
     yield "seed-sglang", sglang
     yield "seed-evict", evict
     yield "seed-raw", raw
+    yield from suffixed_sequences()
     rng = random.Random(1)
     for i in range(24):
         yield "seed-random-%02d" % i, bytes(rng.randrange(256) for _ in range(rng.randrange(16, 400)))
+
+
+# Indexes of fuzz_routes (fuzz_common.c) that OP_RAW takes; keep in step with it.
+RT_V_ALLOC, RT_V_CONFIRM, RT_V_EXISTS, RT_V_LOCATIONS = 6, 7, 8, 9
+RT_S_EXISTS, RT_S_ALLOC, RT_S_ALLOC_1, RT_S_CONFIRM = 13, 15, 16, 17
+RT_S_DELETE, RT_S_PAGES = 19, 21
+
+
+def raw_op(route, body):
+    """OP_RAW: the vocabulary has no suffixed key, raw bodies bring them."""
+    b = j(body)
+    assert len(b) <= 255, (len(b), body)
+    return bytes([OP_RAW, route, len(b)]) + b
+
+
+def suffixed_sequences():
+    """Suffixed keys reserved, confirmed, read, deleted and expired, with a
+    snapshot between (the run's end replays the log and the snapshot).
+    Fresh pools hand out pages 0, 1, 2, ..."""
+    k = SUFFIXED
+    kv, ns = {"namespace": "kv"}, {"namespace": "ns"}
+    yield "seed-suffixed-mha", b"".join([  # SGLang, MHA keys and a pool's, TP 2
+        bytes([OP_S_INIT, 0, 5, 0, OP_S_INIT, 1, 5, 0]),
+        raw_op(RT_S_ALLOC, {"keys": [[k["k"], ""], [k["v"], ""], [k["pool"], ""]]}),
+        raw_op(RT_S_ALLOC_1, {"keys": [[k["k"], ""], [k["v"], ""], [k["pool"], ""]]}),
+        raw_op(RT_S_CONFIRM, {"written_keys_to_confirm": [[k["k"], 0], [k["v"], 1],
+                                                          [k["pool"], 2]]}),
+        bytes([OP_SNAPSHOT]),
+        raw_op(RT_S_EXISTS, {"keys": [k["k"], k["v"], k["upper"]]}),
+        raw_op(RT_S_PAGES, {"keys": [k["k"], k["v"], k["pool"]]}),
+        raw_op(RT_S_DELETE, {"keys": [k["v"]]}),
+        bytes([OP_TICK, 255]),  # rank 1's reservations expire
+        raw_op(RT_S_ALLOC_1, {"keys": [[k["k"], ""], [k["pool"], ""]]})])
+    yield "seed-suffixed-bounds", b"".join([  # vLLM, suffixes of 16 and 17 bytes
+        bytes([OP_V_INIT, 0, 5]),
+        raw_op(RT_V_ALLOC, {"rank": 0, "keys": [k["past64"]]}),  # 81 bytes: refused (80)
+        raw_op(RT_V_ALLOC, {"rank": 0, "keys": [k["at64"], k["at32"]]}),
+        raw_op(RT_V_ALLOC, {"rank": 0, "keys": [k["past32"], k["hexsfx32"]]}),
+        raw_op(RT_V_CONFIRM, {"rank": 0, "confirmations": [[k["at64"], 0], [k["at32"], 1]]}),
+        raw_op(RT_V_CONFIRM, {"rank": 0, "confirmations": [[k["past32"], 2]]}),
+        bytes([OP_SNAPSHOT]),
+        raw_op(RT_V_LOCATIONS, {"rank": 0, "keys": [k["at64"], k["at32"], k["past32"]]}),
+        raw_op(RT_V_EXISTS, {"keys": [k["past32"], k["hexsfx32"], k["at64"]]})])
+    yield "seed-suffixed-shapes", b"".join([  # upper case, 63, 65 and 66 hex, hex suffixes
+        bytes([OP_S_INIT, 0, 5, 0]),
+        raw_op(RT_S_ALLOC, {"keys": [[k["upper"], ""], [k["hex63"], ""]]}),
+        raw_op(RT_S_ALLOC, {"keys": [[k["hex65"], ""], [k["hex66"], ""], [k["upsfx32"], ""]]}),
+        raw_op(RT_S_CONFIRM, {"written_keys_to_confirm": [[k["upper"], 0], [k["hex65"], 2],
+                                                          [k["upsfx32"], 4]]}),
+        bytes([OP_SNAPSHOT]),
+        raw_op(RT_S_PAGES, {"keys": [k["upper"], k["hex63"], k["hex65"]]}),
+        raw_op(RT_S_EXISTS, {"keys": [k["hex66"], k["upsfx32"], k["hexsfx32"]]}),
+        raw_op(RT_S_DELETE, {"keys": [k["hex65"], k["upper"]]})])
+    yield "seed-suffixed-namespaces", b"".join([  # one suffix in two namespaces
+        bytes([OP_S_INIT, 0, 5, 1, OP_S_INIT, 0, 5, 2]),
+        raw_op(RT_S_ALLOC, dict(kv, keys=[[k["k"], ""], [k["v"], ""]])),
+        raw_op(RT_S_ALLOC, dict(ns, keys=[[k["k"], ""], [k["pool"], ""]])),
+        raw_op(RT_S_CONFIRM, dict(kv, written_keys_to_confirm=[[k["k"], 0], [k["v"], 1]])),
+        bytes([OP_SNAPSHOT]),
+        raw_op(RT_S_DELETE, dict(ns, keys=[k["k"]])),
+        raw_op(RT_S_EXISTS, dict(ns, keys=[k["k"], k["v"], k["pool"]])),
+        bytes([OP_S_CLEAR, 0, 0, 1]),  # kv cleared
+        raw_op(RT_S_EXISTS, dict(kv, keys=[k["k"], k["v"]]))])
 
 
 # -- fuzz_wal_recover ------------------------------------------------------------------
@@ -201,6 +293,28 @@ def wal_recover_seeds():
     yield "seed-suffixed-keys", bytes([2]) + empty_snap + wal_file(K_SEGMENT, 1, 0, 9, suffixed)
     yield "seed-version-4-segment", bytes([0]) + empty_snap + \
         wal_file(K_SEGMENT, 1, 0, 0x89, [pool, (R_OWNED, [0, 0, 0x84]), (R_RESERVE, [0, 1, 0, 0x85])])
+    # a snapshot holding suffixed keys packed and as text, a log after it
+    yield "seed-suffixed-snapshot", bytes([2]) + wal_file(
+        K_SNAPSHOT, 2, 0x80, 7, [pool, (R_OWNED, [0, 0, 0x88]), (R_OWNED, [0, 1, 0x09]),
+                                 (R_RESERVE, [0, 2, 4, 0x84])]) + \
+        wal_file(K_SEGMENT, 2, 0, 9, [(R_FREE, [0, 0]), (R_OWNED, [0, 3, 0x88]), (R_OWN, [0, 2])])
+    # the previous release's segment (version 4: suffixed keys as text), then this one's
+    yield "seed-suffixed-version-4-then-5", bytes([2]) + empty_snap + \
+        wal_file(K_SEGMENT, 1, 0, 0x89, [pool, (R_RESERVE, [0, 0, 0, 0x88]), (R_OWN, [0, 0]),
+                                         (R_OWNED, [0, 1, 0x89])]) + \
+        wal_file(K_SEGMENT, 2, 0, 9, [(R_FREE, [0, 1]), (R_OWNED, [0, 2, 0x89]),
+                                      (R_RESERVE, [0, 3, 4, 0x88])])
+    # raw key fields: 32 hex packed with a suffix of 16 bytes (the bound), of
+    # 17 (past it), and of 16 announced with 3 left (salvaged)
+    def raw_record(fields, s, present):  # fields, then a key of 16 packed bytes and s
+        body = fields + [0x21] + [0x5a] * 16 + [s] + [0x70] * present
+        return (R_RAW, [len(body)] + body)
+    raw = [raw_record([R_RESERVE, 0, 5, 0], 16, 16), raw_record([R_RESERVE, 0, 6, 0], 17, 17),
+           raw_record([R_OWNED, 0, 7], 16, 3)]
+    yield "seed-suffix-bounds-salvaged", bytes([1]) + empty_snap + \
+        wal_file(K_SEGMENT, 1, 0, 9, [pool] + raw[:1] + raw[1:2])
+    yield "seed-suffix-truncated-salvaged", bytes([1]) + empty_snap + \
+        wal_file(K_SEGMENT, 1, 0, 9, [pool] + raw[:1] + raw[2:])
 
 
 # -- fuzz_client -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-# mk/cluster.mk: the test driver of the Redis Cluster routing (src/cluster/cluster.c).
+# mk/cluster.mk: the test driver of the Redis Cluster routing (src/cluster/).
 #
 #   $(BUILD)/cluster-tests/cluster_driver   built by `make units`; run by
 #                                           tests/integration/test_redis_cluster.py,

@@ -42,6 +42,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import procs  # tests/integration, on the path just above
 PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 
 # The suites about the state and the routes, run again over each Redis engine.
@@ -364,20 +366,8 @@ def finish(job):
 
 def group_members(pgid):
     """(pid, command name) of each process in process group pgid."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid:  # state ppid pgrp ...
-            found.append((int(d), name))
-    return found
+    return [(pid, name) for pid, name, fields in procs.processes()
+            if int(fields[2]) == pgid]  # state ppid pgrp ...
 
 
 def stop_hung(job):

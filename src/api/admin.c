@@ -7,8 +7,10 @@
  *                  while reads are served and changes fail (a load
  *                  balancer keeps routing the reads); 503
  *                  {"status":"unavailable","detail":<why>} while nothing is
- *                  served. Never needs auth: it is what load balancers and
- *                  systemd probes call.
+ *                  served. Unless down, "unreplicated":[<node>...] names the
+ *                  store's nodes whose changes have no copy elsewhere
+ *                  (store_ops.unreplicated), when there are. Never needs
+ *                  auth: it is what load balancers and systemd probes call.
  *   GET /v1/stats  200 {"server":{version, module_version,
  *                  value_encoding_version, data_format_version (api.h,
  *                  api_versions), ...},"pools":[{tenant, namespace, rank, the
@@ -32,12 +34,14 @@
  */
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api_internal.h"
 #include "api/metrics.h"
 #include "util/clock.h"
 #include "util/steady.h"
+#include "util/xalloc.h"
 
 const char *const api__refusal_names[CORE_REFUSE_COUNT] = {
     [CORE_REFUSE_OUT_OF_RANGE] = "out_of_range",
@@ -55,13 +59,39 @@ store_mode api__store_mode(store_t *store, char *reason, size_t len)
     return mode;
 }
 
+/* The health answer's "unreplicated": the store's nodes whose changes
+ * have no copy elsewhere (store_ops.unreplicated), the first 64; nothing
+ * when there are none. */
+#define HEALTH_NODES_MAX 64
+static void put_unreplicated(api__req *req)
+{
+    if (!req->store->ops->unreplicated)
+        return;
+    char(*names)[STORE_NODE_NAME] = hf_xmalloc(HEALTH_NODES_MAX * sizeof *names);
+    size_t n = req->store->ops->unreplicated(req->store, names, HEALTH_NODES_MAX);
+    if (n == 0) {
+        free(names);
+        return;
+    }
+    json_put_lit(req->out, ",\"unreplicated\":[");
+    for (size_t i = 0; i < n && i < HEALTH_NODES_MAX; i++) {
+        if (i)
+            json_put_char(req->out, ',');
+        json_put_str(req->out, names[i], strnlen(names[i], STORE_NODE_NAME));
+    }
+    json_put_char(req->out, ']');
+    free(names);
+}
+
 static void health(api__req *req)
 {
     char reason[256];
     store_mode mode = api__store_mode(req->store, reason, sizeof reason);
     api__begin(req);
     if (mode == STORE_SERVING) {
-        json_put_lit(req->out, "{\"status\":\"ok\"}");
+        json_put_lit(req->out, "{\"status\":\"ok\"");
+        put_unreplicated(req);
+        json_put_char(req->out, '}');
         return;
     }
     bool down = mode == STORE_DOWN;
@@ -78,6 +108,8 @@ static void health(api__req *req)
                           : "The server serves reads but cannot accept changes: %.*s",
                      (int)len, reason);
     json_put_str(req->out, detail, n < 0 ? 0 : strnlen(detail, sizeof detail));
+    if (!down)
+        put_unreplicated(req);
     json_put_char(req->out, '}');
 }
 

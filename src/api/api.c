@@ -220,50 +220,6 @@ void api__no_content(api__req *req)
     req->out->len = 0;
 }
 
-/* 200 {"<name>":[ ... the list_item calls ... ]} */
-static void list_open(api__req *req, const char *name)
-{
-    api__begin(req);
-    json_put_lit(req->out, "{\"");
-    json_put_raw(req->out, name, strlen(name));
-    json_put_lit(req->out, "\":[");
-}
-
-static void list_item(api__req *req, size_t i)
-{
-    if (i)
-        json_put_char(req->out, ',');
-}
-
-static void list_close(api__req *req)
-{
-    json_put_lit(req->out, "]}");
-}
-
-void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n)
-{
-    list_open(req, name);
-    for (size_t i = 0; i < n; i++) {
-        list_item(req, i);
-        json_put_bool(req->out, values[i]);
-    }
-    list_close(req);
-}
-
-/* A page, or null if negative. */
-void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n)
-{
-    list_open(req, name);
-    for (size_t i = 0; i < n; i++) {
-        list_item(req, i);
-        if (pages[i] < 0)
-            json_put_lit(req->out, "null");
-        else
-            json_put_int(req->out, pages[i]);
-    }
-    list_close(req);
-}
-
 /* Format into the request arena: messages may quote a namespace or a path. */
 __attribute__((format(printf, 2, 0))) static const char *vformat(api__req *req, const char *fmt,
                                                                  va_list ap, size_t *len)

@@ -160,7 +160,13 @@ extern const size_t api__admin_route_count;
 /* Start a 200 JSON answer; the handler then writes the body to req->out. */
 void api__begin(api__req *req);
 void api__no_content(api__req *req);
-/* 200 {"<name>": [bool, ...]}; name is a plain literal (no escaping). */
+/* A list answer (dialect.c): 200 {"<name>":[ ... ]}, with ranked
+ * {"rank":<req->rank>,"<name>":[ ... ]}; name is a plain literal (no
+ * escaping). Each item is written after api__list_item(req, its index). */
+void api__list_open(api__req *req, const char *name, bool ranked);
+void api__list_item(api__req *req, size_t i);
+void api__list_close(api__req *req);
+/* 200 {"<name>": [bool, ...]}. */
 void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n);
 /* 200 {"<name>": [page or null, ...]}: a negative page is null. */
 void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n);

@@ -17,8 +17,9 @@
  *   4. else the row's answer writes the answer.
  *
  * What differs between the dialects (field names, error texts, answers) is
- * in their decoders and answers; what they share (the store calls, the log
- * lines of an initialize, the clear of a tenant's pools) is here.
+ * in their decoders and answers; what they share (list answers, the store
+ * calls, the log lines of an initialize, the clear of a tenant's pools) is
+ * here.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -26,6 +27,57 @@
 #include "api/api_internal.h"
 #include "util/hf_assert.h"
 #include "util/log.h"
+
+/* ---- list answers ---- */
+
+void api__list_open(api__req *req, const char *name, bool ranked)
+{
+    api__begin(req);
+    json_put_char(req->out, '{');
+    if (ranked) {
+        json_put_lit(req->out, "\"rank\":");
+        json_put_uint(req->out, req->rank);
+        json_put_char(req->out, ',');
+    }
+    json_put_char(req->out, '"');
+    json_put_raw(req->out, name, strlen(name));
+    json_put_lit(req->out, "\":[");
+}
+
+void api__list_item(api__req *req, size_t i)
+{
+    if (i)
+        json_put_char(req->out, ',');
+}
+
+void api__list_close(api__req *req)
+{
+    json_put_lit(req->out, "]}");
+}
+
+void api__answer_bools(api__req *req, const char *name, const bool *values, size_t n)
+{
+    api__list_open(req, name, false);
+    for (size_t i = 0; i < n; i++) {
+        api__list_item(req, i);
+        json_put_bool(req->out, values[i]);
+    }
+    api__list_close(req);
+}
+
+/* A page, or null if negative. */
+void api__answer_pages(api__req *req, const char *name, const int64_t *pages, size_t n)
+{
+    api__list_open(req, name, false);
+    for (size_t i = 0; i < n; i++) {
+        api__list_item(req, i);
+        if (pages[i] < 0)
+            json_put_lit(req->out, "null");
+        else
+            json_put_int(req->out, pages[i]);
+    }
+    api__list_close(req);
+}
 
 /* ---- the store calls ---- */
 

@@ -209,20 +209,16 @@ static int nothing(api__req *req, api__call *c)
 
 static void answer_results(api__req *req, const api__call *c)
 {
-    api__begin(req);
-    json_put_lit(req->out, "{\"rank\":");
-    json_put_uint(req->out, req->rank);
-    json_put_lit(req->out, ",\"results\":[");
+    api__list_open(req, "results", true);
     for (size_t i = 0; i < c->n; i++) {
-        if (i)
-            json_put_char(req->out, ',');
+        api__list_item(req, i);
         json_put_char(req->out, '[');
         json_put_str(req->out, c->keys[i].ptr, c->keys[i].len);
         json_put_char(req->out, ',');
         json_put_int(req->out, c->pages[i]);
         json_put_char(req->out, ']');
     }
-    json_put_lit(req->out, "]}");
+    api__list_close(req);
 }
 
 static void answer_locations(api__req *req, const api__call *c)

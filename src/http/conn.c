@@ -96,46 +96,66 @@ HF_ASSERT_HELPER static bool counts_agree(loop *lp)
     return lp->listed <= given && given <= atomic_load(&lp->server->open_connections);
 }
 
-static void list_unlink(loop *lp, conn *c)
+static conn_link *link_of(const conn_list *l, conn *c)
 {
-    /* c is on lp's list: its neighbours point back at it */
-    HF_ASSERT(c->prev ? c->prev->next == c : lp->head == c);
-    HF_ASSERT(c->next ? c->next->prev == c : lp->tail == c);
-    HF_ASSERT(lp->listed > 0);
-    lp->listed--;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        lp->head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    else
-        lp->tail = c->prev;
-    c->prev = c->next = NULL;
+    return (conn_link *)(void *)((char *)c + l->link);
 }
 
-static void list_append(loop *lp, conn *c)
+/* c leaves l. */
+static void list_unlink(conn_list *l, conn *c)
 {
-    /* c is on no list, and the list stays ordered by activity (sweep stops
-     * at the first conn that is not idle) */
-    HF_ASSERT(!c->prev && !c->next && lp->head != c);
-    HF_ASSERT(!lp->tail || lp->tail->active_ms <= c->active_ms);
-    lp->listed++;
-    c->prev = lp->tail;
-    c->next = NULL;
-    if (lp->tail)
-        lp->tail->next = c;
+    conn_link *k = link_of(l, c);
+    /* c is on l: its neighbours point back at it */
+    HF_ASSERT(k->prev ? link_of(l, k->prev)->next == c : l->head == c);
+    HF_ASSERT(k->next ? link_of(l, k->next)->prev == c : l->tail == c);
+    if (k->prev)
+        link_of(l, k->prev)->next = k->next;
     else
-        lp->head = c;
-    lp->tail = c;
+        l->head = k->next;
+    if (k->next)
+        link_of(l, k->next)->prev = k->prev;
+    else
+        l->tail = k->prev;
+    k->prev = k->next = NULL;
+}
+
+/* c, on no list of l's kind, joins the end of l. */
+static void list_append(conn_list *l, conn *c)
+{
+    conn_link *k = link_of(l, c);
+    HF_ASSERT(!k->prev && !k->next && l->head != c);
+    k->prev = l->tail;
+    k->next = NULL;
+    if (l->tail)
+        link_of(l, l->tail)->next = c;
+    else
+        l->head = c;
+    l->tail = c;
+}
+
+/* The activity list: a connection joins it when it opens, moves to its
+ * end at each exchange of bytes, and leaves it when it closes; so it stays
+ * ordered by activity (sweep stops at the first conn that is not idle). */
+static void active_append(loop *lp, conn *c)
+{
+    HF_ASSERT(!lp->active.tail || lp->active.tail->active_ms <= c->active_ms);
+    lp->listed++;
+    list_append(&lp->active, c);
+}
+
+static void active_unlink(loop *lp, conn *c)
+{
+    HF_ASSERT(lp->listed > 0);
+    lp->listed--;
+    list_unlink(&lp->active, c);
 }
 
 static void touch(conn *c)
 {
     c->active_ms = hf_clock_mono_coarse_ms();
-    if (c->loop->tail != c) {
-        list_unlink(c->loop, c);
-        list_append(c->loop, c);
+    if (c->loop->active.tail != c) {
+        active_unlink(c->loop, c);
+        active_append(c->loop, c);
     }
 }
 
@@ -146,36 +166,20 @@ static void touch(conn *c)
 static void wait_for_request(conn *c, uint64_t now_ms)
 {
     loop *lp = c->loop;
-    HF_ASSERT(!c->waiting && !c->rprev && !c->rnext);
-    HF_ASSERT(!lp->rtail || lp->rtail->began_ms <= now_ms);
+    HF_ASSERT(!c->waiting);
+    HF_ASSERT(!lp->requests.tail || lp->requests.tail->began_ms <= now_ms);
     c->waiting = true;
     c->request_bytes = false;
     c->began_ms = now_ms;
     c->headers_ms = 0;
-    c->rprev = lp->rtail;
-    if (lp->rtail)
-        lp->rtail->rnext = c;
-    else
-        lp->rhead = c;
-    lp->rtail = c;
+    list_append(&lp->requests, c);
 }
 
 static void request_done(conn *c)
 {
-    loop *lp = c->loop;
     if (!c->waiting)
         return;
-    HF_ASSERT(c->rprev ? c->rprev->rnext == c : lp->rhead == c);
-    HF_ASSERT(c->rnext ? c->rnext->rprev == c : lp->rtail == c);
-    if (c->rprev)
-        c->rprev->rnext = c->rnext;
-    else
-        lp->rhead = c->rnext;
-    if (c->rnext)
-        c->rnext->rprev = c->rprev;
-    else
-        lp->rtail = c->rprev;
-    c->rprev = c->rnext = NULL;
+    list_unlink(&c->loop->requests, c);
     c->waiting = false;
 }
 
@@ -228,7 +232,7 @@ void http__conn_close(conn *c)
         *at = c->flush_next;
         c->flush_queued = false;
     }
-    list_unlink(lp, c);
+    active_unlink(lp, c);
     request_done(c);
     /* Leave the epoll set before closing: close() alone removes the socket
      * from it only when no other descriptor refers to the socket, and the
@@ -861,7 +865,7 @@ void http__conn_open(loop *lp, int fd)
     }
     c->events = EPOLLIN;
     c->active_ms = hf_clock_mono_coarse_ms();
-    list_append(lp, c);
+    active_append(lp, c);
     wait_for_request(c, hf_clock_mono_coarse_ms());
     HF_ASSERT(counts_agree(lp));
 }

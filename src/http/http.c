@@ -146,10 +146,10 @@ static void give(loop *lp, int fd)
 static bool shed_one(loop *lp)
 {
     HF_ASSERT(on_loop_thread(lp));
-    conn *between = lp->head; /* least recently active first */
+    conn *between = lp->active.head; /* least recently active first */
     while (between && (between->busy || between->waiting))
-        between = between->next;
-    conn *late = lp->rhead;
+        between = between->act.next;
+    conn *late = lp->requests.head;
     HF_ASSERT(!late || !late->busy);
     conn *victim = between;
     /* the request list's head began waiting before the idle one was last
@@ -226,9 +226,9 @@ static void sweep(loop *lp, uint64_t now)
 {
     unsigned idle = lp->server->config.idle_timeout_s;
     uint64_t first = idle && idle < LINGER_S ? idle : LINGER_S;
-    conn *c = lp->head;
+    conn *c = lp->active.head;
     while (c && now - c->active_ms / 1000u >= first) {
-        conn *next = c->next;
+        conn *next = c->act.next;
         /* a busy conn is not idle: its request runs (within the store's
          * timeouts), and its answer resets the clock */
         if (!c->busy && (c->lingering || (idle && now - c->active_ms / 1000u >= idle)))
@@ -258,8 +258,8 @@ static void sweep_requests(loop *lp, uint64_t now_ms)
         return;
     /* no deadline comes sooner after a request's beginning than this */
     uint64_t soonest = (uint64_t)(h && b ? (h < b ? h : b) : h ? h : b) * 1000u;
-    for (conn *c = lp->rhead, *next; c && c->began_ms + soonest <= now_ms; c = next) {
-        next = c->rnext;
+    for (conn *c = lp->requests.head, *next; c && c->began_ms + soonest <= now_ms; c = next) {
+        next = c->req.next;
         HF_ASSERT(c->waiting && !c->busy && !c->closing);
         if (now_ms < request_deadline_ms(c, cfg))
             continue;
@@ -311,7 +311,7 @@ static void *loop_run(void *arg)
         lp->sched = hf_sched_new(lp->epfd, wake_loop, lp);
     struct epoll_event events[MAX_EVENTS];
     while (!atomic_load(&server->stopping)) {
-        int timeout = lp->head ? 1000 : -1;
+        int timeout = lp->active.head ? 1000 : -1;
         if (lp->sched)
             timeout = hf_sched_timeout_ms(lp->sched, timeout);
         int n = epoll_wait(lp->epfd, events, MAX_EVENTS, timeout);
@@ -362,8 +362,8 @@ static void *loop_run(void *arg)
     }
     /* conn_close unlinks c, so next is the new head: taken before the free,
      * the analyzer need not know that a head has no prev */
-    for (conn *c = lp->head, *next; c; c = next) {
-        next = c->next;
+    for (conn *c = lp->active.head, *next; c; c = next) {
+        next = c->act.next;
         http__conn_close(c);
     }
     /* A busy conn is closed when its request's fiber ends, each within
@@ -383,7 +383,7 @@ static void *loop_run(void *arg)
             hf_sched_run_ready(lp->sched);
         }
     }
-    HF_ASSERT(!lp->head && !lp->tail && lp->listed == 0);
+    HF_ASSERT(!lp->active.head && !lp->active.tail && lp->listed == 0);
     hf_sched_free(lp->sched);
     lp->sched = NULL;
     return NULL;
@@ -438,6 +438,8 @@ static uint16_t local_port(int fd)
 static int loop_init(http_server *server, loop *lp)
 {
     lp->server = server;
+    lp->active.link = offsetof(conn, act);
+    lp->requests.link = offsetof(conn, req);
     lp->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     lp->epfd = epoll_create1(EPOLL_CLOEXEC);
     lp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -453,8 +455,8 @@ static int loop_init(http_server *server, loop *lp)
 
 static void loop_free(loop *lp)
 {
-    HF_ASSERT(!lp->head && lp->listed == 0);     /* its thread closed every conn */
-    for (size_t i = 0; i < lp->inbox_len; i++) { /* given while stopping */
+    HF_ASSERT(!lp->active.head && lp->listed == 0); /* its thread closed every conn */
+    for (size_t i = 0; i < lp->inbox_len; i++) {    /* given while stopping */
         close(lp->inbox[i]);
         http__count_closed(lp);
     }

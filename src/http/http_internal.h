@@ -35,15 +35,27 @@ typedef struct loop loop;
  * (util/fiber.h). */
 #define CONN_TAG 0x434f4e4eu
 
+/* A conn's place on one of its loop's lists (conn_list). */
+typedef struct conn_link {
+    struct conn *prev, *next;
+} conn_link;
+
+/* A list of a loop's conns, in the order they joined, through one of their
+ * links: `link` is its offset in struct conn. */
+typedef struct conn_list {
+    struct conn *head, *tail;
+    size_t link;
+} conn_list;
+
 typedef struct conn {
     uint32_t tag;
     loop *loop;
     int fd;
-    struct conn *prev, *next; /* the loop's list, least recently active first */
-    struct conn *flush_next;  /* the loop's answers to send after this batch */
+    conn_link act;           /* the loop's list, least recently active first */
+    struct conn *flush_next; /* the loop's answers to send after this batch */
     /* the loop's request list: waiting for a request to complete, in the
      * order the requests began (see "Deadlines") */
-    struct conn *rprev, *rnext;
+    conn_link req;
     bool waiting;        /* on the request list */
     bool request_bytes;  /* a byte of the request it waits for has come */
     uint64_t began_ms;   /* the request's first byte; the connection's opening */
@@ -104,10 +116,10 @@ struct loop {
     pthread_t thread;
     pthread_t owner; /* the thread running the loop (for HF_ASSERT) */
     bool started;
-    conn *head, *tail;
-    size_t listed;       /* conns on the list: those opened here and not closed */
-    conn *rhead, *rtail; /* the request list, oldest request first */
-    conn *flush_head;    /* conns with answers to send once the batch is handled */
+    conn_list active;   /* conns by activity (conn.act) */
+    size_t listed;      /* conns on it: those opened here and not closed */
+    conn_list requests; /* the request list, oldest request first (conn.req) */
+    conn *flush_head;   /* conns with answers to send once the batch is handled */
     uint64_t swept_s;
     time_t date_at;
     char date[40];

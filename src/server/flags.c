@@ -311,8 +311,8 @@ static const flag_row flags[] = {
              "whose outcome is unknown (default {})"},
     {"redis-wait", "N", OTHER(read_redis_wait),
      .help = "acknowledge a change once N replicas have it (WAIT);\n"
-             "0: once the primary applied it (default: 1 if every\n"
-             "primary has a connected replica at start, else 0)"},
+             "0: once the primary applied it (default: 1 on each\n"
+             "primary from when it has a replica in sync, else 0)"},
     {"redis-wait-timeout", "SECS", SECONDS(redis_wait_timeout_s, 0.001, 3600), .dflt = "1",
      .help = "how long WAIT waits for them (default {})"},
     {"redis-connections", "N", COUNT(redis_connections, 1, 64), .dflt = "1",

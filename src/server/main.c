@@ -339,7 +339,7 @@ static void log_settings(const server_options *o, uint16_t port)
             snprintf(stripes, sizeof stripes, "%" PRIu64, o->stripes);
         else if (strncmp(o->store, "redis-cluster://", 16) == 0)
             snprintf(stripes, sizeof stripes, "by pool size");
-        char wait[48] = "1 if every primary has a replica";
+        char wait[48] = "1 on each primary with a replica";
         if (o->redis_wait_given)
             snprintf(wait, sizeof wait, "%" PRIu64, o->redis_wait);
         log_msg(LOG_INFO,

@@ -65,7 +65,7 @@ typedef struct server_options {
     double redis_connect_timeout_s;
     double redis_timeout_s;
     uint64_t redis_wait;
-    bool redis_wait_given; /* else: 1 where every primary has a replica at start */
+    bool redis_wait_given; /* else: 1 on each primary from when it has a replica */
     uint64_t stripes;      /* 0: the store's default (store_redis_options.stripes) */
     double redis_wait_timeout_s;
     uint64_t redis_connections;

@@ -172,6 +172,10 @@ typedef enum store_mode {
     STORE_DOWN = 2,       /* nothing is served: every call is refused */
 } store_mode;
 
+/* The longest name of a store's node (store_ops.unreplicated), its NUL
+ * included. */
+#define STORE_NODE_NAME 128
+
 /* "serving", "reads_only", "down": the words of /health and /metrics. */
 const char *store_mode_name(store_mode mode);
 
@@ -285,6 +289,11 @@ struct store_ops {
      * left on device"). Cheap and lock-free enough for a probe every
      * second; it may lag the truth by the engine's monitoring period. */
     store_mode (*health)(store_t *s, char *reason, size_t len);
+    /* Optional (NULL: none). The store's nodes that hold changes with no
+     * copy on another node (over Redis: primaries without a replica in
+     * sync), as the engine last saw them: how many, and the first max of
+     * their names ("host:port") into names. As cheap as health. */
+    size_t (*unreplicated)(store_t *s, char (*names)[STORE_NODE_NAME], size_t max);
     /* Optional (NULL: the engine reports nothing of its own). The engine's
      * own figures (its log, its round trips...) through the emitter, for
      * /metrics and /v1/stats; called on every scrape, from any thread; it

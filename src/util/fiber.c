@@ -1,6 +1,8 @@
 /*
- * fiber.c: fibers on ucontext, their scheduler, and the waits that park
- * them (fiber.h).
+ * fiber.c: fibers, their scheduler, parking and fd waits (fiber.h). The
+ * switch and a fiber's stack are in fiber_switch.c, wait lists and the
+ * fiber mutex in fiber_wait.c, the offload pool in fiber_offload.c
+ * (fiber_internal.h).
  *
  * A fiber's state is under its scheduler's mutex, because another thread
  * may wake it (hf_park_wake from a thread that read its Redis reply):
@@ -10,13 +12,6 @@
  *   IDLE     returned from its function; kept for the next spawn
  * Only the loop's thread switches: a wake from another thread puts the
  * fiber on the ready list and wakes the loop (the owner's wake hook).
- *
- * The switch: on x86-64 a few instructions of our own (hf__fiber_switch:
- * the callee-saved registers, the SSE and x87 control words, the stack
- * pointer), since glibc's swapcontext also saves the signal mask, a system
- * call per switch; elsewhere, and in a build that keeps shadow stacks,
- * swapcontext. Fibers never change
- * the signal mask.
  *
  * An fd wait arms the descriptor in the loop's epoll set with EPOLLONESHOT
  * and the fiber itself as data.ptr (its first member is a tag that tells it
@@ -35,128 +30,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/fiber_internal.h"
 #include "util/hf_assert.h"
 #include "util/xalloc.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
-#define FIBER_ASAN 1
-#else
-#define FIBER_ASAN 0
-#endif
-#if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-#define FIBER_TSAN 1
-#else
-#define FIBER_TSAN 0
-#endif
-
-/* A fiber's stack: the request's handler, the store's calls, a 16 KiB read
- * buffer; the sanitizers' frames are larger. A guard page below it. */
-#define STACK_BYTES (FIBER_ASAN || FIBER_TSAN ? 1024u * 1024 : 256u * 1024)
 #define KEEP_IDLE 64 /* idle fibers kept for the next spawns; more are freed */
 #define FIBER_TAG 0x46494245u
 
 enum fiber_state { F_IDLE, F_RUNNING, F_PARKED, F_READY };
 
-/* The switch of our own on x86-64, unless the build keeps shadow stacks
- * (-fcf-protection=full or =return: __CET__ bit 2): it moves between
- * stacks with a plain ret, which a shadow stack would refuse, and glibc's
- * swapcontext keeps each context's shadow stack. Under indirect-branch
- * tracking (bit 1) it starts with endbr64, as the compiler's functions do. */
-#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2))
-#define FIBER_ASM 1
-#if defined(__CET__) && (__CET__ & 1)
-#define FIBER_ENDBR "    endbr64\n"
-#else
-#define FIBER_ENDBR ""
-#endif
-/* Saves the caller's registers on its stack and its stack pointer in
- * *save, then goes on with the stack at load (as saved by an earlier call,
- * or as fiber_new lays out a new one).
- *
- * The CFI directives describe the frame for debuggers and profilers (gdb,
- * perf --call-graph dwarf): the return address and the saved registers
- * relative to the stack pointer. Both stacks hold the same layout at the
- * same depth at the moment the stack pointer is loaded, so the same rules
- * unwind the stack being left before that instruction and the stack being
- * entered after it: a backtrace taken inside the switch reaches the
- * fiber's entry function on a fiber's stack, and the loop on the loop's. */
-void hf__fiber_switch(void **save, void *load);
-__asm__(".text\n"
-        ".globl hf__fiber_switch\n"
-        ".type hf__fiber_switch,@function\n"
-        "hf__fiber_switch:\n"
-        "    .cfi_startproc\n" FIBER_ENDBR "    pushq %rbp\n"
-        "    .cfi_adjust_cfa_offset 8\n"
-        "    .cfi_rel_offset %rbp, 0\n"
-        "    pushq %rbx\n"
-        "    .cfi_adjust_cfa_offset 8\n"
-        "    .cfi_rel_offset %rbx, 0\n"
-        "    pushq %r12\n"
-        "    .cfi_adjust_cfa_offset 8\n"
-        "    .cfi_rel_offset %r12, 0\n"
-        "    pushq %r13\n"
-        "    .cfi_adjust_cfa_offset 8\n"
-        "    .cfi_rel_offset %r13, 0\n"
-        "    pushq %r14\n"
-        "    .cfi_adjust_cfa_offset 8\n"
-        "    .cfi_rel_offset %r14, 0\n"
-        "    pushq %r15\n"
-        "    .cfi_adjust_cfa_offset 8\n"
-        "    .cfi_rel_offset %r15, 0\n"
-        "    subq $8, %rsp\n"
-        "    .cfi_adjust_cfa_offset 8\n"
-        "    stmxcsr (%rsp)\n"
-        "    fnstcw 4(%rsp)\n"
-        "    movq %rsp, (%rdi)\n"
-        "    movq %rsi, %rsp\n"
-        "    ldmxcsr (%rsp)\n"
-        "    fldcw 4(%rsp)\n"
-        "    addq $8, %rsp\n"
-        "    .cfi_adjust_cfa_offset -8\n"
-        "    popq %r15\n"
-        "    .cfi_adjust_cfa_offset -8\n"
-        "    .cfi_restore %r15\n"
-        "    popq %r14\n"
-        "    .cfi_adjust_cfa_offset -8\n"
-        "    .cfi_restore %r14\n"
-        "    popq %r13\n"
-        "    .cfi_adjust_cfa_offset -8\n"
-        "    .cfi_restore %r13\n"
-        "    popq %r12\n"
-        "    .cfi_adjust_cfa_offset -8\n"
-        "    .cfi_restore %r12\n"
-        "    popq %rbx\n"
-        "    .cfi_adjust_cfa_offset -8\n"
-        "    .cfi_restore %rbx\n"
-        "    popq %rbp\n"
-        "    .cfi_adjust_cfa_offset -8\n"
-        "    .cfi_restore %rbp\n"
-        "    ret\n"
-        "    .cfi_endproc\n"
-        ".size hf__fiber_switch, .-hf__fiber_switch\n"
-        ".section .note.GNU-stack,\"\",@progbits\n"
-        ".text\n");
-typedef void *fiber_ctx; /* the saved stack pointer */
-#define SWITCH(save, load) hf__fiber_switch((save), *(load))
-#else
-#define FIBER_ASM 0
-typedef ucontext_t fiber_ctx;
-#define SWITCH(save, load) swapcontext((save), (load))
-#endif
-
 struct hf_fiber {
     uint32_t tag; /* first: an epoll event's data.ptr is the fiber */
     hf_sched *s;
     fiber_ctx ctx;
-    char *map; /* the mapping: guard page, then the stack */
-    size_t map_size;
+    fiber_stack stack;
     void (*fn)(void *arg);
     void *arg;
     enum fiber_state state; /* under s->mu */
@@ -178,8 +68,9 @@ struct hf_sched {
     void (*wake)(void *ctx);
     void *wake_ctx;
     pthread_mutex_t mu;
-    hf_fiber *ready, *ready_tail; /* under mu */
-    hf_fiber **alive;             /* started and not returned (the loop's thread) */
+    hf_fiber *ready;      /* under mu */
+    hf_fiber **ready_end; /* the last ready fiber's next, or &ready (under mu) */
+    hf_fiber **alive;     /* started and not returned (the loop's thread) */
     size_t nalive, cap;
     hf_fiber *idle;
     size_t nidle;
@@ -283,8 +174,8 @@ static void to_fiber(hf_sched *s, hf_fiber *f)
         locks_held_at("the loop switches to a fiber");
     tls_current = f;
 #if FIBER_ASAN
-    __sanitizer_start_switch_fiber(&s->main_fake, f->map + sysconf(_SC_PAGESIZE),
-                                   f->map_size - (size_t)sysconf(_SC_PAGESIZE));
+    __sanitizer_start_switch_fiber(&s->main_fake, f->stack.map + sysconf(_SC_PAGESIZE),
+                                   f->stack.map_size - (size_t)sysconf(_SC_PAGESIZE));
 #endif
 #if FIBER_TSAN
     __tsan_switch_to_fiber(f->tsan_fiber, 0);
@@ -312,47 +203,11 @@ static void fiber_main(void)
 
 static hf_fiber *fiber_new(hf_sched *s)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     hf_fiber *f = hf_xcalloc(1, sizeof *f);
     f->tag = FIBER_TAG;
     f->s = s;
     f->wait_fd = -1;
-    f->map_size = STACK_BYTES + page;
-    f->map = mmap(NULL, f->map_size, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (f->map == MAP_FAILED) {
-        fprintf(stderr, "hf3fs-metad: fatal: out of memory mapping a fiber's stack of %zu bytes\n",
-                f->map_size);
-        abort();
-    }
-    if (mprotect(f->map, page, PROT_NONE) != 0) {
-        /* without its guard page an overflow would write into whatever
-         * mapping lies below the stack, silently */
-        fprintf(stderr, "hf3fs-metad: fatal: cannot protect a fiber stack's guard page: %s\n",
-                strerror(errno));
-        abort();
-    }
-#if FIBER_ASM
-    /* What hf__fiber_switch pops, from the stack pointer up: the control
-     * words (MXCSR and x87 at their defaults), r15..r12, rbx, rbp (zero),
-     * the address it returns to (fiber_main), and a zero return address
-     * for fiber_main (which never returns), so that it starts with the
-     * stack as a call leaves it (16-byte aligned plus 8). */
-    uint64_t *top = (uint64_t *)(void *)(f->map + f->map_size);
-    uint64_t *sp = top - 9;
-    sp[0] = 0x1F80u | ((uint64_t)0x037Fu << 32);
-    for (int i = 1; i <= 6; i++)
-        sp[i] = 0;
-    sp[7] = (uint64_t)(uintptr_t)fiber_main;
-    sp[8] = 0;
-    f->ctx = sp;
-#else
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = f->map + page;
-    f->ctx.uc_stack.ss_size = STACK_BYTES;
-    f->ctx.uc_link = NULL;
-    makecontext(&f->ctx, fiber_main, 0);
-#endif
+    hf__fiber_stack_new(&f->stack, &f->ctx, fiber_main);
 #if FIBER_TSAN
     f->tsan_fiber = __tsan_create_fiber(0);
 #endif
@@ -364,7 +219,7 @@ static void fiber_free(hf_fiber *f)
 #if FIBER_TSAN
     __tsan_destroy_fiber(f->tsan_fiber);
 #endif
-    munmap(f->map, f->map_size);
+    hf__fiber_stack_free(&f->stack);
     free(f);
 }
 
@@ -376,6 +231,7 @@ hf_sched *hf_sched_new(int epfd, void (*wake)(void *ctx), void *ctx)
     s->epfd = epfd;
     s->wake = wake;
     s->wake_ctx = ctx;
+    s->ready_end = &s->ready;
     pthread_mutex_init(&s->mu, NULL);
 #if FIBER_TSAN
     s->tsan_main = __tsan_get_current_fiber();
@@ -458,11 +314,8 @@ static bool make_ready(hf_sched *s, hf_fiber *f)
         return false;
     f->state = F_READY;
     f->next = NULL;
-    if (s->ready_tail)
-        s->ready_tail->next = f;
-    else
-        s->ready = f;
-    s->ready_tail = f;
+    *s->ready_end = f;
+    s->ready_end = &f->next;
     return true;
 }
 
@@ -495,7 +348,8 @@ void hf_sched_run_ready(hf_sched *s)
                 make_ready(s, f);
         }
         hf_fiber *list = s->ready;
-        s->ready = s->ready_tail = NULL;
+        s->ready = NULL;
+        s->ready_end = &s->ready;
         pthread_mutex_unlock(&s->mu);
         if (!list)
             return;
@@ -599,226 +453,6 @@ void hf_park_wake(hf_park *k)
 }
 
 /* ---- wait lists ---- */
-
-struct hf_wait_entry {
-    hf_park park;
-    hf_wait_entry *next, *prev;
-    bool listed; /* in the list (under the caller's mutex) */
-};
-
-/* e (on its waiter's stack, until it leaves) joins l first (mu held). */
-static void join_list(hf_wait_list *l, hf_wait_entry *e)
-{
-    e->next = l->first;
-    e->prev = NULL;
-    e->listed = true;
-    if (l->first)
-        l->first->prev = e;
-    l->first = e;
-}
-
-void hf_wait_list_wait(hf_wait_list *l, pthread_mutex_t *mu, int64_t until_us)
-{
-    hf_wait_entry e;
-    hf_park_init(&e.park);
-    join_list(l, &e);
-    hf_park_wait(&e.park, mu, until_us);
-    if (e.listed) { /* the deadline, or a spurious wake-up: leave the list */
-        if (e.prev)
-            e.prev->next = e.next;
-        else
-            l->first = e.next;
-        if (e.next)
-            e.next->prev = e.prev;
-    }
-    hf_park_destroy(&e.park);
-}
-
-void hf_wait_list_wake_all(hf_wait_list *l)
-{
-    while (l->first) {
-        hf_wait_entry *e = l->first;
-        l->first = e->next;
-        e->listed = false;
-        hf_park_wake(&e->park);
-    }
-}
-
-bool hf_wait_list_empty(const hf_wait_list *l)
-{
-    return l->first == NULL;
-}
-
-/* ---- the fiber mutex ---- */
-
-struct hf_fiber_mutex_waiter {
-    hf_park park;
-    hf_fiber_mutex_waiter *next;
-    bool granted; /* the mutex was handed to it */
-};
-
-void hf_fiber_mutex_init(hf_fiber_mutex *m)
-{
-    pthread_mutex_init(&m->mu, NULL);
-    m->held = false;
-    m->first = m->last = NULL;
-}
-
-void hf_fiber_mutex_destroy(hf_fiber_mutex *m)
-{
-    HF_ASSERT(!m->held && !m->first);
-    pthread_mutex_destroy(&m->mu);
-}
-
-/* w (on its waiter's stack, until it is handed the mutex) joins the end
- * of m's line (m->mu held). */
-static void join_line(hf_fiber_mutex *m, hf_fiber_mutex_waiter *w)
-{
-    w->next = NULL;
-    w->granted = false;
-    if (m->last)
-        m->last->next = w;
-    else
-        m->first = w;
-    m->last = w;
-}
-
-void hf_fiber_lock(hf_fiber_mutex *m)
-{
-    pthread_mutex_lock(&m->mu);
-    if (!m->held) {
-        m->held = true;
-        pthread_mutex_unlock(&m->mu);
-        return;
-    }
-    hf_fiber_mutex_waiter w;
-    hf_park_init(&w.park);
-    join_line(m, &w);
-    while (!w.granted)
-        hf_park_wait(&w.park, &m->mu, INT64_MAX);
-    pthread_mutex_unlock(&m->mu);
-    hf_park_destroy(&w.park);
-}
-
-void hf_fiber_unlock(hf_fiber_mutex *m)
-{
-    pthread_mutex_lock(&m->mu);
-    HF_ASSERT(m->held);
-    hf_fiber_mutex_waiter *w = m->first;
-    if (w) { /* to the first in line: held stays */
-        m->first = w->next;
-        if (!m->first)
-            m->last = NULL;
-        w->granted = true;
-        hf_park_wake(&w->park);
-    } else {
-        m->held = false;
-    }
-    pthread_mutex_unlock(&m->mu);
-}
-
-/* ---- the offload pool ---- */
-
-typedef struct offload_job {
-    void (*fn)(void *arg);
-    void *arg;
-    hf_park park; /* the fiber waiting for it (under pool.mu) */
-    bool done;    /* under pool.mu */
-    struct offload_job *next;
-} offload_job;
-
-/* One for the process: the loops' fibers share it. */
-static struct {
-    pthread_once_t once;
-    pthread_mutex_t mu;
-    pthread_cond_t work;       /* a job queued, for an idle thread (CLOCK_MONOTONIC) */
-    offload_job *first, *last; /* queued, not taken yet */
-    unsigned threads, idle;
-} pool = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
-
-static void pool_init(void)
-{
-    hf_cond_init_mono(&pool.work);
-}
-
-static void *offload_main(void *unused)
-{
-    (void)unused;
-    pthread_mutex_lock(&pool.mu);
-    for (;;) {
-        if (!pool.first) {
-            int64_t until = hf_clock_mono_us() + HF_OFFLOAD_IDLE_MS * 1000;
-            pool.idle++;
-            while (!pool.first && hf_clock_mono_us() < until)
-                hf_cond_wait_until_us(&pool.work, &pool.mu, until);
-            pool.idle--;
-            if (!pool.first)
-                break; /* idle for HF_OFFLOAD_IDLE_MS */
-        }
-        offload_job *j = pool.first;
-        pool.first = j->next;
-        if (!pool.first)
-            pool.last = NULL;
-        pthread_mutex_unlock(&pool.mu);
-        j->fn(j->arg);
-        pthread_mutex_lock(&pool.mu);
-        j->done = true;
-        hf_park_wake(&j->park); /* past this, under pool.mu, j is not touched */
-    }
-    pool.threads--;
-    pthread_mutex_unlock(&pool.mu);
-    return NULL;
-}
-
-void hf_offload_threads(unsigned *threads, unsigned *idle)
-{
-    pthread_once(&pool.once, pool_init);
-    pthread_mutex_lock(&pool.mu);
-    *threads = pool.threads;
-    *idle = pool.idle;
-    pthread_mutex_unlock(&pool.mu);
-}
-
-void hf_fiber_offload(void (*fn)(void *arg), void *arg)
-{
-    if (!tls_current) {
-        fn(arg);
-        return;
-    }
-    pthread_once(&pool.once, pool_init);
-    offload_job j = {.fn = fn, .arg = arg};
-    hf_park_init(&j.park);
-    pthread_mutex_lock(&pool.mu);
-    if (pool.last)
-        pool.last->next = &j;
-    else
-        pool.first = &j;
-    pool.last = &j;
-    /* a thread for it if none is idle to take it (the idle ones may all
-     * be woken for jobs queued before it: then those take them in turn) */
-    if (pool.idle == 0 && pool.threads < HF_OFFLOAD_THREADS) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, offload_main, NULL) == 0)
-            pool.threads++;
-        pthread_attr_destroy(&attr);
-    } else if (pool.idle > 0) {
-        pthread_cond_signal(&pool.work);
-    }
-    if (pool.threads == 0) { /* no thread to be had: here, blocking the loop */
-        pool.first = pool.last = NULL;
-        pthread_mutex_unlock(&pool.mu);
-        hf_park_destroy(&j.park);
-        fn(arg);
-        return;
-    }
-    while (!j.done)
-        hf_park_wait(&j.park, &pool.mu, INT64_MAX);
-    pthread_mutex_unlock(&pool.mu);
-    hf_park_destroy(&j.park);
-}
 
 /* ---- fd waits ---- */
 

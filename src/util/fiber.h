@@ -25,6 +25,7 @@
  *     the same mutex as the waiter; it may run on any thread.
  *   - hf_wait_list: a line of waiters for a condition many wait on,
  *     woken all at once.
+ *   - hf_line: a line of waiters handed something over in turn.
  *   - hf_fiber_mutex: a mutex that may be held across parks.
  *   - hf_wait_fd: poll() one descriptor, or park the fiber on the loop's
  *     epoll until the descriptor is ready.
@@ -111,16 +112,38 @@ void hf_wait_list_wait(hf_wait_list *l, pthread_mutex_t *mu, int64_t until_us);
 void hf_wait_list_wake_all(hf_wait_list *l);
 bool hf_wait_list_empty(const hf_wait_list *l);
 
+/* A line of waiters for something handed over one at a time, in the order
+ * they came (the fiber mutex below, a tenant's room in api/room.c), under
+ * the caller's mutex: each waiter on its own stack with a park. Handing
+ * over to the first directly, rather than waking it to try again, lets
+ * nobody overtake the line. */
+typedef struct hf_line_waiter hf_line_waiter;
+typedef struct hf_line {
+    hf_line_waiter *first, *last; /* under the caller's mutex */
+} hf_line;
+
+/* mu held: join the end of l, release mu and wait until handed over
+ * (hf_line_hand) or until hf_clock_mono_us() reaches until_us; then hold
+ * mu again. Whether it was handed over; if not, it has left the line. */
+bool hf_line_wait(hf_line *l, pthread_mutex_t *mu, int64_t until_us);
+/* mu held (the waiters'): hand over to the first in line, who leaves it;
+ * false if nobody waits. */
+bool hf_line_hand(hf_line *l);
+
+static inline bool hf_line_empty(const hf_line *l)
+{
+    return l->first == NULL;
+}
+
 /* A mutex that may be held across waits that park (the quota lock across
  * store calls): a pthread mutex held by a parked fiber would block its
  * loop's thread when another fiber of the loop asked for it, and never be
- * let go. Its waiters, fibers or threads, wait in line on parks; unlock
- * hands it to the first directly, so nobody overtakes the line. */
-typedef struct hf_fiber_mutex_waiter hf_fiber_mutex_waiter;
+ * let go. Its waiters, fibers or threads, wait on a line (hf_line): unlock
+ * hands it to the first directly. */
 typedef struct hf_fiber_mutex {
     pthread_mutex_t mu; /* guards what follows; never held across a wait */
     bool held;
-    hf_fiber_mutex_waiter *first, *last;
+    hf_line line;
 } hf_fiber_mutex;
 
 /* Whether some fiber or thread holds m (for HF_ASSERT). */
@@ -162,43 +185,46 @@ void hf_offload_threads(unsigned *threads, unsigned *idle);
  * Elsewhere the wrappers are the pthread calls. */
 void hf__lock_noted(const void *lock, bool taken);
 
-static inline void hf_mutex_lock(pthread_mutex_t *mu)
+/* The lock noted as taken or let go, in the assert build only. */
+static inline void hf__lock_note(const void *lock, bool taken)
 {
-    pthread_mutex_lock(mu);
 #ifdef HF_ASSERTS
-    hf__lock_noted(mu, true);
+    hf__lock_noted(lock, taken);
+#else
+    (void)lock;
+    (void)taken;
 #endif
 }
 
-static inline void hf_mutex_unlock(pthread_mutex_t *mu)
+/* Taking a lock: the pthread call, then the note. */
+static inline void hf_mutex_lock(pthread_mutex_t *mu)
 {
-#ifdef HF_ASSERTS
-    hf__lock_noted(mu, false);
-#endif
-    pthread_mutex_unlock(mu);
+    pthread_mutex_lock(mu);
+    hf__lock_note(mu, true);
 }
 
 static inline void hf_rwlock_rdlock(pthread_rwlock_t *l)
 {
     pthread_rwlock_rdlock(l);
-#ifdef HF_ASSERTS
-    hf__lock_noted(l, true);
-#endif
+    hf__lock_note(l, true);
 }
 
 static inline void hf_rwlock_wrlock(pthread_rwlock_t *l)
 {
     pthread_rwlock_wrlock(l);
-#ifdef HF_ASSERTS
-    hf__lock_noted(l, true);
-#endif
+    hf__lock_note(l, true);
+}
+
+/* Letting one go: the note, then the pthread call. */
+static inline void hf_mutex_unlock(pthread_mutex_t *mu)
+{
+    hf__lock_note(mu, false);
+    pthread_mutex_unlock(mu);
 }
 
 static inline void hf_rwlock_unlock(pthread_rwlock_t *l)
 {
-#ifdef HF_ASSERTS
-    hf__lock_noted(l, false);
-#endif
+    hf__lock_note(l, false);
     pthread_rwlock_unlock(l);
 }
 

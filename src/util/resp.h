@@ -1,7 +1,7 @@
 /*
  * resp.h: a Redis command in RESP, an array of bulk strings, as hiredis's
  * redisAppendCommandArgv writes it, for both Redis clients
- * (store/redis/pipe.c, cluster/cluster.c) to hand to redisAppendFormattedCommand. hiredis grows an
+ * (store/redis/pipe.c, cluster/round.c) to hand to redisAppendFormattedCommand. hiredis grows an
  * sds string by a formatted append for each argument; this sizes the command
  * once and writes it in one pass. A striped front end writes one command per
  * stripe of every call (docs/redis-module.md "Stripes").

@@ -48,6 +48,14 @@ void *hf_xreallocarray(void *ptr, size_t count, size_t size)
     return hf_xrealloc(ptr, count * size);
 }
 
+void *hf_xmemdup(const void *p, size_t count, size_t size)
+{
+    void *copy = hf_xreallocarray(NULL, count ? count : 1, size);
+    if (count)
+        memcpy(copy, p, count * size);
+    return copy;
+}
+
 void *hf_grow_slow(void *ptr, size_t *cap, size_t need, size_t elem_size, size_t max)
 {
     size_t c = *cap ? *cap : 256 / elem_size ? 256 / elem_size : 1;

@@ -17,6 +17,9 @@ void *hf_xcalloc(size_t count, size_t size);
 void *hf_xrealloc(void *ptr, size_t size);
 /* realloc of an array of count elements of size bytes, checking the product. */
 void *hf_xreallocarray(void *ptr, size_t count, size_t size);
+/* A copy of the count elements of size bytes at p (a snapshot taken under a
+ * lock); room for one at least, so that count 0 gives a pointer to free. */
+void *hf_xmemdup(const void *p, size_t count, size_t size);
 /*
  * Growth of an array of elem_size-byte elements (a byte buffer: 1) that must
  * now hold `need` of them: when *cap (in elements) is smaller, the capacity

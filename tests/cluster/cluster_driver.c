@@ -1,5 +1,5 @@
 /*
- * cluster_driver: src/cluster/cluster.c at the command of a test script.
+ * cluster_driver: the cluster routing (src/cluster/) at the command of a test script.
  *
  * tests/integration/test_redis_cluster.py starts a real cluster, runs this
  * program and talks to it one line at a time: a command on stdin, one JSON

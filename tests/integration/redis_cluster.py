@@ -304,6 +304,31 @@ class RedisCluster:
             time.sleep(0.05)
         raise ClusterError("cluster not ok after %ss (%s)" % (timeout, last))
 
+    def wait_bus_linked(self, port, timeout=30):
+        """Until every running node's CLUSTER NODES shows node `port`
+        connected and not failing: a node just restarted is known to the
+        others only once their cluster bus links to it are up again, and a
+        CLUSTER FAILOVER it starts before then is dropped by Redis without
+        a word (5 s later)."""
+        nid = self.node_id(port)
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = []
+            for p in self.ports():
+                try:
+                    for line in self.call(p, "CLUSTER", "NODES").splitlines():
+                        f = line.split()
+                        if f[0] == nid:
+                            seen.append(f[7] == "connected" and "fail" not in f[2])
+                except (OSError, ReplyError):
+                    seen.append(False)
+            if seen and all(seen):
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError("node %d not connected in every node's view after %ss"
+                                   % (port, timeout))
+            time.sleep(0.05)
+
     def _replicas_linked(self):
         for p in self.ports():
             info = self.call(p, "INFO", "replication")

@@ -144,6 +144,26 @@ def trickle(port, payloads, interval, head=None):
     return socks
 
 
+def answers_of_trickled(srv, payloads, interval, head=None):
+    """Trickle the payloads (trickle) while a Prober measures the normal
+    clients (its finish fails the test if they were delayed); then the
+    answer of each trickled request, each a 200, as JSON."""
+    probe = Prober(srv)
+    probe.start()
+    socks = trickle(srv.port, payloads, interval, head=head)
+    try:
+        probe.finish()
+        answers = []
+        for s in socks:
+            status, body = read_answer(s, 5 * PROMPT)
+            expect_eq(status, 200, "status of a trickled request")
+            answers.append(json.loads(body))
+        return answers
+    finally:
+        for s in socks:
+            s.close()
+
+
 _pending = {}  # bytes read past the last answer, per socket
 
 
@@ -235,23 +255,11 @@ def test_slow_clients_trickling_headers_byte_by_byte_do_not_delay_normal_clients
     with Server("--idle-timeout", "20", *IN_MEMORY) as srv:
         c = srv.client()
         s_init(c, 0, n + 16)
-        probe = Prober(srv)
-        probe.start()
         payloads = [raw_request("POST", "/0/reserve_and_allocate_page_indices",
                                 {"keys": [["slow-%d" % i, ""]]}) for i in range(n)]
-        socks = trickle(srv.port, payloads, 0.01)
-        try:
-            probe.finish()
-            # Every trickled request is a valid one: each gets its answer.
-            pages = []
-            for s in socks:
-                status, body = read_answer(s, 5 * PROMPT)
-                expect_eq(status, 200, "status of a trickled request")
-                pages.append(json.loads(body)["indices"][0][1])
-            expect_eq(len(set(pages)), n, "distinct pages of the trickled allocations")
-        finally:
-            for s in socks:
-                s.close()
+        # Every trickled request is a valid one: each gets its answer.
+        pages = [a["indices"][0][1] for a in answers_of_trickled(srv, payloads, 0.01)]
+        expect_eq(len(set(pages)), n, "distinct pages of the trickled allocations")
         serving_correctly(srv)
 
 
@@ -260,22 +268,12 @@ def test_slow_clients_trickling_bodies_byte_by_byte_do_not_delay_normal_clients(
     with Server("--idle-timeout", "20", *IN_MEMORY) as srv:
         c = srv.client()
         v_init(c, 0, 4 * n + 16)
-        probe = Prober(srv)
-        probe.start()
         body = json.dumps({"rank": 0, "keys": [["body-%03d" % i, ""] for i in range(4)]}).encode()
         head = ("POST /keys/batch_allocate HTTP/1.1\r\nHost: x\r\n"
                 "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                 % len(body)).encode()
-        socks = trickle(srv.port, [body] * n, 0.005, head=head)
-        try:
-            probe.finish()
-            for s in socks:
-                status, answer = read_answer(s, 5 * PROMPT)
-                expect_eq(status, 200, "status of a request whose body was trickled")
-                expect_eq(len(json.loads(answer)["results"]), 4, "results of a trickled body")
-        finally:
-            for s in socks:
-                s.close()
+        for answer in answers_of_trickled(srv, [body] * n, 0.005, head=head):
+            expect_eq(len(answer["results"]), 4, "results of a trickled body")
         serving_correctly(srv)
 
 

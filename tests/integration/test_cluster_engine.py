@@ -19,7 +19,10 @@ promotion -> first success.
 A primary starved of CPU (SIGSTOP for a moment) under load: no 500.
 
 Without --redis-wait, a front end over primaries that each have a replica
-waits for one; concurrent requests share each primary's pipelined connections.
+waits for one; over a cluster of its own with two primaries without
+replicas, it waits on neither and says so, until a replica attached to one
+makes that shard's changes wait for it. Concurrent requests share each
+primary's pipelined connections.
 
 Pages read on a primary just before it dies are kept by its promoted replica
 for one read lease (read leases are volatile: the replica never saw them).
@@ -36,7 +39,7 @@ import threading
 import time
 
 import harness
-from harness import Server, expect_eq, expect_true
+from harness import Server, expect_eq, expect_true, wait_for
 import redis_cluster
 
 LONG = os.environ.get("HF3FS_CLUSTER_LONG") == "1"
@@ -179,8 +182,10 @@ def test_without_redis_wait_a_front_end_waits_for_one_replica_as_every_primary_h
                 default_wait=True) as srv:
         store = srv.client().get("/v1/stats").json()["server"]["store"]
         expect_eq(store["wait_replicas"], 1, "the default over primaries that each have a replica")
-        expect_true("redis-wait 1 (the default): every primary has a connected replica"
+        expect_true("redis-wait (the default): a primary's changes wait for one replica "
+                    "(WAIT 1) once it has one in sync; 3 of 3 primaries have one now"
                     in srv.stderr(), srv.stderr())
+        expect_eq(srv.client().get("/health").json(), {"status": "ok"}, "/health")
         init_pool(srv)
         load = Load(srv, seed=7)
         load.start()
@@ -188,6 +193,67 @@ def test_without_redis_wait_a_front_end_waits_for_one_replica_as_every_primary_h
         load.finish()
         expect_true(len(load.acked) > 0, "changes acknowledged under the default WAIT")
         verify(srv, load.acked)
+
+
+def _waits(rc, port):
+    """WAIT commands the node at port has run (INFO commandstats)."""
+    for line in rc.call(port, "INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_wait:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+def test_by_default_a_shard_is_waited_on_once_it_has_a_replica_and_health_names_the_others():
+    """A cluster of two primaries without replicas (its own): a front end
+    without --redis-wait waits on neither, and its log, /health and the
+    gauge name both. A replica attached to one (CLUSTER REPLICATE) and in
+    sync: that shard's changes wait for it (WAIT runs there), the other's
+    still do not, and /health and the gauge name the other alone."""
+    import metrics_text
+    with redis_cluster.RedisCluster(primaries=2, replicas=0) as rc:
+        a, b = rc.primaries_ports()
+        addr = {p: "127.0.0.1:%d" % p for p in (a, b)}
+        # one namespace whose one stripe is on each primary
+        ns = {}
+        for i in range(64):
+            name = "w%d" % i
+            ns.setdefault(rc.slot_owner(rc.keyslot("hf3fs:{%s}" % name.encode().hex())), name)
+        with Server("--stripes", "1", "--redis-timeout", "1",
+                    "--redis-wait-timeout", str(5 * harness.SLOWDOWN),
+                    store="redis-cluster://" + rc.seeds(), default_wait=True) as srv:
+            c = srv.client()
+
+            def health():
+                body = c.get("/health").json()
+                return body["status"], sorted(body.get("unreplicated", []))
+
+            def unreplicated():
+                m = metrics_text.parse(c.get("/metrics").body.decode())
+                return metrics_text.value(m, "hf3fs_metad_store_unreplicated_primaries")
+
+            for p in (a, b):
+                expect_true("Redis primary %s has no replica: its changes are not waited on"
+                            % addr[p] in srv.stderr(), srv.stderr())
+            expect_eq(health(), ("ok", sorted(addr.values())), "/health without replicas")
+            expect_eq(unreplicated(), 2.0, "the gauge without replicas")
+            harness.s_init(c, 0, 8, ns=ns[a])
+            expect_eq(_waits(rc, a), 0, "WAITs on a primary without a replica")
+
+            r = rc.add_node()
+            rc.call(r, "CLUSTER", "REPLICATE", rc.node_id(a))
+            rc.wait_replicas_online(a, 1)
+            wait_for(lambda: health() == ("ok", [addr[b]]), 10 * harness.SLOWDOWN,
+                     interval=0.1, what="/health naming the other primary alone")
+            expect_eq(unreplicated(), 1.0, "the gauge once one primary has a replica")
+            expect_true("Redis primary %s has a replica in sync: its changes wait for one"
+                        % addr[a] in srv.stderr(), srv.stderr())
+            harness.s_init(c, 1, 8, ns=ns[a])
+            harness.s_init(c, 1, 8, ns=ns[b])
+            expect_true(rc.call(a, "EXISTS", "hf3fs:{%s}" % ns[a].encode().hex()) == 1
+                        and rc.call(b, "EXISTS", "hf3fs:{%s}" % ns[b].encode().hex()) == 1,
+                        "each namespace on its primary")
+            expect_true(_waits(rc, a) > 0, "a change waited for the replica of its primary")
+            expect_eq(_waits(rc, b), 0, "WAITs on the primary without a replica")
 
 
 def _clients(rc, port):

@@ -18,6 +18,7 @@ import time
 
 import harness
 from harness import expect_true
+import procs
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DOCS = ["README.md", os.path.join("docs", "many-nodes.md"), os.path.join("docs", "operations.md")]
@@ -160,21 +161,8 @@ def _netns(pid):
 
 def members(ns, but=()):
     """The live processes (not zombies) of network namespace ns."""
-    found = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) in but:
-            continue
-        pid = int(d)
-        if _netns(pid) != ns:
-            continue
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2:].split()[0] != "Z":
-            found.add(pid)
-    return found
+    return {pid for pid, _, fields in procs.processes()
+            if pid not in but and fields[0] != "Z" and _netns(pid) == ns}
 
 
 def listening_inodes(any_pid):

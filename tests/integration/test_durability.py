@@ -75,6 +75,16 @@ def own_each(c, n):
     return owned
 
 
+def expect_acked_after_restart(d, acked, pages_of, what):
+    """Serve d again: every acknowledged key (acked: key -> page) has its
+    page, as pages_of(client, rank 0, keys) reads it, and the pools hold."""
+    srv, c = d.serve()
+    names = sorted(acked)
+    expect_eq(pages_of(c, 0, names), [acked[k] for k in names], what)
+    srv.check()
+    srv.stop()
+
+
 def run_server_expecting_exit(data_dir, *flags, timeout=10 * SLOW):
     """Start the binary on data_dir; it must exit by itself. (code, stderr)."""
     args = [os.path.abspath(harness.BIN), "--host", "127.0.0.1", "--port", "0",
@@ -292,12 +302,8 @@ def check_fault(items):
         v_confirm(c, 0, [("after-repair", page)])
         acked["after-repair"] = page
         kill9(srv)
-        srv, c = d.serve()
-        names = sorted(acked)
-        expect_eq(v_locations(c, 0, names), [acked[k] for k in names],
-                  "every acknowledged confirmation after kill -9")
-        srv.check()
-        srv.stop()
+        expect_acked_after_restart(d, acked, v_locations,
+                                   "every acknowledged confirmation after kill -9")
 
 
 def test_a_failing_disk_at_kill_9_time_loses_nothing_acknowledged():
@@ -311,11 +317,7 @@ def test_a_failing_disk_at_kill_9_time_loses_nothing_acknowledged():
         expect_error(c.post("/0/reserve_and_allocate_page_indices", {"keys": [["z", ""]]}), 507)
         kill9(srv)  # while the log is failed: a restart is the other way to recover
         os.unlink(full)
-        srv, c = d.serve()
-        names = sorted(acked)
-        expect_eq(s_pages(c, 0, names), [acked[k] for k in names], "acknowledged keys")
-        srv.check()
-        srv.stop()
+        expect_acked_after_restart(d, acked, s_pages, "acknowledged keys")
 
 
 def test_a_torn_tail_is_cut_and_reported_and_the_server_starts():

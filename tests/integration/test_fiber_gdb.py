@@ -1,4 +1,4 @@
-"""test_fiber_gdb.py: gdb unwinds through the fibers' switch (util/fiber.c).
+"""test_fiber_gdb.py: gdb unwinds through the fibers' switch (util/fiber_switch.c).
 
 The unit test binary BUILD/tests/test_fiber (BUILD: the directory of
 $HF3FS_METAD_BIN) runs one of its tests under `gdb -batch`, stopped in

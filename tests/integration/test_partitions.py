@@ -37,7 +37,9 @@ HEAL_BOUND_S of the heal.
 
 HF3FS_PARTITION_REDIS_WAIT (default 1) is the front ends' --redis-wait: with
 0 the cut primary takes acknowledged changes that its promoted replica never
-receives, and cut_primary fails.
+receives, and cut_primary fails; with "default" they run without the flag
+(each primary waited on once it has a replica in sync), and every nemesis
+holds.
 """
 
 import os
@@ -121,12 +123,13 @@ class Setup:
         redis_cluster.flush(rc)
         self.fes = []
         try:
+            wait = [] if REDIS_WAIT == "default" else ["--redis-wait", REDIS_WAIT]
             for h in w.fe_hosts:
                 self.fes.append(Server(*integrity.LEASE_FLAGS, "--redis-timeout", "1",
-                                       "--redis-connect-timeout", "1",
-                                       "--redis-wait", REDIS_WAIT, "--stripes", "1",
+                                       "--redis-connect-timeout", "1", *wait, "--stripes", "1",
                                        store="redis-cluster://" + rc.seeds(), host=h.ip,
-                                       port=FE_PORT, prefix=h.prefix).start())
+                                       port=FE_PORT, prefix=h.prefix,
+                                       default_wait=not wait).start())
             c = self.fes[0].client()
             # the first change once every shard acknowledges with a replica
             # (a node the previous test cut may still be syncing)

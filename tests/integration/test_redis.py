@@ -13,11 +13,12 @@
   a status the stock clients retry after a change was sent; frozen for a
   moment under load from many clients: never a 500 (503 and 507 only);
 - --redis-wait N: a change is acknowledged once N replicas have it, and is
-  answered 507 (outcome unknown) when they do not confirm it, /health then
-  saying reads_only until the replica is back; without the flag, 1 where
-  every primary has a connected replica at start, else 0; an allocation
-  answered 507 has its reservations freed within 1 s, never a page a
-  client was answered;
+  answered 507 (outcome unknown) when they do not confirm it; without the
+  flag, a primary's changes are not waited on (the log, /health and a gauge
+  say so) until it has a replica in sync, and then wait for one, answering
+  507 and /health saying reads_only once it lost it, until it is back; an
+  allocation answered 507 has its reservations freed within 1 s, never a
+  page a client was answered;
 - /metrics answers 200 while Redis is stopped: store_up 0, no pool figures;
 - the pipelined link: many concurrent requests share --redis-connections
   connections (CLIENT LIST), their commands written together; past
@@ -361,30 +362,71 @@ def test_metrics_answer_200_with_store_up_0_and_no_pool_figures_while_redis_is_s
                     "hf3fs_metad_pools once Redis answers again")
 
 
-def test_health_says_reads_only_while_redis_wait_lacks_its_replica_and_ok_once_it_is_back():
-    """--redis-wait 1, the replica killed: a change answers 507 (after the
-    WAIT timeout), /health answers 200 "reads_only" saying why (reads go
-    on), the gauges agree; the replica started again and in sync: a change
-    is acknowledged and /health says ok."""
+def replicate(replica, primary):
+    """replica follows primary, until the primary counts it in sync
+    (state=online: the replicas that WAIT counts)."""
+    replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
+    wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
+             10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
+
+
+def _waits(r):
+    """WAIT commands the Redis r has run (INFO commandstats)."""
+    for line in r.cmd("INFO", "commandstats").decode().splitlines():
+        if line.startswith("cmdstat_wait:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+def test_by_default_a_primary_is_waited_on_once_it_has_a_replica_and_reads_only_once_it_lost_it():
+    """Without --redis-wait, over one Redis without a replica: its changes
+    are not waited on (no WAIT runs), the log, /health and the gauge say
+    so. A replica attached (REPLICAOF) and in sync: its changes wait for it
+    from then on (WAIT runs), /health and the gauge have nothing to say. The
+    replica killed: the primary stays waited on, so a change answers 507
+    (after the WAIT timeout) and /health answers 200 "reads_only" naming
+    it, reads go on; the replica back in sync: changes are acknowledged and
+    /health says ok. --redis-wait 0 given: never a WAIT."""
     import metrics_text
     # no 5 s pause before a full sync (Redis's default): the replica's
-    # restart is the test's, not its wait
+    # attach and restart are the test's, not its wait
     with RedisServer(extra=["--repl-diskless-sync-delay", "0"]) as primary, \
             RedisServer(extra=[]) as replica:
-        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
-        wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
-                 10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
-        with Server("--redis-wait", "1", "--redis-wait-timeout", str(2 * harness.SLOWDOWN),
+        addr = "127.0.0.1:%d" % primary.port
+        with Server("--redis-wait-timeout", str(2 * harness.SLOWDOWN),
                     store=primary.url) as srv:
             c = srv.client()
-            # a loaded machine can delay the replica's first acknowledgements
-            # past the WAIT timeout: initialize (idempotent) until one comes
-            wait_for(lambda: c.post("/rank/0/initialize",
-                                    {"role": "worker", "num_pages": 8}).status == 200,
-                     10 * harness.SLOWDOWN, interval=0.2, what="an acknowledged initialize")
+
+            def unreplicated():
+                m = metrics_text.parse(c.get("/metrics").body.decode())
+                return metrics_text.value(m, "hf3fs_metad_store_unreplicated_primaries")
+
+            expect_true("Redis primary %s has no replica: its changes are not waited on, so "
+                        "no other node has them and losing this one can lose acknowledged work"
+                        % addr in srv.stderr(), srv.stderr())
+            expect_eq(c.get("/health").json(), {"status": "ok", "unreplicated": [addr]},
+                      "/health without a replica")
+            expect_eq(unreplicated(), 1.0, "the gauge without a replica")
+            v_init(c, 0, 8)
             pages = v_alloc(c, 0, ["k"])
             v_confirm(c, 0, [("k", pages[0])])
-            expect_eq(c.get("/health").json(), {"status": "ok"}, "/health with the replica")
+            expect_eq(_waits(primary), 0, "WAITs run while the primary has no replica")
+
+            replicate(replica, primary)
+            wait_for(lambda: c.get("/health").json() == {"status": "ok"},
+                     10 * harness.SLOWDOWN, interval=0.1,
+                     what="/health without unreplicated once the replica is in sync")
+            expect_eq(unreplicated(), 0.0, "the gauge with the replica")
+            expect_true("Redis primary %s has a replica in sync: its changes wait for one"
+                        % addr in srv.stderr(), srv.stderr())
+            before = _waits(primary)
+            # a loaded machine can delay the replica's first acknowledgements
+            # past the WAIT timeout: allocate until one is acknowledged
+            wait_for(lambda: c.post("/keys/batch_allocate",
+                                    {"rank": 0, "keys": ["w"]}).status == 200,
+                     10 * harness.SLOWDOWN, interval=0.2, what="an acknowledged change")
+            expect_true(_waits(primary) > before, "a change waited for the replica")
+
             replica.kill9()
             t0 = time.monotonic()
             expect_error(c.post("/keys/batch_allocate", {"rank": 0, "keys": ["x"]}), 507)
@@ -394,14 +436,17 @@ def test_health_says_reads_only_while_redis_wait_lacks_its_replica_and_ok_once_i
             expect_eq(h.status, 200, "/health while reads are served")
             body = h.json()
             expect_eq(body["status"], "reads_only", "/health status: %r" % body)
-            expect_true("replicas" in body["detail"] and "507" in body["detail"],
+            expect_true("lost its replica" in body["detail"] and "507" in body["detail"],
                         "/health says why: %r" % body)
+            expect_eq(body.get("unreplicated"), [addr], "/health names it: %r" % body)
             expect_eq(v_exists(c, ["k"]), [True], "reads go on")
             m = metrics_text.parse(c.get("/metrics").body.decode())
             expect_eq((metrics_text.value(m, "hf3fs_metad_serving", mode="reads_only"),
                        metrics_text.value(m, "hf3fs_metad_accepting_changes"),
-                       metrics_text.value(m, "hf3fs_metad_store_up")), (1.0, 0.0, 1.0),
-                      "serving{mode=reads_only}, accepting_changes, store_up")
+                       metrics_text.value(m, "hf3fs_metad_store_up"),
+                       metrics_text.value(m, "hf3fs_metad_store_unreplicated_primaries")),
+                      (1.0, 0.0, 1.0, 1.0),
+                      "serving{mode=reads_only}, accepting_changes, store_up, unreplicated")
             t0 = time.monotonic()
             replica.start()
             replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
@@ -416,6 +461,14 @@ def test_health_says_reads_only_while_redis_wait_lacks_its_replica_and_ok_once_i
                   % (time.monotonic() - t0), flush=True)
             wait_for(lambda: c.get("/health").json() == {"status": "ok"}, 5 * harness.SLOWDOWN,
                      what="/health ok once the replica is back")
+        with Server("--redis-wait", "0", store=primary.url) as srv:
+            c = srv.client()
+            expect_eq(srv.client().get("/v1/stats").json()["server"]["store"]["wait_replicas"],
+                      0, "--redis-wait 0")
+            before = _waits(primary)
+            v_alloc(c, 0, ["z"])
+            expect_eq(_waits(primary), before, "WAITs under --redis-wait 0")
+            expect_true("(the default)" not in srv.stderr(), srv.stderr())
 
 
 def test_an_allocation_answered_507_is_settled_and_never_a_page_a_client_was_told():
@@ -477,9 +530,7 @@ def test_redis_wait_acknowledges_once_replicas_have_the_change():
             # no replica yet: the change is applied on the primary but unconfirmed
             resp = srv.client().post("/rank/0/initialize", {"role": "worker", "num_pages": 8})
             expect_error(resp, 507)
-        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
-        wait_for(lambda: b"master_link_status:up" in replica.cmd("INFO", "replication"),
-                 10 * harness.SLOWDOWN, what="replica in sync")
+        replicate(replica, primary)
         # A replica on a loaded machine can take longer than 0.3 s to confirm.
         with Server("--redis-wait", "1", "--redis-wait-timeout", str(5 * harness.SLOWDOWN),
                     store=primary.url) as srv:
@@ -488,32 +539,6 @@ def test_redis_wait_acknowledges_once_replicas_have_the_change():
             pages = v_alloc(c, 0, ["k"])
             v_confirm(c, 0, [("k", pages[0])])
             wait_for(lambda: replica.cmd("EXISTS", "hf3fs:{6b76}") == 1, 5, what="on the replica")
-
-
-def test_redis_wait_defaults_to_one_where_every_primary_has_a_replica_and_says_why():
-    def wait_of(srv):
-        return srv.client().get("/v1/stats").json()["server"]["store"]["wait_replicas"]
-
-    with RedisServer() as primary, RedisServer(extra=[]) as replica:
-        with Server(store=primary.url) as srv:  # no replica: acknowledged by the primary
-            expect_eq(wait_of(srv), 0, "redis-wait without a replica")
-            expect_true("redis-wait 0 (the default): %s:%d has no connected replica in sync"
-                        % ("127.0.0.1", primary.port) in srv.stderr(), srv.stderr())
-        replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
-        wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
-                 10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
-        with Server("--redis-wait-timeout", str(5 * harness.SLOWDOWN),
-                    store=primary.url) as srv:
-            expect_eq(wait_of(srv), 1, "redis-wait with a replica")
-            expect_true("redis-wait 1 (the default): every primary has a connected replica"
-                        in srv.stderr(), srv.stderr())
-            c = srv.client()
-            v_init(c, 0, 8)
-            pages = v_alloc(c, 0, ["k"])
-            v_confirm(c, 0, [("k", pages[0])])
-        with Server("--redis-wait", "0", store=primary.url) as srv:
-            expect_eq(wait_of(srv), 0, "--redis-wait 0 turns it off")
-            expect_true("(the default)" not in srv.stderr(), srv.stderr())
 
 
 def _mixed_load(port, stop, statuses, lock, seed):

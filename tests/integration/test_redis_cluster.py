@@ -1,4 +1,4 @@
-"""The cluster routing (src/cluster/cluster.c) against a real local Redis Cluster.
+"""The cluster routing (src/cluster/) against a real local Redis Cluster.
 
 A cluster of 3 primaries + 3 replicas (redis_cluster.py) is started once and
 shared by the tests, in definition order; the failover test comes last

@@ -17,7 +17,8 @@ default --redis-wait (1: the primary has a replica).
   sentinels still name, and a change answers 503; once the sentinels name
   the promoted replica the front end serves from it, without a restart,
   within FOLLOW_BOUND_S; the killed node, started again as a replica of
-  the new primary, lets changes be acknowledged again (WAIT 1); no page is
+  the new primary, is waited on (WAIT 1) once in sync, the new primary's
+  changes acknowledged meanwhile (the default judges it afresh); no page is
   ever written for two keys nor read stale, and /v1/check holds;
 - a switch while the old primary stays up (SENTINEL FAILOVER: it is
   demoted to a replica): the front end follows it (ROLE, the sentinels'

@@ -113,23 +113,38 @@ def test_exits_that_mean_the_configuration_is_wrong_are_not_restarted():
         expect_true(1 not in prevent, "%s: exit 1 (the port taken) is worth a restart" % name)
 
 
+SHIPPED_MODULE = "/usr/lib/redis/modules/hf3fs_metad_redis.so"
+
+
+def shipped_module_args():
+    """The arguments deploy/redis/hf3fsmeta.conf loads the module with."""
+    with open(os.path.join(DEPLOY, "redis", "hf3fsmeta.conf")) as f:
+        lines = [line.split() for line in f if line.startswith("loadmodule ")]
+    expect_eq([line[1] for line in lines], [SHIPPED_MODULE], "hf3fsmeta.conf loads the module")
+    return lines[0][2:]
+
+
 def shipped_redis_args(tmp, auth):
     """redis-server's arguments for deploy/redis/hf3fsmeta.conf as installed:
     a copy whose auth file is the test's, and without its loadmodule line
-    (RedisServer loads the build's module, with the environment a sanitized
-    one needs)."""
+    (RedisServer loads the build's module, with shipped_module_args() and
+    the environment a sanitized one needs)."""
     with open(os.path.join(DEPLOY, "redis", "hf3fsmeta.conf")) as f:
         text = f.read()
     expect_true("\ninclude /etc/redis/hf3fsmeta-auth.conf\n" in text,
                 "hf3fsmeta.conf includes the auth file")
     text = text.replace("/etc/redis/hf3fsmeta-auth.conf", auth)
-    expect_true("\nloadmodule /usr/lib/redis/modules/hf3fs_metad_redis.so\n" in text,
-                "hf3fsmeta.conf loads the module")
     text = text.replace("\nloadmodule ", "\n# loadmodule ")
     conf = os.path.join(tmp, "hf3fsmeta.conf")
     with open(conf, "w") as f:
         f.write(text)
     return ["--include", conf]
+
+
+def test_the_shipped_redis_configuration_loads_the_module_with_settle_replicate():
+    """A fresh install runs one release everywhere: its Redis nodes load the
+    module with settle-replicate, so a promoted replica can settle."""
+    expect_eq(shipped_module_args(), ["settle-replicate"], "the module's arguments")
 
 
 def unit_flags(password_file):
@@ -157,9 +172,12 @@ def test_the_shipped_redis_configuration_and_the_redis_unit_agree_on_the_passwor
             f.write(password + "\n")
         os.chmod(pwfile, 0o600)
         flags = unit_flags(pwfile)
-        with RedisServer(password=password, extra=shipped_redis_args(tmp, auth)) as r:
+        with RedisServer(password=password, extra=shipped_redis_args(tmp, auth),
+                         module_args=shipped_module_args()) as r:
             with Server(*flags, store=r.url) as srv:
-                expect_eq(srv.client().get("/health").json(), {"status": "ok"},
+                # serving; the one Redis has no replica, which /health names
+                expect_eq(srv.client().get("/health").json(),
+                          {"status": "ok", "unreplicated": ["127.0.0.1:%d" % r.port]},
                           "the front end with the unit's flags over the shipped Redis")
             p = subprocess.run(harness.WRAPPER + [BIN, "--port", "0", "--store", r.url],
                                capture_output=True, timeout=20 * harness.SLOWDOWN)

@@ -50,9 +50,23 @@ def keys_of(word, n):
     return [hashlib.md5(("%s-%d" % (word, i)).encode()).hexdigest() for i in range(n)]
 
 
+def suffixed_keys():
+    """SGLang's suffixed keys (`<64 hex>-k`, `-v`, `<32 hex>_<pool>`: this
+    release packs them, the previous one kept them as text) and the shapes
+    at the bounds of the packed form: upper case hex, 63 and 65 hex, a
+    suffix of 16 and of 17 bytes, suffixes that look like hex."""
+    h32, h64 = keys_of("sfx", 1)[0], "".join(keys_of("sfx64", 2))
+    pairs = [k * 2 for k in keys_of("mha", 8)]
+    return ([k + "-k" for k in pairs] + [k + "-v" for k in pairs]
+            + [k + "_mamba" for k in keys_of("pool", 4)]
+            + [h64.upper() + "-k", h64[:63] + "-k", h64 + "0", h64 + "ab", h32 + "abc",
+               h32 + "ABCD", h64 + "_" + "p" * 15, h64 + "_" + "p" * 16,
+               h32 + "_" + "p" * 15, h32 + "_" + "p" * 16])
+
+
 def write_state(c):
     """Pools of both dialects with confirmed keys; what they hold."""
-    vk, sk = keys_of("v", 40), [k * 2 for k in keys_of("s", 40)]
+    vk, sk = keys_of("v", 40), [k * 2 for k in keys_of("s", 40)] + suffixed_keys()
     v_init(c, 0, 256)
     pages = v_alloc(c, 0, vk)
     v_confirm(c, 0, list(zip(vk, pages)))
@@ -163,6 +177,36 @@ def test_a_front_end_serves_on_while_its_redis_restarts_from_the_aof_onto_the_ne
                                   r'release="%s",[^}]*speaking="5"' % (redis.port, RELEASE), m),
                         "hf3fs_metad_store_module_info of the node")
             srv.check()
+
+
+def test_values_the_previous_module_saved_load_from_its_rdb_and_its_rewritten_aof_with_every_key():
+    """The previous release's module saves its values (SGLang's suffixed
+    keys among them, as text: encoding 3) to an RDB and to an AOF rewritten
+    without an RDB preamble (HF3FS.REBUILD); this release's module, which
+    packs those keys, loads each: the same digest (every key's bytes, its
+    page, the free order) and every key at its page."""
+    extra = ["--enable-debug-command", "yes", "--aof-use-rdb-preamble", "no"]
+    with RedisServer(appendonly=True, loadmodule=prev_release.module(), extra=extra) as redis:
+        with Server(store=redis.url) as srv:
+            c = srv.client()
+            vk, sk = write_state(c)
+            want = (v_locations(c, 0, vk), s_pages(c, 0, sk, ns="sg"))
+        digest = redis.cmd("DEBUG", "DIGEST")
+        redis.cmd("SAVE")
+        redis.cmd("BGREWRITEAOF")
+        wait_for(lambda: all(b in redis.cmd("INFO", "persistence") for b in (
+            b"aof_rewrite_in_progress:0", b"aof_rewrite_scheduled:0")),
+            30 * harness.SLOWDOWN, what="the AOF rewritten")
+        aof = b"".join(open(os.path.join(d, f), "rb").read() for d, _, fs in os.walk(redis.dir)
+                       for f in fs if ".aof" in f)
+        expect_true(b"HF3FS.REBUILD" in aof, "the rewritten AOF rebuilds the values")
+        for appendonly, source in ((False, "the RDB"), (True, "the rewritten AOF")):
+            redis.stop()
+            redis.appendonly, redis.module = appendonly, module_path()
+            redis.start()
+            expect_eq(redis.cmd("DEBUG", "DIGEST"), digest, "the digest after a load of " + source)
+            with Server(store=redis.url) as srv:
+                expect_state(srv.client(), vk, sk, want)
 
 
 def test_a_redis_whose_module_speaks_no_command_set_of_the_front_end_gets_no_command():
@@ -313,6 +357,25 @@ def step(what):
     print("# %.2f %s" % (time.monotonic() - T0[0], what), flush=True)
 
 
+def failover(rc, replica, primary):
+    """CLUSTER FAILOVER on replica until it is the primary: the runbook's
+    step 3. Redis drops a manual failover without a word after 5 s (seen
+    when another node's bus link to the replica was not up yet, which
+    wait_bus_linked now waits for), so the step is asked again while the
+    replica is still one."""
+    deadline = time.monotonic() + 30
+    while True:
+        rc.call(replica, "CLUSTER", "FAILOVER")
+        try:
+            wait_for(lambda: rc.role(replica) == "master" and rc.role(primary) == "slave",
+                     6, what="failover to %d" % replica)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            step("failover to %d not done in 6 s: asked again" % replica)
+
+
 def upgrade_shard(rc, primary, spare, module):
     """The runbook's steps for one shard (docs/operations.md): the spare
     (on the new module) follows its primary, so that WAIT always has a
@@ -325,17 +388,29 @@ def upgrade_shard(rc, primary, spare, module):
     rc.kill9(replica)
     rc.restart(replica, module)
     rc.wait_replicas_online(primary, 2)
+    rc.wait_bus_linked(replica)
     step("replica %d upgraded" % replica)
-    rc.call(replica, "CLUSTER", "FAILOVER")
-    wait_for(lambda: rc.role(replica) == "master" and rc.role(primary) == "slave",
-             30, what="failover to %d" % replica)
+    failover(rc, replica, primary)
     rc.wait_replicas_online(replica, 2)
     step("failed over to %d" % replica)
+    # the front ends' slot maps name the new primary within a second (their
+    # monitors take the map every second): after that no change goes to the
+    # old one, so none is in flight on it when it stops
+    time.sleep(2)
     rc.kill9(primary)
     rc.restart(primary, module)
     rc.wait_replicas_online(replica, 2)
     rc.wait_ok()
     step("old primary %d upgraded" % primary)
+
+
+def print_errors(holder):
+    """The front ends' error and warning lines (why a call failed)."""
+    for srv in holder:
+        with open(srv._stderr_path, errors="replace") as f:
+            for line in f:
+                if " error: " in line or " warn: " in line:
+                    print("# front end %d: %s" % (srv.port, line.rstrip()[:400]))
 
 
 def replace_front_end(holder, i, binary):
@@ -402,6 +477,7 @@ def rolling_upgrade(front_ends_first, shards):
             holder[0].check()
         finally:
             witness.stop.set()
+            print_errors(holder)
             for srv in holder:
                 srv.stop()
 

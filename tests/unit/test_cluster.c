@@ -1,5 +1,5 @@
 /*
- * test_cluster.c: the parts of the cluster routing (src/cluster/cluster.c)
+ * test_cluster.c: the parts of the cluster routing (src/cluster/)
  * that need no cluster: key slots, seed parsing, an unreachable seed. The
  * routing itself is tested against a real cluster by
  * tests/integration/test_redis_cluster.py.

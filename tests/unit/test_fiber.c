@@ -28,6 +28,7 @@ typedef struct test_loop {
     int epfd, wake_fd;
     int wakes; /* the wake hook's calls */
     hf_sched *s;
+    int sv[2]; /* a socket pair for fd waits (loop_open_socketpair), or -1 */
 } test_loop;
 
 static void on_wake(void *ctx)
@@ -47,6 +48,14 @@ static void loop_open(test_loop *l)
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = l};
     CHECK_EQ(epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wake_fd, &ev), 0);
     l->s = hf_sched_new(l->epfd, on_wake, l);
+    l->sv[0] = l->sv[1] = -1;
+}
+
+/* A loop and a non-blocking socket pair for its fibers' fd waits. */
+static void loop_open_socketpair(test_loop *l)
+{
+    loop_open(l);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, l->sv), 0);
 }
 
 static void loop_close(test_loop *l)
@@ -54,6 +63,9 @@ static void loop_close(test_loop *l)
     hf_sched_free(l->s);
     close(l->epfd);
     close(l->wake_fd);
+    for (int i = 0; i < 2; i++)
+        if (l->sv[i] >= 0)
+            close(l->sv[i]);
 }
 
 /* One pass of the loop: wait (at most the scheduler's timeout, bounded by
@@ -88,6 +100,7 @@ static void loop_drain(test_loop *l)
 typedef struct shared {
     pthread_mutex_t mu;
     hf_park park;
+    hf_fiber_mutex held; /* the fiber mutex the lock jobs take */
     bool flag;
     int order[8];
     int norder;
@@ -97,12 +110,14 @@ static void shared_init(shared *sh)
 {
     pthread_mutex_init(&sh->mu, NULL);
     hf_park_init(&sh->park);
+    hf_fiber_mutex_init(&sh->held);
     sh->flag = false;
     sh->norder = 0;
 }
 
 static void shared_free(shared *sh)
 {
+    hf_fiber_mutex_destroy(&sh->held);
     hf_park_destroy(&sh->park);
     pthread_mutex_destroy(&sh->mu);
 }
@@ -111,6 +126,15 @@ static void note(shared *sh, int what)
 {
     sh->order[sh->norder++] = what;
 }
+
+/* The fibers noted exactly these, in this order. */
+#define CHECK_ORDER(sh, ...)                                                                       \
+    do {                                                                                           \
+        const int want_[] = {__VA_ARGS__};                                                         \
+        CHECK_EQ((sh)->norder, (int)(sizeof want_ / sizeof want_[0]));                             \
+        for (int i_ = 0; i_ < (sh)->norder; i_++)                                                  \
+            CHECK_EQ((sh)->order[i_], want_[i_]);                                                  \
+    } while (0)
 
 /* Waits for the flag (as a pipe's caller waits for its replies). */
 static void wait_for_flag(void *arg)
@@ -148,8 +172,7 @@ TEST(fiber_that_never_waits_returns_at_spawn_on_a_fiber)
     CHECK_EQ(hf_fiber_active(), false);
     CHECK_EQ(hf_sched_spawn(l.s, just_note, &sh), true);
     CHECK_EQ(hf_sched_live(l.s), 0);
-    CHECK_EQ(sh.norder, 1);
-    CHECK_EQ(sh.order[0], 7); /* it ran on a fiber */
+    CHECK_ORDER(&sh, 7); /* it ran on a fiber */
     CHECK_EQ(hf_fiber_active(), false);
     shared_free(&sh);
     loop_close(&l);
@@ -167,10 +190,7 @@ TEST(parked_fiber_goes_on_when_another_fiber_of_its_loop_wakes_it)
     CHECK_EQ(l.wakes, 0); /* the same thread: no wake-up of the loop */
     hf_sched_run_ready(l.s);
     CHECK_EQ(hf_sched_live(l.s), 0);
-    CHECK_EQ(sh.norder, 3);
-    CHECK_EQ(sh.order[0], 1);
-    CHECK_EQ(sh.order[1], 2);
-    CHECK_EQ(sh.order[2], 3);
+    CHECK_ORDER(&sh, 1, 2, 3);
     shared_free(&sh);
     loop_close(&l);
 }
@@ -250,8 +270,7 @@ TEST(park_deadline_bounds_the_loop_sleep_and_resumes_the_fiber)
     CHECK_EQ(hf_sched_timeout_ms(l.s, 5), 5); /* the loop's own bound when sooner */
     loop_drain(&l);
     CHECK_INT(hf_clock_mono_us() - t0, >=, 30000);
-    CHECK_EQ(sh.norder, 1);
-    CHECK_EQ(sh.order[0], 9);
+    CHECK_ORDER(&sh, 9);
     CHECK_EQ(l.wakes, 0);
     shared_free(&sh);
     loop_close(&l);
@@ -276,72 +295,62 @@ static void wait_readable(void *arg)
 TEST(fd_wait_parks_the_fiber_until_the_socket_is_readable)
 {
     test_loop l;
-    loop_open(&l);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-    fd_job j = {.fd = sv[0], .until_us = hf_clock_mono_us() + 5000000};
+    loop_open_socketpair(&l);
+    fd_job j = {.fd = l.sv[0], .until_us = hf_clock_mono_us() + 5000000};
     CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &j), false);
     CHECK_EQ(loop_once(&l, 10), 0); /* nothing to read: still parked */
     CHECK_EQ(j.done, false);
-    CHECK_EQ(write(sv[1], "x", 1), 1);
+    CHECK_EQ(write(l.sv[1], "x", 1), 1);
     CHECK_EQ(loop_once(&l, 1000), 1); /* the socket's event, taken by the scheduler */
     CHECK_EQ(j.done, true);
     CHECK_INT(j.result, >, 0);
     /* a second wait on the same socket (armed again, not added twice) */
     char c;
-    CHECK_EQ(read(sv[0], &c, 1), 1);
+    CHECK_EQ(read(l.sv[0], &c, 1), 1);
     j.done = false;
     CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &j), false);
-    CHECK_EQ(write(sv[1], "y", 1), 1);
+    CHECK_EQ(write(l.sv[1], "y", 1), 1);
     loop_drain(&l);
     CHECK_INT(j.result, >, 0);
-    close(sv[0]);
-    close(sv[1]);
     loop_close(&l);
 }
 
 TEST(fd_wait_past_its_deadline_returns_0_and_leaves_the_epoll_set)
 {
     test_loop l;
-    loop_open(&l);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-    fd_job j = {.fd = sv[0], .until_us = hf_clock_mono_us() + 20000};
+    loop_open_socketpair(&l);
+    fd_job j = {.fd = l.sv[0], .until_us = hf_clock_mono_us() + 20000};
     CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &j), false);
     loop_drain(&l);
     CHECK_EQ(j.result, 0);
-    CHECK_EQ(write(sv[1], "x", 1), 1);
+    CHECK_EQ(write(l.sv[1], "x", 1), 1);
     struct epoll_event ev;
     CHECK_EQ(epoll_wait(l.epfd, &ev, 1, 20), 0); /* no stale event for the ended wait */
-    close(sv[0]);
-    close(sv[1]);
     loop_close(&l);
 }
 
 TEST(fd_wait_on_a_socket_another_fiber_waits_on_sets_no_timer_and_wakes_with_its_event)
 {
     test_loop l;
-    loop_open(&l);
-    int sv[2];
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    loop_open_socketpair(&l);
     int64_t far = hf_clock_mono_us() + 5000000;
-    fd_job a = {.fd = sv[0], .until_us = far}, b = {.fd = sv[0], .until_us = far};
+    fd_job a = {.fd = l.sv[0], .until_us = far}, b = {.fd = l.sv[0], .until_us = far};
     CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &a), false);
     CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &b), false); /* shares a's registration */
     CHECK_INT(hf_sched_timeout_ms(l.s, -1), >, 1000);        /* their deadlines only */
     CHECK_EQ(loop_once(&l, 10), 0);
     CHECK_EQ(a.done || b.done, false);
-    CHECK_EQ(write(sv[1], "x", 1), 1);
+    CHECK_EQ(write(l.sv[1], "x", 1), 1);
     CHECK_EQ(loop_once(&l, 1000), 1); /* one event, both go on */
     CHECK_EQ(a.done && b.done, true);
     CHECK_INT(a.result, >, 0);
     CHECK_INT(b.result, >, 0);
     char c;
-    CHECK_EQ(read(sv[0], &c, 1), 1);
+    CHECK_EQ(read(l.sv[0], &c, 1), 1);
     /* the first leaves at its deadline: the second goes on waiting, on a
      * registration of its own, and wakes with the next byte */
-    a = (fd_job){.fd = sv[0], .until_us = hf_clock_mono_us() + 20000};
-    b = (fd_job){.fd = sv[0], .until_us = far};
+    a = (fd_job){.fd = l.sv[0], .until_us = hf_clock_mono_us() + 20000};
+    b = (fd_job){.fd = l.sv[0], .until_us = far};
     CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &a), false);
     CHECK_EQ(hf_sched_spawn(l.s, wait_readable, &b), false);
     int64_t until = hf_clock_mono_us() + 5000000;
@@ -350,12 +359,10 @@ TEST(fd_wait_on_a_socket_another_fiber_waits_on_sets_no_timer_and_wakes_with_its
     CHECK_EQ(a.result, 0);
     CHECK_EQ(b.done, false);
     CHECK_INT(hf_sched_timeout_ms(l.s, -1), >, 1000);
-    CHECK_EQ(write(sv[1], "y", 1), 1);
+    CHECK_EQ(write(l.sv[1], "y", 1), 1);
     CHECK_EQ(loop_once(&l, 1000), 1);
     CHECK_EQ(b.done, true);
     CHECK_INT(b.result, >, 0);
-    close(sv[0]);
-    close(sv[1]);
     loop_close(&l);
 }
 
@@ -389,7 +396,6 @@ TEST(park_off_a_fiber_sleeps_on_its_condition_variable_until_woken)
 }
 
 typedef struct lock_job {
-    hf_fiber_mutex *held;
     shared *sh;
     int id;
 } lock_job;
@@ -398,21 +404,21 @@ typedef struct lock_job {
 static void lock_and_park(void *arg)
 {
     lock_job *j = arg;
-    hf_fiber_lock(j->held);
+    hf_fiber_lock(&j->sh->held);
     note(j->sh, j->id);
     pthread_mutex_lock(&j->sh->mu);
     hf_park_wait(&j->sh->park, &j->sh->mu, hf_clock_mono_us() + 20000);
     pthread_mutex_unlock(&j->sh->mu);
     note(j->sh, j->id + 10);
-    hf_fiber_unlock(j->held);
+    hf_fiber_unlock(&j->sh->held);
 }
 
 static void lock_then_note(void *arg)
 {
     lock_job *j = arg;
-    hf_fiber_lock(j->held);
+    hf_fiber_lock(&j->sh->held);
     note(j->sh, j->id);
-    hf_fiber_unlock(j->held);
+    hf_fiber_unlock(&j->sh->held);
 }
 
 TEST(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex)
@@ -421,17 +427,11 @@ TEST(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex)
     loop_open(&l);
     shared sh;
     shared_init(&sh);
-    hf_fiber_mutex held;
-    hf_fiber_mutex_init(&held);
-    lock_job a = {&held, &sh, 1}, b = {&held, &sh, 2};
+    lock_job a = {&sh, 1}, b = {&sh, 2};
     CHECK_EQ(hf_sched_spawn(l.s, lock_and_park, &a), false);
     CHECK_EQ(hf_sched_spawn(l.s, lock_then_note, &b), false); /* would block the thread */
     loop_drain(&l);
-    CHECK_EQ(sh.norder, 3);
-    CHECK_EQ(sh.order[0], 1);
-    CHECK_EQ(sh.order[1], 11);
-    CHECK_EQ(sh.order[2], 2);
-    hf_fiber_mutex_destroy(&held);
+    CHECK_ORDER(&sh, 1, 11, 2);
     shared_free(&sh);
     loop_close(&l);
 }
@@ -440,13 +440,13 @@ TEST(fiber_lock_parks_while_a_parked_fiber_of_the_same_loop_holds_the_mutex)
 static void lock_and_wait_for_flag(void *arg)
 {
     lock_job *j = arg;
-    hf_fiber_lock(j->held);
+    hf_fiber_lock(&j->sh->held);
     note(j->sh, j->id);
     pthread_mutex_lock(&j->sh->mu);
     while (!j->sh->flag)
         hf_park_wait(&j->sh->park, &j->sh->mu, INT64_MAX);
     pthread_mutex_unlock(&j->sh->mu);
-    hf_fiber_unlock(j->held);
+    hf_fiber_unlock(&j->sh->held);
 }
 
 TEST(fiber_lock_waiters_park_without_a_timer_and_take_the_mutex_in_line_when_it_is_let_go)
@@ -455,9 +455,7 @@ TEST(fiber_lock_waiters_park_without_a_timer_and_take_the_mutex_in_line_when_it_
     loop_open(&l);
     shared sh;
     shared_init(&sh);
-    hf_fiber_mutex held;
-    hf_fiber_mutex_init(&held);
-    lock_job a = {&held, &sh, 1}, b = {&held, &sh, 2}, c = {&held, &sh, 3};
+    lock_job a = {&sh, 1}, b = {&sh, 2}, c = {&sh, 3};
     CHECK_EQ(hf_sched_spawn(l.s, lock_and_wait_for_flag, &a), false);
     CHECK_EQ(hf_sched_spawn(l.s, lock_then_note, &b), false);
     CHECK_EQ(hf_sched_spawn(l.s, lock_then_note, &c), false);
@@ -468,10 +466,7 @@ TEST(fiber_lock_waiters_park_without_a_timer_and_take_the_mutex_in_line_when_it_
     CHECK_EQ(hf_sched_spawn(l.s, set_flag, &sh), true); /* notes 2 */
     hf_sched_run_ready(l.s);                            /* a lets go; b, then c, take it in turn */
     CHECK_EQ(hf_sched_live(l.s), 0);
-    CHECK_EQ(sh.norder, 4);
-    CHECK_EQ(sh.order[2], 2);
-    CHECK_EQ(sh.order[3], 3);
-    hf_fiber_mutex_destroy(&held);
+    CHECK_ORDER(&sh, 1, 2, 2, 3);
     shared_free(&sh);
     loop_close(&l);
 }
@@ -839,8 +834,7 @@ TEST(room_waiter_past_its_deadline_gives_up_and_leaves_the_line)
     loop_drain(&l);
     CHECK_EQ(late.taken, true);
     CHECK_EQ(late.waited, true);
-    CHECK_EQ(sh.norder, 1);
-    CHECK_EQ(sh.order[0], 6);
+    CHECK_ORDER(&sh, 6);
     CHECK_EQ(tenant_room_taken(room), 0u);
     tenant_room_free(room);
     shared_free(&sh);

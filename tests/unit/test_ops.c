@@ -31,42 +31,63 @@ static auth_result check_header(const char *header)
     return auth_check(TOKEN, strlen(TOKEN), header);
 }
 
+/* Each header of a table through auth_check: its expected outcome. */
+typedef struct auth_case {
+    const char *header;
+    auth_result want;
+} auth_case;
+
+static void check_headers(const auth_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ(check_header(cases[i].header), cases[i].want);
+}
+
 TEST(bearer_token_is_accepted_only_when_it_is_exactly_the_token)
 {
-    CHECK_EQ(check_header("Bearer s3cr3t-Token_42"), AUTH_OK);
-    CHECK_EQ(check_header("bearer s3cr3t-Token_42"), AUTH_OK);
-    CHECK_EQ(check_header("  BEARER   s3cr3t-Token_42  "), AUTH_OK);
-    CHECK_EQ(check_header("Bearer s3cr3t-Token_4"), AUTH_WRONG);
-    CHECK_EQ(check_header("Bearer s3cr3t-Token_42x"), AUTH_WRONG);
-    CHECK_EQ(check_header("Bearer S3CR3T-TOKEN_42"), AUTH_WRONG);
-    CHECK_EQ(check_header("Bearer x"), AUTH_WRONG);
+    static const auth_case cases[] = {
+        {"Bearer s3cr3t-Token_42", AUTH_OK},
+        {"bearer s3cr3t-Token_42", AUTH_OK},
+        {"  BEARER   s3cr3t-Token_42  ", AUTH_OK},
+        {"Bearer s3cr3t-Token_4", AUTH_WRONG},
+        {"Bearer s3cr3t-Token_42x", AUTH_WRONG},
+        {"Bearer S3CR3T-TOKEN_42", AUTH_WRONG},
+        {"Bearer x", AUTH_WRONG},
+    };
+    check_headers(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(basic_auth_is_accepted_with_the_token_as_password_and_any_user)
 {
-    /* ":s3cr3t-Token_42", as a client given http://:TOKEN@host sends it */
-    CHECK_EQ(check_header("Basic OnMzY3IzdC1Ub2tlbl80Mg=="), AUTH_OK);
-    CHECK_EQ(check_header("Basic OnMzY3IzdC1Ub2tlbl80Mg"), AUTH_OK); /* unpadded */
-    /* "vllm:s3cr3t-Token_42" */
-    CHECK_EQ(check_header("basic dmxsbTpzM2NyM3QtVG9rZW5fNDI="), AUTH_OK);
-    /* "s3cr3t-Token_42:" : the token as user name is not the password */
-    CHECK_EQ(check_header("Basic czNjcjN0LVRva2VuXzQyOg=="), AUTH_WRONG);
-    /* ":wrong" */
-    CHECK_EQ(check_header("Basic Ondyb25n"), AUTH_WRONG);
+    static const auth_case cases[] = {
+        /* ":s3cr3t-Token_42", as a client given http://:TOKEN@host sends it */
+        {"Basic OnMzY3IzdC1Ub2tlbl80Mg==", AUTH_OK},
+        {"Basic OnMzY3IzdC1Ub2tlbl80Mg", AUTH_OK}, /* unpadded */
+        /* "vllm:s3cr3t-Token_42" */
+        {"basic dmxsbTpzM2NyM3QtVG9rZW5fNDI=", AUTH_OK},
+        /* "s3cr3t-Token_42:" : the token as user name is not the password */
+        {"Basic czNjcjN0LVRva2VuXzQyOg==", AUTH_WRONG},
+        /* ":wrong" */
+        {"Basic Ondyb25n", AUTH_WRONG},
+    };
+    check_headers(cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(malformed_or_missing_credentials_are_refused)
 {
-    CHECK_EQ(check_header(NULL), AUTH_MISSING);
-    CHECK_EQ(check_header(""), AUTH_MALFORMED);
-    CHECK_EQ(check_header("Bearer"), AUTH_MALFORMED);
-    CHECK_EQ(check_header("Bearer "), AUTH_MALFORMED);
-    CHECK_EQ(check_header("s3cr3t-Token_42"), AUTH_MALFORMED);
-    CHECK_EQ(check_header("Token s3cr3t-Token_42"), AUTH_MALFORMED);
-    CHECK_EQ(check_header("Digest username=\"x\""), AUTH_MALFORMED);
-    CHECK_EQ(check_header("Basic !!!!"), AUTH_MALFORMED);
-    CHECK_EQ(check_header("Basic czNjcjN0"), AUTH_MALFORMED); /* "s3cr3t": no colon */
-    CHECK_EQ(check_header("Basic A"), AUTH_MALFORMED);
+    static const auth_case cases[] = {
+        {NULL, AUTH_MISSING},
+        {"", AUTH_MALFORMED},
+        {"Bearer", AUTH_MALFORMED},
+        {"Bearer ", AUTH_MALFORMED},
+        {"s3cr3t-Token_42", AUTH_MALFORMED},
+        {"Token s3cr3t-Token_42", AUTH_MALFORMED},
+        {"Digest username=\"x\"", AUTH_MALFORMED},
+        {"Basic !!!!", AUTH_MALFORMED},
+        {"Basic czNjcjN0", AUTH_MALFORMED}, /* "s3cr3t": no colon */
+        {"Basic A", AUTH_MALFORMED},
+    };
+    check_headers(cases, sizeof cases / sizeof cases[0]);
     char huge[AUTH_MAX_CREDENTIALS * 2 + 16];
     memcpy(huge, "Basic ", 6);
     memset(huge + 6, 'A', sizeof huge - 7);

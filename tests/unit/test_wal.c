@@ -229,12 +229,19 @@ TEST(packed_keys_of_version_4_files_read_back_and_version_5_adds_the_suffix)
     }
 }
 
-TEST(reads_write_nothing_to_the_log)
+/* A core whose events go to enc, a new encoder with time_base. */
+static core_t *logged_core(wal_encoder *enc, int64_t time_base)
 {
     core_t *core = core_new(cfg());
+    wal__enc_init(enc, time_base);
+    core_set_observer(core, wal__enc_event, enc);
+    return core;
+}
+
+TEST(reads_write_nothing_to_the_log)
+{
     wal_encoder enc;
-    wal__enc_init(&enc, 1000);
-    core_set_observer(core, wal__enc_event, &enc);
+    core_t *core = logged_core(&enc, 1000);
     for (uint32_t r = 0; r < 4; r++)
         core_pool_init(core, HF_SLICE_LIT("kv"), r, 256, NULL);
     char names[128][65];
@@ -275,10 +282,8 @@ TEST(reads_write_nothing_to_the_log)
  * pools, and then change nothing. */
 TEST(use_and_demote_records_of_older_versions_are_checked_and_ignored)
 {
-    core_t *live = core_new(cfg());
     wal_encoder enc;
-    wal__enc_init(&enc, 1000);
-    core_set_observer(live, wal__enc_event, &enc);
+    core_t *live = logged_core(&enc, 1000);
     core_pool_init(live, HF_SLICE_LIT("kv"), 0, 8, NULL);
     core_pool_t *pool = core_pool_find(live, HF_SLICE_LIT("kv"), 0);
     hf_slice k = HF_SLICE_LIT("key");
@@ -325,11 +330,9 @@ TEST(use_and_demote_records_of_older_versions_are_checked_and_ignored)
 /* The encoder as the store uses it: events of an operation, then a flush. */
 TEST(replaying_the_encoded_log_or_a_snapshot_plus_its_tail_rebuilds_the_state)
 {
-    core_t *live = core_new(cfg());
     wal_encoder enc;
-    wal__enc_init(&enc, 1700000000000);
+    core_t *live = logged_core(&enc, 1700000000000);
     enc.salt = 99;
-    core_set_observer(live, wal__enc_event, &enc);
     int64_t now = 1700000000000;
     hf_buf snapshot = {0};
     size_t snapshot_at = 0;

@@ -696,10 +696,17 @@ static bool kv_stripe_key_is(wire_stripe st, const char *want)
     return n == strlen(want) && memcmp(out, want, n) == 0;
 }
 
-TEST(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor)
+/* The slot of stripe st of namespace ns; its key within WIRE_STRIPE_KEY_MAX. */
+static int stripe_slot(hf_slice ns, wire_stripe st)
 {
     char out[128];
-    size_t n;
+    size_t n = wire_stripe_key(ns, st, out, sizeof out);
+    CHECK(n <= WIRE_STRIPE_KEY_MAX(ns.len));
+    return hf_key_slot(out, n);
+}
+
+TEST(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor)
+{
     /* the anchor: the value key */
     CHECK(kv_stripe_key_is((wire_stripe){16, 0, WIRE_PLACE_WINDOW}, "hf3fs:{6b76}"));
     CHECK(kv_stripe_key_is((wire_stripe){16, 1, WIRE_PLACE_WINDOW}, "hf3fs:{6b76.16.1.2}"));
@@ -709,13 +716,10 @@ TEST(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor)
     for (size_t a = 0; a < sizeof names / sizeof names[0]; a++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
             uint32_t S = counts[c];
-            n = wire_stripe_key(names[a], (wire_stripe){S, 0, WIRE_PLACE_WINDOW}, out, sizeof out);
-            int anchor = hf_key_slot(out, n);
+            int anchor = stripe_slot(names[a], (wire_stripe){S, 0, WIRE_PLACE_WINDOW});
             for (uint32_t i = 0; i < S; i++) {
-                n = wire_stripe_key(names[a], (wire_stripe){S, i, WIRE_PLACE_WINDOW}, out,
-                                    sizeof out);
-                CHECK(n <= WIRE_STRIPE_KEY_MAX(names[a].len));
-                int off = (hf_key_slot(out, n) - anchor + HF_CLUSTER_SLOTS) % HF_CLUSTER_SLOTS;
+                int slot = stripe_slot(names[a], (wire_stripe){S, i, WIRE_PLACE_WINDOW});
+                int off = (slot - anchor + HF_CLUSTER_SLOTS) % HF_CLUSTER_SLOTS;
                 if ((uint64_t)off < (uint64_t)i * HF_CLUSTER_SLOTS / S ||
                     (uint64_t)off >= (uint64_t)(i + 1) * HF_CLUSTER_SLOTS / S)
                     TEST_FAIL("stripe %u of %u: slot %d from the anchor", i, S, off);
@@ -731,8 +735,6 @@ TEST(stripe_keys_are_pinned_and_their_slots_evenly_spaced_from_the_anchor)
  * (below) brought to 1/3. */
 TEST(spread_stripe_keys_are_pinned_and_put_the_same_number_on_each_primary)
 {
-    char out[128];
-    size_t n;
     CHECK(kv_stripe_key_is((wire_stripe){3, 0, WIRE_PLACE_SPREAD}, "hf3fs:{6b76}"));
     /* slots 2757, 9206 */
     CHECK(kv_stripe_key_is((wire_stripe){3, 1, WIRE_PLACE_SPREAD}, "hf3fs:{6b76.3.1.3}"));
@@ -751,10 +753,8 @@ TEST(spread_stripe_keys_are_pinned_and_put_the_same_number_on_each_primary)
                 uint32_t P = primaries[pi], S = m * P;
                 unsigned on[8] = {0};
                 for (uint32_t i = 0; i < S; i++) {
-                    n = wire_stripe_key(names[a], (wire_stripe){S, i, WIRE_PLACE_SPREAD}, out,
-                                        sizeof out);
-                    CHECK(n <= WIRE_STRIPE_KEY_MAX(names[a].len));
-                    uint32_t slot = (uint32_t)hf_key_slot(out, n);
+                    uint32_t slot = (uint32_t)stripe_slot(names[a],
+                                                          (wire_stripe){S, i, WIRE_PLACE_SPREAD});
                     /* primary j serves the slots from j * 16384 / P */
                     uint32_t j = 0;
                     while (j + 1 < P &&

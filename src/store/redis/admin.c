@@ -372,11 +372,9 @@ int store_redis_pages(store_t *s, hf_slice ns, uint32_t rank, store_redis_page *
     HF_ASSERT(pages || npages == 0);
     store_redis *r = R(s);
     const layout *L;
-    int rc = redis__layout_of(r, ns, false, &L);
+    int rc = redis__layout_present(r, ns, false, &L);
     if (rc != STORE_OK)
-        return rc;
-    if (!L)
-        return STORE_ENOPOOL;
+        return rc == NO_NAMESPACE ? STORE_ENOPOOL : rc;
     memset(pages, 0, npages * sizeof *pages);
     batch b;
     redis__batch_init(&b, L->count);

@@ -157,6 +157,8 @@ void redis__layouts_forget(store_redis *r);
 /* STORE_OK and *out (NULL: the namespace has no value; else cached, valid
  * until destroy), or a code. */
 int redis__layout_of(store_redis *r, hf_slice ns, bool fresh, const layout **out);
+/* The same, NO_NAMESPACE when the namespace has no value. */
+int redis__layout_present(store_redis *r, hf_slice ns, bool fresh, const layout **out);
 uint32_t redis__stripes_for(store_redis *r, uint64_t num_pages);
 
 /* A call's keys grouped by stripe: stripe i's are pos/keys[start[i] ..

@@ -1,9 +1,9 @@
 /*
  * link.c: the link to Redis (link.h): the URL, a connection opened and
- * probed, up and down, the monitor of one Redis, the calls, health and the
- * figures (a cluster's own are route.c's), open and close. The pipes are
- * pipe.c's, the Redis Cluster side route.c's; link_internal.h is what the
- * three share.
+ * probed, up and down, the monitor of one Redis, the calls, open and
+ * close. The default of --redis-wait, health and the figures are
+ * health.c's, the pipes pipe.c's, the Redis Cluster side route.c's;
+ * link_internal.h is what they share.
  */
 #include "store/redis/link_internal.h"
 
@@ -19,10 +19,6 @@
 #include "util/hostport.h"
 #include "util/log.h"
 #include "util/xalloc.h"
-
-static const uint64_t rtt_bounds_us[RTT_BUCKETS - 1] = {
-    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 100000, 250000, 1000000,
-};
 
 static struct timeval tv_of_ms(int64_t ms)
 {
@@ -314,27 +310,6 @@ void link__monitor_wait(redis_link *r, int64_t wait_ms)
     hf_cond_wait_until_us(&r->wake, &r->lock, hf_clock_mono_us() + wait_ms * 1000);
 }
 
-/* Under --redis-wait N, whether the one Redis has N replicas in sync now
- * (INFO replication on the monitor's connection), into repl_short. A
- * failed INFO says nothing (the probe judges the connection). */
-static void check_replicas(redis_link *r, redisContext *ctx)
-{
-    unsigned want = atomic_load(&r->wait_n);
-    if (want == 0) {
-        link__set_repl_short(r, false, "");
-        return;
-    }
-    redisReply *rep = redisCommand(ctx, "INFO replication");
-    if (rep && rep->type == REDIS_REPLY_STRING) {
-        char w[300], why[256];
-        redis_link_where(r, w, sizeof w);
-        bool short_ = link__replicas_short(rep->str, want, w, why, sizeof why);
-        link__set_repl_short(r, short_, why);
-    }
-    if (rep)
-        freeReplyObject(rep);
-}
-
 /* Over redis-sentinel://, while up: whether the sentinels name another
  * primary than the one followed (then why, in err). A sentinel that cannot
  * be asked says nothing: the primary answered the probe and ROLE. */
@@ -406,7 +381,7 @@ static void *monitor_main(void *arg)
             }
         }
         if (ok)
-            check_replicas(r, ctx);
+            link__look_one(r, ctx);
         if (ok) {
             backoff_ms = 100;
             if (!was_up) {
@@ -460,6 +435,19 @@ int64_t link__wait_ms(const redis_link *r)
     return r->opt.wait_timeout_ms;
 }
 
+void link__wait_cmd(const redis_link *r, wait_cmd *w)
+{
+    w->want = link__wait_count(r);
+    int a = snprintf(w->n, sizeof w->n, "%u", w->want);
+    int b = snprintf(w->ms, sizeof w->ms, "%lld", (long long)link__wait_ms(r));
+    w->argv[0] = "WAIT";
+    w->argv[1] = w->n;
+    w->argv[2] = w->ms;
+    w->lens[0] = 4;
+    w->lens[1] = (size_t)a;
+    w->lens[2] = (size_t)b;
+}
+
 /* A change that failed while Redis answered: the mode is reads-only for a
  * while (redis_link_health). */
 static void change_failed(redis_link *r, const char *why)
@@ -470,30 +458,22 @@ static void change_failed(redis_link *r, const char *why)
     atomic_store(&r->change_bad_us, hf_clock_mono_us());
 }
 
-/* A change applied, but fewer replicas than --redis-wait acknowledged it. */
-void link__wait_short(redis_link *r, long long acked)
+/* A change applied, but fewer replicas than the want its WAIT asked for
+ * acknowledged it. */
+void link__wait_short(redis_link *r, long long acked, unsigned want)
 {
     char why[256];
     snprintf(why, sizeof why,
-             "a change was applied but only %lld of the %u replicas of --redis-wait "
-             "acknowledged it within --redis-wait-timeout: changes answer 507",
-             acked < 0 ? 0 : acked, r->opt.wait_replicas);
+             "a change was applied but only %lld of the %u replicas it waits for "
+             "(--redis-wait) acknowledged it within --redis-wait-timeout: changes answer 507",
+             acked < 0 ? 0 : acked, want);
     change_failed(r, why);
     atomic_fetch_add(&r->errors, 1);
     atomic_fetch_add(&r->unknown, 1);
     log_msg(LOG_ERROR,
             "Redis: a change was applied but only %lld of %u replicas "
             "acknowledged it within the timeout",
-            acked, r->opt.wait_replicas);
-}
-
-void link__count_rtt(redis_link *r, int64_t us)
-{
-    unsigned i = 0;
-    while (i < RTT_BUCKETS - 1 && (uint64_t)us > rtt_bounds_us[i])
-        i++;
-    atomic_fetch_add(&r->rtt_buckets[i], 1);
-    atomic_fetch_add(&r->rtt_sum_us, (uint64_t)us);
+            acked, want);
 }
 
 void redis_link_count_error(redis_link *l, bool unknown)
@@ -509,32 +489,6 @@ void redis_cmds_free(redis_cmd *cmds, size_t n)
         if (cmds[i].reply)
             freeReplyObject(cmds[i].reply);
     free(cmds);
-}
-
-bool link__replicas_short(const char *info, unsigned want, const char *addr, char *why, size_t len)
-{
-    unsigned have = 0;
-    /* a replica line "slaveN:ip=...,state=online,..." once its first sync
-     * is done: before, a WAIT would not count it */
-    for (const char *p = info; (p = strstr(p, ",state=online,")) != NULL; p++)
-        have++;
-    if (have >= want)
-        return false;
-    snprintf(why, len,
-             "Redis at %.120s has %u of the %u replicas in sync that --redis-wait asks for: "
-             "changes answer 507",
-             addr, have, want);
-    return true;
-}
-
-void link__set_repl_short(redis_link *r, bool short_, const char *why)
-{
-    if (short_) {
-        hf_mutex_lock(&r->lock);
-        snprintf(r->repl_reason, sizeof r->repl_reason, "%s", why);
-        hf_mutex_unlock(&r->lock);
-    }
-    atomic_store(&r->repl_short, short_);
 }
 
 /* Errors with which Redis refuses a write it would serve a read for. */
@@ -647,34 +601,6 @@ redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
     return j.cmds;
 }
 
-bool redis_link_replicated(redis_link *l, char *why, size_t len)
-{
-    const char *argv[2] = {"INFO", "replication"};
-    size_t lens[2] = {4, 11};
-    size_t n;
-    redis_cmd *cmds = redis_link_on_primaries(l, 2, argv, lens, false, &n);
-    bool all = n > 0;
-    if (!n)
-        snprintf(why, len, "no primary is known");
-    for (size_t i = 0; i < n && all; i++) {
-        const redisReply *rep = cmds[i].reply;
-        /* a replica line "slaveN:ip=...,state=online,..." once its first
-         * sync is done: before, a WAIT would not count it */
-        if (!rep || rep->type != REDIS_REPLY_STRING || !strstr(rep->str, ",state=online,")) {
-            snprintf(why, len, "%s has no connected replica in sync", cmds[i].addr);
-            all = false;
-        }
-    }
-    redis_cmds_free(cmds, n);
-    return all;
-}
-
-void redis_link_set_wait(redis_link *l, unsigned replicas)
-{
-    l->opt.wait_replicas = replicas;
-    atomic_store(&l->wait_n, replicas);
-}
-
 uint32_t redis_link_primaries(redis_link *l)
 {
     if (!l->cluster)
@@ -691,111 +617,6 @@ uint32_t redis_link_primaries(redis_link *l)
     }
     link__cl_give_back(l, c);
     return n;
-}
-
-/* ----------------------------------------------------- health, figures */
-
-store_mode redis_link_health(redis_link *r, char *reason, size_t len)
-{
-    if (len)
-        reason[0] = '\0';
-    char w[300];
-    if (!atomic_load(&r->up_flag)) {
-        /* one Redis: every call is refused; a cluster: down if not one
-         * primary answers, else the slots of those that answer serve */
-        store_mode mode = r->cluster && !atomic_load(&r->none_answer) ? STORE_READS_ONLY
-                                                                      : STORE_DOWN;
-        hf_mutex_lock(&r->lock);
-        snprintf(reason, len, "Redis at %s is unavailable: %s", redis_link_where(r, w, sizeof w),
-                 r->reason[0] ? r->reason : "not reached yet");
-        hf_mutex_unlock(&r->lock);
-        return mode;
-    }
-    if (atomic_load(&r->repl_short)) {
-        hf_mutex_lock(&r->lock);
-        snprintf(reason, len, "%s", r->repl_reason);
-        hf_mutex_unlock(&r->lock);
-        return STORE_READS_ONLY;
-    }
-    int64_t bad = atomic_load(&r->change_bad_us), ok = atomic_load(&r->change_ok_us);
-    if (bad != 0 && bad > ok && hf_clock_mono_us() - bad < LINK_CHANGE_FAILED_HOLD_US) {
-        hf_mutex_lock(&r->lock);
-        snprintf(reason, len, "%s", r->change_reason);
-        hf_mutex_unlock(&r->lock);
-        return STORE_READS_ONLY;
-    }
-    return STORE_SERVING;
-}
-
-void redis_link_metrics(redis_link *r, const store_emitter *e)
-{
-    bool up = atomic_load(&r->up_flag);
-    uint64_t counts[RTT_BUCKETS];
-    for (unsigned i = 0; i < RTT_BUCKETS; i++)
-        counts[i] = atomic_load(&r->rtt_buckets[i]);
-    uint64_t calls = atomic_load(&r->calls), errors = atomic_load(&r->errors),
-             unknown = atomic_load(&r->unknown), reconnects = atomic_load(&r->reconnects),
-             refused = atomic_load(&r->refused_down);
-    /* Three families, the ones the operators' rules and dashboard use; the
-     * other figures are in /v1/stats. */
-    store_emit_metric(e, "hf3fs_metad_store_up", STORE_METRIC_GAUGE,
-                      "1 while the shared store (Redis) answers, 0 while this front end "
-                      "cannot reach it or it refuses calls (see GET /health).",
-                      store_int(up));
-    store_emit_family(e, "hf3fs_metad_store_round_trip_seconds", STORE_METRIC_HISTOGRAM,
-                      "Time of one round trip to Redis as this front end sees it (one "
-                      "command, or a batch, with its WAIT under --redis-wait).");
-    store_histogram h = {
-        .nbuckets = RTT_BUCKETS,
-        .bounds = rtt_bounds_us,
-        .counts = counts,
-        .sum = atomic_load(&r->rtt_sum_us),
-        .decimals = 6,
-    };
-    store_emit_histogram(e, NULL, 0, &h);
-    store_emit_metric(e, "hf3fs_metad_store_errors_total", STORE_METRIC_COUNTER,
-                      "Store calls that failed: Redis unreachable, down, timed out, refusing "
-                      "the call or answering an error (calls, outcomes unknown and reconnects "
-                      "are in /v1/stats, member store).",
-                      store_int(errors));
-
-    char w[300], reason[512];
-    redis_link_where(r, w, sizeof w);
-    hf_mutex_lock(&r->lock);
-    snprintf(reason, sizeof reason, "%s", r->reason);
-    hf_mutex_unlock(&r->lock);
-    store_emit_null(e, "persistence"); /* Redis's own: its appendonly settings */
-    store_emit_object(e, "store");
-    if (r->cluster)
-        store_emit_string(e, "engine", "redis-cluster", 13);
-    else if (r->sentinel)
-        store_emit_string(e, "engine", "redis-sentinel", 14);
-    else
-        store_emit_string(e, "engine", "redis", 5);
-    store_emit_string(e, "address", w, strlen(w));
-    store_emit_bool(e, "up", up);
-    if (up || !reason[0])
-        store_emit_null(e, "down_because");
-    else
-        store_emit_string(e, "down_because", reason, strlen(reason));
-    store_emit_number(e, "calls", store_int(calls));
-    store_emit_number(e, "errors", store_int(errors));
-    store_emit_number(e, "outcome_unknown", store_int(unknown));
-    store_emit_number(e, "refused_while_down", store_int(refused));
-    store_emit_number(e, "reconnects", store_int(reconnects));
-    store_emit_number(e, "wait_replicas", store_int(r->opt.wait_replicas));
-    store_emit_number(e, "connections", store_int(r->opt.connections ? r->opt.connections : 1));
-    store_emit_number(e, "max_in_flight", store_int(r->opt.max_in_flight));
-    store_emit_number(e, "writes", store_int(atomic_load(&r->writes)));
-    store_emit_number(e, "waited_for_room", store_int(atomic_load(&r->waited_for_room)));
-    store_emit_number(e, "refused_busy", store_int(atomic_load(&r->refused_busy)));
-    if (r->cluster)
-        link__cl_metrics(r, e);
-    if (r->sentinel) {
-        store_emit_number(e, "primary_switches", store_int(atomic_load(&r->switches)));
-        store_emit_number(e, "sentinel_asks", store_int(atomic_load(&r->sentinel_asks)));
-    }
-    store_emit_end(e);
 }
 
 /* ------------------------------------------------------- open, close */
@@ -823,6 +644,7 @@ static void link_free(redis_link *r)
     link__sentinel_free(r);
     free(r->seeds);
     free(r->figs);
+    free(r->prims);
     free(r->host);
     free(r->unix_path);
     free(r->user);
@@ -892,6 +714,7 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
             if (rc == STORE_OK) {
                 link__cl_fold(r, cc);
                 link__cl_map_take(r, cc->cl);
+                link__cl_look(r, cc); /* the default's first judgement */
                 cc->next = r->idle;
                 r->idle = cc;
             } else {
@@ -915,8 +738,10 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
         /* a new connection passes the probe (and, over Sentinel, ROLE) in
          * link__connect_one */
         redisContext *c = rc == STORE_OK ? link__connect_one(r, NULL, &rc, err, errlen) : NULL;
-        if (c)
+        if (c) {
+            link__look_one(r, c); /* the default's first judgement, before any call */
             redisFree(c);
+        }
     }
     if (rc != STORE_OK) {
         link_free(r);
@@ -924,7 +749,6 @@ int redis_link_open(const redis_link_options *opt, redis_link **out, char *err, 
     }
     r->up = true;
     atomic_store(&r->up_flag, true);
-    atomic_store(&r->wait_n, r->opt.wait_replicas);
     r->monitoring = pthread_create(&r->monitor, NULL,
                                    r->cluster ? link__cl_monitor_main : monitor_main, r) == 0;
     *out = r;

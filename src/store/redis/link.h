@@ -56,6 +56,22 @@
  * change of the batch gets its outcome from that one reply (fewer replicas
  * than asked: STORE_EUNCERTAIN).
  *
+ * --redis-wait. Given (wait_replicas N), every change on every primary
+ * waits for N replicas. Without it (wait_auto), each primary's from what
+ * it has: a primary's changes wait for one replica (WAIT 1) from the first
+ * look that finds one in sync (at open, then by the monitor every second)
+ * for as long as it stays the primary, a primary not looked at yet (met
+ * since the last look) is waited on, and a primary without one is not
+ * waited on and is said so: the log at open and at each change,
+ * redis_link_unreplicated, the figures. A primary that loses its only
+ * replica stays waited on (its changes answer STORE_EUNCERTAIN, and health
+ * says reads-only, until one is in sync again): that is when acknowledged
+ * work can be lost, a primary cut off with some front ends while its
+ * replica is promoted on the other side. A node seen as a replica (a
+ * cluster's map), or another primary named by the sentinels, is judged
+ * afresh; so is every primary when the front end starts again. health.c
+ * holds the rule.
+ *
  * Down and up: any I/O failure marks Redis down: every later call is
  * refused at once until the monitor reconnects (0.1 s doubling to 2 s) and
  * its probe passes; connections from before are then retired (the calls in
@@ -118,8 +134,9 @@
  * than --redis-wait acknowledged it: it may have taken effect).
  *
  * The code: link.c (the URL, open and close, the calls, one Redis's
- * monitor, health and figures), pipe.c (the pipes), route.c (a Redis
- * Cluster); link_internal.h is what they share.
+ * monitor), health.c (the default's rule, the look at the replicas, health
+ * and figures), pipe.c (the pipes), route.c (a Redis Cluster);
+ * link_internal.h is what they share.
  */
 #ifndef HF_STORE_REDIS_LINK_H
 #define HF_STORE_REDIS_LINK_H
@@ -152,6 +169,7 @@ typedef struct redis_link_options {
     int64_t connect_timeout_ms; /* > 0 */
     int64_t command_timeout_ms; /* > 0 */
     unsigned wait_replicas;     /* > 0: WAIT for that many replicas after a change */
+    bool wait_auto;             /* instead: the default's rule ("--redis-wait") */
     int64_t wait_timeout_ms;    /* > 0 */
     unsigned connections;       /* per node: connections shared by all callers (0: 1) */
     size_t max_in_flight;       /* commands queued or in flight per connection (0: 256) */
@@ -205,12 +223,9 @@ redis_cmd *redis_link_on_primaries(redis_link *l, int argc, const char **argv,
 /* Free the replies of n commands, then the array. */
 void redis_cmds_free(redis_cmd *cmds, size_t n);
 
-/* Whether every primary (the one Redis) has at least one connected replica
- * in sync now (INFO replication: state=online); if not, why names one that
- * has none. */
-bool redis_link_replicated(redis_link *l, char *why, size_t len);
-/* --redis-wait chosen after open, before any call (opt.wait_replicas). */
-void redis_link_set_wait(redis_link *l, unsigned replicas);
+/* The primaries without a replica in sync as the monitor last saw them:
+ * how many, and the first max of their addresses into names. */
+size_t redis_link_unreplicated(redis_link *l, char (*names)[STORE_NODE_NAME], size_t max);
 
 /* An error reply judged by the caller, counted with the link's errors
  * (unknown: an outcome unknown too). */
@@ -220,9 +235,10 @@ void redis_link_count_error(redis_link *l, bool unknown);
  *   down        one Redis marked down (every call is refused), or a cluster
  *               none of whose primaries answers;
  *   reads_only  a cluster degraded but some primary answers (the slots
- *               without one fail reads and changes); under --redis-wait N,
- *               the monitor (every second) saw a primary with fewer than N
- *               replicas in sync (INFO replication, state=online); or the
+ *               without one fail reads and changes); the monitor (every
+ *               second) saw a primary with fewer replicas in sync (INFO
+ *               replication, state=online) than its changes wait for
+ *               (--redis-wait N, or 1 where the default waits); or the
  *               latest change that failed while Redis answered (a WAIT
  *               short of N replicas, a write refused: MISCONF, READONLY,
  *               NOREPLICAS, OOM, MASTERDOWN) is under 10 s old

@@ -6,8 +6,10 @@
  *   link.h       what the link promises; its head comment is the
  *                specification
  *   link.c       the URL, a connection opened and probed, up and down, the
- *                monitor of one Redis, the calls, health and figures, open
- *                and close
+ *                monitor of one Redis, the calls, open and close
+ *   health.c     the rule of the default --redis-wait (what a change on
+ *                each primary waits for), the monitors' look at the
+ *                replicas, health and figures
  *   pipe.c       the pipes: a node's shared, pipelined connections, the
  *                writer and reader roles, the bound, the calls of one Redis
  *   route.c      a Redis Cluster: the routing handles, the slot map the
@@ -71,6 +73,11 @@ struct node_link {
     atomic_int_fast64_t down_until_us, backoff_ms;
     /* figures: commands written, MOVED and ASK answers */
     atomic_uint_fast64_t sent, moved, ask;
+    /* health.c, the default --redis-wait's rule: whether a look found a
+     * replica in sync since it was judged afresh; its replicas in sync at
+     * the last look, plus one (0: not looked at as a primary yet) */
+    atomic_bool had_replica;
+    atomic_int seen_sync;
 };
 
 /* A sentinel of redis-sentinel:// (sentinel.c). */
@@ -82,6 +89,13 @@ typedef struct link_sentinel {
 typedef struct node_fig {
     cluster_node_stats s; /* counters summed; flags and slots as the monitor saw them */
 } node_fig;
+
+/* A primary as the monitor's last look at the replicas saw it (health.c). */
+typedef struct primary_fig {
+    char addr[128];
+    int in_sync;   /* replicas in sync (state=online); -1: not known */
+    unsigned want; /* the replicas its changes wait for now */
+} primary_fig;
 
 struct redis_link {
     redis_link_options opt;
@@ -133,7 +147,6 @@ struct redis_link {
     atomic_uint_fast64_t rtt_sum_us;
     atomic_bool up_flag;
     /* what a client meets while up (redis_link_health): */
-    atomic_uint wait_n;      /* --redis-wait, as the monitor reads it */
     atomic_bool repl_short;  /* the monitor saw a primary with fewer replicas in sync */
     atomic_bool none_answer; /* over a cluster, degraded: not one primary answers */
     /* the latest change applied and acknowledged, and the latest one that
@@ -141,6 +154,13 @@ struct redis_link {
      * us; the reasons under lock */
     atomic_int_fast64_t change_ok_us, change_bad_us;
     char repl_reason[256], change_reason[256];
+    /* the monitor's last look at the replicas (health.c): each primary
+     * (under lock); the monitor's own: over one Redis the address its
+     * decision was made for, and whether a look was made yet */
+    primary_fig *prims;
+    size_t nprims;
+    char one_seen[128];
+    bool looked;
     /* over a cluster (under lock): each node's figures summed over the
      * routing handles, and the handles' totals */
     node_fig *figs;
@@ -160,6 +180,7 @@ struct waiter {
     bool change;
     bool covered; /* a change whose outcome waits for its batch's WAIT */
     bool is_wait;
+    unsigned want; /* is_wait: the replicas it asks for */
     bool done;
     bool parked;          /* its caller sleeps in link__pipe_await, free to take a role */
     size_t got;           /* replies received */
@@ -192,16 +213,41 @@ void link__mark_down(redis_link *r, const char *why);
 void link__monitor_wait(redis_link *r, int64_t wait_ms);
 /* --redis-wait-timeout, the WAIT's argument. */
 int64_t link__wait_ms(const redis_link *r);
-/* A change applied, but fewer replicas than --redis-wait acknowledged it. */
-void link__wait_short(redis_link *r, long long acked);
-/* Whether the replication section of INFO text lists fewer than want
- * replicas in sync (state=online); if so, why names addr. */
-bool link__replicas_short(const char *info, unsigned want, const char *addr, char *why, size_t len);
-/* The monitors' look at the replicas under --redis-wait: short (why) or
- * not, into repl_short. */
-void link__set_repl_short(redis_link *r, bool short_, const char *why);
+/* The command "WAIT <link__wait_count> <link__wait_ms>" that follows a
+ * change on a primary whose changes wait; argv and lens point into the
+ * struct itself, so it is filled where it is used (link__wait_cmd). */
+typedef struct wait_cmd {
+    unsigned want;
+    char n[16], ms[24];
+    const char *argv[3];
+    size_t lens[3];
+} wait_cmd;
+void link__wait_cmd(const redis_link *r, wait_cmd *w);
+/* A change applied, but fewer replicas than the want its WAIT asked for
+ * acknowledged it. */
+void link__wait_short(redis_link *r, long long acked, unsigned want);
 /* One round trip into the figures. */
 void link__count_rtt(redis_link *r, int64_t us);
+
+/* ---------------------------------------------------------- health.c */
+
+/* The replicas a WAIT asks for on a primary whose changes wait:
+ * --redis-wait N, or the default's 1; 0: no change waits. */
+unsigned link__wait_count(const redis_link *r);
+/* The replicas a change on nl waits for now: link__wait_count, or 0 (no
+ * WAIT). */
+unsigned link__node_wait(redis_link *r, node_link *nl);
+/* Over a cluster, on the routing handle c: the replicas a change waits for
+ * on the node of slot (or, slot -1, the handle's node), as
+ * link__node_wait (0 for a node the link has not mapped). */
+unsigned link__wait_at(redis_link *r, conn *c, int slot, int node);
+/* The monitors' look at the replicas: INFO replication of every primary
+ * (looks[i].reply, NULL or not a string if it failed; looks[i].addr) of
+ * one Redis (c NULL) or of the map of the routing handle c, judged by the
+ * default's rule, into health and the figures. */
+void link__replicas_seen(redis_link *r, conn *c, const redis_cmd *looks, size_t m);
+/* One Redis: the look on the monitor's connection ctx. */
+void link__look_one(redis_link *r, redisContext *ctx);
 
 /* -------------------------------------------------------- sentinel.c */
 
@@ -265,6 +311,9 @@ void link__cl_map_take(redis_link *r, cluster_t *cl);
 void link__cl_fast_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change);
 /* At open: the probe on every primary of the first handle. */
 int link__cl_open_probe(redis_link *r, conn *c, char *err, size_t errlen);
+/* The look at every primary's replicas on the handle c (health.c's
+ * link__replicas_seen). */
+void link__cl_look(redis_link *r, conn *c);
 /* The monitor thread over a cluster. */
 void *link__cl_monitor_main(void *arg);
 /* A cluster's own figures (inside the "store" member). */

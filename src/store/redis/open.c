@@ -12,7 +12,6 @@
 
 #include "util/fiber.h"
 #include "util/xalloc.h"
-#include "util/log.h"
 #include "wire/wire.h"
 
 /* The value of field `name` in one module's entry of MODULE LIST (a flat
@@ -161,9 +160,7 @@ void redis__modules_metrics(store_redis *r, const store_emitter *e)
 {
     hf_mutex_lock(&r->seen_lock);
     size_t n = r->nseen;
-    module_seen *seen = hf_xreallocarray(NULL, n ? n : 1, sizeof *seen);
-    if (n)
-        memcpy(seen, r->seen, n * sizeof *seen);
+    module_seen *seen = hf_xmemdup(r->seen, n, sizeof *seen);
     hf_mutex_unlock(&r->seen_lock);
     store_emit_family(e, "hf3fs_metad_store_module_info", STORE_METRIC_GAUGE,
                       "The hf3fs-metad module of each Redis node as its last probe saw it: "
@@ -234,6 +231,7 @@ int store_redis_open(const core_config *config, const store_redis_options *optio
         .connect_timeout_ms = options->connect_timeout_ms > 0 ? options->connect_timeout_ms : 1000,
         .command_timeout_ms = options->command_timeout_ms > 0 ? options->command_timeout_ms : 2000,
         .wait_replicas = options->wait_replicas,
+        .wait_auto = options->wait_auto,
         .connections = options->connections,
         .max_in_flight = options->max_in_flight,
         .probe_n = 2,
@@ -253,20 +251,6 @@ int store_redis_open(const core_config *config, const store_redis_options *optio
         free(r->seen);
         free(r);
         return rc;
-    }
-    if (options->wait_auto) {
-        char why[300];
-        bool all = redis_link_replicated(r->link, why, sizeof why);
-        redis_link_set_wait(r->link, all);
-        if (all)
-            log_msg(LOG_INFO, "redis-wait 1 (the default): every primary has a connected "
-                              "replica, so a change is acknowledged once one has it too "
-                              "(--redis-wait 0 turns it off)");
-        else
-            log_msg(LOG_INFO,
-                    "redis-wait 0 (the default): %s, so a change is acknowledged "
-                    "once its primary applied it",
-                    why);
     }
     redis__settle_start(r);
     *out = &r->base;

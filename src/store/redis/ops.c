@@ -595,6 +595,11 @@ static store_mode rd_health(store_t *s, char *reason, size_t len)
     return redis_link_health(R(s)->link, reason, len);
 }
 
+static size_t rd_unreplicated(store_t *s, char (*names)[STORE_NODE_NAME], size_t max)
+{
+    return redis_link_unreplicated(R(s)->link, names, max);
+}
+
 static int rd_metrics(store_t *s, const store_emitter *e)
 {
     redis_link_metrics(R(s)->link, e);
@@ -647,6 +652,7 @@ const struct store_ops redis__ops = {
     .check = redis__check,
     .destroy = rd_destroy,
     .health = rd_health,
+    .unreplicated = rd_unreplicated,
     .metrics = rd_metrics,
     .describe = rd_describe,
     .import_pool = rd_import_pool,

@@ -218,13 +218,13 @@ static void break_conn(redis_link *r, struct pipe *p, pconn *c, const char *why)
     /* freed by the caller, a role holder, once it is done with it */
 }
 
-/* The outcome of a change under --redis-wait once its batch's WAIT answered. */
-static void finish_waited(redis_link *r, struct pipe *p, waiter *w, long long acked)
+/* The outcome of a change under --redis-wait once its batch's WAIT (for
+ * want replicas) answered. */
+static void finish_waited(redis_link *r, struct pipe *p, waiter *w, long long acked, unsigned want)
 {
     for (size_t i = 0; i < w->n; i++) {
-        if (w->cmds[i].reply->type != REDIS_REPLY_ERROR &&
-            acked < (long long)r->opt.wait_replicas) {
-            link__wait_short(r, acked);
+        if (w->cmds[i].reply->type != REDIS_REPLY_ERROR && acked < (long long)want) {
+            link__wait_short(r, acked, want);
             freeReplyObject(w->cmds[i].reply);
             w->cmds[i].reply = NULL;
             w->cmds[i].code = STORE_EUNCERTAIN;
@@ -251,7 +251,7 @@ static bool dispatch(redis_link *r, struct pipe *p, pconn *c, redisReply *reply)
         while (h->covers) {
             waiter *x = h->covers;
             h->covers = x->next_covered;
-            finish_waited(r, p, x, acked);
+            finish_waited(r, p, x, acked, h->want);
         }
         free(h);
     } else {
@@ -331,15 +331,17 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
         c->wbuf.len = 0;
         int64_t until = INT64_MAX;
         size_t ncmds = 0;
+        unsigned want = link__node_wait(r, p->nl);
         for (waiter *w = batch; w; w = w->next) {
             hf_buf_append(&c->wbuf, w->out.ptr, w->out.len);
             ncmds += w->n;
             if (w->until_us < until)
                 until = w->until_us;
-            if (w->change && r->opt.wait_replicas > 0) {
+            if (w->change && want > 0) {
                 if (!mark) {
                     mark = hf_xcalloc(1, sizeof *mark);
                     mark->is_wait = true;
+                    mark->want = want;
                     mark->until_us = hf_clock_mono_us() + r->opt.command_timeout_ms * 1000 +
                                      r->opt.wait_timeout_ms * 1000;
                 }
@@ -350,12 +352,9 @@ static void write_queue(redis_link *r, struct pipe *p, pconn *c)
             w->c = c;
         }
         if (mark) {
-            char nrep[24], tmo[24];
-            int a = snprintf(nrep, sizeof nrep, "%u", r->opt.wait_replicas);
-            int b = snprintf(tmo, sizeof tmo, "%lld", (long long)link__wait_ms(r));
-            const char *argv[3] = {"WAIT", nrep, tmo};
-            size_t lens[3] = {4, (size_t)a, (size_t)b};
-            hf_resp_command(&c->wbuf, 3, argv, lens);
+            wait_cmd wc;
+            link__wait_cmd(r, &wc);
+            hf_resp_command(&c->wbuf, 3, wc.argv, wc.lens);
         }
         /* into the flight list before a byte goes out: replies may come at once */
         waiter *last = batch;
@@ -609,8 +608,6 @@ void link__waiter_init(redis_link *r, waiter *w, redis_cmd *cmds, size_t n, bool
 {
     *w = (waiter){.cmds = cmds, .n = n, .change = change, .t0_us = t0_us};
     w->until_us = t0_us + r->opt.command_timeout_ms * 1000;
-    if (r->opt.wait_replicas > 0) /* a WAIT pipelined ahead may hold it that long */
-        w->until_us += r->opt.wait_timeout_ms * 1000;
     for (size_t i = 0; i < n; i++)
         hf_resp_command(&w->out, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
     hf_park_init(&w->park);
@@ -633,6 +630,8 @@ bool link__pipe_submit(redis_link *r, node_link *nl, waiter *w, uint64_t gen)
     bool waited = false;
     if (!admit(r, p, w->n, w->t0_us + r->opt.command_timeout_ms * 1000, &waited))
         goto refused;
+    if (link__node_wait(r, nl) > 0) /* a WAIT pipelined ahead may hold it that long */
+        w->until_us += r->opt.wait_timeout_ms * 1000;
     if (!nl->host && (waited || !p->c)) { /* Redis may have gone down: refuse, not reconnect */
         hf_mutex_lock(&r->lock);
         bool up = r->up;

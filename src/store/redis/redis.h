@@ -75,8 +75,9 @@ typedef struct store_redis_options {
     int64_t connect_timeout_ms; /* 0: 1000 */
     int64_t command_timeout_ms; /* 0: 2000 */
     unsigned wait_replicas;     /* > 0: WAIT for that many replicas after every change */
-    /* wait_replicas unset: 1 if every primary (the one Redis) has a
-     * connected replica at open, else 0; logged either way */
+    /* instead of wait_replicas: each primary's changes wait for one
+     * replica once it has one in sync (link.h "--redis-wait"); a primary
+     * without one is logged, and named by store_ops.unreplicated */
     bool wait_auto;
     int64_t wait_timeout_ms; /* the WAIT's timeout (0: the command timeout) */
     /* One Redis: connections shared by every calling thread, commands of

@@ -140,31 +140,30 @@ redis_cmd *link__cl_primaries(conn *c, int argc, const char **argv, const size_t
     return cmds;
 }
 
-/* After a redirected batch: WAIT on every primary (the changes ran on the
- * nodes the redirects named, maybe not where their WAITs went). */
+/* After a redirected batch: WAIT on every primary whose changes wait (the
+ * changes ran on the nodes the redirects named, maybe not where their
+ * WAITs went). */
 static bool cl_wait_all(redis_link *r, conn *c)
 {
     atomic_fetch_add(&r->cl_rewaits, 1);
-    char wn[16], wt[24];
-    snprintf(wn, sizeof wn, "%u", r->opt.wait_replicas);
-    snprintf(wt, sizeof wt, "%lld", (long long)link__wait_ms(r));
-    const char *argv[3] = {"WAIT", wn, wt};
-    size_t lens[3] = {4, strlen(wn), strlen(wt)};
-    size_t m;
-    redis_cmd *p = link__cl_primaries(c, 3, argv, lens, &m);
+    wait_cmd wc;
+    link__wait_cmd(r, &wc);
+    size_t m, k = 0;
+    redis_cmd *p = link__cl_primaries(c, 3, wc.argv, wc.lens, &m);
     cluster_cmd *cmds = hf_xcalloc(m ? m : 1, sizeof *cmds);
     for (size_t i = 0; i < m; i++)
-        cmds[i] = (cluster_cmd){.argc = 3,
-                                .argv = argv,
-                                .argvlen = lens,
-                                .slot = -1,
-                                .node = p[i].node,
-                                .flags = CLUSTER_CMD_IDEMPOTENT};
-    cluster_exec(c->cl, cmds, m);
+        if (link__wait_at(r, c, -1, p[i].node) > 0)
+            cmds[k++] = (cluster_cmd){.argc = 3,
+                                      .argv = wc.argv,
+                                      .argvlen = wc.lens,
+                                      .slot = -1,
+                                      .node = p[i].node,
+                                      .flags = CLUSTER_CMD_IDEMPOTENT};
+    cluster_exec(c->cl, cmds, k);
     bool ok = true;
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < k; i++) {
         if (!cmds[i].reply || cmds[i].reply->type != REDIS_REPLY_INTEGER ||
-            cmds[i].reply->integer < (long long)r->opt.wait_replicas)
+            cmds[i].reply->integer < (long long)wc.want)
             ok = false;
         if (cmds[i].reply)
             freeReplyObject(cmds[i].reply);
@@ -177,20 +176,17 @@ static bool cl_wait_all(redis_link *r, conn *c)
 /*
  * Run n commands at once on the handle c (one round trip per node, the
  * nodes in parallel), each to the node of its slot (or its node). For a
- * change under --redis-wait each command is followed by a WAIT in the same
- * round trip on its node; when the batch was redirected or retried, its
- * WAITs may have gone elsewhere than its commands, so a WAIT then goes to
- * every primary.
+ * change on a primary whose changes wait (--redis-wait) each command is
+ * followed by a WAIT in the same round trip on its node; when the batch
+ * was redirected or retried, its WAITs may have gone elsewhere than its
+ * commands, so a WAIT then goes to every such primary.
  */
 void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool change)
 {
-    bool wait = change && r->opt.wait_replicas > 0;
-    char wn[16], wt[24];
-    snprintf(wn, sizeof wn, "%u", r->opt.wait_replicas);
-    snprintf(wt, sizeof wt, "%lld", (long long)link__wait_ms(r));
-    const char *wargv[3] = {"WAIT", wn, wt};
-    size_t wlens[3] = {4, strlen(wn), strlen(wt)};
+    wait_cmd wc;
+    link__wait_cmd(r, &wc);
     cluster_cmd *batch = hf_xcalloc(2 * (n ? n : 1), sizeof *batch);
+    bool *waits = hf_xcalloc(n ? n : 1, sizeof *waits);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         batch[m++] = (cluster_cmd){.argc = cmds[i].argc,
@@ -199,10 +195,11 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
                                    .slot = cmds[i].slot,
                                    .node = cmds[i].node,
                                    .flags = change ? 0 : CLUSTER_CMD_IDEMPOTENT};
-        if (wait)
+        waits[i] = change && link__wait_at(r, c, cmds[i].slot, cmds[i].node) > 0;
+        if (waits[i])
             batch[m++] = (cluster_cmd){.argc = 3,
-                                       .argv = wargv,
-                                       .argvlen = wlens,
+                                       .argv = wc.argv,
+                                       .argvlen = wc.lens,
                                        .slot = cmds[i].slot,
                                        .node = cmds[i].node,
                                        .flags = CLUSTER_CMD_IDEMPOTENT};
@@ -218,7 +215,7 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
     m = 0;
     for (size_t i = 0; i < n; i++) {
         cluster_cmd *b = &batch[m++];
-        cluster_cmd *w = wait ? &batch[m++] : NULL;
+        cluster_cmd *w = waits[i] ? &batch[m++] : NULL;
         long long acked = -1;
         if (w && w->reply) {
             if (w->reply->type == REDIS_REPLY_INTEGER)
@@ -241,14 +238,13 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
             }
             continue;
         }
-        if (wait && !redirected && b->reply->type != REDIS_REPLY_ERROR &&
-            acked < (long long)r->opt.wait_replicas) {
-            link__wait_short(r, acked);
+        if (w && !redirected && b->reply->type != REDIS_REPLY_ERROR && acked < (long long)wc.want) {
+            link__wait_short(r, acked, wc.want);
             freeReplyObject(b->reply);
             cmds[i].code = STORE_EUNCERTAIN;
             continue;
         }
-        if (wait && redirected)
+        if (change && wc.want > 0 && redirected)
             rewait = true;
         cmds[i].reply = b->reply;
         cmds[i].code = STORE_OK;
@@ -256,12 +252,13 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
     if (rewait && !cl_wait_all(r, c)) {
         for (size_t i = 0; i < n; i++)
             if (cmds[i].reply && cmds[i].reply->type != REDIS_REPLY_ERROR) {
-                link__wait_short(r, -1);
+                link__wait_short(r, -1, wc.want);
                 freeReplyObject(cmds[i].reply);
                 cmds[i].reply = NULL;
                 cmds[i].code = STORE_EUNCERTAIN;
             }
     }
+    free(waits);
     free(batch);
 }
 
@@ -553,25 +550,15 @@ static redis_cmd *cl_probe_all(redis_link *r, conn *c, size_t *m, char *err, siz
     return out;
 }
 
-/* Under --redis-wait N, whether every primary has N replicas in sync now,
- * into repl_short (a primary whose INFO failed says nothing). */
-static void cl_check_replicas(redis_link *r, conn *c)
+/* The look at every primary's replicas (health.c; a primary whose INFO
+ * failed says nothing). */
+void link__cl_look(redis_link *r, conn *c)
 {
-    unsigned want = atomic_load(&r->wait_n);
-    if (want == 0) {
-        link__set_repl_short(r, false, "");
-        return;
-    }
     const char *argv[2] = {"INFO", "replication"};
     size_t lens[2] = {4, 11}, m;
     redis_cmd *cmds = cl_on_all(c, 2, argv, lens, &m);
-    bool short_ = false;
-    char why[256] = "";
-    for (size_t i = 0; i < m && !short_; i++)
-        if (cmds[i].reply && cmds[i].reply->type == REDIS_REPLY_STRING)
-            short_ = link__replicas_short(cmds[i].reply->str, want, cmds[i].addr, why, sizeof why);
+    link__replicas_seen(r, c, cmds, m);
     redis_cmds_free(cmds, m);
-    link__set_repl_short(r, short_, why);
 }
 
 /* The monitor's look at the cluster: every primary passes the probe and
@@ -626,7 +613,7 @@ void *link__cl_monitor_main(void *arg)
         if (!m)
             atomic_store(&r->none_answer, true);
         if (ok)
-            cl_check_replicas(r, m);
+            link__cl_look(r, m);
         if (m)
             link__cl_map_take(r, m->cl);
         hf_mutex_lock(&r->lock);
@@ -655,9 +642,7 @@ void link__cl_metrics(redis_link *r, const store_emitter *e)
 {
     hf_mutex_lock(&r->lock);
     size_t n = r->nfigs;
-    node_fig *figs = hf_xreallocarray(NULL, n ? n : 1, sizeof *figs);
-    if (n)
-        memcpy(figs, r->figs, n * sizeof *figs);
+    node_fig *figs = hf_xmemdup(r->figs, n, sizeof *figs);
     uint64_t refreshes = r->cl_refreshes, failures = r->cl_refresh_failures, rounds = r->cl_rounds;
     hf_mutex_unlock(&r->lock);
     /* the pipes' part of each node's figures: the commands they wrote and

@@ -267,6 +267,12 @@ int redis__layout_of(store_redis *r, hf_slice ns, bool fresh, const layout **out
     return rc;
 }
 
+int redis__layout_present(store_redis *r, hf_slice ns, bool fresh, const layout **out)
+{
+    int rc = redis__layout_of(r, ns, fresh, out);
+    return rc == STORE_OK && !*out ? NO_NAMESPACE : rc;
+}
+
 /* Group keys[0..n) by of[i] (count groups), keeping the call's order in each. */
 static void split_by(split *sp, uint32_t count, const hf_slice *keys, size_t n, const uint32_t *of)
 {
@@ -443,19 +449,15 @@ int redis__batch_outcome(const batch *b, bool change, bool last)
 int redis__run_striped(store_redis *r, hf_slice ns, striped_fn fn, void *ctx)
 {
     const layout *L;
-    int rc = redis__layout_of(r, ns, false, &L);
+    int rc = redis__layout_present(r, ns, false, &L);
     if (rc != STORE_OK)
         return rc;
-    if (!L)
-        return NO_NAMESPACE;
     rc = fn(r, L, ctx, false);
     if (rc != RESTRIPE)
         return rc;
-    rc = redis__layout_of(r, ns, true, &L);
+    rc = redis__layout_present(r, ns, true, &L);
     if (rc != STORE_OK)
         return rc;
-    if (!L)
-        return NO_NAMESPACE;
     rc = fn(r, L, ctx, true);
     return rc == RESTRIPE ? STORE_EUNAVAILABLE : rc;
 }
