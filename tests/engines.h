@@ -204,8 +204,8 @@ static inline int test_engine_open(test_engine *e, const char *name, const core_
         e->page = test_engine_redis_page;
         /* a step over the cluster fans out over its primaries; a sanitized
          * build runs each step several times slower: fewer steps there, so
-         * that `make test` keeps its 10 minutes (the normal build runs every
-         * seed over both engines) */
+         * that `make test` keeps its 10 minutes (the normal build runs two
+         * seeds over both engines) */
         e->steps = strcmp(name, "redis-cluster") == 0 ? 12000 : 20000;
 #if defined(__SANITIZE_ADDRESS__)
         e->steps = 8000;

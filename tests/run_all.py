@@ -66,11 +66,12 @@ DEFAULT_OVER_CLUSTER = ["test_vllm", "test_sglang"]
 # Run again with 4 stripes per namespace: the module's durability and
 # replication (RDB, AOF, replicas, slot moves) of values that are stripes.
 STRIPED_AGAIN = ["test_redis_module"]
-# The tests of tests/unit/test_model.c, by a part of their names; over the
-# cluster the first two (a second seed over one Redis drives the same
-# engine code; the cluster's routing is its own suites' too).
+# The tests of tests/unit/test_model.c, by a part of their names; over
+# Redis and the cluster the first two (with and without eviction: the third,
+# another seed of the first, runs over the embedded engine, as every test of
+# test_model does there).
 MODEL_RUNS = ["with_clock_eviction", "without_eviction", "another_seed"]
-MODEL_RUNS_OVER_CLUSTER = MODEL_RUNS[:2]
+MODEL_RUNS_OVER_REDIS = MODEL_RUNS[:2]
 # Suites that run in the sanitized build only, when one is in the run: the
 # normal build adds nothing they check (test_clock_steps: the clocks are the
 # same code in both; the ASan build also checks their memory).
@@ -82,10 +83,12 @@ SANITIZED_ONLY = ["test_clock_steps"]
 # sanitized against the embedded engine; its routes over Redis are
 # test_ops's, which the sanitized build runs).
 NOT_SANITIZED_OVER_REDIS = ["test_cli"]
-# Shares of the fuzz corpus replayed over Redis (test_fuzz_corpus.py): the
-# odd ones over one Redis, the even ones over the cluster, so each input
-# runs through one of the two (the embedded engine replays them all).
+# Shares of the fuzz corpus replayed over Redis (test_fuzz_corpus.py): one
+# over the cluster (FUZZ_SHARD_OVER_CLUSTER), the rest over one Redis, so
+# each input runs through one of the two (the embedded engine replays them
+# all); a step over the cluster costs about twice one over one Redis.
 FUZZ_SHARDS = 4
+FUZZ_SHARD_OVER_CLUSTER = 2
 # Suites that do not depend on the build directory: once per run.
 # test_docs (the docs' shell sessions, as a reader runs them: the normal
 # build, its Redis module loaded by a redis-server without the ASan runtime)
@@ -123,7 +126,7 @@ TSAN_REDIS = ["killed_under_load", "stopped", "frozen", "front_end", "redis_wait
 TSAN_SUITES = [("test_concurrency", None, []), ("test_abuse", None, TSAN_ABUSE),
                ("test_load", None, []), ("test_redis", None, TSAN_REDIS),
                ("test_admission", None, ["full_table", "flood"]),
-               ("test_concurrency", "redis", []), ("test_load", "redis", [])]
+               ("test_load", "redis", [])]
 TSAN_ENV = {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions="
                             + os.path.join(ROOT, "tests", "tsan.supp"),
             "HF3FS_TEST_SLOWDOWN": "3"}
@@ -237,8 +240,7 @@ def build_jobs(build, check, with_sanitized=False):
     if sanitized(build):
         engines = (("redis", 3, "4"),)
     for engine, weight, stripes in engines:
-        runs = MODEL_RUNS[:1] if sanitized(build) else \
-            MODEL_RUNS_OVER_CLUSTER if engine == "redis-cluster" else MODEL_RUNS
+        runs = MODEL_RUNS[:1] if sanitized(build) else MODEL_RUNS_OVER_REDIS
         over = dict(env, HF3FS_TEST_ENGINE=engine, HF3FS_TEST_STRIPES=stripes)
         # The reference model's runs (each minutes over the network) as a
         # job each, each with a Redis of its own.
@@ -302,7 +304,7 @@ def once_jobs(build, check):
     # The sequence fuzzer's corpus over the Redis engines, in shares that run
     # at once, each over a Redis of its own.
     for i in range(1, FUZZ_SHARDS + 1):
-        engine = "redis" if i % 2 else "redis-cluster"
+        engine = "redis-cluster" if i == FUZZ_SHARD_OVER_CLUSTER else "redis"
         shard = "%d/%d" % (i, FUZZ_SHARDS)
         jobs.append(Job("test_fuzz_corpus.py[%s]:%s" % (engine, shard), fuzz,
                         dict(server, HF3FS_TEST_ENGINE=engine, HF3FS_FUZZ_SHARD=shard),
