@@ -82,6 +82,7 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/fd.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -463,12 +464,9 @@ static void loop_free(loop *lp)
     HF_ASSERT(atomic_load(&lp->nconns) == 0); /* every conn given to it is closed */
     free(lp->inbox);
     pthread_mutex_destroy(&lp->inbox_lock);
-    if (lp->epfd >= 0)
-        close(lp->epfd);
-    if (lp->wake_fd >= 0)
-        close(lp->wake_fd);
-    if (lp->spare_fd >= 0)
-        close(lp->spare_fd);
+    hf_close_fd(lp->epfd);
+    hf_close_fd(lp->wake_fd);
+    hf_close_fd(lp->spare_fd);
 }
 
 static void free_server(http_server *server)
@@ -477,8 +475,7 @@ static void free_server(http_server *server)
         loop_free(&server->loops[i]);
     HF_ASSERT(atomic_load(&server->open_connections) == 0);
     free(server->loops);
-    if (server->listen_fd >= 0)
-        close(server->listen_fd);
+    hf_close_fd(server->listen_fd);
     free(server);
 }
 

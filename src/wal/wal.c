@@ -196,6 +196,7 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/fd.h"
 #include "util/hf_assert.h"
 #include "util/log.h"
 #include "util/xalloc.h"
@@ -538,12 +539,9 @@ int wal_wait(wal_t *w, uint64_t lsn)
 
 static void wal_free(wal_t *w)
 {
-    if (w->seg_fd >= 0)
-        close(w->seg_fd);
-    if (w->lock_fd >= 0)
-        close(w->lock_fd);
-    if (w->dir_fd >= 0)
-        close(w->dir_fd);
+    hf_close_fd(w->seg_fd);
+    hf_close_fd(w->lock_fd);
+    hf_close_fd(w->dir_fd);
     wal__enc_free(&w->enc);
     hf_buf_free(&w->pending);
     hf_buf_free(&w->batch);
