@@ -98,15 +98,21 @@ static int show(const cli *o, hf3fs_meta_client *c, const char *banner, stats_vi
     return rc;
 }
 
-int cmd_stats(cli *o)
+/* One GET /v1/stats shown by view: a command that takes no arguments. */
+static int show_once(cli *o, stats_view view)
 {
     hf3fs_meta_client *c;
     int rc = cli_no_arguments(o);
     if (rc || (rc = cli_connect(o, &c)) != 0)
         return rc;
-    rc = show(o, c, NULL, view_pools);
+    rc = show(o, c, NULL, view);
     hf3fs_meta_close(c);
     return rc;
+}
+
+int cmd_stats(cli *o)
+{
+    return show_once(o, view_pools);
 }
 
 static void sleep_seconds(double s)
@@ -210,11 +216,5 @@ static int view_advice(const cli *o, const char *json, size_t len, const char *b
 
 int cmd_advise(cli *o)
 {
-    hf3fs_meta_client *c;
-    int rc = cli_no_arguments(o);
-    if (rc || (rc = cli_connect(o, &c)) != 0)
-        return rc;
-    rc = show(o, c, NULL, view_advice);
-    hf3fs_meta_close(c);
-    return rc;
+    return show_once(o, view_advice);
 }

@@ -200,8 +200,7 @@ static void on_acceptable(loop *lp)
                  * rather than leave it to wake every loop again at once */
                 close(lp->spare_fd);
                 fd = accept(server->listen_fd, NULL, NULL);
-                if (fd >= 0)
-                    close(fd);
+                hf_close_fd(fd);
                 lp->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 log_msg(LOG_WARN, "http: out of file descriptors: refused a connection");
                 api_count_connection(server->api, API_CONNECTION_REFUSED);
@@ -416,8 +415,7 @@ static int listen_on(const http_config *config, char *err, size_t errlen)
                  "cannot listen on %s port %u (in use, or not an address of this "
                  "host?): %s",
                  config->host, (unsigned)config->port, strerror(errno));
-        if (fd >= 0)
-            close(fd);
+        hf_close_fd(fd);
         fd = -1;
     }
     freeaddrinfo(found);

@@ -24,6 +24,7 @@
 
 #include "util/bytes.h"
 #include "util/clock.h"
+#include "util/fd.h"
 #include "util/hf_assert.h"
 #include "util/log.h"
 #include "util/xalloc.h"
@@ -133,8 +134,7 @@ static int list_dir(recovery *R)
     int fd = openat(w->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
-        if (fd >= 0)
-            close(fd);
+        hf_close_fd(fd);
         return fail(R, WAL_EIO, "cannot list the data directory %s: %s", w->dir, strerror(errno));
     }
     struct dirent *de;
@@ -516,8 +516,7 @@ static int cut_tail(recovery *R)
     int fd = openat(w->dir_fd, R->cut_name, O_WRONLY | O_CLOEXEC);
     if (fd < 0 || ftruncate(fd, (off_t)R->cut_keep) != 0 || fdatasync(fd) != 0) {
         int err = errno;
-        if (fd >= 0)
-            close(fd);
+        hf_close_fd(fd);
         return fail(R, WAL_EIO, "cannot cut the torn tail of %s/%s: %s", w->dir, R->cut_name,
                     strerror(err));
     }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/fd.h"
 #include "util/hf_assert.h"
 #include "util/log.h"
 
@@ -110,8 +111,7 @@ void wal__delete_covered(wal_t *w, uint64_t seq)
     int fd = openat(w->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
-        if (fd >= 0)
-            close(fd);
+        hf_close_fd(fd);
         log_msg(LOG_WARN, "cannot list %s to delete old log segments: %s", w->dir, strerror(errno));
         return;
     }
