@@ -11,7 +11,7 @@ runner can split a long replay into N processes, each with a Redis of its own.
 
 The targets are built by `make units` (mk/fuzz.mk, clang with libFuzzer, ASan
 and UBSan) into $HF3FS_FUZZ_DIR (default build/fuzz). Seconds of fuzzing per
-target: $HF3FS_FUZZ_TEST_SECONDS (default 4; 0: the replay alone). The long
+target: $HF3FS_FUZZ_TEST_SECONDS (default 3; 0: the replay alone). The long
 form is `make fuzz`.
 """
 
@@ -25,7 +25,7 @@ import harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FUZZ_DIR = os.environ.get("HF3FS_FUZZ_DIR", os.path.join(ROOT, "build", "fuzz"))
-SECONDS = int(os.environ.get("HF3FS_FUZZ_TEST_SECONDS", "4"))
+SECONDS = int(os.environ.get("HF3FS_FUZZ_TEST_SECONDS", "3"))
 # Per-target options, as mk/fuzz.mk passes them.
 EXTRA = {"wal_recover": ["-close_fd_mask=2"]}
 
