@@ -95,10 +95,14 @@ FUZZ_SHARD_OVER_CLUSTER = 2
 # runs once, and only when the first build is not sanitized.
 # test_partitions (a cluster and two front ends in network namespaces, links
 # cut under load) runs once, against the first build, as two jobs of
-# PARTITION_JOBS; `make test-partitions` runs all of it.
+# PARTITION_JOBS (the first with the two tests of a WAIT that a demotion
+# refuses over the cluster; those over one Redis cost 5 s more);
+# `make test-partitions` runs all of it.
 ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs", "test_upgrade", "test_partitions",
         "test_ui"]
-PARTITION_JOBS = [("cut primary, front end cut", ["with_one_front_end", "every_redis_node"], {}),
+PARTITION_JOBS = [("cut primary, front end cut, demotions",
+                   ["with_one_front_end", "every_redis_node",
+                    "test_a_change_whose_wait_a_demotion_refuses"], {}),
                   ("random, short", ["random"], {"HF3FS_PARTITION_RANDOM_SECONDS": "10"})]
 # Sanitizer options for the sanitized builds (a leak at exit fails the suite).
 SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",

@@ -228,11 +228,15 @@ class Resp:
 class RedisServer:
     """redis-server on a free port (its bus port + 10000 free too) in a temp dir.
     loadmodule: True (module_path(), the default), a module's path, or False/None
-    (a Redis without it); module_args: the arguments it is loaded with."""
+    (a Redis without it); module_args: the arguments it is loaded with; host:
+    the address it binds, prefix: what runs it (netns.py: a network
+    namespace of its own, whose address host is)."""
 
     def __init__(self, appendonly=False, password=None, extra=(), loadmodule=True,
-                 module_args=()):
+                 module_args=(), host="127.0.0.1", prefix=()):
         self.dir = tempfile.mkdtemp(prefix="hf3fs-redis.")
+        self.host = host
+        self.prefix = list(prefix)
         self.port = pick_port()
         self.appendonly = appendonly
         self.password = password
@@ -245,14 +249,14 @@ class RedisServer:
 
     @property
     def url(self):
-        return "redis://127.0.0.1:%d" % self.port
+        return "redis://%s:%d" % (self.host, self.port)
 
     @property
     def unix_url(self):
         return "unix://" + self.unix
 
     def start(self, timeout=10.0):
-        args = ["--port", str(self.port), "--bind", "127.0.0.1",
+        args = ["--port", str(self.port), "--bind", self.host,
                 "--dir", self.dir, "--save", "", "--unixsocket", self.unix,
                 "--unixsocketperm", "700", "--protected-mode", "no", "--daemonize", "no",
                 "--logfile", os.path.join(self.dir, "redis.log")]
@@ -270,7 +274,8 @@ class RedisServer:
         args += self.extra
         first = self.proc is None
         for _ in range(5):
-            self.proc = spawn(args, self.port, self.password, timeout, env)
+            self.proc = spawn(args, self.port, self.password, timeout, env, self.host,
+                              self.prefix)
             if self.proc is not None or not first:
                 break
             # another test's server took the port since pick_port: another one
@@ -298,7 +303,7 @@ class RedisServer:
                        for n in sorted(os.listdir(self.dir)) if n.startswith(("asan.", "ubsan.")))
 
     def connect(self):
-        c = Resp(port=self.port)
+        c = Resp(host=self.host, port=self.port)
         if self.password:
             c.cmd("AUTH", self.password)
         return c

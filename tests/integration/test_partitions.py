@@ -35,6 +35,16 @@ serves (F2 answers a read of P's pool) within SERVE_BOUND_S of the cut when
 a replica was promoted; both front ends acknowledge a change within
 HEAL_BOUND_S of the heal.
 
+A WAIT that a demotion refuses (docs/many-nodes.md), without load: one
+front end (--redis-wait 1) allocates on P with R's packets to P dropped,
+so the WAIT stays pending on P; R is promoted and P demoted, which refuses
+the WAIT; the cut healed, P syncs with R. With only R -> P cut, R has the
+allocation, P resyncs partially, and the allocation is acknowledged (200)
+and found on R; with both ways cut, R never has it, P resyncs in full, and
+the answer is 507, nothing of it left on R. Over the cluster (CLUSTER
+FAILOVER TAKEOVER on R) and over one Redis (two nodes of their own in
+hosts of the same network; REPLICAOF on each).
+
 HF3FS_PARTITION_REDIS_WAIT (default 1) is the front ends' --redis-wait: with
 0 the cut primary takes acknowledged changes that its promoted replica never
 receives, and cut_primary fails; with "default" they run without the flag
@@ -42,6 +52,7 @@ receives, and cut_primary fails; with "default" they run without the flag
 holds.
 """
 
+import collections
 import os
 import random
 import sys
@@ -51,9 +62,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from harness import Server, expect_eq, expect_true, wait_for  # noqa: E402
+from harness import Server, expect_eq, expect_error, expect_true, wait_for  # noqa: E402
 import netns  # noqa: E402
 import redis_cluster  # noqa: E402
+from redis_server import RedisServer  # noqa: E402
 import test_page_integrity as integrity  # noqa: E402
 
 NODE_TIMEOUT_MS = 2000
@@ -91,11 +103,19 @@ class World:
         self.rc = netns.NetCluster(self.net, node_timeout_ms=NODE_TIMEOUT_MS)
         self.rc.start()
         self.fe_hosts = [self.net.add("fe1"), self.net.add("fe2")]
+        self._one = []
         print("# network 10.213.%d.0/24, cluster and hosts up in %.1f s"
               % (self.net.third, time.monotonic() - t0), flush=True)
 
     def redis_hosts(self):
         return [self.rc.node_host(p) for p in self.rc.nodes]
+
+    def one_redis_hosts(self):
+        """Two hosts for a primary and a replica outside the cluster, added
+        once."""
+        if not self._one:
+            self._one = [self.net.add("one-p"), self.net.add("one-r")]
+        return self._one
 
     def close(self):
         self.rc.stop()
@@ -110,6 +130,15 @@ def world():
     if _world is None:
         _world = World()
     return _world
+
+
+def holders(rc):
+    """{key: port of the primary holding it} of the front ends' values."""
+    values = {}
+    for port in rc.primaries_ports():
+        for key in rc.call(port, "KEYS", "hf3fs:*"):
+            values[key] = port
+    return values
 
 
 class Setup:
@@ -152,10 +181,7 @@ class Setup:
         """Every value of the test's namespaces moved to the primary of the
         vLLM pool's: that primary is P."""
         rc = self.w.rc
-        values = {}
-        for port in rc.primaries_ports():
-            for key in rc.call(port, "KEYS", "hf3fs:*"):
-                values[key] = port
+        values = holders(rc)
         kv = [k for k in values if "{%s}" % b"kv".hex() in k or b"kv".hex() in k]
         expect_true(kv, "the vLLM pool's value among %r" % sorted(values))
         target = values[kv[0]]
@@ -434,6 +460,227 @@ def test_a_primary_that_the_cluster_no_longer_hears_loses_no_acknowledged_change
     under_load("one-way cut of a primary", nemesis)
 
 
+# -- a WAIT that a demotion refuses (no load: one call, its outcome) ------
+
+DEMOTED_NS = "demoted"
+DEMOTED_PAGES = 16
+DEMOTED_KEYS = ["d1", "d2"]
+# The front end's --redis-wait-timeout: its WAIT is still pending when P is
+# demoted (within a second of R's promotion), and the front end asks P for
+# up to this plus --redis-timeout while P syncs with R after the heal.
+DEMOTED_FLAGS = ("--redis-wait", "1", "--redis-wait-timeout", "10", "--redis-timeout", "2",
+                 "--redis-connect-timeout", "1", "--stripes", "1")
+# P's repl-ping-replica-period while the WAIT is pending: no PING of P's
+# between R's catching up and P's demotion, which R, promoted meanwhile,
+# would not have (P's PSYNC then refused: a full resync). Redis pings when
+# its cron's count of seconds is a multiple of the period: with INT_MAX,
+# only at the first second after its start.
+NO_PING = str((1 << 31) - 1)
+
+# A Redis node of these tests: its host (netns.Host) and what sends it a
+# command.
+Node = collections.namedtuple("Node", "host cmd")
+
+
+def info(node, section):
+    """INFO section of node: {field: value}, both strings."""
+    text = node.cmd("INFO", section)
+    out = {}
+    for line in (text.decode() if isinstance(text, bytes) else text).splitlines():
+        if ":" in line and not line.startswith("#"):
+            name, value = line.split(":", 1)
+            out[name] = value.strip()
+    return out
+
+
+def demoted_pool(srv):
+    """srv's client once its pool (DEMOTED_NS) is initialized: the first
+    change once the shard acknowledges it with a replica (a node an earlier
+    test cut may still be syncing)."""
+    c = srv.client(timeout=30 * harness.SLOWDOWN)
+    wait_for(lambda: c.post("/0/initialize", {"num_pages": DEMOTED_PAGES,
+                                             "namespace": DEMOTED_NS}).status == 204,
+             30 * harness.SLOWDOWN, interval=0.2, what="the pool initialized")
+    return c
+
+
+def allocated_while_demoted(net, srv, p, r, promote, kept, fig):
+    """Front end srv (DEMOTED_FLAGS: WAIT 1) allocates DEMOTED_KEYS on P, the
+    primary of its pool, with R's packets to P dropped: P never hears R's
+    acknowledgement, so the WAIT blocks. kept: R still receives P's stream
+    and has the allocation; else the cut is both ways and R never has it.
+    Once P holds the WAIT (and R has caught up, if kept), promote() makes R
+    the primary and P its replica, which refuses the WAIT; the cut is healed
+    and P syncs with R: partially if R holds everything P applied, else in
+    full. The allocation's answer; fig gets the figures."""
+    period = p.cmd("CONFIG", "GET", "repl-ping-replica-period")[1]
+    p.cmd("CONFIG", "SET", "repl-ping-replica-period", NO_PING)
+    try:
+        net.cut([r.host], [p.host], one_way=kept)
+        answer = []
+        c = srv.client(timeout=30 * harness.SLOWDOWN)
+        call = threading.Thread(target=lambda: answer.append(c.post(
+            "/0/reserve_and_allocate_page_indices",
+            {"keys": [[k, ""] for k in DEMOTED_KEYS], "namespace": DEMOTED_NS})), daemon=True)
+        t0 = time.monotonic()
+        call.start()
+        wait_for(lambda: info(p, "clients")["blocked_clients"] == "1", 5 * harness.SLOWDOWN,
+                 interval=0.02, what="the allocation's WAIT pending on P")
+        if kept:
+            wait_for(lambda: info(r, "replication")["slave_repl_offset"]
+                     == info(p, "replication")["master_repl_offset"],
+                     5 * harness.SLOWDOWN, interval=0.02, what="R has P's stream")
+        fig["P's offset"] = int(info(p, "replication")["master_repl_offset"])
+        fig["R's offset"] = int(info(r, "replication")["slave_repl_offset"])
+        t = time.monotonic()
+        promote()
+        wait_for(lambda: info(p, "replication")["role"] == "slave", 10 * harness.SLOWDOWN,
+                 interval=0.02, what="P demoted")
+        fig["promotion -> P demoted"] = time.monotonic() - t
+        net.heal()
+        call.join(30 * harness.SLOWDOWN)
+        expect_true(answer, "the allocation answered")
+        fig["the allocation answered"] = "%d in %.2f s" % (answer[0].status,
+                                                           time.monotonic() - t0)
+        fig["P then"] = ", ".join("%s %s" % (k, v) for k, v in info(p, "replication").items()
+                                  if k in ("role", "master_link_status", "second_repl_offset"))
+        return answer[0]
+    finally:
+        net.heal()
+        p.cmd("CONFIG", "SET", "repl-ping-replica-period", period)
+
+
+def logged(srv, line):
+    """Until the front end's log has line (its log writer is a thread)."""
+    wait_for(lambda: line in srv.stderr(), 5 * harness.SLOWDOWN,
+             what="%r in the front end's log:\n%s" % (line, srv.stderr()[-3000:]))
+
+
+def demoted_stats(srv):
+    return srv.stats()[(DEMOTED_NS, 0)]
+
+
+def expect_kept(answer, srv, reader):
+    """The allocation acknowledged (200, a page per key; srv's log says
+    why), and reader, a front end on the new primary, finds its
+    reservations there: confirmed, the keys have those pages."""
+    expect_eq(answer.status, 200, "the allocation: %r" % (answer,))
+    pages = [e[1] for e in answer.json()["indices"]]
+    expect_true(len(set(pages)) == len(DEMOTED_KEYS) and min(pages) >= 0,
+                "a page per key: %r" % pages)
+    logged(srv, "continued from its new primary's history (partial resync)")
+    c = reader.client(timeout=30 * harness.SLOWDOWN)
+    expect_eq(demoted_stats(reader)["reservations"], len(DEMOTED_KEYS),
+              "reservations on the new primary")
+    harness.s_confirm(c, 0, zip(DEMOTED_KEYS, pages), ns=DEMOTED_NS)
+    expect_eq(harness.s_pages(c, 0, DEMOTED_KEYS, ns=DEMOTED_NS), pages,
+              "the keys' pages, through the front end")
+    st = demoted_stats(reader)
+    expect_eq((st["owned"], st["reserved"]), (len(DEMOTED_KEYS), 0), "owned, reserved")
+    reader.check()
+
+
+def expect_lost(answer, srv, reader):
+    """507 (outcome unknown; srv's log says the node resynced in full), and
+    reader, a front end on the new primary, finds no reservation there (the
+    change went with P's history): the keys allocated again get pages."""
+    expect_error(answer, 507)
+    expect_true("unknown" in answer.json()["detail"], answer.json()["detail"])
+    logged(srv, "did not show it kept the change (role slave, master_link_status up, "
+           "second_repl_offset -1)")
+    c = reader.client(timeout=30 * harness.SLOWDOWN)
+    st = demoted_stats(reader)
+    expect_eq((st["reservations"], st["free"]), (0, DEMOTED_PAGES),
+              "reservations, free pages on the new primary")
+    got = harness.s_alloc(c, 0, DEMOTED_KEYS, ns=DEMOTED_NS)
+    expect_eq([e[0] for e in got], [False] * len(DEMOTED_KEYS), "the keys existed")
+    harness.s_confirm(c, 0, [(k, e[1]) for k, e in zip(DEMOTED_KEYS, got)], ns=DEMOTED_NS)
+    expect_eq(demoted_stats(reader)["owned"], len(DEMOTED_KEYS), "owned once allocated again")
+    reader.check()
+
+
+def print_figures(name, fig):
+    print("# %s: %s" % (name, ", ".join(
+        ("%s %.2f s" % kv) if isinstance(kv[1], float) else "%s %s" % kv
+        for kv in fig.items() if not kv[0].startswith("_"))), flush=True)
+
+
+def demoted_in_the_cluster(kept, expect):
+    """P and R of the World's cluster: R takes over (CLUSTER FAILOVER
+    TAKEOVER: no vote, so the cut does not stop it), and P hears of it from
+    the other nodes and turns replica. The front end on fe1 then reads the
+    new primary itself."""
+    w = world()
+    rc = w.rc
+    rc.wait_ok(timeout=60 * harness.SLOWDOWN)
+    redis_cluster.flush(rc)
+    fe = w.fe_hosts[0]
+    srv = Server(*DEMOTED_FLAGS, store="redis-cluster://" + rc.seeds(), host=fe.ip,
+                 port=FE_PORT, prefix=fe.prefix).start()
+    fig = {}
+    try:
+        demoted_pool(srv)
+        ports = sorted(set(holders(rc).values()))
+        expect_eq(len(ports), 1, "primaries holding the pool")
+        p = ports[0]
+        r = wait_for(lambda: (rc.replicas_of(p) or [None])[0], 10 * harness.SLOWDOWN,
+                     interval=0.1, what="P's replica known to the cluster")
+
+        def node(port):
+            return Node(rc.node_host(port), lambda *a: rc.call(port, *a))
+        answer = allocated_while_demoted(w.net, srv, node(p), node(r),
+                                         lambda: rc.call(r, "CLUSTER", "FAILOVER", "TAKEOVER"),
+                                         kept, fig)
+        expect(answer, srv, srv)
+    finally:
+        print_figures("cluster, %s" % ("kept" if kept else "lost"), fig)
+        srv.stop()
+
+
+def demoted_over_one_redis(kept, expect):
+    """P and R, two Redis of their own in hosts of the World's network, the
+    front end on the machine: REPLICAOF NO ONE on R, then REPLICAOF R on P.
+    A second front end on R reads the new primary."""
+    w = world()
+    hp, hr = w.one_redis_hosts()
+    fig = {}
+    quick = ["--repl-diskless-sync-delay", "0"]  # a sync at once, as in the cluster
+    with RedisServer(host=hp.ip, prefix=hp.prefix, extra=quick) as rp, \
+            RedisServer(host=hr.ip, prefix=hr.prefix, extra=quick) as rr:
+        rr.cmd("REPLICAOF", hp.ip, rp.port)
+        wait_for(lambda: b",state=online," in rp.cmd("INFO", "replication"),
+                 10 * harness.SLOWDOWN, what="R in sync")
+        with Server(*DEMOTED_FLAGS, store=rp.url) as srv:
+            try:
+                demoted_pool(srv)
+
+                def promote():
+                    rr.cmd("REPLICAOF", "NO", "ONE")
+                    rp.cmd("REPLICAOF", hr.ip, rr.port)
+                answer = allocated_while_demoted(w.net, srv, Node(hp, rp.cmd), Node(hr, rr.cmd),
+                                                 promote, kept, fig)
+                with Server(*DEMOTED_FLAGS, store=rr.url) as reader:
+                    expect(answer, srv, reader)
+            finally:
+                print_figures("one Redis, %s" % ("kept" if kept else "lost"), fig)
+
+
+def test_a_change_whose_wait_a_demotion_refuses_is_acknowledged_when_the_new_primary_has_it():
+    demoted_in_the_cluster(True, expect_kept)
+
+
+def test_a_change_whose_wait_a_demotion_refuses_answers_507_when_the_demoted_node_resyncs_in_full():
+    demoted_in_the_cluster(False, expect_lost)
+
+
+def test_over_one_redis_a_change_whose_wait_a_demotion_refuses_is_acknowledged_when_the_new_primary_has_it():
+    demoted_over_one_redis(True, expect_kept)
+
+
+def test_over_one_redis_a_change_whose_wait_a_demotion_refuses_answers_507_when_the_demoted_node_resyncs_in_full():
+    demoted_over_one_redis(False, expect_lost)
+
+
 def random_schedule(seed, seconds, hosts):
     """[(start second, kind, sides)]: a new partition every 2 to 5 s from
     the seed alone (the hosts by name), so that a seed replays it."""
@@ -461,7 +708,7 @@ def test_random_partitions_from_a_seed_lose_no_acknowledged_change_nor_share_a_p
     def nemesis(s, fig):
         net = s.w.net
         by_name = {h.name: h for h in net.hosts}
-        schedule = random_schedule(SEED, RANDOM_SECONDS, net.hosts)
+        schedule = random_schedule(SEED, RANDOM_SECONDS, s.w.redis_hosts() + s.w.fe_hosts)
         print("# random partitions: HF3FS_PARTITION_SEED=%d, %d steps over %.0f s"
               % (SEED, len(schedule), RANDOM_SECONDS), flush=True)
         t0 = time.monotonic()
