@@ -96,8 +96,8 @@ FUZZ_SHARD_OVER_CLUSTER = 2
 # test_partitions (a cluster and two front ends in network namespaces, links
 # cut under load) runs once, against the first build, as two jobs of
 # PARTITION_JOBS (the first with the two tests of a WAIT that a demotion
-# refuses over the cluster; those over one Redis cost 5 s more);
-# `make test-partitions` runs all of it.
+# refuses over the cluster, about 3 s; those over one Redis, about 4 s
+# more, only in `make test-partitions`, which runs all of it).
 ONCE = ["test_fuzz_corpus", "test_bench_smoke", "test_docs", "test_upgrade", "test_partitions",
         "test_ui"]
 PARTITION_JOBS = [("cut primary, front end cut, demotions",
