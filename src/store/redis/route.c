@@ -173,6 +173,37 @@ static bool cl_wait_all(redis_link *r, conn *c)
     return ok;
 }
 
+static uint16_t node_index(redis_link *r, const char *addr);
+
+/* The node_link of the handle c's node k (added at first sight), NULL if
+ * the handle knows no such node. */
+static node_link *handle_node(redis_link *r, conn *c, int k)
+{
+    if (k < 0 || (size_t)k >= cluster_node_count(c->cl))
+        return NULL;
+    cluster_node_stats ns;
+    cluster_get_node_stats(c->cl, (size_t)k, &ns);
+    hf_rwlock_wrlock(&r->map_lock);
+    uint16_t i = node_index(r, ns.addr);
+    node_link *nl = i == NO_NODE ? NULL : r->nodes[i];
+    hf_rwlock_unlock(&r->map_lock);
+    return nl;
+}
+
+/* Whether the changes on the handle's node k whose WAIT it refused are
+ * kept (link__demoted_kept), asked once per node of a call: seen[k] (of
+ * nseen) 0 not asked, 1 kept, 2 not. */
+static bool refused_kept(redis_link *r, conn *c, int k, unsigned want, uint8_t *seen, size_t nseen)
+{
+    if (k < 0 || (size_t)k >= nseen)
+        return false;
+    if (!seen[k]) {
+        node_link *nl = handle_node(r, c, k);
+        seen[k] = nl && link__demoted_kept(r, nl, want) ? 1 : 2;
+    }
+    return seen[k] == 1;
+}
+
 /*
  * Run n commands at once on the handle c (one round trip per node, the
  * nodes in parallel), each to the node of its slot (or its node). For a
@@ -212,14 +243,18 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
     cluster_get_stats(c->cl, &after);
     bool redirected = after.rounds - before.rounds > 1;
     bool rewait = false;
+    size_t nseen = cluster_node_count(c->cl);
+    uint8_t *seen = hf_xcalloc(nseen + 1, 1); /* refused_kept's */
     m = 0;
     for (size_t i = 0; i < n; i++) {
         cluster_cmd *b = &batch[m++];
         cluster_cmd *w = waits[i] ? &batch[m++] : NULL;
         long long acked = -1;
+        bool refused = false;
         if (w && w->reply) {
             if (w->reply->type == REDIS_REPLY_INTEGER)
                 acked = w->reply->integer;
+            refused = w->reply->type == REDIS_REPLY_ERROR;
             freeReplyObject(w->reply);
         }
         if (!b->reply) {
@@ -238,7 +273,11 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
             }
             continue;
         }
-        if (w && !redirected && b->reply->type != REDIS_REPLY_ERROR && acked < (long long)wc.want) {
+        if (w && !redirected && b->reply->type != REDIS_REPLY_ERROR && acked < (long long)wc.want &&
+            !(refused && refused_kept(r, c,
+                                      cmds[i].slot >= 0 ? cluster_slot_node(c->cl, cmds[i].slot)
+                                                        : cmds[i].node,
+                                      wc.want, seen, nseen))) {
             link__wait_short(r, acked, wc.want);
             freeReplyObject(b->reply);
             cmds[i].code = STORE_EUNCERTAIN;
@@ -258,6 +297,7 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
                 cmds[i].code = STORE_EUNCERTAIN;
             }
     }
+    free(seen);
     free(waits);
     free(batch);
 }
