@@ -140,39 +140,6 @@ redis_cmd *link__cl_primaries(conn *c, int argc, const char **argv, const size_t
     return cmds;
 }
 
-/* After a redirected batch: WAIT on every primary whose changes wait (the
- * changes ran on the nodes the redirects named, maybe not where their
- * WAITs went). */
-static bool cl_wait_all(redis_link *r, conn *c)
-{
-    atomic_fetch_add(&r->cl_rewaits, 1);
-    wait_cmd wc;
-    link__wait_cmd(r, &wc);
-    size_t m, k = 0;
-    redis_cmd *p = link__cl_primaries(c, 3, wc.argv, wc.lens, &m);
-    cluster_cmd *cmds = hf_xcalloc(m ? m : 1, sizeof *cmds);
-    for (size_t i = 0; i < m; i++)
-        if (link__wait_at(r, c, -1, p[i].node) > 0)
-            cmds[k++] = (cluster_cmd){.argc = 3,
-                                      .argv = wc.argv,
-                                      .argvlen = wc.lens,
-                                      .slot = -1,
-                                      .node = p[i].node,
-                                      .flags = CLUSTER_CMD_IDEMPOTENT};
-    cluster_exec(c->cl, cmds, k);
-    bool ok = true;
-    for (size_t i = 0; i < k; i++) {
-        if (!cmds[i].reply || cmds[i].reply->type != REDIS_REPLY_INTEGER ||
-            cmds[i].reply->integer < (long long)wc.want)
-            ok = false;
-        if (cmds[i].reply)
-            freeReplyObject(cmds[i].reply);
-    }
-    free(cmds);
-    free(p);
-    return ok;
-}
-
 static uint16_t node_index(redis_link *r, const char *addr);
 
 /* The node_link of the handle c's node k (added at first sight), NULL if
@@ -202,6 +169,46 @@ static bool refused_kept(redis_link *r, conn *c, int k, unsigned want, uint8_t *
         seen[k] = nl && link__demoted_kept(r, nl, want) ? 1 : 2;
     }
     return seen[k] == 1;
+}
+
+/* After a redirected batch: WAIT on every primary whose changes wait (the
+ * changes ran on the nodes the redirects named, maybe not where their
+ * WAITs went). A node that refuses it (a primary of the handle's map that
+ * turned replica since) has kept what it applied if link__demoted_kept
+ * says so. */
+static bool cl_wait_all(redis_link *r, conn *c)
+{
+    atomic_fetch_add(&r->cl_rewaits, 1);
+    wait_cmd wc;
+    link__wait_cmd(r, &wc);
+    size_t m, k = 0;
+    redis_cmd *p = link__cl_primaries(c, 3, wc.argv, wc.lens, &m);
+    cluster_cmd *cmds = hf_xcalloc(m ? m : 1, sizeof *cmds);
+    for (size_t i = 0; i < m; i++)
+        if (link__wait_at(r, c, -1, p[i].node) > 0)
+            cmds[k++] = (cluster_cmd){.argc = 3,
+                                      .argv = wc.argv,
+                                      .argvlen = wc.lens,
+                                      .slot = -1,
+                                      .node = p[i].node,
+                                      .flags = CLUSTER_CMD_IDEMPOTENT};
+    cluster_exec(c->cl, cmds, k);
+    size_t nseen = cluster_node_count(c->cl);
+    uint8_t *seen = hf_xcalloc(nseen + 1, 1);
+    bool ok = true;
+    for (size_t i = 0; i < k; i++) {
+        const redisReply *rep = cmds[i].reply;
+        if (rep && rep->type == REDIS_REPLY_ERROR)
+            ok = ok && refused_kept(r, c, cmds[i].node, wc.want, seen, nseen);
+        else if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer < (long long)wc.want)
+            ok = false;
+        if (cmds[i].reply)
+            freeReplyObject(cmds[i].reply);
+    }
+    free(seen);
+    free(cmds);
+    free(p);
+    return ok;
 }
 
 /*
