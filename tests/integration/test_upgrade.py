@@ -499,11 +499,9 @@ def rolling_upgrade(front_ends_first, shards):
                 srv.stop()
 
 
-@full_only
 def test_a_cluster_shard_rolls_onto_the_new_module_under_both_dialects_load_with_no_failed_call():
     """This release's two front ends, one shard upgraded by the runbook's
-    steps (not in make test: a change at the failover's moment still
-    answers 507 now and then, see docs/testing.md)."""
+    steps: the short form of the two below, in make test."""
     rolling_upgrade(front_ends_first=True, shards=1)
 
 
