@@ -358,22 +358,35 @@ def step(what):
 
 
 def failover(rc, replica, primary):
-    """CLUSTER FAILOVER on replica until it is the primary: the runbook's
-    step 3. Redis drops a manual failover without a word after 5 s (seen
-    when another node's bus link to the replica was not up yet, which
-    wait_bus_linked now waits for), so the step is asked again while the
-    replica is still one."""
+    """The runbook's step 3: writes paused on the primary for PAUSE_MS,
+    PAUSE_SETTLE seconds for every WAIT pending there to be acknowledged
+    (a replica acknowledges once a second on its own, and Redis sends no
+    GETACK while writes are paused: a WAIT pending when the failover
+    demotes the primary is refused, which a front end of the previous
+    release answers 507), then CLUSTER FAILOVER on the replica until it is
+    the primary, and the pause lifted. Redis drops a manual failover
+    without a word after 5 s (seen when another node's bus link to the
+    replica was not up yet, which wait_bus_linked waits for), so the step
+    is asked again while the replica is still one."""
     deadline = time.monotonic() + 30
     while True:
+        rc.call(primary, "CLIENT", "PAUSE", str(PAUSE_MS), "WRITE")
+        time.sleep(PAUSE_SETTLE)
         rc.call(replica, "CLUSTER", "FAILOVER")
         try:
             wait_for(lambda: rc.role(replica) == "master" and rc.role(primary) == "slave",
                      6, what="failover to %d" % replica)
+            rc.call(primary, "CLIENT", "UNPAUSE")
             return
         except AssertionError:
             if time.monotonic() > deadline:
                 raise
             step("failover to %d not done in 6 s: asked again" % replica)
+
+
+# the runbook's pause (docs/operations.md): shorter than a change's deadline
+# in a front end (--redis-timeout plus --redis-wait-timeout, 3 s by default)
+PAUSE_MS, PAUSE_SETTLE = 2000, 1.2
 
 
 def upgrade_shard(rc, primary, spare, module):
@@ -404,13 +417,14 @@ def upgrade_shard(rc, primary, spare, module):
     step("old primary %d upgraded" % primary)
 
 
-def print_errors(holder):
-    """The front ends' error and warning lines (why a call failed)."""
-    for srv in holder:
-        with open(srv._stderr_path, errors="replace") as f:
-            for line in f:
-                if " error: " in line or " warn: " in line:
-                    print("# front end %d: %s" % (srv.port, line.rstrip()[:400]))
+def error_lines(srv):
+    """A front end's error and warning lines (why a call failed)."""
+    with open(srv._stderr_path, errors="replace") as f:
+        return ["# front end %d: %s" % (srv.port, line.rstrip()[:400])
+                for line in f if " error: " in line or " warn: " in line]
+
+
+RETIRED = []  # the lines of the front ends replaced (their logs go as they stop)
 
 
 def replace_front_end(holder, i, binary):
@@ -418,6 +432,7 @@ def replace_front_end(holder, i, binary):
     old = holder[i]
     new = Server(*pi.LEASE_FLAGS, store=old.store, port=old.port, default_wait=True,
                  binary=binary)
+    RETIRED.extend(error_lines(old))
     old.stop()
     holder[i] = new.start()
 
@@ -477,7 +492,9 @@ def rolling_upgrade(front_ends_first, shards):
             holder[0].check()
         finally:
             witness.stop.set()
-            print_errors(holder)
+            for line in RETIRED + sum((error_lines(srv) for srv in holder), []):
+                print(line)
+            del RETIRED[:]
             for srv in holder:
                 srv.stop()
 

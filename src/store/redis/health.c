@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cluster/cluster.h"
 #include "util/clock.h"
@@ -254,6 +255,87 @@ void link__look_one(redis_link *r, redisContext *ctx)
     link__replicas_seen(r, NULL, &look, 1);
     if (look.reply)
         freeReplyObject(look.reply);
+}
+
+/* ------------------------------------------- a WAIT refused by a demotion */
+
+/* The value of INFO's field name ("name:value" at a line's start), copied
+ * into out; false if absent. */
+static bool info_field(const char *text, const char *name, char *out, size_t len)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (strncmp(p, name, n) != 0 || p[n] != ':')
+            continue;
+        size_t v = strcspn(p + n + 1, "\r\n");
+        snprintf(out, len, "%.*s", (int)v, p + n + 1);
+        return true;
+    }
+    return false;
+}
+
+/* What INFO replication says of a node asked after its WAIT was refused. */
+typedef enum { DEMOTED_WAIT, DEMOTED_KEPT, DEMOTED_LOST } demoted_seen;
+
+static demoted_seen demoted_look(redisContext *ctx, char *saw, size_t len)
+{
+    redisReply *rep = redisCommand(ctx, "INFO replication");
+    demoted_seen seen = DEMOTED_WAIT;
+    char role[16] = "?", link[16] = "?", second[32] = "?";
+    if (rep && rep->type == REDIS_REPLY_STRING) {
+        info_field(rep->str, "role", role, sizeof role);
+        info_field(rep->str, "master_link_status", link, sizeof link);
+        info_field(rep->str, "second_repl_offset", second, sizeof second);
+    }
+    snprintf(saw, len, "role %s, master_link_status %s, second_repl_offset %s", role, link, second);
+    if (!rep || rep->type != REDIS_REPLY_STRING) {
+        seen = DEMOTED_LOST; /* the connection failed: nothing more to learn */
+    } else if (strcmp(role, "slave") != 0) {
+        seen = DEMOTED_LOST; /* still a primary: its WAIT failed for another reason */
+    } else if (strcmp(link, "up") == 0) {
+        /* synced with its new primary: a partial resync kept its history
+         * (second_repl_offset: where it continued), a full one replaced it
+         * (-1) */
+        seen = atoll(second) > 0 ? DEMOTED_KEPT : DEMOTED_LOST;
+    }
+    if (rep)
+        freeReplyObject(rep);
+    return seen;
+}
+
+bool link__demoted_kept(redis_link *r, const node_link *nl, unsigned want)
+{
+    if (want != 1) /* the demoted node is one replica of its new primary: no more */
+        return false;
+    int code;
+    char err[512];
+    redisContext *ctx = link__connect_one(r, nl, &code, err, sizeof err);
+    if (!ctx)
+        return false;
+    int64_t until = hf_clock_mono_us() +
+                    (r->opt.wait_timeout_ms + r->opt.command_timeout_ms) * 1000;
+    demoted_seen seen;
+    char saw[160];
+    while ((seen = demoted_look(ctx, saw, sizeof saw)) == DEMOTED_WAIT &&
+           hf_clock_mono_us() < until) {
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    redisFree(ctx);
+    char where[128];
+    snprintf(where, sizeof where, "%s", nl->host ? nl->addr : "Redis");
+    if (seen == DEMOTED_KEPT)
+        log_msg(LOG_WARN,
+                "Redis: %s became a replica while a change's WAIT was pending, and continued "
+                "from its new primary's history (partial resync): the change is on both, so it "
+                "is acknowledged",
+                where);
+    else
+        log_msg(LOG_WARN,
+                "Redis: %s refused a change's WAIT, and did not show it kept the change (%s): "
+                "its outcome is unknown",
+                where, saw);
+    return seen == DEMOTED_KEPT;
 }
 
 size_t redis_link_unreplicated(redis_link *l, char (*names)[STORE_NODE_NAME], size_t max)

@@ -180,7 +180,8 @@ struct waiter {
     bool change;
     bool covered; /* a change whose outcome waits for its batch's WAIT */
     bool is_wait;
-    unsigned want; /* is_wait: the replicas it asks for */
+    unsigned want;     /* is_wait: the replicas it asks for; else those of its refused WAIT */
+    bool wait_refused; /* a change of it applied, its WAIT refused (pipe.c settle_refused) */
     bool done;
     bool parked;          /* its caller sleeps in link__pipe_await, free to take a role */
     size_t got;           /* replies received */
@@ -248,6 +249,18 @@ unsigned link__wait_at(redis_link *r, conn *c, int slot, int node);
 void link__replicas_seen(redis_link *r, conn *c, const redis_cmd *looks, size_t m);
 /* One Redis: the look on the monitor's connection ctx. */
 void link__look_one(redis_link *r, redisContext *ctx);
+
+/* A WAIT under --redis-wait answered with an error after the changes it
+ * covered applied on nl: Redis refuses a pending WAIT when its node stops
+ * being a primary (-UNBLOCKED), as a CLUSTER FAILOVER does to the old
+ * primary. Whether those changes are kept, acknowledged: nl, asked on a
+ * connection of its own (blocking: a fiber offloads it) until it has
+ * synced with its new primary, continued from its own history (a partial
+ * resync: the new primary holds everything nl applied, and nl is its
+ * replica) within --redis-wait-timeout plus --redis-command-timeout. Only
+ * for want 1; false when not (a full resync, a node still primary, no
+ * answer): the outcome stays unknown. */
+bool link__demoted_kept(redis_link *r, const node_link *nl, unsigned want);
 
 /* -------------------------------------------------------- sentinel.c */
 

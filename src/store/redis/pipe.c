@@ -219,10 +219,19 @@ static void break_conn(redis_link *r, struct pipe *p, pconn *c, const char *why)
 }
 
 /* The outcome of a change under --redis-wait once its batch's WAIT (for
- * want replicas) answered. */
-static void finish_waited(redis_link *r, struct pipe *p, waiter *w, long long acked, unsigned want)
+ * want replicas) answered; refused: with an error, after which a change
+ * applied keeps its reply until link__pipe_await asks what became of it
+ * (link__demoted_kept). */
+static void finish_waited(redis_link *r, struct pipe *p, waiter *w, long long acked, unsigned want,
+                          bool refused)
 {
     for (size_t i = 0; i < w->n; i++) {
+        if (w->cmds[i].reply->type != REDIS_REPLY_ERROR && acked < (long long)want && refused) {
+            w->cmds[i].code = STORE_EUNCERTAIN;
+            w->want = want;
+            w->wait_refused = true;
+            continue;
+        }
         if (w->cmds[i].reply->type != REDIS_REPLY_ERROR && acked < (long long)want) {
             link__wait_short(r, acked, want);
             freeReplyObject(w->cmds[i].reply);
@@ -246,14 +255,23 @@ static bool dispatch(redis_link *r, struct pipe *p, pconn *c, redisReply *reply)
     }
     if (h->is_wait) {
         long long acked = reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+        bool refused = reply->type == REDIS_REPLY_ERROR;
         freeReplyObject(reply);
         c->flight = h->next;
         while (h->covers) {
             waiter *x = h->covers;
             h->covers = x->next_covered;
-            finish_waited(r, p, x, acked, h->want);
+            finish_waited(r, p, x, acked, h->want, refused);
         }
         free(h);
+        if (refused) {
+            /* Redis closes a connection after refusing its WAIT: what is
+             * queued goes elsewhere as not sent, rather than on it */
+            if (!c->flight)
+                c->flight_tail = NULL;
+            break_conn(r, p, c, "Redis refused a WAIT, and closes the connection after that");
+            return true;
+        }
     } else {
         HF_ASSERT(h->got < h->n && !h->done);
         h->cmds[h->got++].reply = reply;
@@ -667,6 +685,40 @@ refused:
     return false;
 }
 
+typedef struct refused_job {
+    redis_link *r;
+    const node_link *nl;
+    unsigned want;
+    bool kept;
+} refused_job;
+
+static void refused_on(void *arg)
+{
+    refused_job *j = arg;
+    j->kept = link__demoted_kept(j->r, j->nl, j->want);
+}
+
+/* w's changes applied whose WAIT was refused (finish_waited): acknowledged
+ * if their node kept them as it became a replica, else outcome unknown. */
+static void settle_refused(redis_link *r, waiter *w)
+{
+    refused_job j = {.r = r, .nl = w->p->nl, .want = w->want};
+    hf_fiber_offload(refused_on, &j);
+    for (size_t i = 0; i < w->n; i++) {
+        redis_cmd *d = &w->cmds[i];
+        if (d->code != STORE_EUNCERTAIN || !d->reply)
+            continue;
+        if (j.kept) {
+            d->code = STORE_OK;
+            continue;
+        }
+        link__wait_short(r, -1, w->want);
+        freeReplyObject(d->reply);
+        d->reply = NULL;
+    }
+    w->wait_refused = false;
+}
+
 /* Until w is answered: read (or write) when that role is free, else sleep
  * until handed one or answered. */
 void link__pipe_await(redis_link *r, waiter *w)
@@ -691,6 +743,8 @@ void link__pipe_await(redis_link *r, waiter *w)
     /* done: w->c may be gone (freed by whoever broke it); roles were handed
      * on by whoever answered this call */
     hf_mutex_unlock(&p->mu);
+    if (w->wait_refused)
+        settle_refused(r, w);
 }
 
 /* One Redis: the n commands queued on a pipe, written with whatever else
