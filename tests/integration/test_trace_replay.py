@@ -18,7 +18,9 @@ what it says.
   ratio in every column.
 - the sizing advice (bench/hit_estimate --advise, its short form): on the first
   requests of each shipped trace, the advice at three targets, replayed at the
-  advised size, reaches each target within 1 point (and passes it by at most 2).
+  advised size, reaches each target within 1 point (and passes it by at most 2);
+- what --half-advise takes for the pages a trace needs: the pool found measures
+  the target through the server, and one 1% smaller does not.
 
 No figure depends on time: the replay's server runs without read lease.
 
@@ -325,6 +327,34 @@ def test_advice_at_three_targets_per_trace_reaches_each_within_a_point_or_a_clif
                         above, 100 * ADVICE_CLIFF_SLACK, there, diff2, verdict2))
                 expect_true(ok, "%s, target %.4f: %s, %s (advice %r)"
                             % (trace.name, target, diff, verdict, advice))
+    finally:
+        conn.close()
+        problem = server.close()
+    expect_eq(problem, None, "the measuring server's end")
+
+
+def test_smallest_pool_for_a_target_measures_it_and_one_percent_fewer_pages_do_not():
+    """bench/hit_estimate --half-advise's measure of the pages a trace needs
+    (smallest_pages: a bisection over pages through the server) on the first 300
+    requests of the conversation trace, target half their infinite-cache ratio."""
+    if harness.SLOWDOWN > 1:
+        raise harness.Skip("a sanitized build checks memory: the other tests replay the "
+                           "traces")
+    est = harness.bench_module("hit_estimate")
+    trace = est.replay.Trace(CONVERSATION, 300)
+    target = round(0.5 * trace.infinite_hits / trace.refs, 4)
+    server = est.replay.Server(os.path.abspath(harness.BIN), [])
+    conn = est.replay.Conn("127.0.0.1", server.port)
+    try:
+        need = est.smallest_pages(conn, "vllm", trace, 2, target)
+        expect_true(need is not None and need > 1, "pages needed for %.4f: %r" % (target, need))
+        fewer = int(need / (1 + est.HALF_RESOLUTION))
+        there, below = (est.measure(conn, "vllm", trace, 2, n)[0] for n in (need, fewer))
+        print("  target %.4f: %d pages measure %.4f, %d measure %.4f" % (
+            target, need, there, fewer, below))
+        expect_true(there >= target, "%d pages measure %.4f < %.4f" % (need, there, target))
+        expect_true(below < target, "%d pages (1%% fewer) measure %.4f >= %.4f"
+                    % (fewer, below, target))
     finally:
         conn.close()
         problem = server.close()

@@ -140,9 +140,42 @@ redis_cmd *link__cl_primaries(conn *c, int argc, const char **argv, const size_t
     return cmds;
 }
 
+static uint16_t node_index(redis_link *r, const char *addr);
+
+/* The node_link of the handle c's node k (added at first sight), NULL if
+ * the handle knows no such node. */
+static node_link *handle_node(redis_link *r, conn *c, int k)
+{
+    if (k < 0 || (size_t)k >= cluster_node_count(c->cl))
+        return NULL;
+    cluster_node_stats ns;
+    cluster_get_node_stats(c->cl, (size_t)k, &ns);
+    hf_rwlock_wrlock(&r->map_lock);
+    uint16_t i = node_index(r, ns.addr);
+    node_link *nl = i == NO_NODE ? NULL : r->nodes[i];
+    hf_rwlock_unlock(&r->map_lock);
+    return nl;
+}
+
+/* Whether the changes on the handle's node k whose WAIT it refused are
+ * kept (link__demoted_kept), asked once per node of a call: seen[k] (of
+ * nseen) 0 not asked, 1 kept, 2 not. */
+static bool refused_kept(redis_link *r, conn *c, int k, unsigned want, uint8_t *seen, size_t nseen)
+{
+    if (k < 0 || (size_t)k >= nseen)
+        return false;
+    if (!seen[k]) {
+        node_link *nl = handle_node(r, c, k);
+        seen[k] = nl && link__demoted_kept(r, nl, want) ? 1 : 2;
+    }
+    return seen[k] == 1;
+}
+
 /* After a redirected batch: WAIT on every primary whose changes wait (the
  * changes ran on the nodes the redirects named, maybe not where their
- * WAITs went). */
+ * WAITs went). A node that refuses it (a primary of the handle's map that
+ * turned replica since) has kept what it applied if link__demoted_kept
+ * says so. */
 static bool cl_wait_all(redis_link *r, conn *c)
 {
     atomic_fetch_add(&r->cl_rewaits, 1);
@@ -160,14 +193,19 @@ static bool cl_wait_all(redis_link *r, conn *c)
                                       .node = p[i].node,
                                       .flags = CLUSTER_CMD_IDEMPOTENT};
     cluster_exec(c->cl, cmds, k);
+    size_t nseen = cluster_node_count(c->cl);
+    uint8_t *seen = hf_xcalloc(nseen + 1, 1);
     bool ok = true;
     for (size_t i = 0; i < k; i++) {
-        if (!cmds[i].reply || cmds[i].reply->type != REDIS_REPLY_INTEGER ||
-            cmds[i].reply->integer < (long long)wc.want)
+        const redisReply *rep = cmds[i].reply;
+        if (rep && rep->type == REDIS_REPLY_ERROR)
+            ok = ok && refused_kept(r, c, cmds[i].node, wc.want, seen, nseen);
+        else if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer < (long long)wc.want)
             ok = false;
         if (cmds[i].reply)
             freeReplyObject(cmds[i].reply);
     }
+    free(seen);
     free(cmds);
     free(p);
     return ok;
@@ -212,14 +250,18 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
     cluster_get_stats(c->cl, &after);
     bool redirected = after.rounds - before.rounds > 1;
     bool rewait = false;
+    size_t nseen = cluster_node_count(c->cl);
+    uint8_t *seen = hf_xcalloc(nseen + 1, 1); /* refused_kept's */
     m = 0;
     for (size_t i = 0; i < n; i++) {
         cluster_cmd *b = &batch[m++];
         cluster_cmd *w = waits[i] ? &batch[m++] : NULL;
         long long acked = -1;
+        bool refused = false;
         if (w && w->reply) {
             if (w->reply->type == REDIS_REPLY_INTEGER)
                 acked = w->reply->integer;
+            refused = w->reply->type == REDIS_REPLY_ERROR;
             freeReplyObject(w->reply);
         }
         if (!b->reply) {
@@ -238,7 +280,11 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
             }
             continue;
         }
-        if (w && !redirected && b->reply->type != REDIS_REPLY_ERROR && acked < (long long)wc.want) {
+        if (w && !redirected && b->reply->type != REDIS_REPLY_ERROR && acked < (long long)wc.want &&
+            !(refused && refused_kept(r, c,
+                                      cmds[i].slot >= 0 ? cluster_slot_node(c->cl, cmds[i].slot)
+                                                        : cmds[i].node,
+                                      wc.want, seen, nseen))) {
             link__wait_short(r, acked, wc.want);
             freeReplyObject(b->reply);
             cmds[i].code = STORE_EUNCERTAIN;
@@ -258,6 +304,7 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
                 cmds[i].code = STORE_EUNCERTAIN;
             }
     }
+    free(seen);
     free(waits);
     free(batch);
 }
