@@ -37,7 +37,7 @@
  *   REUSE_MAX_KEYS / 4 pages exactly (the unit tests of the rules). The
  *   range stops at 4 times: 8 times would halve the rate of pools above
  *   2,048 pages, and at half the rate the estimate at 1x missed the
- *   measured ratio by 1.4 points on a shipped trace (docs/sizing.md).
+ *   measured ratio by more than a point on a shipped trace (docs/sizing.md).
  *   Hot prefixes: a few keys, the first blocks of a prompt every request
  *   shares, can carry several percent of all uses and always hit; sampled
  *   by hash, such a key is in the sample or not, and the estimate moves by

@@ -288,15 +288,15 @@ static demoted_seen demoted_look(redisContext *ctx, char *saw, size_t len)
         info_field(rep->str, "second_repl_offset", second, sizeof second);
     }
     snprintf(saw, len, "role %s, master_link_status %s, second_repl_offset %s", role, link, second);
-    if (!rep || rep->type != REDIS_REPLY_STRING) {
-        seen = DEMOTED_LOST; /* the connection failed: nothing more to learn */
-    } else if (strcmp(role, "slave") != 0) {
-        seen = DEMOTED_LOST; /* still a primary: its WAIT failed for another reason */
+    if (!rep || rep->type != REDIS_REPLY_STRING || strcmp(role, "slave") != 0) {
+        /* the connection failed, or it is still a primary (its WAIT failed
+         * for another reason): nothing more to learn */
+        seen = DEMOTED_LOST;
     } else if (strcmp(link, "up") == 0) {
         /* synced with its new primary: a partial resync kept its history
          * (second_repl_offset: where it continued), a full one replaced it
          * (-1) */
-        seen = atoll(second) > 0 ? DEMOTED_KEPT : DEMOTED_LOST;
+        seen = strtoll(second, NULL, 10) > 0 ? DEMOTED_KEPT : DEMOTED_LOST;
     }
     if (rep)
         freeReplyObject(rep);
