@@ -25,6 +25,7 @@ import test_page_integrity as pi  # noqa: E402
 from harness import (Server, expect_eq, expect_true, s_alloc, s_confirm, s_exists,  # noqa: E402
                      s_init, s_pages, stock_session, v_alloc, v_confirm, v_exists, v_init,
                      v_locations, wait_for)
+import redis_cluster  # noqa: E402
 from redis_cluster import RedisCluster  # noqa: E402
 from redis_server import RedisServer, module_path  # noqa: E402
 
@@ -357,21 +358,35 @@ def step(what):
     print("# %.2f %s" % (time.monotonic() - T0[0], what), flush=True)
 
 
+def ask_acknowledgements(rc, primary):
+    """REPLCONF GETACK * to each replica of primary: each sends the primary
+    its acknowledgement at once (it answers nothing to the sender)."""
+    for port in rc.replicas_of(primary):
+        c = redis_cluster.Conn(port, rc.password, host=rc.host(port))
+        try:
+            c.sock.sendall(c.encode(("REPLCONF", "GETACK", "*")))
+        finally:
+            c.close()
+
+
 def failover(rc, replica, primary):
-    """The runbook's step 3: writes paused on the primary for PAUSE_MS,
-    PAUSE_SETTLE seconds for every WAIT pending there to be acknowledged
-    (a replica acknowledges once a second on its own, and Redis sends no
-    GETACK while writes are paused: a WAIT pending when the failover
-    demotes the primary is refused, which a front end of the previous
-    release answers 507), then CLUSTER FAILOVER on the replica until it is
-    the primary, and the pause lifted. Redis drops a manual failover
-    without a word after 5 s (seen when another node's bus link to the
-    replica was not up yet, which wait_bus_linked waits for), so the step
-    is asked again while the replica is still one."""
+    """The runbook's step 3: writes paused on the primary, its replicas
+    asked for their acknowledgements (Redis sends them no GETACK while
+    writes are paused, and a replica acknowledges on its own only once a
+    second: a WAIT pending when the pause began would wait that long, and
+    one pending when the failover demotes the primary is refused, which a
+    front end of the previous release answers 507), then CLUSTER FAILOVER
+    on the replica until it is the primary, and the pause lifted. Redis
+    drops a manual failover without a word after 5 s (seen when another
+    node's bus link to the replica was not up yet, which wait_bus_linked
+    waits for), so the step is asked again while the replica is still
+    one."""
     deadline = time.monotonic() + 30
     while True:
         rc.call(primary, "CLIENT", "PAUSE", str(PAUSE_MS), "WRITE")
-        time.sleep(PAUSE_SETTLE)
+        for _ in range(3):
+            time.sleep(0.1)
+            ask_acknowledgements(rc, primary)
         rc.call(replica, "CLUSTER", "FAILOVER")
         try:
             wait_for(lambda: rc.role(replica) == "master" and rc.role(primary) == "slave",
@@ -386,7 +401,7 @@ def failover(rc, replica, primary):
 
 # the runbook's pause (docs/operations.md): shorter than a change's deadline
 # in a front end (--redis-timeout plus --redis-wait-timeout, 3 s by default)
-PAUSE_MS, PAUSE_SETTLE = 2000, 1.2
+PAUSE_MS = 2000
 
 
 def upgrade_shard(rc, primary, spare, module):
