@@ -282,16 +282,19 @@ def run_engines(srv_holder, seconds, restart_at=None, extra_flags=(), restarter=
             else:
                 srv_holder[0] = restart(srv_holder[0], extra_flags)
         time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
-        # A loaded machine does less in those seconds: go on until the run has
-        # exercised what check_run requires (or for four times as long).
-        limit = t0 + 4 * seconds * harness.SLOWDOWN
-        while not exercised(files, srv_holder[0]) and time.monotonic() < limit:
-            time.sleep(0.25)
         if side:
             side.join(timeout=60 * harness.SLOWDOWN)
             expect_true(not side.is_alive(), "meanwhile() did not end")
             if side_errors:
                 raise side_errors[0]
+        # A loaded machine does less in those seconds: go on until the run has
+        # exercised what check_run requires (or for four times as long). After
+        # meanwhile(): the pools' eviction counts are a node's, volatile, and
+        # a failover or a restart there can have counted them again from 0.
+        limit = max(t0 + 4 * seconds * harness.SLOWDOWN,
+                    time.monotonic() + seconds * harness.SLOWDOWN)
+        while not exercised(files, srv_holder[0]) and time.monotonic() < limit:
+            time.sleep(0.25)
     finally:
         stop.set()  # whatever failed above, the workers end
     for w in workers:
