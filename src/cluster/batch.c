@@ -5,22 +5,12 @@
  * redirect followed at once, a retry after a pause, or a failure; the
  * deadline fails what is left with the error that kept it.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cluster/cluster_internal.h"
 #include "util/clock.h"
 #include "util/xalloc.h"
-
-static void sleep_ms(int64_t ms)
-{
-    if (ms <= 0)
-        return;
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
-}
 
 static bool reply_is(const redisReply *r, const char *prefix)
 {
@@ -246,7 +236,7 @@ int cluster_exec(cluster_t *c, cluster_cmd *cmds, size_t n)
             int64_t wake = now + pause;
             if (c->want_refresh && c->refresh_not_before > now && c->refresh_not_before < wake)
                 wake = c->refresh_not_before;
-            sleep_ms((wake < deadline ? wake : deadline) - now);
+            hf_sleep_ms((wake < deadline ? wake : deadline) - now);
             pause = min_int(2 * pause, PAUSE_MAX_MS);
         }
     }

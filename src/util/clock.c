@@ -3,6 +3,7 @@
  */
 #include "util/clock.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -114,4 +115,12 @@ hf_steady *hf_clock_server(void)
 int64_t hf_clock_server_ms(void)
 {
     return hf_steady_now_ms(hf_clock_server());
+}
+
+void hf_sleep_ms(int64_t ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
 }

@@ -47,4 +47,8 @@ void hf_cond_init_mono(pthread_cond_t *cv);
  * wake-up; at once if it has already. */
 void hf_cond_wait_until_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
 
+/* Sleep the calling thread ms milliseconds (none if ms <= 0), resumed
+ * after a signal. A fiber offloads it (util/fiber.h hf_fiber_offload). */
+void hf_sleep_ms(int64_t ms);
+
 #endif

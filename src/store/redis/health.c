@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cluster/cluster.h"
 #include "util/clock.h"
@@ -264,13 +263,11 @@ void link__look_one(redis_link *r, redisContext *ctx)
 static bool info_field(const char *text, const char *name, char *out, size_t len)
 {
     size_t n = strlen(name);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        if (strncmp(p, name, n) != 0 || p[n] != ':')
-            continue;
-        size_t v = strcspn(p + n + 1, "\r\n");
-        snprintf(out, len, "%.*s", (int)v, p + n + 1);
-        return true;
-    }
+    for (const char *p = text; p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ':') {
+            snprintf(out, len, "%.*s", (int)strcspn(p + n + 1, "\r\n"), p + n + 1);
+            return true;
+        }
     return false;
 }
 
@@ -317,10 +314,8 @@ bool link__demoted_kept(redis_link *r, const node_link *nl, unsigned want)
     demoted_seen seen;
     char saw[160];
     while ((seen = demoted_look(ctx, saw, sizeof saw)) == DEMOTED_WAIT &&
-           hf_clock_mono_us() < until) {
-        struct timespec nap = {0, 20 * 1000 * 1000};
-        nanosleep(&nap, NULL);
-    }
+           hf_clock_mono_us() < until)
+        hf_sleep_ms(20);
     redisFree(ctx);
     char where[128];
     snprintf(where, sizeof where, "%s", nl->host ? nl->addr : "Redis");

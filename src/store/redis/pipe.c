@@ -226,13 +226,14 @@ static void finish_waited(redis_link *r, struct pipe *p, waiter *w, long long ac
                           bool refused)
 {
     for (size_t i = 0; i < w->n; i++) {
-        if (w->cmds[i].reply->type != REDIS_REPLY_ERROR && acked < (long long)want && refused) {
+        bool short_of = w->cmds[i].reply->type != REDIS_REPLY_ERROR && acked < (long long)want;
+        if (short_of && refused) {
             w->cmds[i].code = STORE_EUNCERTAIN;
             w->want = want;
             w->wait_refused = true;
             continue;
         }
-        if (w->cmds[i].reply->type != REDIS_REPLY_ERROR && acked < (long long)want) {
+        if (short_of) {
             link__wait_short(r, acked, want);
             freeReplyObject(w->cmds[i].reply);
             w->cmds[i].reply = NULL;

@@ -157,18 +157,28 @@ static node_link *handle_node(redis_link *r, conn *c, int k)
     return nl;
 }
 
+/* The answers of link__demoted_kept within one call, per node of the
+ * handle: 0 not asked, 1 kept, 2 not (allocated at the first refusal). */
+typedef struct refusals {
+    uint8_t *seen;
+    size_t n;
+} refusals;
+
 /* Whether the changes on the handle's node k whose WAIT it refused are
- * kept (link__demoted_kept), asked once per node of a call: seen[k] (of
- * nseen) 0 not asked, 1 kept, 2 not. */
-static bool refused_kept(redis_link *r, conn *c, int k, unsigned want, uint8_t *seen, size_t nseen)
+ * kept (link__demoted_kept), asked once per node of a call. */
+static bool refused_kept(redis_link *r, conn *c, int k, unsigned want, refusals *f)
 {
-    if (k < 0 || (size_t)k >= nseen)
-        return false;
-    if (!seen[k]) {
-        node_link *nl = handle_node(r, c, k);
-        seen[k] = nl && link__demoted_kept(r, nl, want) ? 1 : 2;
+    if (!f->seen) {
+        f->n = cluster_node_count(c->cl);
+        f->seen = hf_xcalloc(f->n + 1, 1);
     }
-    return seen[k] == 1;
+    if (k < 0 || (size_t)k >= f->n)
+        return false;
+    if (!f->seen[k]) {
+        node_link *nl = handle_node(r, c, k);
+        f->seen[k] = nl && link__demoted_kept(r, nl, want) ? 1 : 2;
+    }
+    return f->seen[k] == 1;
 }
 
 /* After a redirected batch: WAIT on every primary whose changes wait (the
@@ -193,19 +203,18 @@ static bool cl_wait_all(redis_link *r, conn *c)
                                       .node = p[i].node,
                                       .flags = CLUSTER_CMD_IDEMPOTENT};
     cluster_exec(c->cl, cmds, k);
-    size_t nseen = cluster_node_count(c->cl);
-    uint8_t *seen = hf_xcalloc(nseen + 1, 1);
+    refusals f = {0};
     bool ok = true;
     for (size_t i = 0; i < k; i++) {
         const redisReply *rep = cmds[i].reply;
         if (rep && rep->type == REDIS_REPLY_ERROR)
-            ok = ok && refused_kept(r, c, cmds[i].node, wc.want, seen, nseen);
+            ok = ok && refused_kept(r, c, cmds[i].node, wc.want, &f);
         else if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer < (long long)wc.want)
             ok = false;
         if (cmds[i].reply)
             freeReplyObject(cmds[i].reply);
     }
-    free(seen);
+    free(f.seen);
     free(cmds);
     free(p);
     return ok;
@@ -250,8 +259,7 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
     cluster_get_stats(c->cl, &after);
     bool redirected = after.rounds - before.rounds > 1;
     bool rewait = false;
-    size_t nseen = cluster_node_count(c->cl);
-    uint8_t *seen = hf_xcalloc(nseen + 1, 1); /* refused_kept's */
+    refusals f = {0};
     m = 0;
     for (size_t i = 0; i < n; i++) {
         cluster_cmd *b = &batch[m++];
@@ -284,7 +292,7 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
             !(refused && refused_kept(r, c,
                                       cmds[i].slot >= 0 ? cluster_slot_node(c->cl, cmds[i].slot)
                                                         : cmds[i].node,
-                                      wc.want, seen, nseen))) {
+                                      wc.want, &f))) {
             link__wait_short(r, acked, wc.want);
             freeReplyObject(b->reply);
             cmds[i].code = STORE_EUNCERTAIN;
@@ -304,7 +312,7 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
                 cmds[i].code = STORE_EUNCERTAIN;
             }
     }
-    free(seen);
+    free(f.seen);
     free(waits);
     free(batch);
 }
