@@ -241,6 +241,11 @@ void wal__pools_copy(wal_pools *dst, const wal_pools *src)
                            src->ents[i].rank);
 }
 
+/* The core events written as one record each, by name: CORE_EV_<name> is
+ * written as WAL_REC_<name> and read back as it (the encoder's table and
+ * the decoder's). */
+#define EVENT_RECORDS(X) X(RESERVE) X(OWN) X(FREE) X(DRAIN) X(WRITE_LEASE) X(WRITE_DONE) X(SWEEP)
+
 /* ---------------------------------------------------------------- encoder */
 
 void wal__enc_init(wal_encoder *e, int64_t time_base)
@@ -351,13 +356,9 @@ void wal__enc_event(void *ctx, const core_event *ev)
         return;
     }
     static const uint8_t types[] = {
-        [CORE_EV_RESERVE] = WAL_REC_RESERVE,
-        [CORE_EV_OWN] = WAL_REC_OWN,
-        [CORE_EV_FREE] = WAL_REC_FREE,
-        [CORE_EV_DRAIN] = WAL_REC_DRAIN,
-        [CORE_EV_WRITE_LEASE] = WAL_REC_WRITE_LEASE,
-        [CORE_EV_WRITE_DONE] = WAL_REC_WRITE_DONE,
-        [CORE_EV_SWEEP] = WAL_REC_SWEEP,
+#define EVENT_TO_RECORD(name) [CORE_EV_##name] = WAL_REC_##name,
+        EVENT_RECORDS(EVENT_TO_RECORD)
+#undef EVENT_TO_RECORD
     };
     if ((size_t)ev->type >= sizeof types || types[ev->type] == 0)
         abort(); /* an event type this log does not write (USE, DEMOTE): a bug */
@@ -502,15 +503,11 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
         if (!dec_pool(d, id, &ev))
             return WAL_DEC_REFUSED;
         static const core_event_type kinds[] = {
-            [WAL_REC_RESERVE] = CORE_EV_RESERVE,
-            [WAL_REC_OWN] = CORE_EV_OWN,
-            [WAL_REC_FREE] = CORE_EV_FREE,
-            [WAL_REC_DRAIN] = CORE_EV_DRAIN,
-            [WAL_REC_DEMOTE] = CORE_EV_DEMOTE,
-            [WAL_REC_OWNED] = CORE_EV_RESERVE,
-            [WAL_REC_WRITE_LEASE] = CORE_EV_WRITE_LEASE,
-            [WAL_REC_WRITE_DONE] = CORE_EV_WRITE_DONE,
-            [WAL_REC_SWEEP] = CORE_EV_SWEEP,
+#define RECORD_TO_EVENT(name) [WAL_REC_##name] = CORE_EV_##name,
+            EVENT_RECORDS(RECORD_TO_EVENT)
+#undef RECORD_TO_EVENT
+                [WAL_REC_DEMOTE] = CORE_EV_DEMOTE, /* read only (versions 1-3) */
+            [WAL_REC_OWNED] = CORE_EV_RESERVE,     /* then an OWN, below */
         };
         ev.type = kinds[type];
         rc = fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;
