@@ -713,7 +713,7 @@ int wal__recover(wal_t *w, char *err, size_t errlen)
         rc = any ? recover_existing(&R) : recover_fresh(&R);
     if (rc == 0) {
         w->snapshot_seq = R.snap_seq;
-        w->snapshot_lsn = R.snap_lsn;
+        w->st.snapshot_lsn = R.snap_lsn;
         if (!w->opt.quiet)
             log_start(&R, hf_clock_mono_ms() - t0);
     }

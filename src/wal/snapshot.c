@@ -165,7 +165,7 @@ static void start_snapshot(wal_t *w, bool repair)
         w->accepting = true;
         w->repairing = true;
         w->repair_snapshot_done = w->repair_segment_done = false;
-        w->repair_failures = w->failures;
+        w->repair_failures = w->st.failures;
     }
     w->rotate = (wal_rotation){true, w->pending.len, seq, lsn, base, salt, repair || w->broken};
     HF_ASSERT(wal__flags_consistent(w));
@@ -227,16 +227,16 @@ static void finish_snapshot(wal_t *w, int status)
     pthread_mutex_lock(&w->mu);
     HF_ASSERT(w->child > 0 && w->child_lsn <= w->appended);
     /* snapshots cover more and more of the log, under rising numbers */
-    HF_ASSERT(!ok || (w->child_lsn >= w->snapshot_lsn && w->child_seq > w->snapshot_seq));
+    HF_ASSERT(!ok || (w->child_lsn >= w->st.snapshot_lsn && w->child_seq > w->snapshot_seq));
     if (ok) {
         if (w->child_lsn > w->synced)
             w->synced = w->child_lsn;
         if (w->child_lsn > w->written)
             w->written = w->child_lsn;
-        w->snapshots++;
-        w->snapshot_bytes = bytes;
-        w->snapshot_time_ms = hf_clock_wall_ms();
-        w->snapshot_lsn = w->child_lsn;
+        w->st.snapshots++;
+        w->st.snapshot_bytes = bytes;
+        w->st.snapshot_time_ms = hf_clock_wall_ms();
+        w->st.snapshot_lsn = w->child_lsn;
         w->snapshot_seq = w->child_seq;
         w->next_save_ms = now + w->opt.save_interval_ms;
         w->hold_until_ms = 0;
@@ -273,7 +273,7 @@ static bool snapshot_due_locked(const wal_t *w, int64_t now)
 {
     if (w->failed || w->rotate.pending || now < w->hold_until_ms)
         return false;
-    uint64_t grown = w->appended - w->snapshot_lsn;
+    uint64_t grown = w->appended - w->st.snapshot_lsn;
     if (w->opt.snapshot_log_bytes > 0 && grown >= w->opt.snapshot_log_bytes)
         return true;
     return w->opt.save_interval_ms > 0 && now >= w->next_save_ms && grown > 0;

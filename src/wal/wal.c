@@ -220,7 +220,7 @@ void wal__repair_settle_locked(wal_t *w)
 {
     if (!w->repairing)
         return;
-    if (w->failures != w->repair_failures) {
+    if (w->st.failures != w->repair_failures) {
         w->repairing = false;
         return;
     }
@@ -263,7 +263,7 @@ static void fail_locked(wal_t *w, const char *what, int err)
         w->rotate.off = 0;
         w->rotate.repair = true;
     }
-    w->failures++;
+    w->st.failures++;
     wal__repair_settle_locked(w);
     if (!w->repairing)
         w->next_repair_ms = hf_clock_mono_ms() + w->repair_delay_ms;
@@ -280,9 +280,9 @@ static int timed_sync(wal_t *w)
     int rc = wal__datasync(w->seg_fd);
     uint64_t us = (uint64_t)(hf_clock_mono_us() - t0);
     pthread_mutex_lock(&w->mu);
-    w->syncs++;
-    w->sync_us_sum += us;
-    w->sync_buckets[wal_sync_bucket(us)]++;
+    w->st.syncs++;
+    w->st.sync_us_sum += us;
+    w->st.sync_buckets[wal_sync_bucket(us)]++;
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
@@ -497,8 +497,8 @@ uint64_t wal_publish(wal_t *w, bool change)
         if (!w->writer_busy)
             pthread_cond_signal(&w->writer_cv);
     }
-    HF_ASSERT(w->enc.records >= w->records_published); /* a count of this process's records */
-    w->records_published = w->enc.records;
+    HF_ASSERT(w->enc.records >= w->st.records); /* a count of this process's records */
+    w->st.records = w->enc.records;
     HF_ASSERT(wal__lsns_in_order(w) && wal__flags_consistent(w));
     pthread_mutex_unlock(&w->mu);
     out->len = 0;
@@ -622,21 +622,11 @@ void wal_close(wal_t *w, bool final_snapshot)
 void wal_get_stats(wal_t *w, wal_stats *out)
 {
     pthread_mutex_lock(&w->mu);
-    *out = (wal_stats){
-        .lsn = w->appended,
-        .written_lsn = w->written,
-        .synced_lsn = w->synced,
-        .records = w->records_published,
-        .syncs = w->syncs,
-        .snapshots = w->snapshots,
-        .snapshot_bytes = w->snapshot_bytes,
-        .snapshot_lsn = w->snapshot_lsn,
-        .failures = w->failures,
-        .refusing = w->failed,
-        .sync_us_sum = w->sync_us_sum,
-        .snapshot_time_ms = w->snapshot_time_ms,
-    };
-    memcpy(out->sync_buckets, w->sync_buckets, sizeof out->sync_buckets);
+    *out = w->st;
+    out->lsn = w->appended;
+    out->written_lsn = w->written;
+    out->synced_lsn = w->synced;
+    out->refusing = w->failed;
     pthread_mutex_unlock(&w->mu);
 }
 

@@ -66,16 +66,13 @@ struct wal {
     bool broken;    /* the current segment takes no more records */
     bool repairing; /* a repair (snapshot + new segment) is under way */
     bool repair_snapshot_done, repair_segment_done;
-    uint64_t repair_failures; /* `failures` when the repair began */
-    uint64_t failures;
+    uint64_t repair_failures; /* `st.failures` when the repair began */
     char fail_reason[256];
     bool stop;
-    uint64_t records_published;
-    uint64_t syncs;
-    uint64_t sync_buckets[WAL_SYNC_BUCKETS];
-    uint64_t sync_us_sum;
-    int64_t snapshot_time_ms;
-    uint64_t snapshots, snapshot_bytes, snapshot_lsn, snapshot_seq;
+    /* The counters wal_get_stats reports (records: those published); its
+     * LSNs and `refusing` are read from the fields above instead. */
+    wal_stats st;
+    uint64_t snapshot_seq;
 
     /* The writer's own. */
     int seg_fd;
