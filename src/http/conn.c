@@ -59,6 +59,7 @@
 
 #include "util/clock.h"
 #include "util/fmt.h"
+#include "util/hostport.h"
 #include "util/log.h"
 #include "util/xalloc.h"
 
@@ -408,14 +409,6 @@ static void queue_refusal(conn *c, int status, const char *detail)
         log_access(c, status, (size_t)len, NULL);
 }
 
-static int hex_value(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    ch = (char)(ch | 0x20);
-    return ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-}
-
 /* The path without the query string, %XX decoded in place (as
  * libmicrohttpd did; a '%' not followed by two hex digits stays). */
 static hf_slice decoded_path(conn *c)
@@ -427,8 +420,8 @@ static hf_slice decoded_path(conn *c)
     size_t n = 0;
     for (size_t i = 0; i < end; i++) {
         int hi, lo;
-        if (url[i] == '%' && i + 2 < end && (hi = hex_value(url[i + 1])) >= 0 &&
-            (lo = hex_value(url[i + 2])) >= 0) {
+        if (url[i] == '%' && i + 2 < end && (hi = hf_hex_digit(url[i + 1])) >= 0 &&
+            (lo = hf_hex_digit(url[i + 2])) >= 0) {
             url[n++] = (char)(hi * 16 + lo);
             i += 2;
         } else {
