@@ -10,6 +10,7 @@
 
 #include "cluster/cluster_internal.h"
 #include "util/clock.h"
+#include "util/hf_assert.h"
 #include "util/xalloc.h"
 
 static bool reply_is(const redisReply *r, const char *prefix)
@@ -55,6 +56,8 @@ static int redirect_target(cluster_t *c, size_t from, const redisReply *r)
 
 static void request_finish(request *rq, cluster_cmd *cmd, int error)
 {
+    /* a request ends once, with its reply only when it succeeded */
+    HF_ASSERT(!rq->done && (error != CLUSTER_OK || rq->reply));
     rq->done = true;
     cmd->error = error;
     cmd->reply = NULL;

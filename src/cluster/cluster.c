@@ -128,9 +128,12 @@ static int map_apply(cluster_t *c, size_t from, const redisReply *r)
     memcpy(c->slot_map, map, sizeof(map));
     for (size_t i = 0; i < c->nnodes; i++)
         c->nodes[i].slots = 0;
-    for (int s = 0; s < CLUSTER_SLOTS; s++)
+    for (int s = 0; s < CLUSTER_SLOTS; s++) {
+        /* every slot served names a known node */
+        HF_ASSERT(map[s] >= -1 && map[s] < (int)c->nnodes);
         if (map[s] >= 0)
             c->nodes[map[s]].slots++;
+    }
     for (size_t i = 0; i < c->nnodes; i++) {
         node *nd = &c->nodes[i];
         nd->primary = nd->slots > 0;
@@ -138,6 +141,8 @@ static int map_apply(cluster_t *c, size_t from, const redisReply *r)
             nd->replica = false;
         if (!nd->primary && !nd->replica)
             cluster__node_disconnect(nd); /* left the cluster, or a seed under another name */
+        /* one role a node: a primary serves slots, a replica none */
+        HF_ASSERT(!(nd->primary && nd->replica) && nd->primary == (nd->slots > 0));
     }
     return 0;
 }

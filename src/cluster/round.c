@@ -52,10 +52,14 @@ static void node_mark_down(cluster_t *c, node *nd, int64_t now)
 {
     snprintf(nd->why, sizeof(nd->why), "%s", c->error);
     nd->errors++;
+    /* the back-off doubles within its bounds; a node that answers
+     * starts it again from the least (round_deliver) */
+    HF_ASSERT(nd->down_wait_ms >= DOWN_MIN_MS && nd->down_wait_ms <= DOWN_MAX_MS);
     nd->down = true;
     nd->down_until = now + nd->down_wait_ms;
     nd->down_wait_ms = min_int(2 * nd->down_wait_ms, DOWN_MAX_MS);
     cluster__node_disconnect(nd);
+    HF_ASSERT(!nd->ctx && !nd->greeted);
     c->want_refresh = true;
 }
 
@@ -140,7 +144,11 @@ static void round_node_error(cluster_t *c, node *nd, request *reqs, enum outcome
 /* Take one reply owed by the node. False when the node's round is over. */
 static bool round_deliver(cluster_t *c, node *nd, request *reqs, redisReply *r, int64_t now)
 {
+    /* a reply comes only where one is owed, and answers a request once
+     * (queued as UNSENT by round_build) */
+    HF_ASSERT(nd->next >= nd->first && nd->next < nd->end);
     expect *x = &c->expects[nd->next++];
+    HF_ASSERT(x->kind != EXP_REQUEST || reqs[x->request].outcome == OUT_UNSENT);
     nd->down = false; /* it answers */
     nd->down_wait_ms = DOWN_MIN_MS;
     switch (x->kind) {
