@@ -503,11 +503,11 @@ int wal__decode(wal_decoder *d, const uint8_t *body, size_t len, wal_event_fn fn
         if (!dec_pool(d, id, &ev))
             return WAL_DEC_REFUSED;
         static const core_event_type kinds[] = {
+            [WAL_REC_DEMOTE] = CORE_EV_DEMOTE, /* read only (versions 1-3) */
+            [WAL_REC_OWNED] = CORE_EV_RESERVE, /* then an OWN, below */
 #define RECORD_TO_EVENT(name) [WAL_REC_##name] = CORE_EV_##name,
             EVENT_RECORDS(RECORD_TO_EVENT)
 #undef RECORD_TO_EVENT
-                [WAL_REC_DEMOTE] = CORE_EV_DEMOTE, /* read only (versions 1-3) */
-            [WAL_REC_OWNED] = CORE_EV_RESERVE,     /* then an OWN, below */
         };
         ev.type = kinds[type];
         rc = fn(ctx, &ev) ? WAL_DEC_REFUSED : WAL_DEC_OK;
