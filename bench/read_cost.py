@@ -48,7 +48,7 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from redis_server import Resp  # noqa: E402
+from redis_server import Resp, info_fields  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import cpu_seconds, free_port, parse, pin, wait_port  # noqa: E402
 
@@ -153,8 +153,7 @@ class Redis:
         self.c = Resp(port=self.port, timeout=60)
 
     def info(self, section, field):
-        text = self.c.cmd("INFO", section).decode()
-        return int(text.split(field + ":")[1].split()[0])
+        return int(info_fields(self.c.cmd("INFO", section))[field])
 
     def aof_bytes(self):
         return sum(os.path.getsize(f) for f in glob.glob(os.path.join(self.dir, "*", "*.aof")))

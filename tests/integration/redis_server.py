@@ -148,6 +148,18 @@ def kill(proc):
     _live.discard(proc)
 
 
+def info_fields(text):
+    """An INFO reply (bytes or str) as {field: value}, both strings."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    out = {}
+    for line in text.splitlines():
+        if ":" in line and not line.startswith("#"):
+            name, value = line.split(":", 1)
+            out[name] = value.strip()
+    return out
+
+
 class RedisError(Exception):
     pass
 
@@ -316,6 +328,17 @@ class RedisServer:
         except (OSError, ConnectionError):
             self._conn = None
             raise
+
+    def replicate(self, primary, timeout=10.0):
+        """This Redis follows primary (a RedisServer), until the primary
+        counts it in sync (state=online: the replicas that WAIT counts)."""
+        self.cmd("REPLICAOF", primary.host, str(primary.port))
+        deadline = time.monotonic() + timeout
+        while b",state=online," not in primary.cmd("INFO", "replication"):
+            if time.monotonic() > deadline:
+                raise AssertionError("replica %d not in sync with %d after %ss"
+                                     % (self.port, primary.port, timeout))
+            time.sleep(0.05)
 
     def kill9(self):
         self._conn = None

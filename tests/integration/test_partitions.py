@@ -65,7 +65,7 @@ import harness  # noqa: E402
 from harness import Server, expect_eq, expect_error, expect_true, wait_for  # noqa: E402
 import netns  # noqa: E402
 import redis_cluster  # noqa: E402
-from redis_server import RedisServer  # noqa: E402
+from redis_server import RedisServer, info_fields  # noqa: E402
 import test_page_integrity as integrity  # noqa: E402
 
 NODE_TIMEOUT_MS = 2000
@@ -484,13 +484,7 @@ Node = collections.namedtuple("Node", "host cmd")
 
 def info(node, section):
     """INFO section of node: {field: value}, both strings."""
-    text = node.cmd("INFO", section)
-    out = {}
-    for line in (text.decode() if isinstance(text, bytes) else text).splitlines():
-        if ":" in line and not line.startswith("#"):
-            name, value = line.split(":", 1)
-            out[name] = value.strip()
-    return out
+    return info_fields(node.cmd("INFO", section))
 
 
 def demoted_pool(srv):
@@ -647,9 +641,7 @@ def demoted_over_one_redis(kept, expect):
     quick = ["--repl-diskless-sync-delay", "0"]  # a sync at once, as in the cluster
     with RedisServer(host=hp.ip, prefix=hp.prefix, extra=quick) as rp, \
             RedisServer(host=hr.ip, prefix=hr.prefix, extra=quick) as rr:
-        rr.cmd("REPLICAOF", hp.ip, rp.port)
-        wait_for(lambda: b",state=online," in rp.cmd("INFO", "replication"),
-                 10 * harness.SLOWDOWN, what="R in sync")
+        rr.replicate(rp, 10 * harness.SLOWDOWN)
         with Server(*DEMOTED_FLAGS, store=rp.url) as srv:
             try:
                 demoted_pool(srv)

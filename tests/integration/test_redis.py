@@ -41,7 +41,7 @@ import threading
 import time
 
 import harness
-from harness import (Server, expect_eq, expect_error, expect_json, expect_true, raw_request,
+from harness import (Server, expect_eq, expect_error, expect_true, raw_request,
                      s_alloc, s_confirm, s_init, s_pages, v_alloc, v_confirm, v_exists, v_init,
                      v_locations, wait_for)
 from redis_server import RedisServer
@@ -362,14 +362,6 @@ def test_metrics_answer_200_with_store_up_0_and_no_pool_figures_while_redis_is_s
                     "hf3fs_metad_pools once Redis answers again")
 
 
-def replicate(replica, primary):
-    """replica follows primary, until the primary counts it in sync
-    (state=online: the replicas that WAIT counts)."""
-    replica.cmd("REPLICAOF", "127.0.0.1", str(primary.port))
-    wait_for(lambda: b",state=online," in primary.cmd("INFO", "replication"),
-             10 * harness.SLOWDOWN, what="replica in sync, as the primary sees it")
-
-
 def _waits(r):
     """WAIT commands the Redis r has run (INFO commandstats)."""
     for line in r.cmd("INFO", "commandstats").decode().splitlines():
@@ -412,7 +404,7 @@ def test_by_default_a_primary_is_waited_on_once_it_has_a_replica_and_reads_only_
             v_confirm(c, 0, [("k", pages[0])])
             expect_eq(_waits(primary), 0, "WAITs run while the primary has no replica")
 
-            replicate(replica, primary)
+            replica.replicate(primary, 10 * harness.SLOWDOWN)
             wait_for(lambda: c.get("/health").json() == {"status": "ok"},
                      10 * harness.SLOWDOWN, interval=0.1,
                      what="/health without unreplicated once the replica is in sync")
@@ -530,7 +522,7 @@ def test_redis_wait_acknowledges_once_replicas_have_the_change():
             # no replica yet: the change is applied on the primary but unconfirmed
             resp = srv.client().post("/rank/0/initialize", {"role": "worker", "num_pages": 8})
             expect_error(resp, 507)
-        replicate(replica, primary)
+        replica.replicate(primary, 10 * harness.SLOWDOWN)
         # A replica on a loaded machine can take longer than 0.3 s to confirm.
         with Server("--redis-wait", "1", "--redis-wait-timeout", str(5 * harness.SLOWDOWN),
                     store=primary.url) as srv:

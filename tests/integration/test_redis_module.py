@@ -35,7 +35,7 @@ import threading
 
 import harness
 from harness import expect_eq, expect_true, wait_for
-from redis_server import RedisError, RedisServer, module_path
+from redis_server import RedisError, RedisServer, info_fields, module_path
 
 SLOW = harness.SLOWDOWN
 CFG = "5000,1000,3000,500,1,100000000,64"  # reservation, read, write, grace, evict, pages, ranks
@@ -173,7 +173,7 @@ def workload(ns, rng, steps, now=T0, nkeys=60, ranks=(0, 1)):
 
 def _info_int(r, section, field):
     """An integer field of INFO section."""
-    return int(r.cmd("INFO", section).decode().split(field + ":")[1].split()[0])
+    return int(info_fields(r.cmd("INFO", section))[field])
 
 
 def wait_replica(primary, replica):
