@@ -67,20 +67,8 @@ unsigned link__wait_at(redis_link *r, conn *c, int slot, int node)
 {
     if (!r->opt.wait_auto)
         return r->opt.wait_replicas;
-    int k = slot >= 0 ? cluster_slot_node(c->cl, slot) : node;
-    if (k < 0 || (size_t)k >= cluster_node_count(c->cl))
-        return link__wait_count(r); /* a primary not known: waited on */
-    cluster_node_stats ns;
-    cluster_get_node_stats(c->cl, (size_t)k, &ns);
-    unsigned want = link__wait_count(r);
-    hf_rwlock_rdlock(&r->map_lock);
-    for (size_t i = 0; i < r->nnodes; i++)
-        if (strcmp(r->nodes[i]->addr, ns.addr) == 0) {
-            want = link__node_wait(r, r->nodes[i]);
-            break;
-        }
-    hf_rwlock_unlock(&r->map_lock);
-    return want;
+    node_link *nl = link__cl_node_link(r, c, slot, node, false);
+    return nl ? link__node_wait(r, nl) : link__wait_count(r); /* not known: waited on */
 }
 
 /* ------------------------------------------------------------- the look */

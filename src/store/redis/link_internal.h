@@ -240,7 +240,7 @@ unsigned link__wait_count(const redis_link *r);
 unsigned link__node_wait(redis_link *r, node_link *nl);
 /* Over a cluster, on the routing handle c: the replicas a change waits for
  * on the node of slot (or, slot -1, the handle's node), as
- * link__node_wait (0 for a node the link has not mapped). */
+ * link__node_wait (link__wait_count for a node the link has not mapped). */
 unsigned link__wait_at(redis_link *r, conn *c, int slot, int node);
 /* The monitors' look at the replicas: INFO replication of every primary
  * (looks[i].reply, NULL or not a string if it failed; looks[i].addr) of
@@ -303,6 +303,12 @@ void link__pipe_await(redis_link *r, waiter *w);
 void link__one_exec(redis_link *r, redis_cmd *cmds, size_t n, bool change);
 
 /* ----------------------------------------------------------- route.c */
+
+/* The node_link of the routing handle c's node that serves slot (or, slot
+ * < 0, its node `node`): the one the pipes use; NULL when the handle has no
+ * such node, or (add false) the link has not mapped it. add: a node not
+ * mapped yet is added (the map's write lock), as link__cl_map_take does. */
+node_link *link__cl_node_link(redis_link *r, conn *c, int slot, int node, bool add);
 
 /* A routing handle (conn with cl), opened, borrowed from the pool, given
  * back (its figures folded into the link's), freed. */

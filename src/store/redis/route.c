@@ -140,45 +140,48 @@ redis_cmd *link__cl_primaries(conn *c, int argc, const char **argv, const size_t
     return cmds;
 }
 
+static uint16_t node_find(const redis_link *r, const char *addr);
 static uint16_t node_index(redis_link *r, const char *addr);
 
-/* The node_link of the handle c's node k (added at first sight), NULL if
- * the handle knows no such node. */
-static node_link *handle_node(redis_link *r, conn *c, int k)
+node_link *link__cl_node_link(redis_link *r, conn *c, int slot, int node, bool add)
 {
+    int k = slot >= 0 ? cluster_slot_node(c->cl, slot) : node;
     if (k < 0 || (size_t)k >= cluster_node_count(c->cl))
         return NULL;
     cluster_node_stats ns;
     cluster_get_node_stats(c->cl, (size_t)k, &ns);
-    hf_rwlock_wrlock(&r->map_lock);
-    uint16_t i = node_index(r, ns.addr);
+    if (add)
+        hf_rwlock_wrlock(&r->map_lock);
+    else
+        hf_rwlock_rdlock(&r->map_lock);
+    uint16_t i = add ? node_index(r, ns.addr) : node_find(r, ns.addr);
     node_link *nl = i == NO_NODE ? NULL : r->nodes[i];
     hf_rwlock_unlock(&r->map_lock);
     return nl;
 }
 
-/* The answers of link__demoted_kept within one call, per node of the
- * handle: 0 not asked, 1 kept, 2 not (allocated at the first refusal). */
+/* The answers of link__demoted_kept within one call, one per node asked. */
 typedef struct refusals {
-    uint8_t *seen;
+    struct refusal {
+        const node_link *nl;
+        bool kept;
+    } * seen;
     size_t n;
 } refusals;
 
-/* Whether the changes on the handle's node k whose WAIT it refused are
- * kept (link__demoted_kept), asked once per node of a call. */
-static bool refused_kept(redis_link *r, conn *c, int k, unsigned want, refusals *f)
+/* Whether the changes on the handle's node for slot (or node) whose WAIT it
+ * refused are kept (link__demoted_kept), asked once per node of a call. */
+static bool refused_kept(redis_link *r, conn *c, int slot, int node, unsigned want, refusals *f)
 {
-    if (!f->seen) {
-        f->n = cluster_node_count(c->cl);
-        f->seen = hf_xcalloc(f->n + 1, 1);
-    }
-    if (k < 0 || (size_t)k >= f->n)
+    node_link *nl = link__cl_node_link(r, c, slot, node, true);
+    if (!nl)
         return false;
-    if (!f->seen[k]) {
-        node_link *nl = handle_node(r, c, k);
-        f->seen[k] = nl && link__demoted_kept(r, nl, want) ? 1 : 2;
-    }
-    return f->seen[k] == 1;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->seen[i].nl == nl)
+            return f->seen[i].kept;
+    f->seen = hf_xreallocarray(f->seen, f->n + 1, sizeof *f->seen);
+    f->seen[f->n] = (struct refusal){nl, link__demoted_kept(r, nl, want)};
+    return f->seen[f->n++].kept;
 }
 
 /* After a redirected batch: WAIT on every primary whose changes wait (the
@@ -208,7 +211,7 @@ static bool cl_wait_all(redis_link *r, conn *c)
     for (size_t i = 0; i < k; i++) {
         const redisReply *rep = cmds[i].reply;
         if (rep && rep->type == REDIS_REPLY_ERROR)
-            ok = ok && refused_kept(r, c, cmds[i].node, wc.want, &f);
+            ok = ok && refused_kept(r, c, -1, cmds[i].node, wc.want, &f);
         else if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer < (long long)wc.want)
             ok = false;
         if (cmds[i].reply)
@@ -289,10 +292,7 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
             continue;
         }
         if (w && !redirected && b->reply->type != REDIS_REPLY_ERROR && acked < (long long)wc.want &&
-            !(refused && refused_kept(r, c,
-                                      cmds[i].slot >= 0 ? cluster_slot_node(c->cl, cmds[i].slot)
-                                                        : cmds[i].node,
-                                      wc.want, &f))) {
+            !(refused && refused_kept(r, c, cmds[i].slot, cmds[i].node, wc.want, &f))) {
             link__wait_short(r, acked, wc.want);
             freeReplyObject(b->reply);
             cmds[i].code = STORE_EUNCERTAIN;
@@ -319,11 +319,19 @@ void link__cl_exec(redis_link *r, conn *c, redis_cmd *cmds, size_t n, bool chang
 
 /* The node_link of a primary's address, added at first sight (map_lock
  * held for writing); NO_NODE if the address does not parse. */
-static uint16_t node_index(redis_link *r, const char *addr)
+static uint16_t node_find(const redis_link *r, const char *addr)
 {
     for (size_t i = 0; i < r->nnodes; i++)
         if (strcmp(r->nodes[i]->addr, addr) == 0)
             return (uint16_t)i;
+    return NO_NODE;
+}
+
+static uint16_t node_index(redis_link *r, const char *addr)
+{
+    uint16_t found = node_find(r, addr);
+    if (found != NO_NODE)
+        return found;
     hf_hostport hp;
     if (r->nnodes >= NO_NODE ||
         hf_hostport_parse(addr, strlen(addr), HF_HOSTPORT_NEED_PORT | HF_HOSTPORT_BARE_V6, &hp) !=
